@@ -1,0 +1,370 @@
+/**
+ * The cordon error hierarchy.
+ *
+ * Every error carries a marker property keyed by a `Symbol.for` symbol, and each
+ * class has its own marker. `isInstance` checks the marker instead of the
+ * prototype chain, so it keeps working when a host ends up with two copies of
+ * `@cordon/core` in its dependency tree (where `instanceof` silently fails).
+ * Each subclass must declare its own marker: a subclass that only inherits its
+ * parent's would make `Sub.isInstance` true for every sibling.
+ */
+
+const MARKER_PREFIX = 'cordon.error'
+
+function markerFor(name: string): symbol {
+  return Symbol.for(`${MARKER_PREFIX}.${name}`)
+}
+
+function hasMarker(value: unknown, marker: symbol): boolean {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    marker in value &&
+    (value as Record<symbol, unknown>)[marker] === true
+  )
+}
+
+/** Stable, documented error codes. Hosts may switch on these; they never change meaning. */
+export type SandboxErrorCode =
+  | 'SANDBOX_ERROR'
+  | 'BACKEND_NOT_IMPLEMENTED'
+  | 'BACKEND_NOT_INSTALLED'
+  | 'BACKEND_UNAVAILABLE'
+  | 'CONFIG_INVALID'
+  | 'LAYOUT_INVALID'
+  | 'CONTROL_REFUSED'
+  | 'CREATE_TIMEOUT'
+  | 'READINESS_FAILED'
+  | 'SANDBOX_DESTROYED'
+  | 'TRANSPORT_FAILED'
+  | 'ABORTED'
+  | 'PATH_REFUSED'
+  | 'FILE_NOT_FOUND'
+  | 'OPERATION_FAILED'
+
+export interface SandboxErrorOptions {
+  readonly cause?: unknown
+}
+
+const baseMarker = markerFor('SandboxError')
+
+/** Base class of every error cordon throws. */
+export class SandboxError extends Error {
+  private readonly [baseMarker] = true
+  readonly code: SandboxErrorCode
+
+  constructor(message: string, options: SandboxErrorOptions & { code?: SandboxErrorCode } = {}) {
+    super(message, options.cause === undefined ? undefined : { cause: options.cause })
+    this.name = 'SandboxError'
+    this.code = options.code ?? 'SANDBOX_ERROR'
+  }
+
+  static isInstance(value: unknown): value is SandboxError {
+    return hasMarker(value, baseMarker)
+  }
+}
+
+const notImplementedMarker = markerFor('SandboxBackendNotImplementedError')
+
+/**
+ * A backend or feature that cordon does not provide. Raised for an unknown tier,
+ * runtime or service coming from untyped JavaScript, so an invented config gets a
+ * named refusal instead of a provider that confines nothing.
+ */
+export class SandboxBackendNotImplementedError extends SandboxError {
+  private readonly [notImplementedMarker] = true
+  readonly backend: string
+
+  constructor(backend: string, detail?: string, options: SandboxErrorOptions = {}) {
+    super(
+      `Sandbox backend "${backend}" is not implemented${detail ? `: ${detail}` : ''}`,
+      { ...options, code: 'BACKEND_NOT_IMPLEMENTED' },
+    )
+    this.name = 'SandboxBackendNotImplementedError'
+    this.backend = backend
+  }
+
+  static override isInstance(value: unknown): value is SandboxBackendNotImplementedError {
+    return hasMarker(value, notImplementedMarker)
+  }
+}
+
+const unavailableMarker = markerFor('SandboxBackendUnavailableError')
+
+/** The backend exists but cannot be used right now (engine unreachable, runtime missing). */
+export class SandboxBackendUnavailableError extends SandboxError {
+  private readonly [unavailableMarker] = true
+  readonly backend: string
+
+  constructor(
+    backend: string,
+    message: string,
+    options: SandboxErrorOptions & { code?: SandboxErrorCode } = {},
+  ) {
+    super(message, { code: 'BACKEND_UNAVAILABLE', ...options })
+    this.name = 'SandboxBackendUnavailableError'
+    this.backend = backend
+  }
+
+  static override isInstance(value: unknown): value is SandboxBackendUnavailableError {
+    return hasMarker(value, unavailableMarker)
+  }
+}
+
+const notInstalledMarker = markerFor('SandboxBackendNotInstalledError')
+
+/** The chosen backend's package is not installed next to `@cordon/sandbox`. */
+export class SandboxBackendNotInstalledError extends SandboxBackendUnavailableError {
+  private readonly [notInstalledMarker] = true
+  readonly packageName: string
+
+  constructor(backend: string, packageName: string, options: SandboxErrorOptions = {}) {
+    super(
+      backend,
+      `Sandbox backend "${backend}" needs the package ${packageName}; install it with: npm install ${packageName}`,
+      { ...options, code: 'BACKEND_NOT_INSTALLED' },
+    )
+    this.name = 'SandboxBackendNotInstalledError'
+    this.packageName = packageName
+  }
+
+  static override isInstance(value: unknown): value is SandboxBackendNotInstalledError {
+    return hasMarker(value, notInstalledMarker)
+  }
+}
+
+/** One problem found while validating a config; `path` locates it in the input. */
+export interface SandboxConfigIssue {
+  readonly path: string
+  readonly message: string
+}
+
+const configMarker = markerFor('SandboxConfigValidationError')
+
+/** A config failed validation. Lists every problem found, never only the first. */
+export class SandboxConfigValidationError extends SandboxError {
+  private readonly [configMarker] = true
+  readonly issues: readonly SandboxConfigIssue[]
+
+  constructor(
+    subject: string,
+    issues: readonly SandboxConfigIssue[],
+    options: SandboxErrorOptions & { code?: SandboxErrorCode } = {},
+  ) {
+    const lines = issues.map((issue) => `  - ${issue.path || '(root)'}: ${issue.message}`)
+    super(`Invalid ${subject} (${issues.length} problem${issues.length === 1 ? '' : 's'}):\n${lines.join('\n')}`, {
+      code: 'CONFIG_INVALID',
+      ...options,
+    })
+    this.name = 'SandboxConfigValidationError'
+    this.issues = issues
+  }
+
+  static override isInstance(value: unknown): value is SandboxConfigValidationError {
+    return hasMarker(value, configMarker)
+  }
+}
+
+const layoutMarker = markerFor('SandboxLayoutValidationError')
+
+/** A container layout is unusable; every problem is listed at once. */
+export class SandboxLayoutValidationError extends SandboxConfigValidationError {
+  private readonly [layoutMarker] = true
+
+  constructor(issues: readonly SandboxConfigIssue[], options: SandboxErrorOptions = {}) {
+    super('container sandbox layout', issues, { ...options, code: 'LAYOUT_INVALID' })
+    this.name = 'SandboxLayoutValidationError'
+  }
+
+  static override isInstance(value: unknown): value is SandboxLayoutValidationError {
+    return hasMarker(value, layoutMarker)
+  }
+}
+
+const refusedMarker = markerFor('SandboxControlRefusedError')
+
+/**
+ * A control was asked for that this backend cannot enforce. cordon refuses rather
+ * than accept a limit or policy and silently ignore it.
+ */
+export class SandboxControlRefusedError extends SandboxError {
+  private readonly [refusedMarker] = true
+  /** The control that was refused, e.g. `egress.static`, `memoryLimitMb`. */
+  readonly control: string
+  /** The backend that refused it, e.g. `container:docker`. */
+  readonly backend: string
+  readonly reason: string
+
+  constructor(control: string, backend: string, reason: string, options: SandboxErrorOptions = {}) {
+    super(`Backend "${backend}" cannot enforce "${control}": ${reason}`, {
+      ...options,
+      code: 'CONTROL_REFUSED',
+    })
+    this.name = 'SandboxControlRefusedError'
+    this.control = control
+    this.backend = backend
+    this.reason = reason
+  }
+
+  static override isInstance(value: unknown): value is SandboxControlRefusedError {
+    return hasMarker(value, refusedMarker)
+  }
+}
+
+const timeoutMarker = markerFor('SandboxCreateTimeoutError')
+
+/** `create()` did not produce an exec-ready sandbox within its budget. */
+export class SandboxCreateTimeoutError extends SandboxError {
+  private readonly [timeoutMarker] = true
+  readonly timeoutMs: number
+  /** The phase that was under way when the budget ran out. */
+  readonly phase: string | undefined
+
+  constructor(timeoutMs: number, phase?: string, options: SandboxErrorOptions = {}) {
+    super(
+      `Sandbox was not ready within ${timeoutMs} ms${phase ? ` (during ${phase})` : ''}`,
+      { ...options, code: 'CREATE_TIMEOUT' },
+    )
+    this.name = 'SandboxCreateTimeoutError'
+    this.timeoutMs = timeoutMs
+    this.phase = phase
+  }
+
+  static override isInstance(value: unknown): value is SandboxCreateTimeoutError {
+    return hasMarker(value, timeoutMarker)
+  }
+}
+
+const readinessMarker = markerFor('SandboxReadinessError')
+
+/** The sandbox was started but never became able to run a command. */
+export class SandboxReadinessError extends SandboxError {
+  private readonly [readinessMarker] = true
+  readonly sandboxId: string | undefined
+
+  constructor(message: string, sandboxId?: string, options: SandboxErrorOptions = {}) {
+    super(message, { ...options, code: 'READINESS_FAILED' })
+    this.name = 'SandboxReadinessError'
+    this.sandboxId = sandboxId
+  }
+
+  static override isInstance(value: unknown): value is SandboxReadinessError {
+    return hasMarker(value, readinessMarker)
+  }
+}
+
+const destroyedMarker = markerFor('SandboxDestroyedError')
+
+/** An operation was attempted on a sandbox that has been destroyed. */
+export class SandboxDestroyedError extends SandboxError {
+  private readonly [destroyedMarker] = true
+  readonly sandboxId: string
+
+  constructor(sandboxId: string, options: SandboxErrorOptions = {}) {
+    super(`Sandbox ${sandboxId} has been destroyed`, { ...options, code: 'SANDBOX_DESTROYED' })
+    this.name = 'SandboxDestroyedError'
+    this.sandboxId = sandboxId
+  }
+
+  static override isInstance(value: unknown): value is SandboxDestroyedError {
+    return hasMarker(value, destroyedMarker)
+  }
+}
+
+const transportMarker = markerFor('SandboxTransportError')
+
+/** Talking to the engine, control plane or in-sandbox agent failed. */
+export class SandboxTransportError extends SandboxError {
+  private readonly [transportMarker] = true
+  /** What was being talked to (a socket path, URL or agent address), when known. */
+  readonly endpoint: string | undefined
+
+  constructor(message: string, endpoint?: string, options: SandboxErrorOptions = {}) {
+    super(message, { ...options, code: 'TRANSPORT_FAILED' })
+    this.name = 'SandboxTransportError'
+    this.endpoint = endpoint
+  }
+
+  static override isInstance(value: unknown): value is SandboxTransportError {
+    return hasMarker(value, transportMarker)
+  }
+}
+
+const abortedMarker = markerFor('SandboxAbortedError')
+
+/** The caller's AbortSignal fired. `cause` holds the signal's reason. */
+export class SandboxAbortedError extends SandboxError {
+  private readonly [abortedMarker] = true
+  readonly operation: string
+
+  constructor(operation: string, options: SandboxErrorOptions = {}) {
+    super(`${operation} was aborted`, { ...options, code: 'ABORTED' })
+    this.name = 'SandboxAbortedError'
+    this.operation = operation
+  }
+
+  static override isInstance(value: unknown): value is SandboxAbortedError {
+    return hasMarker(value, abortedMarker)
+  }
+}
+
+const pathMarker = markerFor('SandboxPathError')
+
+/** A file path outside what the sandbox lets the host read or write. */
+export class SandboxPathError extends SandboxError {
+  private readonly [pathMarker] = true
+  readonly path: string
+  readonly reason: string
+
+  constructor(path: string, reason: string, options: SandboxErrorOptions = {}) {
+    super(`Path "${path}" refused: ${reason}`, { ...options, code: 'PATH_REFUSED' })
+    this.name = 'SandboxPathError'
+    this.path = path
+    this.reason = reason
+  }
+
+  static override isInstance(value: unknown): value is SandboxPathError {
+    return hasMarker(value, pathMarker)
+  }
+}
+
+const notFoundMarker = markerFor('SandboxFileNotFoundError')
+
+/** A file the host asked to read does not exist (or is not a regular file). */
+export class SandboxFileNotFoundError extends SandboxError {
+  private readonly [notFoundMarker] = true
+  readonly path: string
+
+  constructor(path: string, options: SandboxErrorOptions = {}) {
+    super(`No such file in sandbox: ${path}`, { ...options, code: 'FILE_NOT_FOUND' })
+    this.name = 'SandboxFileNotFoundError'
+    this.path = path
+  }
+
+  static override isInstance(value: unknown): value is SandboxFileNotFoundError {
+    return hasMarker(value, notFoundMarker)
+  }
+}
+
+const operationMarker = markerFor('SandboxOperationError')
+
+/** A sandbox operation failed for a reason the backend reported; details in `cause`. */
+export class SandboxOperationError extends SandboxError {
+  private readonly [operationMarker] = true
+  readonly operation: string
+
+  constructor(operation: string, message: string, options: SandboxErrorOptions = {}) {
+    super(`${operation} failed: ${message}`, { ...options, code: 'OPERATION_FAILED' })
+    this.name = 'SandboxOperationError'
+    this.operation = operation
+  }
+
+  static override isInstance(value: unknown): value is SandboxOperationError {
+    return hasMarker(value, operationMarker)
+  }
+}
+
+/** Throws {@link SandboxAbortedError} if the signal has already fired. */
+export function throwIfAborted(signal: AbortSignal | undefined, operation: string): void {
+  if (signal?.aborted) throw new SandboxAbortedError(operation, { cause: signal.reason })
+}

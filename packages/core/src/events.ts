@@ -1,0 +1,86 @@
+import type { SandboxId } from './sandbox-id.js'
+
+/**
+ * Structured events a provider reports through its `onEvent` hook. Every event
+ * carries a wall-clock timestamp; phases that take time carry `durationMs`, so
+ * an OpenTelemetry exporter can turn `*.end` events into spans.
+ */
+export type SandboxEvent = SandboxLifecycleEvent | SandboxEgressEvent | SandboxExecEvent
+
+export type SandboxLifecyclePhase =
+  | 'create.start'
+  | 'create.ready'
+  | 'create.failed'
+  | 'destroy.start'
+  | 'destroy.end'
+  | 'pool.claim'
+  | 'pool.refill'
+  | 'pool.refill.failed'
+  | 'expired'
+  | 'oom'
+
+export interface SandboxLifecycleEvent {
+  readonly type: 'lifecycle'
+  readonly phase: SandboxLifecyclePhase
+  readonly sandboxId?: SandboxId
+  /** `tier:runtime`, e.g. `container:docker`. */
+  readonly backend: string
+  readonly timestamp: number
+  readonly durationMs?: number
+  /** Per-step timings of the phase, in milliseconds (e.g. `container.create`). */
+  readonly steps?: Readonly<Record<string, number>>
+  readonly error?: { readonly name: string; readonly code?: string; readonly message: string }
+}
+
+export interface SandboxExecEvent {
+  readonly type: 'exec'
+  readonly phase: 'start' | 'end'
+  readonly sandboxId: SandboxId
+  readonly backend: string
+  readonly timestamp: number
+  readonly command: string
+  readonly exitCode?: number
+  readonly timedOut?: boolean
+  readonly aborted?: boolean
+  readonly durationMs?: number
+}
+
+/** Reason codes for egress decisions; stable strings hosts may switch on. */
+export type EgressReasonCode =
+  | 'allowed'
+  | 'policy-deny-all'
+  | 'host-not-allowed'
+  | 'resolver-failed'
+  | 'port-not-allowed'
+  | 'address-private'
+  | 'address-loopback'
+  | 'address-link-local'
+  | 'address-reserved'
+  | 'address-proxy-self'
+  | 'dns-failed'
+  | 'dns-timeout'
+  | 'bad-request'
+  | 'host-mismatch'
+  | 'ambiguous-length'
+  | 'credential-placeholder-misdirected'
+  | 'too-many-tunnels'
+  | 'connect-failed'
+  | 'connect-timeout'
+
+export interface SandboxEgressEvent {
+  readonly type: 'egress'
+  readonly sandboxId?: SandboxId
+  readonly timestamp: number
+  readonly kind: 'http' | 'connect'
+  readonly host: string
+  readonly port: number
+  readonly decision: 'allow' | 'deny'
+  readonly reason: EgressReasonCode
+  /** The address that was dialled, when one was. */
+  readonly address?: string
+  readonly bytesUp: number
+  readonly bytesDown: number
+  readonly durationMs: number
+}
+
+export type SandboxEventListener = (event: SandboxEvent) => void

@@ -1,0 +1,69 @@
+/**
+ * Hostname allowlists, the one implementation every package uses.
+ *
+ * An entry is either an exact host (`api.example.com`) or a leading-dot domain
+ * (`.example.com`) that matches the domain itself and every subdomain. Matching
+ * is case-insensitive, ignores one trailing dot, compares internationalized
+ * names in their ASCII (punycode) form, and never does substring or wildcard
+ * matching: `*` is not a pattern character, and an empty list allows nothing.
+ */
+
+export interface AllowlistEntry {
+  readonly kind: 'exact' | 'domain'
+  /** Lowercase ASCII host without a trailing dot. */
+  readonly host: string
+}
+
+const LABEL = /^(?!-)[a-z0-9_-]{1,63}(?<!-)$/
+
+/**
+ * Canonical form of a hostname: lowercase ASCII (IDNA via the WHATWG URL
+ * parser), no trailing dot. Returns `undefined` for anything that is not a
+ * plain DNS name (ports, paths, user info, wildcards, empty labels).
+ */
+export function normalizeHostname(input: string): string | undefined {
+  if (typeof input !== 'string') return undefined
+  let host = input.trim()
+  if (host.endsWith('.')) host = host.slice(0, -1)
+  if (host === '' || host.length > 253) return undefined
+  if (/[\s/\\?#@:*%[\]]/.test(host)) return undefined
+  let ascii: string
+  try {
+    ascii = new URL(`http://${host}/`).hostname
+  } catch {
+    return undefined
+  }
+  if (ascii.endsWith('.')) ascii = ascii.slice(0, -1)
+  const labels = ascii.split('.')
+  if (labels.some((label) => !LABEL.test(label))) return undefined
+  return ascii
+}
+
+/** Parses one allowlist entry, or returns `undefined` if it is not a valid entry. */
+export function parseAllowlistEntry(entry: string): AllowlistEntry | undefined {
+  if (typeof entry !== 'string') return undefined
+  const trimmed = entry.trim()
+  const isDomain = trimmed.startsWith('.')
+  const host = normalizeHostname(isDomain ? trimmed.slice(1) : trimmed)
+  if (host === undefined) return undefined
+  return { kind: isDomain ? 'domain' : 'exact', host }
+}
+
+/**
+ * True when `host` is allowed by `allowedHosts`. Invalid entries never match.
+ * The host is normalized the same way as entries; IP literals only match an
+ * identical exact entry.
+ */
+export function isHostAllowed(host: string, allowedHosts: readonly string[]): boolean {
+  const subject = normalizeHostname(host)
+  if (subject === undefined) return false
+  for (const raw of allowedHosts) {
+    const entry = parseAllowlistEntry(raw)
+    if (entry === undefined) continue
+    if (entry.kind === 'exact' && subject === entry.host) return true
+    if (entry.kind === 'domain' && (subject === entry.host || subject.endsWith(`.${entry.host}`))) {
+      return true
+    }
+  }
+  return false
+}

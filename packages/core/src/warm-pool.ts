@@ -1,0 +1,92 @@
+import type { Sandbox } from './sandbox.js'
+
+export interface WarmPoolOptions {
+  readonly size: number
+  /** Creates one fresh, exec-ready sandbox for the pool. */
+  readonly create: () => Promise<Sandbox>
+  readonly onRefill?: (durationMs: number, sandbox: Sandbox) => void
+  readonly onRefillError?: (error: unknown) => void
+}
+
+/**
+ * Keeps up to `size` started, exec-ready sandboxes. Each pooled sandbox is
+ * handed out once and never returned, so a claim never sees another claim's
+ * state. Refills run in the background, one at a time per missing slot;
+ * repeated failures back off so a broken engine is not hammered.
+ */
+export class WarmPool {
+  private readonly ready: Sandbox[] = []
+  private inFlight = 0
+  private closed = false
+  private failures = 0
+  private readonly waiters = new Set<() => void>()
+
+  constructor(private readonly options: WarmPoolOptions) {}
+
+  get available(): number {
+    return this.ready.length
+  }
+
+  /** Takes a ready sandbox, or `undefined` if none is ready now; starts a refill either way. */
+  claim(): Sandbox | undefined {
+    const sandbox = this.ready.shift()
+    this.fill()
+    return sandbox
+  }
+
+  /** Starts filling and resolves when the pool is full (or closed). */
+  async warm(): Promise<void> {
+    this.fill()
+    while (!this.closed && this.ready.length < this.options.size) {
+      await new Promise<void>((resolve) => this.waiters.add(resolve))
+      if (this.failures > 0 && this.inFlight === 0 && this.ready.length < this.options.size) {
+        throw new Error('warm pool could not be filled: the last refill failed')
+      }
+    }
+  }
+
+  fill(): void {
+    if (this.closed) return
+    while (this.ready.length + this.inFlight < this.options.size) {
+      this.inFlight++
+      void this.refillOne()
+    }
+  }
+
+  private async refillOne(): Promise<void> {
+    const started = performance.now()
+    try {
+      if (this.failures > 0) await delay(Math.min(30_000, 250 * 2 ** (this.failures - 1)))
+      const sandbox = await this.options.create()
+      if (this.closed) {
+        await sandbox.destroy().catch(() => {})
+        return
+      }
+      this.failures = 0
+      this.ready.push(sandbox)
+      this.options.onRefill?.(performance.now() - started, sandbox)
+    } catch (error) {
+      this.failures++
+      this.options.onRefillError?.(error)
+    } finally {
+      this.inFlight--
+      for (const wake of this.waiters) wake()
+      this.waiters.clear()
+    }
+    if (this.failures > 0 && this.failures < 6) this.fill()
+  }
+
+  /** Stops refilling and destroys every sandbox still waiting in the pool. */
+  async close(): Promise<void> {
+    this.closed = true
+    const drained = this.ready.splice(0)
+    await Promise.allSettled(drained.map((sandbox) => sandbox.destroy()))
+    for (const wake of this.waiters) wake()
+    this.waiters.clear()
+    while (this.inFlight > 0) await delay(20)
+  }
+}
+
+function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms).unref?.())
+}

@@ -1,0 +1,93 @@
+import { describe, expect, it } from 'vitest'
+import {
+  backendNameOf,
+  parseBackendConfig,
+  prepareProviderConfig,
+  SandboxBackendNotImplementedError,
+  SandboxConfigValidationError,
+  type SandboxProviderConfig,
+} from '../src/index.js'
+
+const layout = { outputs: { source: { kind: 'ephemeral' as const } } }
+
+function issuesOf(run: () => unknown): string[] {
+  try {
+    run()
+  } catch (error) {
+    if (SandboxConfigValidationError.isInstance(error)) return error.issues.map((issue) => `${issue.path}: ${issue.message}`)
+    throw error
+  }
+  throw new Error('expected a validation error')
+}
+
+describe('prepareProviderConfig', () => {
+  it('accepts a minimal container config and resolves the layout', () => {
+    const prepared = prepareProviderConfig({ backend: { tier: 'container', image: 'busybox' }, layout })
+    expect(prepared.backendName).toBe('container:docker')
+    expect(prepared.layout?.outputsPath).toBe('/mnt/user-data/outputs')
+  })
+
+  it('names each backend by tier and runtime', () => {
+    expect(backendNameOf({ tier: 'container', runtime: 'runsc' })).toBe('container:runsc')
+    expect(backendNameOf({ tier: 'container', runtime: 'aci-standby-pool' })).toBe('container:aci-standby-pool')
+    expect(backendNameOf({ tier: 'microvm', service: 'self-hosted' })).toBe('microvm:self-hosted')
+  })
+
+  it('raises not-implemented for an unknown tier, runtime or service from untyped callers', () => {
+    const untyped = (backend: unknown) => () => prepareProviderConfig({ backend, layout } as unknown as SandboxProviderConfig)
+    expect(untyped({ tier: 'process' })).toThrow(SandboxBackendNotImplementedError)
+    expect(untyped({ tier: 'passthrough' })).toThrow(SandboxBackendNotImplementedError)
+    expect(untyped({ tier: 'container', runtime: 'lxc', image: 'x' })).toThrow(/container:lxc/)
+    expect(untyped({ tier: 'microvm', service: 'e2b' })).toThrow(/microvm:e2b/)
+  })
+
+  it('reports every problem of a container config at once', () => {
+    const issues = issuesOf(() =>
+      prepareProviderConfig({
+        backend: { tier: 'container', image: '', user: '0:0', socketPath: '/x', host: 'h', labels: { 'cordon.owner': 'me' } },
+        layout,
+        defaultMemoryLimitMb: -1,
+        defaultEgress: { kind: 'static', allowedHosts: ['ok.example.com', 'bad host', '*.example.com'] },
+      } as unknown as SandboxProviderConfig),
+    )
+    const text = issues.join('\n')
+    expect(text).toContain('backend.image')
+    expect(text).toContain('root is refused')
+    expect(text).toContain('either socketPath or host')
+    expect(text).toContain('reserved')
+    expect(text).toContain('defaultMemoryLimitMb')
+    expect(text).toContain('defaultEgress.allowedHosts.1')
+    expect(text).toContain('defaultEgress.allowedHosts.2')
+  })
+
+  it('requires a layout for the container tier', () => {
+    const issues = issuesOf(() => prepareProviderConfig({ backend: { tier: 'container', image: 'x' } } as unknown as SandboxProviderConfig))
+    expect(issues.join('\n')).toContain('layout')
+  })
+
+  it('requires orchestratorEndpoint and getToken for the microvm tier', () => {
+    const issues = issuesOf(() => prepareProviderConfig({ backend: { tier: 'microvm', service: 'self-hosted' } } as unknown as SandboxProviderConfig))
+    expect(issues.some((issue) => issue.startsWith('backend.orchestratorEndpoint'))).toBe(true)
+    expect(issues.some((issue) => issue.startsWith('backend.getToken'))).toBe(true)
+  })
+
+  it('refuses an ACI config with neither subnet nor public opt-in', () => {
+    const base = {
+      tier: 'container',
+      runtime: 'aci-standby-pool',
+      subscriptionId: 's',
+      resourceGroup: 'rg',
+      location: 'westeurope',
+      standbyPoolResourceId: '/subscriptions/s/pool',
+      containerGroupProfileResourceId: '/subscriptions/s/profile',
+      getArmToken: async () => 't',
+    } as const
+    expect(issuesOf(() => parseBackendConfig(base)).join('\n')).toContain('allowPublicAddress')
+    expect(parseBackendConfig({ ...base, allowPublicAddress: true })).toMatchObject({ runtime: 'aci-standby-pool' })
+  })
+
+  it('rejects non-object configs with a validation error', () => {
+    expect(() => prepareProviderConfig(null as unknown as SandboxProviderConfig)).toThrow(SandboxConfigValidationError)
+    expect(() => prepareProviderConfig({} as unknown as SandboxProviderConfig)).toThrow(SandboxConfigValidationError)
+  })
+})
