@@ -85,6 +85,13 @@ export interface SandboxFileOptions {
 export interface SandboxWriteFileOptions extends SandboxFileOptions {
   /** Permission bits of a new file (default 0o644). */
   readonly mode?: number
+  /**
+   * Total bytes a streamed write will deliver, when known. Lets a backend whose
+   * transfer format needs the size up front stream straight through instead of
+   * spooling to a temporary file first. A source that delivers a different
+   * number of bytes fails the write.
+   */
+  readonly size?: number
 }
 
 /** Bytes to stream into a sandbox file. */

@@ -1,0 +1,34 @@
+import { describe } from 'vitest'
+import { execCases } from './exec-cases.js'
+import { fileCases } from './file-cases.js'
+import { lifecycleCases } from './lifecycle-cases.js'
+import { limitCases } from './limit-cases.js'
+import { networkCases } from './network-cases.js'
+import { useSandboxes } from './shared-sandbox.js'
+import type { SandboxConformanceOptions } from './suite-options.js'
+
+/**
+ * Registers the cordon conformance suite for one backend. Call it at the top
+ * level of a vitest test file:
+ *
+ * ```ts
+ * describeSandboxConformance({
+ *   name: 'container:docker',
+ *   createProvider: () => createDockerSandboxProvider({ ... }),
+ *   capabilities: ALL_CAPABILITIES,
+ * })
+ * ```
+ *
+ * Every case runs against real sandboxes made by the provider. A case is
+ * skipped only when the backend declares it lacks the capability.
+ */
+export function describeSandboxConformance(options: SandboxConformanceOptions): void {
+  describe(`cordon conformance: ${options.name}`, () => {
+    const sandboxes = useSandboxes(options)
+    lifecycleCases(options, sandboxes)
+    execCases(options, sandboxes)
+    fileCases(options, sandboxes)
+    limitCases(options, sandboxes)
+    networkCases(options, sandboxes)
+  })
+}

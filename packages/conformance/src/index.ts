@@ -1,0 +1,3 @@
+export { ALL_CAPABILITIES, type SandboxConformanceCapabilities } from './capabilities.js'
+export { describeSandboxConformance } from './describe-sandbox-conformance.js'
+export type { SandboxConformanceOptions } from './suite-options.js'

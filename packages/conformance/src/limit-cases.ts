@@ -1,0 +1,34 @@
+import { describe, expect, it } from 'vitest'
+import type { SandboxesUnderTest } from './shared-sandbox.js'
+import type { SandboxConformanceOptions } from './suite-options.js'
+
+export function limitCases(options: SandboxConformanceOptions, sandboxes: SandboxesUnderTest): void {
+  const timeout = options.timeoutMs ?? 60_000
+  const { capabilities } = options
+
+  describe('limits', () => {
+    it.runIf(capabilities.memoryLimit)('a memory bomb is killed at memoryLimitMb, and the sandbox survives', async () => {
+      await sandboxes.withFresh({ memoryLimitMb: 64 }, async (sandbox) => {
+        // Doubling a shell string quickly needs far more than 64 MiB.
+        const result = await sandbox.exec('sh', ['-c', 'x=aaaaaaaaaaaaaaaa; while :; do x="$x$x"; done'], { timeout: 30_000 })
+        expect(result.timedOut).toBe(false)
+        expect(result.exitCode).not.toBe(0)
+        if (capabilities.oomReporting) expect(result.oomKilled).toBe(true)
+        expect((await sandbox.exec('echo', ['still here'])).stdout).toBe('still here\n')
+      })
+    }, timeout)
+
+    it.runIf(capabilities.processLimit)('fork fails past maxProcesses, and the sandbox survives', async () => {
+      await sandboxes.withFresh({ maxProcesses: 24 }, async (sandbox) => {
+        const result = await sandbox.exec(
+          'sh',
+          ['-c', 'n=0; while [ $n -lt 60 ]; do sleep 30 & n=$((n+1)); done; echo started $n; wait'],
+          { timeout: 8000 },
+        )
+        expect(`${result.stdout}${result.stderr}`).toMatch(/can't fork|Resource temporarily unavailable|fork/i)
+        const count = await sandbox.exec('sh', ['-c', 'ps -o pid | wc -l'])
+        expect(count.exitCode).toBe(0)
+      })
+    }, timeout)
+  })
+}
