@@ -1,0 +1,133 @@
+import type { ContainerCreateOptions, MountSettings } from 'dockerode'
+import {
+  type ContainerBackendConfig,
+  type ResolvedContainerSandboxLayout,
+  SandboxControlRefusedError,
+  type SandboxCreateRequest,
+} from '@cordon/core'
+
+export const DEFAULT_USER = '1000:1000'
+export const DEFAULT_CPUS = 1
+export const DEFAULT_TMPFS_MB = 64
+/** Keeps the container alive between execs; `sleep` is the one command the image must have. */
+export const KEEP_ALIVE = ['sleep', '2147483647'] as const
+
+export interface WorkspaceVolume {
+  readonly name: string
+  readonly containerPath: string
+  readonly readOnly: boolean
+  readonly sizeMb: number
+}
+
+/** Size cap of an `ephemeral` mount that does not set `sizeMb`. */
+export const DEFAULT_EPHEMERAL_SIZE_MB = 1024
+
+/** Names the per-sandbox volume that backs an `ephemeral` mount. */
+export function workspaceVolumeName(sandboxId: string, containerPath: string): string {
+  return `cordon-${sandboxId}${containerPath.replace(/[^a-zA-Z0-9]+/g, '-')}`
+}
+
+/** The volumes `ephemeral` mounts need, created before the container. */
+export function workspaceVolumes(sandboxId: string, layout: ResolvedContainerSandboxLayout): WorkspaceVolume[] {
+  return layout.mounts
+    .filter((mount) => mount.source.kind === 'ephemeral')
+    .map((mount) => ({
+      name: workspaceVolumeName(sandboxId, mount.containerPath),
+      containerPath: mount.containerPath,
+      readOnly: mount.readOnly,
+      sizeMb: (mount.source.kind === 'ephemeral' ? mount.source.sizeMb : undefined) ?? DEFAULT_EPHEMERAL_SIZE_MB,
+    }))
+}
+
+/**
+ * The engine-side mounts for a layout. Only sources a Docker Engine can provide
+ * are accepted; the others are refused by name rather than silently skipped,
+ * and a host directory that would expose the engine's socket is refused.
+ */
+export function layoutMounts(
+  sandboxId: string,
+  layout: ResolvedContainerSandboxLayout,
+  backend: string,
+  engineSocketPath: string | undefined,
+): MountSettings[] {
+  return layout.mounts.map((mount): MountSettings => {
+    const source = mount.source
+    switch (source.kind) {
+      case 'hostDir': {
+        if (engineSocketPath && (engineSocketPath === source.path || engineSocketPath.startsWith(`${source.path.replace(/\/$/, '')}/`))) {
+          throw new SandboxControlRefusedError(
+            `layout.${mount.role}.source`,
+            backend,
+            `host directory ${source.path} contains the engine socket ${engineSocketPath}; mounting it would hand the sandbox the engine`,
+          )
+        }
+        return { Type: 'bind', Source: source.path, Target: mount.containerPath, ReadOnly: mount.readOnly }
+      }
+      case 'ephemeral':
+        return { Type: 'volume', Source: workspaceVolumeName(sandboxId, mount.containerPath), Target: mount.containerPath, ReadOnly: mount.readOnly }
+      case 'inImage':
+        throw new SandboxControlRefusedError(
+          `layout.${mount.role}.source`,
+          backend,
+          'an "inImage" path lives on the read-only root filesystem, so the file API could not write it; use "ephemeral" or "hostDir"',
+        )
+      case 'azureFileShare':
+        throw new SandboxControlRefusedError(`layout.${mount.role}.source`, backend, 'Azure file shares are mounted by ACI, not by a Docker Engine')
+    }
+  })
+}
+
+/**
+ * The hardened container: non-root, every capability dropped,
+ * no-new-privileges, read-only root filesystem with a small tmpfs `/tmp`,
+ * pids, memory (swap equal to memory, so no extra swap) and CPU limits, the
+ * engine's default seccomp profile (cordon never passes a seccomp option),
+ * an init process, no privileged mode, private namespaces and no network.
+ */
+export function containerSpec(options: {
+  readonly name: string
+  readonly config: ContainerBackendConfig
+  readonly request: SandboxCreateRequest
+  readonly layout: ResolvedContainerSandboxLayout
+  readonly mounts: MountSettings[]
+  readonly labels: Record<string, string>
+  readonly networkMode: string
+}): ContainerCreateOptions {
+  const { config, request, layout } = options
+  const memoryBytes = request.memoryLimitMb * 1024 * 1024
+  return {
+    name: options.name,
+    Image: config.image,
+    Entrypoint: [...KEEP_ALIVE],
+    Cmd: [],
+    User: config.user ?? DEFAULT_USER,
+    WorkingDir: request.workingDirectory ?? layout.outputsPath,
+    Env: Object.entries(request.env).map(([key, value]) => `${key}=${value}`),
+    Labels: options.labels,
+    AttachStdin: false,
+    AttachStdout: false,
+    AttachStderr: false,
+    Tty: false,
+    OpenStdin: false,
+    NetworkDisabled: options.networkMode === 'none',
+    StopTimeout: 1,
+    HostConfig: {
+      ...(config.runtime === 'runsc' ? { Runtime: 'runsc' } : {}),
+      NetworkMode: options.networkMode,
+      CapDrop: ['ALL'],
+      SecurityOpt: ['no-new-privileges:true'],
+      ReadonlyRootfs: true,
+      Tmpfs: { '/tmp': `rw,nosuid,nodev,size=${(config.tmpfsSizeMb ?? DEFAULT_TMPFS_MB) * 1024 * 1024},mode=1777` },
+      PidsLimit: request.maxProcesses,
+      Memory: memoryBytes,
+      MemorySwap: memoryBytes,
+      NanoCpus: Math.round((config.cpus ?? DEFAULT_CPUS) * 1e9),
+      Init: true,
+      Privileged: false,
+      IpcMode: 'private',
+      Mounts: options.mounts,
+      RestartPolicy: { Name: 'no' },
+      LogConfig: { Type: 'none', Config: {} },
+    },
+  }
+}

@@ -1,0 +1,177 @@
+import type Docker from 'dockerode'
+import {
+  type ContainerBackendConfig,
+  type Sandbox,
+  type SandboxBackend,
+  type SandboxBackendContext,
+  SandboxControlRefusedError,
+  type SandboxCreateRequest,
+  SandboxCreateTimeoutError,
+  SandboxReadinessError,
+  withDeadline,
+} from '@cordon/core'
+import { containerSpec, DEFAULT_USER, layoutMounts, workspaceVolumes, type WorkspaceVolume } from './container-spec.js'
+import { DockerSandbox } from './docker-sandbox.js'
+import { type EngineConnection, connectEngine } from './engine-connection.js'
+import { isNotFound, translateEngineError } from './engine-errors.js'
+import { OomWatch } from './oom-watch.js'
+import { LABEL, ownerLabels, type ResourceRole } from './owner-labels.js'
+
+export const DEFAULT_READINESS_TIMEOUT_MS = 30_000
+
+/**
+ * The Docker Engine backend. Each sandbox is one hardened container plus the
+ * volumes its `ephemeral` mounts need; `create()` resolves once a command has
+ * run in it, and removes everything it made if any step fails or the signal
+ * aborts.
+ */
+export class DockerBackend implements SandboxBackend {
+  readonly name: string
+  private readonly engine: EngineConnection
+  private readonly oomWatch: OomWatch
+  private readonly user: string
+
+  constructor(
+    private readonly config: ContainerBackendConfig,
+    private readonly context: SandboxBackendContext,
+  ) {
+    this.name = `container:${config.runtime ?? 'docker'}`
+    this.engine = connectEngine(config)
+    this.oomWatch = new OomWatch(this.engine.docker, context.providerId)
+    this.user = config.user ?? DEFAULT_USER
+  }
+
+  async create(request: SandboxCreateRequest): Promise<Sandbox> {
+    const layout = this.context.layout
+    if (!layout) {
+      throw new SandboxControlRefusedError('layout', this.name, 'the container tier needs a layout with an outputs mount')
+    }
+    if (request.egress.kind !== 'deny-all') {
+      throw new SandboxControlRefusedError(
+        `egress.${request.egress.kind}`,
+        this.name,
+        'only "deny-all" is enforced by this release of the Docker backend; the egress gateway that enforces allowlists is not built yet',
+      )
+    }
+    const mounts = layoutMounts(request.id, layout, this.name, this.engine.socketPath)
+    const volumes = workspaceVolumes(request.id, layout)
+    const made: { container?: Docker.Container; volumes: string[] } = { volumes: [] }
+    const timeoutMs = this.config.readinessTimeoutMs ?? DEFAULT_READINESS_TIMEOUT_MS
+    let phase = 'starting'
+
+    const remove = () => this.removeResources(made)
+    return withDeadline(
+      async (signal) => {
+        await this.oomWatch.start()
+        phase = 'creating volumes'
+        for (const volume of volumes) {
+          await this.createVolume(request, volume)
+          made.volumes.push(volume.name)
+        }
+        phase = 'creating the container'
+        const container = await this.engine.docker.createContainer({
+          ...containerSpec({
+            name: `cordon-${request.id}`,
+            config: this.config,
+            request,
+            layout,
+            mounts,
+            labels: this.labels(request, 'sandbox'),
+            networkMode: 'none',
+          }),
+          abortSignal: signal,
+        } as Docker.ContainerCreateOptions)
+        made.container = container
+        phase = 'starting the container'
+        await container.start()
+        phase = 'waiting for exec readiness'
+        const sandbox = new DockerSandbox({
+          id: request.id,
+          backend: this.name,
+          endpoint: this.engine.endpoint,
+          docker: this.engine.docker,
+          container,
+          user: this.user,
+          owner: parseOwner(this.user),
+          layout,
+          workingDirectory: request.workingDirectory ?? layout.outputsPath,
+          oomWatch: this.oomWatch,
+          remove,
+        })
+        const probe = await sandbox.exec('sleep', ['0'], { signal, timeout: timeoutMs })
+        if (probe.exitCode !== 0) {
+          throw new SandboxReadinessError(
+            `the readiness probe (sleep 0) exited with ${probe.exitCode}: ${probe.stderr.trim() || probe.stdout.trim()}`,
+            request.id,
+          )
+        }
+        return sandbox as Sandbox
+      },
+      {
+        timeoutMs,
+        signal: request.signal,
+        operation: 'create',
+        onTimeout: () => new SandboxCreateTimeoutError(timeoutMs, phase),
+        cleanup: remove,
+        disposeLate: (late) => late.destroy(),
+      },
+    ).catch((error: unknown) => {
+      throw translateEngineError(error, this.name, this.engine.endpoint, 'create')
+    })
+  }
+
+  private labels(request: SandboxCreateRequest, role: ResourceRole): Record<string, string> {
+    return {
+      ...this.config.labels,
+      ...ownerLabels(this.context.providerId),
+      [LABEL.sandbox]: request.id,
+      [LABEL.role]: role,
+      ...(request.timeoutMs !== undefined ? { [LABEL.expires]: String(Date.now() + request.timeoutMs) } : {}),
+    }
+  }
+
+  /**
+   * An `ephemeral` mount is a tmpfs-backed volume of the local driver. It is the
+   * one volume type that (a) can be owned by the non-root sandbox user from the
+   * start (a new disk volume is root's, and the archive API does not change the
+   * owner of a volume's root), (b) has an enforced size cap, so a sandbox cannot
+   * fill the engine's disk, and (c) is mounted on the engine's side, so the
+   * archive API reaches it under a read-only root filesystem.
+   */
+  private async createVolume(request: SandboxCreateRequest, volume: WorkspaceVolume): Promise<void> {
+    const { uid, gid } = parseOwner(this.user)
+    await this.engine.docker.createVolume({
+      Name: volume.name,
+      Labels: this.labels(request, 'workspace'),
+      Driver: 'local',
+      DriverOpts: { type: 'tmpfs', device: 'tmpfs', o: `size=${volume.sizeMb}m,uid=${uid},gid=${gid},mode=0755,nosuid,nodev` },
+    })
+  }
+
+  private async removeResources(made: { container?: Docker.Container; volumes: string[] }): Promise<void> {
+    if (made.container) {
+      try {
+        await made.container.remove({ force: true, v: true })
+      } catch (error) {
+        if (!isNotFound(error) && !/already in progress/i.test(String((error as Error).message))) throw error
+      }
+    }
+    for (const name of made.volumes) {
+      try {
+        await this.engine.docker.getVolume(name).remove({ force: true })
+      } catch (error) {
+        if (!isNotFound(error)) throw error
+      }
+    }
+  }
+
+  async close(): Promise<void> {
+    this.oomWatch.close()
+  }
+}
+
+export function parseOwner(user: string): { uid: number; gid: number } {
+  const [uid, gid] = user.split(':')
+  const parsedUid = Number(uid)
+  return { uid: parsedUid, gid: gid === undefined ? parsedUid : Number(gid) }
+}

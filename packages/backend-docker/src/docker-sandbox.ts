@@ -1,0 +1,218 @@
+import type Docker from 'dockerode'
+import {
+  concatBytes,
+  type ResolvedContainerSandboxLayout,
+  type Sandbox,
+  type SandboxByteSource,
+  SandboxControlRefusedError,
+  SandboxDestroyedError,
+  type SandboxDestroyOptions,
+  type SandboxExecOptions,
+  type SandboxExecResult,
+  type SandboxFileEntry,
+  type SandboxFileOptions,
+  type SandboxId,
+  type SandboxNetworkPolicyUpdate,
+  type SandboxProcess,
+  type SandboxStartOptions,
+  type SandboxStatus,
+  type SandboxWriteFileOptions,
+  throwIfAborted,
+  validateExecRequest,
+} from '@cordon/core'
+import { ArchiveFiles, type FileOwner } from './archive-files.js'
+import { translateEngineError } from './engine-errors.js'
+import { ExecSession } from './exec-session.js'
+import type { OomWatch } from './oom-watch.js'
+import { resolveSandboxPath } from './sandbox-paths.js'
+
+export interface DockerSandboxParts {
+  readonly id: SandboxId
+  readonly backend: string
+  readonly endpoint: string
+  readonly docker: Docker
+  readonly container: Docker.Container
+  readonly user: string
+  readonly owner: FileOwner
+  readonly layout: ResolvedContainerSandboxLayout
+  readonly workingDirectory: string
+  readonly oomWatch: OomWatch
+  /** Removes the container and everything made for it; must tolerate things already gone. */
+  readonly remove: () => Promise<void>
+}
+
+/** A sandbox backed by one hardened container. */
+export class DockerSandbox implements Sandbox {
+  readonly id: SandboxId
+  readonly rootDir: string
+  private currentStatus: SandboxStatus = 'ready'
+  private destroying: Promise<void> | undefined
+  private readonly files: ArchiveFiles
+  private readonly live = new Set<ExecSession>()
+
+  constructor(private readonly parts: DockerSandboxParts) {
+    this.id = parts.id
+    this.rootDir = parts.layout.outputsPath
+    this.files = new ArchiveFiles(parts.container, parts.owner)
+  }
+
+  get status(): SandboxStatus {
+    return this.currentStatus
+  }
+
+  async exec(command: string, args: readonly string[] = [], options: SandboxExecOptions = {}): Promise<SandboxExecResult> {
+    validateExecRequest(command, args, options)
+    const session = await this.startSession(command, args, options, options.stdin !== undefined ? 'open' : 'none')
+    if (options.stdin !== undefined) {
+      try {
+        await session.write(options.stdin)
+      } catch {
+        // The command may exit without reading its input; its result still stands.
+      }
+      await session.closeStdin()
+    }
+    return this.awaitSession(session)
+  }
+
+  async start(command: string, args: readonly string[] = [], options: SandboxStartOptions = {}): Promise<SandboxProcess> {
+    validateExecRequest(command, args, options)
+    const openStdin = options.openStdin ?? true
+    const session = await this.startSession(command, args, options, openStdin ? 'open' : 'none')
+    const result = this.awaitSession(session)
+    result.catch(() => {})
+    return {
+      write: (data) => session.write(data),
+      closeStdin: () => session.closeStdin(),
+      kill: () => session.kill('kill'),
+      wait: () => result,
+    }
+  }
+
+  private async startSession(
+    command: string,
+    args: readonly string[],
+    options: SandboxExecOptions | SandboxStartOptions,
+    stdin: 'none' | 'open',
+  ): Promise<ExecSession> {
+    this.assertUsable()
+    throwIfAborted(options.signal, 'exec')
+    try {
+      const session = await ExecSession.start({
+        docker: this.parts.docker,
+        container: this.parts.container,
+        user: this.parts.user,
+        command,
+        args,
+        env: options.env ?? {},
+        cwd: options.cwd ?? this.parts.workingDirectory,
+        stdin,
+        timeoutMs: options.timeout,
+        signal: options.signal,
+        maxOutputBytes: options.maxOutputBytes,
+        onOutput: options.onOutput,
+        wasOomKilled: (since) => this.parts.oomWatch.oomSince(this.parts.container.id, since, 1000),
+        containerGone: () => new SandboxDestroyedError(this.id),
+      })
+      this.live.add(session)
+      return session
+    } catch (error) {
+      throw this.translate(error, 'exec')
+    }
+  }
+
+  private async awaitSession(session: ExecSession): Promise<SandboxExecResult> {
+    try {
+      return await session.wait()
+    } catch (error) {
+      throw this.translate(error, 'exec')
+    } finally {
+      this.live.delete(session)
+    }
+  }
+
+  async writeFile(path: string, content: string | Uint8Array, options: SandboxWriteFileOptions = {}): Promise<void> {
+    const bytes = typeof content === 'string' ? new TextEncoder().encode(content) : content
+    await this.fileOperation('writeFile', options.signal, async () => {
+      const target = resolveSandboxPath(path, this.rootDir, this.parts.layout.writableRoots, 'write')
+      await this.files.write(target, bytes, options)
+    })
+  }
+
+  async writeFileStream(path: string, source: SandboxByteSource, options: SandboxWriteFileOptions = {}): Promise<void> {
+    await this.fileOperation('writeFileStream', options.signal, async () => {
+      const target = resolveSandboxPath(path, this.rootDir, this.parts.layout.writableRoots, 'write')
+      await this.files.write(target, source, options)
+    })
+  }
+
+  async readFile(path: string, options: SandboxFileOptions = {}): Promise<Uint8Array> {
+    return this.fileOperation('readFile', options.signal, async () => {
+      const target = resolveSandboxPath(path, this.rootDir, this.parts.layout.readableRoots, 'read')
+      const chunks: Uint8Array[] = []
+      for await (const chunk of await this.files.read(target, options.signal)) chunks.push(chunk)
+      return Buffer.from(concatBytes(chunks))
+    })
+  }
+
+  async readFileStream(path: string, options: SandboxFileOptions = {}): Promise<AsyncIterable<Uint8Array>> {
+    return this.fileOperation('readFileStream', options.signal, async () => {
+      const target = resolveSandboxPath(path, this.rootDir, this.parts.layout.readableRoots, 'read')
+      return this.files.read(target, options.signal)
+    })
+  }
+
+  async listFiles(dir?: string, options: SandboxFileOptions = {}): Promise<SandboxFileEntry[]> {
+    return this.fileOperation('listFiles', options.signal, async () => {
+      const target = resolveSandboxPath(dir ?? this.rootDir, this.rootDir, this.parts.layout.readableRoots, 'read')
+      return this.files.list(target, options.signal)
+    })
+  }
+
+  /** A sandbox under `deny-all` has no gateway whose policy could change. */
+  async setNetworkPolicy(_update: SandboxNetworkPolicyUpdate): Promise<void> {
+    this.assertUsable()
+    throw new SandboxControlRefusedError(
+      'setNetworkPolicy',
+      this.parts.backend,
+      'this sandbox was created with egress "deny-all": it has no network and no egress gateway to reconfigure',
+    )
+  }
+
+  destroy(options: SandboxDestroyOptions = {}): Promise<void> {
+    throwIfAborted(options.signal, 'destroy')
+    this.destroying ??= this.runDestroy()
+    return this.destroying
+  }
+
+  private async runDestroy(): Promise<void> {
+    this.currentStatus = 'destroying'
+    try {
+      await this.parts.remove()
+    } catch (error) {
+      this.currentStatus = 'failed'
+      this.destroying = undefined
+      throw this.translate(error, 'destroy')
+    }
+    this.parts.oomWatch.forget(this.parts.container.id)
+    this.currentStatus = 'destroyed'
+  }
+
+  private async fileOperation<T>(operation: string, signal: AbortSignal | undefined, run: () => Promise<T>): Promise<T> {
+    this.assertUsable()
+    throwIfAborted(signal, operation)
+    try {
+      return await run()
+    } catch (error) {
+      throw this.translate(error, operation)
+    }
+  }
+
+  private assertUsable(): void {
+    if (this.currentStatus === 'destroyed' || this.currentStatus === 'destroying') throw new SandboxDestroyedError(this.id)
+  }
+
+  private translate(error: unknown, operation: string): Error {
+    if (this.currentStatus === 'destroyed' || this.currentStatus === 'destroying') return new SandboxDestroyedError(this.id, { cause: error })
+    return translateEngineError(error, this.parts.backend, this.parts.endpoint, operation)
+  }
+}

@@ -1,0 +1,75 @@
+import type Docker from 'dockerode'
+import { isNotFound } from './engine-errors.js'
+import { LABEL, type OwnerState, ownerState } from './owner-labels.js'
+
+export interface GarbageReport {
+  readonly containers: string[]
+  readonly volumes: string[]
+  readonly networks: string[]
+  /** Resources kept because their owner is alive or cannot be judged from this host. */
+  readonly kept: number
+}
+
+export interface CollectGarbageOptions {
+  readonly docker: Docker
+  /** List what would be removed without removing it. */
+  readonly dryRun?: boolean
+  readonly now?: number
+}
+
+/**
+ * Removes what cordon created for owners that are gone: containers, volumes and
+ * networks labelled `cordon.managed=1` whose owner process no longer runs (same
+ * host, pid and process start time), or whose lifetime (`cordon.expires`) has
+ * passed. A live owner's resources are never touched, and neither are another
+ * host's unless they have expired. Containers go first so that their volumes
+ * and networks are free to remove.
+ */
+export async function collectGarbage(options: CollectGarbageOptions): Promise<GarbageReport> {
+  const { docker } = options
+  const now = options.now ?? Date.now()
+  const filters = { label: [`${LABEL.managed}=1`] }
+  const report: GarbageReport = { containers: [], volumes: [], networks: [], kept: 0 }
+  const isGarbage = (labels: Record<string, string> | undefined): boolean => {
+    if (!labels) return false
+    const expires = Number(labels[LABEL.expires])
+    if (Number.isFinite(expires) && expires > 0 && expires < now) return true
+    const state: OwnerState = ownerState(labels)
+    return state === 'gone'
+  }
+
+  for (const info of await docker.listContainers({ all: true, filters })) {
+    if (!isGarbage(info.Labels)) {
+      ;(report as { kept: number }).kept++
+      continue
+    }
+    report.containers.push(info.Id)
+    if (!options.dryRun) await ignoreMissing(docker.getContainer(info.Id).remove({ force: true, v: true }))
+  }
+  const volumes = (await docker.listVolumes({ filters })).Volumes ?? []
+  for (const volume of volumes) {
+    if (!isGarbage(volume.Labels as Record<string, string> | undefined)) {
+      ;(report as { kept: number }).kept++
+      continue
+    }
+    report.volumes.push(volume.Name)
+    if (!options.dryRun) await ignoreMissing(docker.getVolume(volume.Name).remove({ force: true }))
+  }
+  for (const network of await docker.listNetworks({ filters })) {
+    if (!isGarbage(network.Labels)) {
+      ;(report as { kept: number }).kept++
+      continue
+    }
+    report.networks.push(network.Id)
+    if (!options.dryRun) await ignoreMissing(docker.getNetwork(network.Id).remove())
+  }
+  return report
+}
+
+async function ignoreMissing(operation: Promise<unknown>): Promise<void> {
+  try {
+    await operation
+  } catch (error) {
+    if (!isNotFound(error)) throw error
+  }
+}

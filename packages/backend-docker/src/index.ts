@@ -1,0 +1,47 @@
+import {
+  type ContainerBackendConfig,
+  composeProvider,
+  type SandboxBackend,
+  type SandboxBackendContext,
+  type SandboxProvider,
+  type SandboxProviderConfig,
+  containerBackendConfigSchema,
+  parseConfig,
+  prepareProviderConfig,
+} from '@cordon/core'
+import { DockerBackend } from './docker-backend.js'
+
+export type { ContainerBackendConfig as DockerBackendConfig } from '@cordon/core'
+export {
+  SandboxBackendUnavailableError,
+  SandboxControlRefusedError,
+  SandboxCreateTimeoutError,
+  SandboxDestroyedError,
+  SandboxFileNotFoundError,
+  SandboxPathError,
+  SandboxReadinessError,
+} from '@cordon/core'
+export { collectGarbage, type GarbageReport } from './garbage-collect.js'
+export { connectEngine } from './engine-connection.js'
+export { LABEL as CORDON_LABELS } from './owner-labels.js'
+
+/** The backend factory the umbrella (`@cordon/sandbox`) loads for `tier: 'container'`. */
+export function createBackend(config: ContainerBackendConfig, context: SandboxBackendContext): SandboxBackend {
+  return new DockerBackend(parseConfig(containerBackendConfigSchema, config, 'container backend config'), context)
+}
+
+/**
+ * A provider on the Docker backend without the umbrella package, for hosts
+ * that depend on `@cordon/backend-docker` alone.
+ */
+export function createDockerSandboxProvider(
+  config: SandboxProviderConfig & { backend: ContainerBackendConfig },
+): SandboxProvider {
+  const prepared = prepareProviderConfig(config)
+  return composeProvider({
+    config: prepared.config,
+    backendName: prepared.backendName,
+    layout: prepared.layout,
+    loadBackend: async (context) => createBackend(config.backend, context),
+  })
+}
