@@ -18,6 +18,7 @@ import { OomWatch } from './oom-watch.js'
 import { LABEL, ownerLabels, type ResourceRole } from './owner-labels.js'
 
 export const DEFAULT_READINESS_TIMEOUT_MS = 30_000
+const LATE_SWEEP_MS = 3000
 
 /**
  * The Docker Engine backend. Each sandbox is one hardened container plus the
@@ -55,23 +56,27 @@ export class DockerBackend implements SandboxBackend {
     }
     const mounts = layoutMounts(request.id, layout, this.name, this.engine.socketPath)
     const volumes = workspaceVolumes(request.id, layout)
-    const made: { container?: Docker.Container; volumes: string[] } = { volumes: [] }
+    // Everything is removed by name, so cleanup also catches a resource whose
+    // create request was cut off by the deadline but completed on the engine.
+    const names = { container: `cordon-${request.id}`, volumes: volumes.map((volume) => volume.name) }
     const timeoutMs = this.config.readinessTimeoutMs ?? DEFAULT_READINESS_TIMEOUT_MS
     let phase = 'starting'
 
-    const remove = () => this.removeResources(made)
+    const remove = () => this.removeResources(names)
+    const removeAfterFailure = async () => {
+      await remove()
+      // A create call the deadline cut off may still land on the engine; sweep once more shortly after.
+      setTimeout(() => void remove().catch(() => {}), LATE_SWEEP_MS).unref()
+    }
     return withDeadline(
       async (signal) => {
         await this.oomWatch.start()
         phase = 'creating volumes'
-        for (const volume of volumes) {
-          await this.createVolume(request, volume)
-          made.volumes.push(volume.name)
-        }
+        for (const volume of volumes) await this.createVolume(request, volume, signal)
         phase = 'creating the container'
         const container = await this.engine.docker.createContainer({
           ...containerSpec({
-            name: `cordon-${request.id}`,
+            name: names.container,
             config: this.config,
             request,
             layout,
@@ -81,7 +86,6 @@ export class DockerBackend implements SandboxBackend {
           }),
           abortSignal: signal,
         } as Docker.ContainerCreateOptions)
-        made.container = container
         phase = 'starting the container'
         await container.start()
         phase = 'waiting for exec readiness'
@@ -112,7 +116,7 @@ export class DockerBackend implements SandboxBackend {
         signal: request.signal,
         operation: 'create',
         onTimeout: () => new SandboxCreateTimeoutError(timeoutMs, phase),
-        cleanup: remove,
+        cleanup: removeAfterFailure,
         disposeLate: (late) => late.destroy(),
       },
     ).catch((error: unknown) => {
@@ -138,25 +142,24 @@ export class DockerBackend implements SandboxBackend {
    * fill the engine's disk, and (c) is mounted on the engine's side, so the
    * archive API reaches it under a read-only root filesystem.
    */
-  private async createVolume(request: SandboxCreateRequest, volume: WorkspaceVolume): Promise<void> {
+  private async createVolume(request: SandboxCreateRequest, volume: WorkspaceVolume, signal: AbortSignal): Promise<void> {
     const { uid, gid } = parseOwner(this.user)
     await this.engine.docker.createVolume({
       Name: volume.name,
       Labels: this.labels(request, 'workspace'),
       Driver: 'local',
       DriverOpts: { type: 'tmpfs', device: 'tmpfs', o: `size=${volume.sizeMb}m,uid=${uid},gid=${gid},mode=0755,nosuid,nodev` },
-    })
+      abortSignal: signal,
+    } as Docker.VolumeCreateOptions)
   }
 
-  private async removeResources(made: { container?: Docker.Container; volumes: string[] }): Promise<void> {
-    if (made.container) {
-      try {
-        await made.container.remove({ force: true, v: true })
-      } catch (error) {
-        if (!isNotFound(error) && !/already in progress/i.test(String((error as Error).message))) throw error
-      }
+  private async removeResources(names: { container: string; volumes: readonly string[] }): Promise<void> {
+    try {
+      await this.engine.docker.getContainer(names.container).remove({ force: true, v: true })
+    } catch (error) {
+      if (!isNotFound(error) && !/already in progress/i.test(String((error as Error).message))) throw error
     }
-    for (const name of made.volumes) {
+    for (const name of names.volumes) {
       try {
         await this.engine.docker.getVolume(name).remove({ force: true })
       } catch (error) {

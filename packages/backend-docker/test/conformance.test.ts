@@ -1,13 +1,14 @@
 import { ALL_CAPABILITIES, describeSandboxConformance } from '@cordon/conformance'
 import { createDockerSandboxProvider } from '../src/index.js'
 import { BUSYBOX_IMAGE } from './test-images.js'
+import { TEST_RUN_ID, TEST_RUN_LABEL } from './test-run.js'
 
 for (const runtime of ['docker', 'runsc'] as const) {
   describeSandboxConformance({
     name: `container:${runtime}`,
     createProvider: () =>
       createDockerSandboxProvider({
-        backend: { tier: 'container', runtime, image: BUSYBOX_IMAGE, labels: { 'test.suite': 'conformance' } },
+        backend: { tier: 'container', runtime, image: BUSYBOX_IMAGE, labels: { [TEST_RUN_LABEL]: TEST_RUN_ID } },
         layout: { outputs: { source: { kind: 'ephemeral' } } },
       }),
     capabilities: ALL_CAPABILITIES,

@@ -1,0 +1,190 @@
+import { spawn } from 'node:child_process'
+import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import {
+  SandboxBackendUnavailableError,
+  SandboxControlRefusedError,
+  SandboxCreateTimeoutError,
+  SandboxPathError,
+  type SandboxEvent,
+} from '@cordon/core'
+import { describe, expect, it } from 'vitest'
+import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
+import { BUSYBOX_IMAGE } from './test-images.js'
+import { docker, leftovers, TEST_RUN_ID, TEST_RUN_LABEL, testProvider } from './test-run.js'
+
+describe('create and destroy', () => {
+  it('removes the container and its volumes on destroy', async () => {
+    const provider = testProvider()
+    const sandbox = await provider.create()
+    const name = `cordon-${sandbox.id}`
+    expect((await docker.getContainer(name).inspect()).State.Running).toBe(true)
+    await sandbox.destroy()
+    await expect(docker.getContainer(name).inspect()).rejects.toMatchObject({ statusCode: 404 })
+    const volumes = (await docker.listVolumes({ filters: { label: [`cordon.sandbox=${sandbox.id}`] } })).Volumes ?? []
+    expect(volumes).toEqual([])
+    await provider.close()
+  })
+
+  it('cleans up everything when a step fails half-way (missing image)', async () => {
+    const provider = testProvider({ image: 'cordon-test/no-such-image:latest' })
+    const error = await provider.create().catch((caught: unknown) => caught)
+    expect(SandboxBackendUnavailableError.isInstance(error)).toBe(true)
+    expect((error as Error).message).toMatch(/image/i)
+    await provider.close()
+    const volumes = (await docker.listVolumes({ filters: { label: [`cordon.provider=${provider.id}`] } })).Volumes ?? []
+    expect(volumes).toEqual([])
+  })
+
+  it('cleans up when the readiness budget runs out', async () => {
+    const provider = testProvider({ readinessTimeoutMs: 1 })
+    const error = await provider.create().catch((caught: unknown) => caught)
+    expect(SandboxCreateTimeoutError.isInstance(error)).toBe(true)
+    await provider.close()
+    // The late sweep removes anything whose create call was still in flight.
+    await new Promise((resolve) => setTimeout(resolve, 3500))
+    const containers = await docker.listContainers({ all: true, filters: { label: [`cordon.provider=${provider.id}`] } })
+    expect(containers).toEqual([])
+  })
+
+  it('reports an unreachable engine clearly', async () => {
+    const provider = testProvider({ socketPath: '/nonexistent/docker.sock' })
+    const error = await provider.create().catch((caught: unknown) => caught)
+    expect(SandboxBackendUnavailableError.isInstance(error)).toBe(true)
+    expect((error as Error).message).toContain('unreachable')
+    await provider.close()
+  })
+
+  it('refuses egress policies it cannot enforce yet, naming the control and backend', async () => {
+    const provider = testProvider()
+    for (const egress of [{ kind: 'allow-all' }, { kind: 'static', allowedHosts: ['example.com'] }] as const) {
+      const error = await provider.create({ egress }).catch((caught: unknown) => caught)
+      expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
+      expect(error).toMatchObject({ control: `egress.${egress.kind}`, backend: 'container:docker' })
+    }
+    await provider.close()
+  })
+
+  it('refuses setNetworkPolicy on a deny-all sandbox', async () => {
+    const provider = testProvider()
+    const sandbox = await provider.create()
+    const error = await sandbox.setNetworkPolicy?.({ allowedHosts: ['example.com'] }).catch((caught: unknown) => caught)
+    expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
+    await provider.close()
+  })
+
+  it('emits lifecycle events with timings', async () => {
+    const events: SandboxEvent[] = []
+    const provider = createDockerSandboxProvider({
+      backend: { tier: 'container', image: BUSYBOX_IMAGE, labels: { [TEST_RUN_LABEL]: TEST_RUN_ID } },
+      layout: { outputs: { source: { kind: 'ephemeral' } } },
+      onEvent: (event) => events.push(event),
+    })
+    const sandbox = await provider.create()
+    await sandbox.destroy()
+    await provider.close()
+    const phases = events.flatMap((event) => (event.type === 'lifecycle' ? [event.phase] : []))
+    expect(phases).toEqual(['create.start', 'create.ready', 'destroy.start', 'destroy.end'])
+    const ready = events.find((event) => event.type === 'lifecycle' && event.phase === 'create.ready')
+    expect(ready && 'durationMs' in ready && ready.durationMs! > 0).toBe(true)
+  })
+})
+
+describe('layout', () => {
+  it('mounts host directories with their modes and skills under /mnt/skills/<id>', async () => {
+    const root = await mkdtemp(join(tmpdir(), 'cordon-layout-'))
+    try {
+      const dirs = { outputs: join(root, 'out'), uploads: join(root, 'up'), skill: join(root, 'skill') }
+      const { mkdir, chown } = await import('node:fs/promises')
+      for (const dir of Object.values(dirs)) {
+        await mkdir(dir, { recursive: true })
+        await chown(dir, 1000, 1000)
+      }
+      await writeFile(join(dirs.uploads, 'input.csv'), 'a,b\n')
+      await writeFile(join(dirs.skill, 'SKILL.md'), '# skill\n')
+      const provider = testProvider(
+        {},
+        {
+          layout: {
+            outputs: { source: { kind: 'hostDir', path: dirs.outputs } },
+            uploads: { source: { kind: 'hostDir', path: dirs.uploads } },
+            scratch: { source: { kind: 'ephemeral', sizeMb: 8 } },
+            skills: [{ id: 'csv-tools', source: { kind: 'hostDir', path: dirs.skill } }],
+          },
+        },
+      )
+      const sandbox = await provider.create()
+      expect(sandbox.rootDir).toBe('/mnt/user-data/outputs')
+      await sandbox.exec('sh', ['-c', 'echo result > /mnt/user-data/outputs/report.txt'])
+      expect(await readFile(join(dirs.outputs, 'report.txt'), 'utf8')).toBe('result\n')
+      expect((await sandbox.exec('cat', ['/mnt/user-data/uploads/input.csv'])).stdout).toBe('a,b\n')
+      expect((await sandbox.exec('cat', ['/mnt/skills/csv-tools/SKILL.md'])).stdout).toBe('# skill\n')
+      const writeUpload = await sandbox.exec('sh', ['-c', 'echo x > /mnt/user-data/uploads/new.txt'])
+      expect(writeUpload.stderr).toMatch(/read-only/i)
+      const apiWrite = await sandbox.writeFile('/mnt/user-data/uploads/new.txt', 'x').catch((caught: unknown) => caught)
+      expect(SandboxPathError.isInstance(apiWrite)).toBe(true)
+      expect(new TextDecoder().decode(await sandbox.readFile('/mnt/user-data/uploads/input.csv'))).toBe('a,b\n')
+      await sandbox.writeFile('/mnt/scratch/tmp.txt', 'scratch')
+      const scratchFill = await sandbox.exec('dd', ['if=/dev/zero', 'of=/mnt/scratch/fill', 'bs=1M', 'count=20'])
+      expect(scratchFill.stderr).toMatch(/no space/i)
+      await provider.close()
+    } finally {
+      await rm(root, { recursive: true, force: true })
+    }
+  })
+
+  it('refuses a host directory that holds the engine socket', async () => {
+    const provider = testProvider({}, { layout: { outputs: { source: { kind: 'hostDir', path: '/var/run' } } } })
+    const error = await provider.create().catch((caught: unknown) => caught)
+    expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
+    expect((error as Error).message).toContain('engine socket')
+    await provider.close()
+  })
+})
+
+describe('warm pool', () => {
+  it('hands out started sandboxes that carry nothing from another, and refills', async () => {
+    const provider = testProvider({}, { pool: { size: 2 } })
+    await provider.warm()
+    const first = await provider.create()
+    expect((await first.exec('true')).exitCode).toBe(0)
+    await first.writeFile('secret.txt', 'from the first claim')
+    await first.destroy()
+    await provider.warm()
+    const second = await provider.create()
+    expect(await second.listFiles()).toEqual([])
+    expect(second.id).not.toBe(first.id)
+    await provider.close()
+    const containers = await docker.listContainers({ all: true, filters: { label: [`cordon.provider=${provider.id}`] } })
+    expect(containers).toEqual([])
+  })
+})
+
+describe('cordon gc', () => {
+  it('removes the leftovers of a crashed owner and never a live owner\'s', async () => {
+    const live = testProvider()
+    const kept = await live.create()
+    const script = fileURLToPath(new URL('./fixtures/crashing-owner.mjs', import.meta.url))
+    const child = spawn(process.execPath, [script], {
+      env: { ...process.env, CORDON_TEST_RUN_ID: TEST_RUN_ID },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    })
+    let output = ''
+    child.stdout.on('data', (chunk: Buffer) => {
+      output += chunk.toString()
+    })
+    await new Promise<void>((resolve, reject) => {
+      child.on('exit', (code, signal) => (signal === 'SIGKILL' ? resolve() : reject(new Error(`child exited ${code} ${output}`))))
+    })
+    const orphanId = /sandbox (sbx_\w+)/.exec(output)?.[1]
+    expect(orphanId).toBeDefined()
+    const report = await collectGarbage({ docker })
+    expect(report.containers.some((id) => id.length > 0)).toBe(true)
+    await expect(docker.getContainer(`cordon-${orphanId}`).inspect()).rejects.toMatchObject({ statusCode: 404 })
+    expect((await docker.getContainer(`cordon-${kept.id}`).inspect()).State.Running).toBe(true)
+    await live.close()
+    expect((await leftovers()).containers).toEqual([])
+  })
+})
