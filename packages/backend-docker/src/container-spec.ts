@@ -78,6 +78,30 @@ export function layoutMounts(
 }
 
 /**
+ * How `maxProcesses` is enforced. Under runc the pids cgroup counts exactly the
+ * sandbox's processes. Under gVisor the pids cgroup counts the sentry's host
+ * threads and processes instead (an idle sandbox already uses dozens), so the
+ * limit inside the sandbox is the guest kernel's RLIMIT_NPROC, which gVisor
+ * keeps per sandbox, and the pids cgroup is kept only as a generous host-side
+ * backstop. (RLIMIT_NPROC is not used under runc: there it counts every
+ * process of the uid on the host, across sandboxes.)
+ */
+export function processLimits(
+  config: Pick<ContainerBackendConfig, 'runtime'>,
+  maxProcesses: number,
+): { PidsLimit: number; Ulimits?: Array<{ Name: string; Soft: number; Hard: number }> } {
+  if (config.runtime !== 'runsc') return { PidsLimit: maxProcesses }
+  return {
+    PidsLimit: maxProcesses * RUNSC_HOST_PIDS_PER_GUEST_PROCESS + RUNSC_HOST_PIDS_BASE,
+    Ulimits: [{ Name: 'nproc', Soft: maxProcesses, Hard: maxProcesses }],
+  }
+}
+
+/** Host pids a gVisor sandbox needs: a base for the sentry, plus per guest process (ptrace platform). */
+const RUNSC_HOST_PIDS_BASE = 128
+const RUNSC_HOST_PIDS_PER_GUEST_PROCESS = 12
+
+/**
  * The hardened container: non-root, every capability dropped,
  * no-new-privileges, read-only root filesystem with a small tmpfs `/tmp`,
  * pids, memory (swap equal to memory, so no extra swap) and CPU limits, the
@@ -118,7 +142,7 @@ export function containerSpec(options: {
       SecurityOpt: ['no-new-privileges:true'],
       ReadonlyRootfs: true,
       Tmpfs: { '/tmp': `rw,nosuid,nodev,size=${(config.tmpfsSizeMb ?? DEFAULT_TMPFS_MB) * 1024 * 1024},mode=1777` },
-      PidsLimit: request.maxProcesses,
+      ...processLimits(config, request.maxProcesses),
       Memory: memoryBytes,
       MemorySwap: memoryBytes,
       NanoCpus: Math.round((config.cpus ?? DEFAULT_CPUS) * 1e9),

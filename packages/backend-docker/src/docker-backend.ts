@@ -14,7 +14,7 @@ import { containerSpec, DEFAULT_USER, layoutMounts, workspaceVolumes, type Works
 import { DockerSandbox } from './docker-sandbox.js'
 import { type EngineConnection, connectEngine } from './engine-connection.js'
 import { isNotFound, translateEngineError } from './engine-errors.js'
-import { OomWatch } from './oom-watch.js'
+import { EngineEvents } from './engine-events.js'
 import { LABEL, ownerLabels, type ResourceRole } from './owner-labels.js'
 
 export const DEFAULT_READINESS_TIMEOUT_MS = 30_000
@@ -29,7 +29,7 @@ const LATE_SWEEP_MS = 3000
 export class DockerBackend implements SandboxBackend {
   readonly name: string
   private readonly engine: EngineConnection
-  private readonly oomWatch: OomWatch
+  private readonly events: EngineEvents
   private readonly user: string
 
   constructor(
@@ -38,7 +38,7 @@ export class DockerBackend implements SandboxBackend {
   ) {
     this.name = `container:${config.runtime ?? 'docker'}`
     this.engine = connectEngine(config)
-    this.oomWatch = new OomWatch(this.engine.docker, context.providerId)
+    this.events = new EngineEvents(this.engine.docker, context.providerId)
     this.user = config.user ?? DEFAULT_USER
   }
 
@@ -70,7 +70,7 @@ export class DockerBackend implements SandboxBackend {
     }
     return withDeadline(
       async (signal) => {
-        await this.oomWatch.start()
+        await this.events.start()
         phase = 'creating volumes'
         for (const volume of volumes) await this.createVolume(request, volume, signal)
         phase = 'creating the container'
@@ -99,7 +99,7 @@ export class DockerBackend implements SandboxBackend {
           owner: parseOwner(this.user),
           layout,
           workingDirectory: request.workingDirectory ?? layout.outputsPath,
-          oomWatch: this.oomWatch,
+          events: this.events,
           remove,
         })
         const probe = await sandbox.exec('sleep', ['0'], { signal, timeout: timeoutMs })
@@ -169,7 +169,7 @@ export class DockerBackend implements SandboxBackend {
   }
 
   async close(): Promise<void> {
-    this.oomWatch.close()
+    this.events.close()
   }
 }
 

@@ -23,7 +23,7 @@ import {
 import { ArchiveFiles, type FileOwner } from './archive-files.js'
 import { translateEngineError } from './engine-errors.js'
 import { ExecSession } from './exec-session.js'
-import type { OomWatch } from './oom-watch.js'
+import type { EngineEvents } from './engine-events.js'
 import { resolveSandboxPath } from './sandbox-paths.js'
 
 export interface DockerSandboxParts {
@@ -36,7 +36,7 @@ export interface DockerSandboxParts {
   readonly owner: FileOwner
   readonly layout: ResolvedContainerSandboxLayout
   readonly workingDirectory: string
-  readonly oomWatch: OomWatch
+  readonly events: EngineEvents
   /** Removes the container and everything made for it; must tolerate things already gone. */
   readonly remove: () => Promise<void>
 }
@@ -54,6 +54,20 @@ export class DockerSandbox implements Sandbox {
     this.id = parts.id
     this.rootDir = parts.layout.outputsPath
     this.files = new ArchiveFiles(parts.container, parts.owner)
+    // A container that stops on its own (under gVisor, an out-of-memory kill
+    // ends the whole sandbox) leaves a sandbox that can run nothing more.
+    parts.events.onDeath(parts.container.id, () => {
+      if (this.currentStatus === 'ready') this.currentStatus = 'failed'
+    })
+  }
+
+  /** Whether the engine recorded an OOM kill of the container itself. */
+  private async containerOomKilled(): Promise<boolean> {
+    try {
+      return (await this.parts.container.inspect()).State.OOMKilled === true
+    } catch {
+      return false
+    }
   }
 
   get status(): SandboxStatus {
@@ -110,7 +124,9 @@ export class DockerSandbox implements Sandbox {
         signal: options.signal,
         maxOutputBytes: options.maxOutputBytes,
         onOutput: options.onOutput,
-        wasOomKilled: (since) => this.parts.oomWatch.oomSince(this.parts.container.id, since, 1000),
+        wasOomKilled: (since) => this.parts.events.oomSince(this.parts.container.id, since, 1000),
+        onContainerDeath: (listener) => this.parts.events.onDeath(this.parts.container.id, listener),
+        containerOomKilled: () => this.containerOomKilled(),
         containerGone: () => new SandboxDestroyedError(this.id),
       })
       this.live.add(session)
@@ -193,7 +209,7 @@ export class DockerSandbox implements Sandbox {
       this.destroying = undefined
       throw this.translate(error, 'destroy')
     }
-    this.parts.oomWatch.forget(this.parts.container.id)
+    this.parts.events.forget(this.parts.container.id)
     this.currentStatus = 'destroyed'
   }
 
@@ -208,11 +224,11 @@ export class DockerSandbox implements Sandbox {
   }
 
   private assertUsable(): void {
-    if (this.currentStatus === 'destroyed' || this.currentStatus === 'destroying') throw new SandboxDestroyedError(this.id)
+    if (this.currentStatus !== 'ready') throw new SandboxDestroyedError(this.id)
   }
 
   private translate(error: unknown, operation: string): Error {
-    if (this.currentStatus === 'destroyed' || this.currentStatus === 'destroying') return new SandboxDestroyedError(this.id, { cause: error })
+    if (this.currentStatus !== 'ready') return new SandboxDestroyedError(this.id, { cause: error })
     return translateEngineError(error, this.parts.backend, this.parts.endpoint, operation)
   }
 }

@@ -25,6 +25,10 @@ export interface ExecSessionOptions {
   readonly onOutput: ((chunk: SandboxOutputChunk) => void) | undefined
   /** Tells an OOM kill apart from other SIGKILLs. */
   readonly wasOomKilled: (sinceMs: number) => Promise<boolean>
+  /** Subscribes to the container stopping; returns the unsubscribe function. */
+  readonly onContainerDeath: (listener: () => void) => () => void
+  /** Whether the engine recorded an OOM kill of the whole container. */
+  readonly containerOomKilled: () => Promise<boolean>
   /** Called when the exec ended because the container went away. */
   readonly containerGone: () => Error
 }
@@ -53,6 +57,8 @@ export class ExecSession {
   private killing: Promise<void> | undefined
   private timer: ReturnType<typeof setTimeout> | undefined
   private removeAbort: () => void = () => {}
+  private removeDeathListener: () => void = () => {}
+  private containerDied = false
   private result: Promise<SandboxExecResult> | undefined
 
   private constructor(private readonly options: ExecSessionOptions) {
@@ -92,6 +98,10 @@ export class ExecSession {
       stream.on('end', resolve)
       stream.on('close', resolve)
       stream.on('error', () => resolve())
+    })
+    this.removeDeathListener = options.onContainerDeath(() => {
+      this.containerDied = true
+      stream.destroy()
     })
     this.result = ended.then(() => this.finish())
     // The caller may never await the result (a fire-and-forget background process).
@@ -144,9 +154,30 @@ export class ExecSession {
     return this.result!
   }
 
+  /**
+   * The container stopped while the command ran. The engine cannot report the
+   * exec's own exit code then, so it is -1 (unknown); an OOM kill of the
+   * container is still reported.
+   */
+  private async finishAfterContainerDeath(): Promise<SandboxExecResult> {
+    const oomKilled = await this.options.containerOomKilled()
+    if (!oomKilled) throw this.options.containerGone()
+    return {
+      exitCode: -1,
+      ...this.collector.finish(),
+      signal: 'SIGKILL',
+      timedOut: this.endReason === 'timeout',
+      aborted: this.endReason === 'abort',
+      oomKilled: true,
+      durationMs: Math.round(performance.now() - this.startedPerf),
+    }
+  }
+
   private async finish(): Promise<SandboxExecResult> {
     if (this.timer) clearTimeout(this.timer)
     this.removeAbort()
+    this.removeDeathListener()
+    if (this.containerDied) return this.finishAfterContainerDeath()
     let exitCode = -1
     try {
       // The stream can end a moment before the engine records the exit code.
@@ -162,6 +193,7 @@ export class ExecSession {
       if ((error as { statusCode?: number }).statusCode === 404) throw this.options.containerGone()
       throw error
     }
+    if (this.containerDied) return this.finishAfterContainerDeath()
     const output = this.collector.finish()
     const killedByUs = this.endReason !== undefined
     const oomKilled = exitCode === 137 && !killedByUs ? await this.options.wasOomKilled(this.startedAt) : false

@@ -8,6 +8,13 @@ export interface SandboxConformanceCapabilities {
   readonly memoryLimit: boolean
   /** An out-of-memory kill is reported as `oomKilled` in the exec result. */
   readonly oomReporting: boolean
+  /**
+   * Only the offending process dies of an out-of-memory kill and the sandbox
+   * goes on. When false (gVisor: the whole sandbox is one process to the host's
+   * OOM killer), the exec must still end with `oomKilled` and later calls must
+   * fail with `SandboxDestroyedError` instead of hanging.
+   */
+  readonly survivesOutOfMemory: boolean
   /** `maxProcesses` is enforced: fork fails past it. */
   readonly processLimit: boolean
   /** `deny-all` egress leaves the sandbox with no network at all. */
@@ -17,6 +24,7 @@ export interface SandboxConformanceCapabilities {
 export const ALL_CAPABILITIES: SandboxConformanceCapabilities = {
   memoryLimit: true,
   oomReporting: true,
+  survivesOutOfMemory: true,
   processLimit: true,
   denyAllNetwork: true,
 }

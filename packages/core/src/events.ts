@@ -49,6 +49,7 @@ export interface SandboxExecEvent {
 export type EgressReasonCode =
   | 'allowed'
   | 'policy-deny-all'
+  | 'client-unknown'
   | 'host-not-allowed'
   | 'resolver-failed'
   | 'port-not-allowed'

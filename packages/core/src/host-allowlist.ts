@@ -33,7 +33,11 @@ export function normalizeHostname(input: string): string | undefined {
   } catch {
     return undefined
   }
-  if (ascii.endsWith('.')) ascii = ascii.slice(0, -1)
+  if (ascii.endsWith('.')) {
+    // One trailing dot was already removed from the input; a second is malformed.
+    if (host.length !== input.trim().length) return undefined
+    ascii = ascii.slice(0, -1)
+  }
   const labels = ascii.split('.')
   if (labels.some((label) => !LABEL.test(label))) return undefined
   return ascii

@@ -35,3 +35,10 @@ describe('host allowlist', () => {
     expect(parseAllowlistEntry('.Example.com')).toEqual({ kind: 'domain', host: 'example.com' })
   })
 })
+
+describe('normalizeHostname edge cases', () => {
+  it('accepts one trailing dot and refuses two', () => {
+    expect(normalizeHostname('example.com.')).toBe('example.com')
+    expect(normalizeHostname('example.com..')).toBeUndefined()
+  })
+})

@@ -1,0 +1,192 @@
+import { readFileSync, unlinkSync } from 'node:fs'
+import { isAbsolute } from 'node:path'
+import { MIN_SECRET_LENGTH } from './protocol/auth.js'
+
+/**
+ * The agent is configured only through `CORDON_AGENT_*` environment variables.
+ * {@link readAgentConfig} removes every one of them from the environment it
+ * was given, and commands never inherit the agent's environment anyway (each
+ * exec carries its complete environment), so nothing that configures the
+ * agent, the secret above all, reaches a command.
+ */
+
+export type AgentListenAddress =
+  | { readonly kind: 'unix'; readonly path: string; readonly mode: number }
+  | { readonly kind: 'fd'; readonly fd: number }
+  | { readonly kind: 'tcp'; readonly host: string; readonly port: number }
+
+export type AgentSecretSource =
+  | { readonly kind: 'value'; readonly value: string }
+  | { readonly kind: 'file'; readonly path: string }
+
+export interface AgentConfig {
+  readonly listen: AgentListenAddress
+  readonly secret: AgentSecretSource
+  /** Directories the host may write files under; the first is the default working directory. */
+  readonly writeRoots: readonly string[]
+  /** Directories the host may read files from (the write roots are always included). */
+  readonly readRoots: readonly string[]
+  /** Executable run on every resume signal; its stdout is mixed into the nonce generator. */
+  readonly reseedHook: string | undefined
+  /** Raise each command's OOM score so the kernel picks it, not the agent, under memory pressure. */
+  readonly protectFromOom: boolean
+  readonly log: (
+    level: 'info' | 'warn' | 'error',
+    message: string,
+    fields?: Record<string, unknown>,
+  ) => void
+}
+
+export const AGENT_ENV = {
+  listen: 'CORDON_AGENT_LISTEN',
+  secret: 'CORDON_AGENT_SECRET',
+  secretFile: 'CORDON_AGENT_SECRET_FILE',
+  writeRoots: 'CORDON_AGENT_WRITE_ROOTS',
+  readRoots: 'CORDON_AGENT_READ_ROOTS',
+  socketMode: 'CORDON_AGENT_SOCKET_MODE',
+  reseedHook: 'CORDON_AGENT_RESEED_HOOK',
+  protectFromOom: 'CORDON_AGENT_PROTECT_FROM_OOM',
+  quiet: 'CORDON_AGENT_QUIET',
+} as const
+
+export const DEFAULT_WRITE_ROOT = '/mnt/user-data/outputs'
+
+/** The agent cannot start with this configuration. */
+export class AgentConfigError extends Error {
+  constructor(message: string) {
+    super(message)
+    this.name = 'AgentConfigError'
+  }
+}
+
+/** Parses the agent's configuration from `env` and scrubs every `CORDON_AGENT_*` variable from it. */
+export function readAgentConfig(env: Record<string, string | undefined>): AgentConfig {
+  const get = (name: string): string | undefined => {
+    const value = env[name]
+    return value === undefined || value === '' ? undefined : value
+  }
+  const problems: string[] = []
+  const listenText = get(AGENT_ENV.listen)
+  let listen: AgentListenAddress | undefined
+  if (!listenText)
+    problems.push(`${AGENT_ENV.listen} is required (unix:/path, fd:3 or tcp:host:port)`)
+  else {
+    try {
+      listen = parseListenAddress(listenText, get(AGENT_ENV.socketMode))
+    } catch (error) {
+      problems.push((error as Error).message)
+    }
+  }
+
+  const secretValue = get(AGENT_ENV.secret)
+  const secretFile = get(AGENT_ENV.secretFile)
+  let secret: AgentSecretSource | undefined
+  if (secretValue && secretFile)
+    problems.push(`give ${AGENT_ENV.secret} or ${AGENT_ENV.secretFile}, not both`)
+  else if (secretValue) {
+    if (secretValue.length < MIN_SECRET_LENGTH)
+      problems.push(`${AGENT_ENV.secret} must be at least ${MIN_SECRET_LENGTH} characters`)
+    secret = { kind: 'value', value: secretValue }
+  } else if (secretFile) {
+    if (!isAbsolute(secretFile)) problems.push(`${AGENT_ENV.secretFile} must be an absolute path`)
+    secret = { kind: 'file', path: secretFile }
+  } else
+    problems.push(
+      `${AGENT_ENV.secret} or ${AGENT_ENV.secretFile} is required: the agent never runs unauthenticated`,
+    )
+
+  const writeRoots = parseRoots(
+    get(AGENT_ENV.writeRoots) ?? DEFAULT_WRITE_ROOT,
+    AGENT_ENV.writeRoots,
+    problems,
+  )
+  const readRoots = parseRoots(get(AGENT_ENV.readRoots) ?? '', AGENT_ENV.readRoots, problems)
+  const reseedHook = get(AGENT_ENV.reseedHook)
+  if (reseedHook && !isAbsolute(reseedHook))
+    problems.push(`${AGENT_ENV.reseedHook} must be an absolute path`)
+  const protectFromOom = get(AGENT_ENV.protectFromOom) !== '0'
+  const quiet = get(AGENT_ENV.quiet) === '1'
+
+  for (const name of Object.keys(env)) if (name.startsWith('CORDON_AGENT_')) delete env[name]
+
+  if (problems.length > 0 || !listen || !secret) {
+    throw new AgentConfigError(`invalid agent configuration:\n  - ${problems.join('\n  - ')}`)
+  }
+  return {
+    listen,
+    secret,
+    writeRoots,
+    readRoots: [...new Set([...writeRoots, ...readRoots])],
+    reseedHook,
+    protectFromOom,
+    log: quiet ? () => {} : writeLogLine,
+  }
+}
+
+function parseListenAddress(text: string, socketMode: string | undefined): AgentListenAddress {
+  if (text.startsWith('unix:')) {
+    const path = text.slice('unix:'.length)
+    if (!isAbsolute(path))
+      throw new AgentConfigError(`${AGENT_ENV.listen}: the unix socket path must be absolute`)
+    const mode = socketMode === undefined ? 0o600 : Number.parseInt(socketMode, 8)
+    if (!Number.isInteger(mode) || mode < 0 || mode > 0o777) {
+      throw new AgentConfigError(`${AGENT_ENV.socketMode} must be octal permission bits, e.g. 600`)
+    }
+    return { kind: 'unix', path, mode }
+  }
+  if (text.startsWith('fd:')) {
+    const fd = Number(text.slice(3))
+    if (!Number.isInteger(fd) || fd < 3)
+      throw new AgentConfigError(`${AGENT_ENV.listen}: fd must be an integer of at least 3`)
+    return { kind: 'fd', fd }
+  }
+  if (text.startsWith('tcp:')) {
+    const rest = text.slice(4)
+    const colon = rest.lastIndexOf(':')
+    const host = rest.slice(0, colon).replace(/^\[(.*)\]$/, '$1')
+    const port = Number(rest.slice(colon + 1))
+    if (colon <= 0 || !host)
+      throw new AgentConfigError(
+        `${AGENT_ENV.listen}: tcp needs an explicit host, e.g. tcp:10.0.0.4:7070`,
+      )
+    if (!Number.isInteger(port) || port < 0 || port > 65535)
+      throw new AgentConfigError(`${AGENT_ENV.listen}: bad tcp port`)
+    return { kind: 'tcp', host, port }
+  }
+  throw new AgentConfigError(`${AGENT_ENV.listen} must start with unix:, fd: or tcp:`)
+}
+
+function parseRoots(text: string, name: string, problems: string[]): string[] {
+  const roots = text.split(':').filter(Boolean)
+  for (const root of roots)
+    if (!isAbsolute(root)) problems.push(`${name}: "${root}" is not an absolute path`)
+  return roots.map((root) => (root.length > 1 ? root.replace(/\/+$/, '') : root))
+}
+
+/** Reads the secret; a secret file is removed once read so nothing else in the guest finds it there. */
+export function loadSecret(source: AgentSecretSource, log: AgentConfig['log']): string | undefined {
+  if (source.kind === 'value') return source.value
+  let text: string
+  try {
+    text = readFileSync(source.path, 'utf8').trim()
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'ENOENT') return undefined
+    throw error
+  }
+  try {
+    unlinkSync(source.path)
+  } catch (error) {
+    log('warn', 'could not remove the secret file after reading it', {
+      code: (error as NodeJS.ErrnoException).code,
+    })
+  }
+  if (text.length < MIN_SECRET_LENGTH)
+    throw new AgentConfigError(`the secret file holds fewer than ${MIN_SECRET_LENGTH} characters`)
+  return text
+}
+
+function writeLogLine(level: string, message: string, fields: Record<string, unknown> = {}): void {
+  process.stderr.write(
+    `${JSON.stringify({ time: new Date().toISOString(), level, message, ...fields })}\n`,
+  )
+}

@@ -1,0 +1,162 @@
+import type { Socket } from 'node:net'
+import type { AgentConfig } from './agent-config.js'
+import { serveExec } from './exec-runner.js'
+import { serveListFiles } from './file-list.js'
+import { serveReadFile } from './file-read.js'
+import { serveWriteFile } from './file-write.js'
+import type { NonceSource } from './nonce-source.js'
+import { AgentOperationError } from './operation-error.js'
+import { type PathJail, PathRefusedError } from './path-jail.js'
+import { verifyAuthProof } from './protocol/auth.js'
+import {
+  DEFAULT_MAX_FRAME_BYTES,
+  FrameError,
+  PRE_AUTH_MAX_FRAME_BYTES,
+} from './protocol/frame-codec.js'
+import { FramedConnection } from './protocol/framed-connection.js'
+import {
+  type AgentErrorCode,
+  PROTOCOL_VERSION,
+  ProtocolError,
+  parseClientMessage,
+} from './protocol/messages.js'
+
+export const AGENT_VERSION = '0.1.0'
+/** How long a new connection has to authenticate. */
+const AUTH_TIMEOUT_MS = 10_000
+const MIN_HEARTBEAT_MS = 50
+const MAX_HEARTBEAT_MS = 60_000
+
+export interface ConnectionContext {
+  readonly config: AgentConfig
+  readonly jail: PathJail
+  readonly nonces: NonceSource
+  readonly startedAt: number
+  /** The secret in force now (it changes when a resume delivers a new one). */
+  secret(): string
+  resumes(): number
+}
+
+/**
+ * Serves one connection: challenge, proof, one request, close. Nothing but the
+ * `hello` is sent before the client has proved it holds the secret, and until
+ * then frames are limited to {@link PRE_AUTH_MAX_FRAME_BYTES}.
+ */
+export async function serveConnection(socket: Socket, context: ConnectionContext): Promise<void> {
+  const connection = new FramedConnection(socket, { maxFrameBytes: PRE_AUTH_MAX_FRAME_BYTES })
+  const { log } = context.config
+  try {
+    const heartbeatMs = await authenticate(connection, context)
+    if (heartbeatMs === undefined) return
+    connection.setMaxFrameBytes(DEFAULT_MAX_FRAME_BYTES)
+    await connection.send({ type: 'auth-ok' })
+    connection.startHeartbeat(heartbeatMs, heartbeatMs * 4)
+    const frame = await connection.read()
+    if (!frame) return
+    if (frame.kind !== 'message')
+      throw new AgentOperationError('bad-request', 'expected a request message')
+    const request = parseClientMessage(frame.message)
+    switch (request.type) {
+      case 'health':
+        await connection.send({
+          type: 'health-ok',
+          pid: process.pid,
+          uptimeMs: Math.round(performance.now() - context.startedAt),
+          resumes: context.resumes(),
+          agentVersion: AGENT_VERSION,
+          writeRoots: context.jail.writeRoots,
+          readRoots: context.jail.readRoots,
+        })
+        break
+      case 'exec':
+        await serveExec(connection, request, {
+          defaultCwd: context.config.writeRoots[0] ?? '/',
+          protectFromOom: context.config.protectFromOom,
+        })
+        break
+      case 'read-file':
+        await serveReadFile(connection, request, context.jail)
+        break
+      case 'write-file':
+        await serveWriteFile(connection, request, context.jail)
+        break
+      case 'list-files':
+        await serveListFiles(connection, request, context.jail)
+        break
+      default:
+        throw new AgentOperationError('bad-request', `"${request.type}" is not a request`)
+    }
+    connection.close()
+  } catch (error) {
+    const { code, message } = describeFailure(error)
+    if (code === 'internal') log('error', 'request failed', { error: message })
+    if (!connection.isClosed) {
+      await connection.send({ type: 'error', code, message }).catch(() => {})
+      connection.close()
+    }
+  }
+}
+
+/** Runs the challenge; returns the agreed heartbeat interval, or undefined if the client failed it. */
+async function authenticate(
+  connection: FramedConnection,
+  context: ConnectionContext,
+): Promise<number | undefined> {
+  const nonce = context.nonces.next()
+  const secret = context.secret()
+  await connection.send({
+    type: 'hello',
+    protocol: PROTOCOL_VERSION,
+    nonce,
+    agentVersion: AGENT_VERSION,
+  })
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const deadline = new Promise<undefined>((resolve) => {
+    timer = setTimeout(() => resolve(undefined), AUTH_TIMEOUT_MS)
+  })
+  try {
+    const reading = connection.read()
+    reading.catch(() => {})
+    const frame = await Promise.race([reading, deadline]).catch(() => undefined)
+    if (frame?.kind !== 'message') {
+      return refuse(connection, 'expected an auth message')
+    }
+    let auth: ReturnType<typeof parseClientMessage>
+    try {
+      auth = parseClientMessage(frame.message)
+    } catch {
+      return refuse(connection, 'malformed auth message')
+    }
+    if (auth.type !== 'auth' || !verifyAuthProof(secret, nonce, auth.proof)) {
+      context.config.log('warn', 'refused a connection that did not prove the secret')
+      return refuse(connection, 'authentication failed')
+    }
+    const requested = auth.heartbeatMs ?? 5_000
+    return Math.min(MAX_HEARTBEAT_MS, Math.max(MIN_HEARTBEAT_MS, requested))
+  } finally {
+    if (timer) clearTimeout(timer)
+  }
+}
+
+async function refuse(connection: FramedConnection, message: string): Promise<undefined> {
+  await connection.send({ type: 'error', code: 'unauthorized', message }).catch(() => {})
+  connection.close()
+  // Do not wait for a client that will not hang up.
+  setTimeout(() => connection.destroy(), 1_000).unref?.()
+  return undefined
+}
+
+function describeFailure(error: unknown): { code: AgentErrorCode; message: string } {
+  if (error instanceof AgentOperationError) return { code: error.code, message: error.message }
+  if (error instanceof PathRefusedError) return { code: 'path-refused', message: error.message }
+  if (error instanceof ProtocolError || error instanceof FrameError)
+    return { code: 'bad-request', message: error.message }
+  const errno = error as NodeJS.ErrnoException
+  if (typeof errno?.code === 'string') {
+    if (errno.code === 'ENOENT') return { code: 'not-found', message: errno.message }
+    if (errno.code === 'EACCES' || errno.code === 'EPERM' || errno.code === 'EROFS')
+      return { code: 'path-refused', message: errno.message }
+    return { code: 'io-error', message: errno.message }
+  }
+  return { code: 'internal', message: error instanceof Error ? error.message : String(error) }
+}

@@ -1,0 +1,122 @@
+import { chmod, unlink } from 'node:fs/promises'
+import { createServer, type Server, type Socket } from 'node:net'
+import { type AgentConfig, loadSecret } from './agent-config.js'
+import { type ConnectionContext, serveConnection } from './agent-connection.js'
+import { NonceSource, runReseedHook } from './nonce-source.js'
+import { PathJail } from './path-jail.js'
+
+/** Connections served at once; beyond this new ones are closed at once. */
+const MAX_CONNECTIONS = 512
+
+export interface RunningAgent {
+  /** Where the agent listens: a socket path, `fd:N`, or `host:port`. */
+  readonly address: string
+  /**
+   * What a resume signal triggers: runs the re-seed hook, re-reads the secret
+   * file if a new one was delivered, drops every open connection (after a
+   * snapshot resume they are dead anyway) and listens again.
+   */
+  resume(): Promise<void>
+  close(): Promise<void>
+}
+
+/** Starts serving. Resolves once the agent is listening. */
+export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
+  let secret = loadSecret(config.secret, config.log)
+  if (secret === undefined)
+    throw new Error('the secret file does not exist; the agent never runs unauthenticated')
+  let resumes = 0
+  const nonces = new NonceSource()
+  const context: ConnectionContext = {
+    config,
+    jail: new PathJail(config.writeRoots, config.readRoots),
+    nonces,
+    startedAt: performance.now(),
+    secret: () => secret!,
+    resumes: () => resumes,
+  }
+  const sockets = new Set<Socket>()
+  let server = await listen(config, context, sockets)
+  config.log('info', 'agent listening', { address: describeAddress(config, server) })
+
+  return {
+    get address() {
+      return describeAddress(config, server)
+    },
+    async resume() {
+      if (config.reseedHook) {
+        try {
+          nonces.reseed(await runReseedHook(config.reseedHook))
+        } catch (error) {
+          config.log(
+            'error',
+            're-seed hook failed; nonces still mix the platform generator and the clock',
+            {
+              error: (error as Error).message,
+            },
+          )
+        }
+      }
+      nonces.reseed(Buffer.from(`${process.pid}:${Date.now()}:${resumes}`))
+      const fresh = loadSecret(config.secret, config.log)
+      if (fresh !== undefined) secret = fresh
+      resumes++
+      for (const socket of sockets) socket.destroy()
+      // An inherited listening descriptor belongs to the supervisor and survives a resume as it is.
+      if (config.listen.kind !== 'fd') {
+        await closeServer(server)
+        server = await listen(config, context, sockets)
+      }
+      config.log('info', 'agent resumed and listening again', { resumes })
+    },
+    async close() {
+      for (const socket of sockets) socket.destroy()
+      await closeServer(server)
+    },
+  }
+}
+
+async function listen(
+  config: AgentConfig,
+  context: ConnectionContext,
+  sockets: Set<Socket>,
+): Promise<Server> {
+  const server = createServer({ pauseOnConnect: false }, (socket) => {
+    if (sockets.size >= MAX_CONNECTIONS) {
+      socket.destroy()
+      return
+    }
+    sockets.add(socket)
+    socket.on('close', () => sockets.delete(socket))
+    socket.on('error', () => {})
+    void serveConnection(socket, context)
+  })
+  const { listen: address } = config
+  if (address.kind === 'unix') await unlink(address.path).catch(() => {})
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject)
+    const done = (): void => {
+      server.off('error', reject)
+      resolve()
+    }
+    if (address.kind === 'unix') server.listen(address.path, done)
+    else if (address.kind === 'fd') server.listen({ fd: address.fd }, done)
+    else server.listen(address.port, address.host, done)
+  })
+  if (address.kind === 'unix') await chmod(address.path, address.mode)
+  return server
+}
+
+function closeServer(server: Server): Promise<void> {
+  return new Promise((resolve) => server.close(() => resolve()))
+}
+
+function describeAddress(config: AgentConfig, server: Server): string {
+  const { listen } = config
+  if (listen.kind === 'unix') return listen.path
+  if (listen.kind === 'fd') return `fd:${listen.fd}`
+  const bound = server.address()
+  return typeof bound === 'object' && bound
+    ? `${listen.host}:${bound.port}`
+    : `${listen.host}:${listen.port}`
+}

@@ -1,0 +1,295 @@
+import { type ChildProcess, spawn } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import { readFileSync, writeFileSync } from 'node:fs'
+import { stat } from 'node:fs/promises'
+import { constants } from 'node:os'
+import type { Readable } from 'node:stream'
+import { readOomKillCount } from './oom-counter.js'
+import { AgentOperationError } from './operation-error.js'
+import { EXEC_MARKER_VARIABLE, signalExecProcesses } from './process-tree.js'
+import type { DataChannel } from './protocol/frame-codec.js'
+import type { FramedConnection } from './protocol/framed-connection.js'
+import { type ExecRequest, type KillSignalName, parseClientMessage } from './protocol/messages.js'
+
+export const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
+/** After a SIGTERM kill, how long the tree gets before SIGKILL. */
+const TERM_GRACE_MS = 2_000
+
+export interface ExecContext {
+  readonly defaultCwd: string
+  readonly protectFromOom: boolean
+}
+
+/**
+ * Runs one command for one connection: spawns it as an argv (never through a
+ * shell) in a process group of its own, streams stdout and stderr as data
+ * frames, feeds stdin from data frames with acknowledgements, and ends with
+ * an `exit` message.
+ *
+ * A timeout, a `cancel` or the connection going away kills the command's whole
+ * process tree (see process-tree.ts), detached grandchildren included.
+ */
+export async function serveExec(
+  connection: FramedConnection,
+  request: ExecRequest,
+  context: ExecContext,
+): Promise<void> {
+  const cwd = request.cwd ?? context.defaultCwd
+  const cwdStat = await stat(cwd).catch(() => undefined)
+  if (!cwdStat?.isDirectory())
+    throw new AgentOperationError(
+      'bad-cwd',
+      `working directory ${cwd} does not exist or is not a directory`,
+    )
+
+  const marker = randomBytes(12).toString('hex')
+  const env: Record<string, string> = {
+    PATH: DEFAULT_PATH,
+    ...request.env,
+    [EXEC_MARKER_VARIABLE]: marker,
+  }
+  const oomBefore = readOomKillCount()
+  const started = performance.now()
+
+  const child = spawnWithOomPreference(request, cwd, env, context.protectFromOom)
+  const spawnError = await spawnOutcome(child)
+  if (spawnError) {
+    await reportSpawnFailure(connection, request.command, spawnError, started)
+    return
+  }
+  const pid = child.pid!
+  await connection.send({ type: 'started', pid })
+
+  let timedOut = false
+  let aborted = false
+  let killTimer: ReturnType<typeof setTimeout> | undefined
+  let exited = false
+  const kill = (signal: KillSignalName): void => {
+    signalExecProcesses(pid, marker, signal)
+    if (signal === 'SIGTERM' && !killTimer) {
+      killTimer = setTimeout(() => signalExecProcesses(pid, marker, 'SIGKILL'), TERM_GRACE_MS)
+      killTimer.unref?.()
+    }
+  }
+
+  const timeout =
+    request.timeoutMs === undefined
+      ? undefined
+      : setTimeout(() => {
+          if (exited) return
+          timedOut = true
+          kill('SIGKILL')
+        }, request.timeoutMs)
+
+  const closed = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
+    child.on('close', (code, signal) => resolve({ code, signal }))
+  })
+  child.on('exit', () => {
+    exited = true
+  })
+
+  const outputs = [
+    forward(child.stdout!, 'stdout', connection),
+    forward(child.stderr!, 'stderr', connection),
+  ]
+  const stdinDone = request.stdin
+    ? feedStdin(connection, child, kill, (reason) => {
+        if (reason === 'abort') aborted = true
+      })
+    : watchControl(connection, kill, (reason) => {
+        if (reason === 'abort') aborted = true
+      })
+  // The client vanishing means nobody will read the result: end the command.
+  connection.onClose(() => {
+    if (!exited) kill('SIGKILL')
+  })
+  void stdinDone.catch(() => {})
+
+  const { code, signal } = await closed
+  await Promise.allSettled(outputs)
+  if (timeout) clearTimeout(timeout)
+  if (killTimer) clearTimeout(killTimer)
+  const oomAfter = readOomKillCount()
+  const oomKilled =
+    signal === 'SIGKILL' &&
+    !timedOut &&
+    !aborted &&
+    oomBefore !== undefined &&
+    oomAfter !== undefined &&
+    oomAfter > oomBefore
+  await connection.send({
+    type: 'exit',
+    exitCode: code ?? (signal ? 128 + (constants.signals[signal] ?? 0) : -1),
+    signal,
+    timedOut,
+    aborted,
+    oomKilled,
+    durationMs: Math.round(performance.now() - started),
+  })
+}
+
+/**
+ * Spawns the command. With `protectFromOom`, the agent raises its own OOM score
+ * to the maximum just for the synchronous spawn, so the child inherits it, then
+ * lowers it back: the kernel then kills a runaway command rather than the agent.
+ * Lowering back is allowed without privileges because it returns to the value
+ * the agent started with.
+ */
+function spawnWithOomPreference(
+  request: ExecRequest,
+  cwd: string,
+  env: Record<string, string>,
+  protectFromOom: boolean,
+): ChildProcess {
+  let previous: string | undefined
+  if (protectFromOom) {
+    try {
+      previous = readFileSync('/proc/self/oom_score_adj', 'utf8').trim()
+      writeFileSync('/proc/self/oom_score_adj', '1000')
+    } catch {
+      previous = undefined
+    }
+  }
+  try {
+    return spawn(request.command, [...request.args], {
+      cwd,
+      env,
+      detached: true,
+      stdio: [request.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
+      windowsHide: true,
+    })
+  } finally {
+    if (previous !== undefined) {
+      try {
+        writeFileSync('/proc/self/oom_score_adj', previous)
+      } catch {
+        // Stays raised; the agent is then no more protected than its commands.
+      }
+    }
+  }
+}
+
+function spawnOutcome(child: ChildProcess): Promise<NodeJS.ErrnoException | undefined> {
+  if (child.pid !== undefined) return Promise.resolve(undefined)
+  return new Promise((resolve) => {
+    child.once('error', (error) => resolve(error as NodeJS.ErrnoException))
+    child.once('spawn', () => resolve(undefined))
+  })
+}
+
+/** A command that could not start ends like a shell reports it: 127 not found, 126 not executable. */
+async function reportSpawnFailure(
+  connection: FramedConnection,
+  command: string,
+  error: NodeJS.ErrnoException,
+  started: number,
+): Promise<void> {
+  const exitCode = error.code === 'ENOENT' ? 127 : 126
+  const reason = error.code === 'ENOENT' ? 'command not found' : (error.message ?? 'cannot execute')
+  await connection.send({ type: 'started', pid: 0 })
+  await connection.sendData('stderr', Buffer.from(`cordon-agent: ${command}: ${reason}\n`))
+  await connection.send({
+    type: 'exit',
+    exitCode,
+    signal: null,
+    timedOut: false,
+    aborted: false,
+    oomKilled: false,
+    durationMs: Math.round(performance.now() - started),
+  })
+}
+
+/** Forwards one output stream, pausing it while the socket is backed up. */
+function forward(
+  stream: Readable,
+  channel: DataChannel,
+  connection: FramedConnection,
+): Promise<void> {
+  return new Promise((resolve) => {
+    stream.on('data', (chunk: Buffer) => {
+      stream.pause()
+      connection.sendData(channel, chunk).then(
+        () => stream.resume(),
+        // The connection is gone; keep draining so the command is not blocked on a full pipe.
+        () => stream.resume(),
+      )
+    })
+    stream.on('end', resolve)
+    stream.on('error', () => resolve())
+    stream.on('close', () => resolve())
+  })
+}
+
+/** Handles control messages (cancel) when the command has no stdin. */
+async function watchControl(
+  connection: FramedConnection,
+  kill: (signal: KillSignalName) => void,
+  onCancel: (reason: 'abort' | 'kill') => void,
+): Promise<void> {
+  for (;;) {
+    const frame = await connection.read()
+    if (!frame) return
+    if (frame.kind === 'data') continue
+    const message = parseClientMessage(frame.message)
+    if (message.type === 'cancel') {
+      onCancel(message.reason)
+      kill(message.signal)
+      await connection.send({ type: 'cancel-ack' })
+    }
+  }
+}
+
+/** Feeds stdin from data frames, acknowledging what the command was handed, and handles cancel. */
+async function feedStdin(
+  connection: FramedConnection,
+  child: ChildProcess,
+  kill: (signal: KillSignalName) => void,
+  onCancel: (reason: 'abort' | 'kill') => void,
+): Promise<void> {
+  const stdin = child.stdin!
+  let written = 0
+  let closed = false
+  const ack = (): void => {
+    void connection.send({ type: 'stdin-ack', bytes: written, closed }).catch(() => {})
+  }
+  stdin.on('error', () => {
+    // EPIPE: the command stopped reading. Later input is dropped and acknowledged as such.
+    if (!closed) {
+      closed = true
+      ack()
+    }
+  })
+  child.on('exit', () => {
+    if (!closed) {
+      closed = true
+      ack()
+    }
+  })
+  for (;;) {
+    const frame = await connection.read()
+    if (!frame) return
+    if (frame.kind === 'data') {
+      if (frame.channel !== 'stdin') continue
+      if (closed) {
+        ack()
+        continue
+      }
+      const size = frame.data.byteLength
+      stdin.write(frame.data, (error) => {
+        if (!error) {
+          written += size
+          ack()
+        }
+      })
+      continue
+    }
+    const message = parseClientMessage(frame.message)
+    if (message.type === 'stdin-end') {
+      if (!closed) stdin.end()
+    } else if (message.type === 'cancel') {
+      onCancel(message.reason)
+      kill(message.signal)
+      await connection.send({ type: 'cancel-ack' })
+    }
+  }
+}

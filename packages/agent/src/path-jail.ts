@@ -1,0 +1,107 @@
+import { readlink, realpath } from 'node:fs/promises'
+import { dirname, isAbsolute, join, resolve, sep } from 'node:path'
+
+/** A path the host asked for lies outside the roots it may use. */
+export class PathRefusedError extends Error {
+  constructor(
+    readonly path: string,
+    reason: string,
+  ) {
+    super(`path "${path}" refused: ${reason}`)
+    this.name = 'PathRefusedError'
+  }
+}
+
+/**
+ * Confines host file operations to configured roots.
+ *
+ * A path is judged by where it really leads: the deepest part of it that
+ * exists is resolved with `realpath` (following every symbolic link), the
+ * rest is appended, and the result must lie inside a root that is itself
+ * resolved the same way. A link inside a root that points out of it is
+ * therefore refused, and so is `..` however it is spelled. After opening, the
+ * open descriptor's real path is checked again, so swapping a directory for a
+ * link between the check and the open does not get through.
+ */
+export class PathJail {
+  constructor(
+    readonly writeRoots: readonly string[],
+    readonly readRoots: readonly string[],
+  ) {}
+
+  /** The real path `path` leads to, if it lies inside a read root. */
+  resolveForRead(path: string): Promise<string> {
+    return this.resolveWithin(path, this.readRoots, 'read')
+  }
+
+  /** The real path `path` leads to, if it lies inside a write root. */
+  resolveForWrite(path: string): Promise<string> {
+    return this.resolveWithin(path, this.writeRoots, 'write')
+  }
+
+  /** Checks that an open descriptor still refers to something inside the roots. */
+  async checkOpened(fd: number, requested: string, access: 'read' | 'write'): Promise<void> {
+    let actual: string
+    try {
+      actual = await readlink(`/proc/self/fd/${fd}`)
+    } catch {
+      // Without /proc there is nothing more to check; the pre-open check stands.
+      return
+    }
+    if (!(await this.isInside(actual, access === 'read' ? this.readRoots : this.writeRoots))) {
+      throw new PathRefusedError(requested, `it leads outside the ${access} roots`)
+    }
+  }
+
+  private async resolveWithin(
+    path: string,
+    roots: readonly string[],
+    access: 'read' | 'write',
+  ): Promise<string> {
+    if (!isAbsolute(path)) throw new PathRefusedError(path, 'not an absolute path')
+    const real = await realPathOfNearestAncestor(resolve(path))
+    if (!(await this.isInside(real, roots))) {
+      throw new PathRefusedError(
+        path,
+        `it is outside the ${access} roots (${roots.join(', ') || 'none'})`,
+      )
+    }
+    return real
+  }
+
+  private async isInside(candidate: string, roots: readonly string[]): Promise<boolean> {
+    for (const root of roots) {
+      let realRoot: string
+      try {
+        realRoot = await realpath(root)
+      } catch {
+        continue
+      }
+      if (
+        candidate === realRoot ||
+        candidate.startsWith(realRoot.endsWith(sep) ? realRoot : realRoot + sep)
+      )
+        return true
+    }
+    return false
+  }
+}
+
+/** `realpath` of the deepest existing ancestor of `absolute`, with the missing tail appended. */
+export async function realPathOfNearestAncestor(absolute: string): Promise<string> {
+  const missing: string[] = []
+  let current = absolute
+  for (;;) {
+    try {
+      const real = await realpath(current)
+      return missing.length === 0 ? real : join(real, ...missing.reverse())
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code
+      if (code !== 'ENOENT' && code !== 'ENOTDIR') throw error
+      const parent = dirname(current)
+      if (parent === current) return absolute
+      missing.push(current.slice(parent === '/' ? 1 : parent.length + 1))
+      current = parent
+    }
+  }
+}

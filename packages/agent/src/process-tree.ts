@@ -1,0 +1,123 @@
+import { readdirSync, readFileSync } from 'node:fs'
+
+/**
+ * Finding and killing every process that belongs to one exec.
+ *
+ * Killing the process group is not enough: `setsid` moves a grandchild into a
+ * group of its own, and once its parent dies it is re-parented away from the
+ * exec's tree. So a process belongs to the exec if any of these holds:
+ *
+ * - it is in the exec's process group (the exec is spawned as a group leader);
+ * - following parent pids upward from it reaches the exec's process;
+ * - its environment carries the exec's marker variable, which every
+ *   descendant inherits unless it deliberately clears its environment.
+ *
+ * Members are stopped before they are killed, and the scan repeats until it
+ * finds no live member, so a process that forks while being killed does not
+ * leave a child behind.
+ */
+
+/** The environment variable that marks every process of one exec. */
+export const EXEC_MARKER_VARIABLE = 'CORDON_EXEC_ID'
+
+interface ProcessInfo {
+  readonly pid: number
+  readonly ppid: number
+  readonly zombie: boolean
+}
+
+function readProcess(pid: number): ProcessInfo | undefined {
+  try {
+    const stat = readFileSync(`/proc/${pid}/stat`, 'latin1')
+    // The command name is in parentheses and may itself contain ") ".
+    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
+    return { pid, ppid: Number(fields[1]), zombie: fields[0] === 'Z' || fields[0] === 'X' }
+  } catch {
+    return undefined
+  }
+}
+
+function carriesMarker(pid: number, needle: Buffer): boolean {
+  try {
+    const environ = readFileSync(`/proc/${pid}/environ`)
+    return environ.indexOf(needle) !== -1
+  } catch {
+    return false
+  }
+}
+
+/** Live (non-zombie) processes of the exec rooted at `rootPid` and marked with `marker`. */
+export function findExecProcesses(rootPid: number, marker: string): number[] {
+  let entries: string[]
+  try {
+    entries = readdirSync('/proc')
+  } catch {
+    return []
+  }
+  const self = process.pid
+  const all = new Map<number, ProcessInfo>()
+  for (const entry of entries) {
+    if (!/^\d+$/.test(entry)) continue
+    const info = readProcess(Number(entry))
+    if (info) all.set(info.pid, info)
+  }
+  const needle = Buffer.from(`${EXEC_MARKER_VARIABLE}=${marker}\0`)
+  const members: number[] = []
+  for (const info of all.values()) {
+    if (info.pid === self || info.zombie) continue
+    if (descendsFrom(info, rootPid, all) || carriesMarker(info.pid, needle)) members.push(info.pid)
+  }
+  return members
+}
+
+function descendsFrom(info: ProcessInfo, rootPid: number, all: Map<number, ProcessInfo>): boolean {
+  let current: ProcessInfo | undefined = info
+  for (let depth = 0; current && depth < 4096; depth++) {
+    if (current.pid === rootPid) return true
+    if (current.ppid <= 1) return false
+    current = all.get(current.ppid)
+  }
+  return false
+}
+
+function signal(pid: number, name: NodeJS.Signals): void {
+  try {
+    process.kill(pid, name)
+  } catch {
+    // Already gone, or not ours to signal.
+  }
+}
+
+/**
+ * Sends `name` to every process of the exec. For SIGKILL it stops each member
+ * first and rescans until nothing is left (at most `maxRounds` scans).
+ * Returns how many distinct processes were signalled.
+ */
+export function signalExecProcesses(
+  rootPid: number,
+  marker: string,
+  name: 'SIGKILL' | 'SIGTERM',
+  maxRounds = 20,
+): number {
+  const signalled = new Set<number>()
+  signal(-rootPid, name)
+  for (let round = 0; round < maxRounds; round++) {
+    const members = findExecProcesses(rootPid, marker)
+    const fresh = name === 'SIGKILL' ? members : members.filter((pid) => !signalled.has(pid))
+    if (fresh.length === 0) break
+    if (name === 'SIGKILL') for (const pid of fresh) signal(pid, 'SIGSTOP')
+    for (const pid of fresh) {
+      signal(pid, name)
+      signalled.add(pid)
+    }
+    if (name !== 'SIGKILL') break
+    // A killed process lingers briefly before it turns into a zombie.
+    sleepSync(round < 3 ? 2 : 10)
+  }
+  return signalled.size
+}
+
+const sleepCell = new Int32Array(new SharedArrayBuffer(4))
+function sleepSync(ms: number): void {
+  Atomics.wait(sleepCell, 0, 0, ms)
+}

@@ -1,0 +1,345 @@
+import { computeAuthProof } from './auth.js'
+import { DEFAULT_MAX_FRAME_BYTES, type Frame } from './frame-codec.js'
+import { ConnectionClosedError, type FramedConnection } from './framed-connection.js'
+import {
+  type AgentErrorCode,
+  type AgentMessage,
+  type ExecRequest,
+  type ExitMessage,
+  type FileEntryMessage,
+  type HealthOkMessage,
+  type HelloMessage,
+  type KillSignalName,
+  PROTOCOL_VERSION,
+  ProtocolError,
+  parseAgentMessage,
+} from './messages.js'
+
+/**
+ * The client half of the protocol, independent of how the connection was
+ * dialled (unix socket, vsock socket, TLS relay, TCP). Backends dial, then call
+ * {@link authenticateToAgent} and one operation per connection.
+ */
+
+/** The agent answered a request with an error. */
+export class AgentRemoteError extends Error {
+  readonly code: AgentErrorCode
+
+  constructor(code: AgentErrorCode, message: string) {
+    super(message)
+    this.name = 'AgentRemoteError'
+    this.code = code
+  }
+}
+
+/** Bytes written to a command's stdin after it closed it (it exited or stopped reading). */
+export class AgentStdinClosedError extends Error {
+  constructor() {
+    super("the command's stdin is closed")
+    this.name = 'AgentStdinClosedError'
+  }
+}
+
+export const DEFAULT_HEARTBEAT_MS = 5_000
+/** Silence tolerated before the peer is considered gone, as a multiple of the heartbeat. */
+export const IDLE_HEARTBEATS = 4
+
+async function nextMessage(connection: FramedConnection): Promise<AgentMessage> {
+  const frame = await connection.read()
+  if (!frame) throw new ConnectionClosedError('the agent closed the connection')
+  if (frame.kind !== 'message')
+    throw new ProtocolError(`expected a message, got a data frame on ${frame.channel}`)
+  return parseAgentMessage(frame.message)
+}
+
+function remoteOrUnexpected(message: AgentMessage, expected: string): Error {
+  if (message.type === 'error') return new AgentRemoteError(message.code, message.message)
+  return new ProtocolError(`expected "${expected}", got "${message.type}"`)
+}
+
+/**
+ * Answers the agent's challenge with the secret's proof and starts heartbeats.
+ * Rejects with {@link AgentRemoteError} (`unauthorized`) on a wrong secret.
+ */
+export async function authenticateToAgent(
+  connection: FramedConnection,
+  secret: string,
+  options: { heartbeatMs?: number } = {},
+): Promise<HelloMessage> {
+  const hello = await nextMessage(connection)
+  if (hello.type !== 'hello') throw remoteOrUnexpected(hello, 'hello')
+  if (hello.protocol !== PROTOCOL_VERSION) {
+    throw new ProtocolError(
+      `agent speaks protocol ${hello.protocol}; this client speaks ${PROTOCOL_VERSION}`,
+    )
+  }
+  const heartbeatMs = options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS
+  await connection.send({ type: 'auth', proof: computeAuthProof(secret, hello.nonce), heartbeatMs })
+  const reply = await nextMessage(connection)
+  if (reply.type !== 'auth-ok') throw remoteOrUnexpected(reply, 'auth-ok')
+  connection.setMaxFrameBytes(DEFAULT_MAX_FRAME_BYTES)
+  connection.startHeartbeat(heartbeatMs, heartbeatMs * IDLE_HEARTBEATS)
+  return hello
+}
+
+export async function requestHealth(connection: FramedConnection): Promise<HealthOkMessage> {
+  await connection.send({ type: 'health' })
+  const reply = await nextMessage(connection)
+  if (reply.type !== 'health-ok') throw remoteOrUnexpected(reply, 'health-ok')
+  connection.close()
+  return reply
+}
+
+export async function requestListFiles(
+  connection: FramedConnection,
+  path: string,
+): Promise<FileEntryMessage[]> {
+  await connection.send({ type: 'list-files', path })
+  const entries: FileEntryMessage[] = []
+  for (;;) {
+    const reply = await nextMessage(connection)
+    if (reply.type === 'end') break
+    if (reply.type !== 'entries') throw remoteOrUnexpected(reply, 'entries')
+    entries.push(...reply.entries)
+  }
+  connection.close()
+  return entries
+}
+
+export interface AgentFileDownload {
+  readonly size: number
+  readonly mode: number
+  /** The file's bytes in order. Stopping early closes the connection. */
+  readonly chunks: AsyncIterable<Uint8Array>
+}
+
+export async function requestReadFile(
+  connection: FramedConnection,
+  path: string,
+): Promise<AgentFileDownload> {
+  await connection.send({ type: 'read-file', path })
+  const info = await nextMessage(connection)
+  if (info.type !== 'file-info') throw remoteOrUnexpected(info, 'file-info')
+  async function* chunks(): AsyncGenerator<Uint8Array> {
+    let finished = false
+    try {
+      for (;;) {
+        const frame: Frame | undefined = await connection.read()
+        if (!frame) throw new ConnectionClosedError('the agent closed the connection mid-file')
+        if (frame.kind === 'data') {
+          if (frame.channel !== 'file')
+            throw new ProtocolError(`unexpected data on ${frame.channel}`)
+          yield frame.data
+          continue
+        }
+        const message = parseAgentMessage(frame.message)
+        if (message.type === 'end') {
+          finished = true
+          return
+        }
+        throw remoteOrUnexpected(message, 'end')
+      }
+    } finally {
+      if (finished) connection.close()
+      else connection.destroy()
+    }
+  }
+  return { size: info.size, mode: info.mode, chunks: chunks() }
+}
+
+/**
+ * Streams `source` into a file. Resolves with the byte count once the agent
+ * has the file in place; the agent replaces the target only after every byte
+ * arrived (and, with `size`, only if the count matches).
+ */
+export async function requestWriteFile(
+  connection: FramedConnection,
+  path: string,
+  source: AsyncIterable<Uint8Array>,
+  options: { mode?: number; size?: number } = {},
+): Promise<number> {
+  await connection.send({
+    type: 'write-file',
+    path,
+    ...(options.mode === undefined ? {} : { mode: options.mode }),
+    ...(options.size === undefined ? {} : { size: options.size }),
+  })
+  const ready = await nextMessage(connection)
+  if (ready.type !== 'write-ready') throw remoteOrUnexpected(ready, 'write-ready')
+  // The agent only speaks again to finish or to refuse; listen while sending so
+  // an early refusal (disk full, size exceeded) stops the upload.
+  const reply = nextMessage(connection)
+  let early: AgentMessage | undefined
+  let replyError: unknown
+  reply.then(
+    (message) => {
+      early = message
+    },
+    (error: unknown) => {
+      replyError = error
+    },
+  )
+  let sent = 0
+  try {
+    for await (const chunk of source) {
+      if (early || replyError) break
+      sent += chunk.byteLength
+      if (options.size !== undefined && sent > options.size) {
+        throw new AgentRemoteError(
+          'size-mismatch',
+          `source delivered more than the declared ${options.size} bytes`,
+        )
+      }
+      await connection.sendData('file', chunk)
+    }
+    if (!early && !replyError) await connection.send({ type: 'end' })
+    const done = await reply
+    if (done.type !== 'write-done') throw remoteOrUnexpected(done, 'write-done')
+    connection.close()
+    return done.bytes
+  } catch (error) {
+    connection.destroy()
+    throw error
+  }
+}
+
+export interface AgentExecHandlers {
+  readonly onStdout?: (bytes: Uint8Array) => void
+  readonly onStderr?: (bytes: Uint8Array) => void
+}
+
+/**
+ * One running command. The connection stays open while it runs; closing it
+ * from either side ends the command (the agent kills the whole tree).
+ */
+export class AgentExecSession {
+  /** Settles with the agent's exit report; rejects if the connection breaks first. */
+  readonly result: Promise<ExitMessage>
+  private stdinSent = 0
+  private stdinAcked = 0
+  private stdinClosed = false
+  private pendingWrites: Array<{
+    end: number
+    resolve: () => void
+    reject: (error: unknown) => void
+  }> = []
+  private cancelWaiters: Array<() => void> = []
+  private finished = false
+
+  constructor(
+    private readonly connection: FramedConnection,
+    readonly pid: number,
+    handlers: AgentExecHandlers,
+  ) {
+    this.result = this.pump(handlers)
+    this.result.catch(() => {})
+  }
+
+  /** Resolves once the command has been handed the bytes. */
+  async writeStdin(bytes: Uint8Array): Promise<void> {
+    if (this.stdinClosed || this.finished) throw new AgentStdinClosedError()
+    if (bytes.byteLength === 0) return
+    this.stdinSent += bytes.byteLength
+    const end = this.stdinSent
+    const acknowledged = new Promise<void>((resolve, reject) =>
+      this.pendingWrites.push({ end, resolve, reject }),
+    )
+    await this.connection.sendData('stdin', bytes)
+    await acknowledged
+  }
+
+  async endStdin(): Promise<void> {
+    if (this.finished || this.stdinClosed) return
+    await this.connection.send({ type: 'stdin-end' })
+  }
+
+  /** Asks the agent to signal the whole process tree; resolves when it has. */
+  async cancel(signal: KillSignalName, reason: 'abort' | 'kill'): Promise<void> {
+    if (this.finished) return
+    const acknowledged = new Promise<void>((resolve) => this.cancelWaiters.push(resolve))
+    await this.connection.send({ type: 'cancel', signal, reason })
+    await acknowledged
+  }
+
+  /** Drops the connection; the agent kills the command. */
+  abandon(): void {
+    this.connection.destroy()
+  }
+
+  private async pump(handlers: AgentExecHandlers): Promise<ExitMessage> {
+    try {
+      for (;;) {
+        const frame = await this.connection.read()
+        if (!frame)
+          throw new ConnectionClosedError(
+            'the agent closed the connection before the command ended',
+          )
+        if (frame.kind === 'data') {
+          if (frame.channel === 'stdout') handlers.onStdout?.(frame.data)
+          else if (frame.channel === 'stderr') handlers.onStderr?.(frame.data)
+          else throw new ProtocolError(`unexpected data on ${frame.channel}`)
+          continue
+        }
+        const message = parseAgentMessage(frame.message)
+        switch (message.type) {
+          case 'stdin-ack':
+            this.acknowledgeStdin(message.bytes, message.closed)
+            break
+          case 'cancel-ack':
+            this.releaseCancels()
+            break
+          case 'exit':
+            this.finish(new AgentStdinClosedError())
+            this.connection.close()
+            return message
+          case 'error':
+            throw new AgentRemoteError(message.code, message.message)
+          default:
+            throw new ProtocolError(`unexpected "${message.type}" during exec`)
+        }
+      }
+    } catch (error) {
+      this.finish(error)
+      this.connection.destroy()
+      throw error
+    }
+  }
+
+  private acknowledgeStdin(bytes: number, closed: boolean): void {
+    this.stdinAcked = bytes
+    if (closed) this.stdinClosed = true
+    const still: typeof this.pendingWrites = []
+    for (const write of this.pendingWrites) {
+      if (write.end <= this.stdinAcked) write.resolve()
+      else if (closed) write.reject(new AgentStdinClosedError())
+      else still.push(write)
+    }
+    this.pendingWrites = still
+  }
+
+  private releaseCancels(): void {
+    const waiters = this.cancelWaiters
+    this.cancelWaiters = []
+    for (const resolve of waiters) resolve()
+  }
+
+  private finish(error: unknown): void {
+    this.finished = true
+    this.stdinClosed = true
+    for (const write of this.pendingWrites) write.reject(error)
+    this.pendingWrites = []
+    this.releaseCancels()
+  }
+}
+
+/** Starts a command; resolves once the agent has spawned it. */
+export async function requestExec(
+  connection: FramedConnection,
+  request: Omit<ExecRequest, 'type'>,
+  handlers: AgentExecHandlers = {},
+): Promise<AgentExecSession> {
+  await connection.send({ type: 'exec', ...request })
+  const started = await nextMessage(connection)
+  if (started.type !== 'started') throw remoteOrUnexpected(started, 'started')
+  return new AgentExecSession(connection, started.pid, handlers)
+}

@@ -1,0 +1,248 @@
+import type { Duplex } from 'node:stream'
+import {
+  DATA_CHUNK_BYTES,
+  type DataChannel,
+  encodeDataHeader,
+  encodeMessageFrame,
+  type Frame,
+  FrameDecoder,
+  PRE_AUTH_MAX_FRAME_BYTES,
+} from './frame-codec.js'
+import type { AgentMessage, ClientMessage } from './messages.js'
+
+/** The peer went quiet for longer than the idle budget while we were listening. */
+export class ConnectionIdleError extends Error {
+  constructor(idleMs: number) {
+    super(`no data from the peer for ${idleMs} ms`)
+    this.name = 'ConnectionIdleError'
+  }
+}
+
+/** The connection closed before the operation finished. */
+export class ConnectionClosedError extends Error {
+  constructor(message = 'connection closed', options?: { cause?: unknown }) {
+    super(message, options)
+    this.name = 'ConnectionClosedError'
+  }
+}
+
+export interface FramedConnectionOptions {
+  /** Frame size limit until {@link FramedConnection.setMaxFrameBytes} raises it. */
+  readonly maxFrameBytes?: number
+  /** Frames buffered before reading from the socket pauses (default 16, about 1 MiB of data). */
+  readonly highWaterFrames?: number
+}
+
+/**
+ * Both ends of the protocol speak through this: it turns a byte stream into a
+ * pull-based queue of frames with backpressure in both directions, and keeps a
+ * quiet connection alive with heartbeats.
+ *
+ * Heartbeats are consumed here and never reach `read()`. Silence is judged only
+ * while this side is actually listening: a reader that paused the socket
+ * because its consumer is slow does not mistake its own pause for a dead peer.
+ */
+export class FramedConnection {
+  private readonly decoder: FrameDecoder
+  private readonly queue: Frame[] = []
+  private readonly highWater: number
+  private waiter:
+    | { resolve: (frame: Frame | undefined) => void; reject: (error: unknown) => void }
+    | undefined
+  private ended = false
+  private failure: unknown
+  private pausedForBackpressure = false
+  private lastReceivedAt = Date.now()
+  private lastSentAt = Date.now()
+  private heartbeatTimer: ReturnType<typeof setInterval> | undefined
+  private drainWaiters: Array<{ resolve: () => void; reject: (error: unknown) => void }> = []
+  private closeListeners: Array<(error: unknown) => void> = []
+
+  constructor(
+    readonly socket: Duplex,
+    options: FramedConnectionOptions = {},
+  ) {
+    this.decoder = new FrameDecoder({
+      maxFrameBytes: options.maxFrameBytes ?? PRE_AUTH_MAX_FRAME_BYTES,
+    })
+    this.highWater = options.highWaterFrames ?? 16
+    socket.on('data', (chunk: Buffer) => this.onData(chunk))
+    socket.on('end', () => this.onEnd())
+    socket.on('error', (error) => this.fail(error))
+    socket.on('close', () => this.fail(new ConnectionClosedError()))
+    socket.on('drain', () => this.settleDrain())
+    // A socket handed over paused (e.g. after a vsock handshake) must flow again.
+    socket.resume()
+  }
+
+  /** True once the connection has failed or been closed. */
+  get isClosed(): boolean {
+    return this.failure !== undefined
+  }
+
+  /** Raises (or lowers) the frame size limit, e.g. once the peer has authenticated. */
+  setMaxFrameBytes(limit: number): void {
+    this.decoder.maxFrameBytes = limit
+  }
+
+  /** Called once when the connection fails or closes, with the reason. */
+  onClose(listener: (error: unknown) => void): void {
+    if (this.failure !== undefined) listener(this.failure)
+    else this.closeListeners.push(listener)
+  }
+
+  /**
+   * The next frame, `undefined` when the peer ended the stream cleanly, or a
+   * rejection when the framing broke, the socket failed or the peer went idle.
+   */
+  read(): Promise<Frame | undefined> {
+    const frame = this.queue.shift()
+    if (frame) {
+      this.maybeResume()
+      return Promise.resolve(frame)
+    }
+    if (this.ended) return Promise.resolve(undefined)
+    if (this.failure !== undefined) return Promise.reject(this.failure)
+    if (this.waiter) return Promise.reject(new Error('FramedConnection.read() called concurrently'))
+    this.maybeResume()
+    return new Promise((resolve, reject) => {
+      this.waiter = { resolve, reject }
+    })
+  }
+
+  /** Sends one message; resolves when the socket can take more. */
+  send(message: AgentMessage | ClientMessage): Promise<void> {
+    return this.write(encodeMessageFrame(message))
+  }
+
+  /** Sends bytes on a data channel, cut into frames of at most {@link DATA_CHUNK_BYTES}. */
+  async sendData(channel: DataChannel, data: Uint8Array): Promise<void> {
+    for (let offset = 0; offset < data.byteLength; offset += DATA_CHUNK_BYTES) {
+      const part = data.subarray(offset, offset + DATA_CHUNK_BYTES)
+      if (this.failure !== undefined) throw this.failure
+      this.socket.write(encodeDataHeader(channel, part.byteLength))
+      await this.write(part)
+    }
+  }
+
+  /**
+   * Sends a heartbeat whenever nothing was sent for `intervalMs`, and fails the
+   * connection with {@link ConnectionIdleError} after `idleTimeoutMs` without
+   * hearing anything while listening.
+   */
+  startHeartbeat(intervalMs: number, idleTimeoutMs: number): void {
+    this.stopHeartbeat()
+    const tick = Math.max(10, Math.floor(intervalMs / 2))
+    this.lastReceivedAt = Date.now()
+    this.heartbeatTimer = setInterval(() => {
+      const now = Date.now()
+      if (this.pausedForBackpressure) this.lastReceivedAt = now
+      if (now - this.lastReceivedAt > idleTimeoutMs) {
+        this.destroy(new ConnectionIdleError(idleTimeoutMs))
+        return
+      }
+      const writable = this.socket as Duplex & { writableNeedDrain?: boolean }
+      if (now - this.lastSentAt >= intervalMs && !writable.writableNeedDrain) {
+        void this.send({ type: 'heartbeat' }).catch(() => {})
+      }
+    }, tick)
+    this.heartbeatTimer.unref?.()
+  }
+
+  stopHeartbeat(): void {
+    if (this.heartbeatTimer) clearInterval(this.heartbeatTimer)
+    this.heartbeatTimer = undefined
+  }
+
+  /** Ends the connection after everything written so far is flushed. */
+  close(): void {
+    this.stopHeartbeat()
+    if (!this.socket.destroyed) this.socket.end()
+  }
+
+  /** Tears the connection down at once. */
+  destroy(error?: unknown): void {
+    this.stopHeartbeat()
+    this.fail(error ?? new ConnectionClosedError('connection destroyed'))
+    this.socket.destroy()
+  }
+
+  private write(bytes: Uint8Array): Promise<void> {
+    if (this.failure !== undefined) return Promise.reject(this.failure)
+    this.lastSentAt = Date.now()
+    if (this.socket.write(bytes)) return Promise.resolve()
+    return new Promise((resolve, reject) => this.drainWaiters.push({ resolve, reject }))
+  }
+
+  private settleDrain(): void {
+    const waiters = this.drainWaiters
+    this.drainWaiters = []
+    for (const waiter of waiters) waiter.resolve()
+  }
+
+  private onData(chunk: Buffer): void {
+    this.lastReceivedAt = Date.now()
+    let frames: Frame[]
+    try {
+      frames = this.decoder.push(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength))
+    } catch (error) {
+      this.destroy(error)
+      return
+    }
+    for (const frame of frames) {
+      if (frame.kind === 'message' && frame.message.type === 'heartbeat') continue
+      if (this.waiter) {
+        const waiter = this.waiter
+        this.waiter = undefined
+        waiter.resolve(frame)
+      } else {
+        this.queue.push(frame)
+      }
+    }
+    if (this.queue.length >= this.highWater && !this.pausedForBackpressure) {
+      this.pausedForBackpressure = true
+      this.socket.pause()
+    }
+  }
+
+  private onEnd(): void {
+    try {
+      this.decoder.end()
+    } catch (error) {
+      this.fail(error)
+      return
+    }
+    this.ended = true
+    if (this.waiter && this.queue.length === 0) {
+      const waiter = this.waiter
+      this.waiter = undefined
+      waiter.resolve(undefined)
+    }
+  }
+
+  private maybeResume(): void {
+    if (this.pausedForBackpressure && this.queue.length < this.highWater / 2) {
+      this.pausedForBackpressure = false
+      this.socket.resume()
+    }
+  }
+
+  private fail(error: unknown): void {
+    if (this.failure !== undefined) return
+    // A clean end followed by close is not a failure for readers that already saw the end.
+    this.failure = error
+    this.stopHeartbeat()
+    if (this.waiter) {
+      const waiter = this.waiter
+      this.waiter = undefined
+      if (this.ended && this.queue.length === 0) waiter.resolve(undefined)
+      else waiter.reject(error)
+    }
+    const drains = this.drainWaiters
+    this.drainWaiters = []
+    for (const waiter of drains) waiter.reject(error)
+    const listeners = this.closeListeners
+    this.closeListeners = []
+    for (const listener of listeners) listener(error)
+  }
+}

@@ -1,0 +1,425 @@
+/**
+ * The messages of the agent protocol, and their validation.
+ *
+ * A connection carries exactly one operation:
+ *
+ * 1. The agent sends `hello` with a fresh nonce.
+ * 2. The client answers `auth` with HMAC-SHA256(secret, nonce). Anything else,
+ *    or a wrong proof, gets `error: unauthorized` and the connection closes.
+ * 3. The agent sends `auth-ok`; the client sends one request (`health`,
+ *    `exec`, `read-file`, `write-file`, `list-files`).
+ * 4. The operation runs to its end message (`health-ok`, `exit`, `end`,
+ *    `write-done`) or an `error`, and the connection closes.
+ *
+ * Either side may send `heartbeat` at any time after authentication; a side
+ * that hears nothing for several heartbeat intervals treats the peer as gone.
+ * Opening a connection per operation is deliberate: after a snapshot resume,
+ * established connections are dead but the listener is not.
+ */
+
+export const PROTOCOL_VERSION = 1
+
+export type AgentErrorCode =
+  | 'unauthorized'
+  | 'bad-request'
+  | 'path-refused'
+  | 'not-found'
+  | 'bad-cwd'
+  | 'size-mismatch'
+  | 'io-error'
+  | 'internal'
+
+export type KillSignalName = 'SIGKILL' | 'SIGTERM'
+
+export interface FileEntryMessage {
+  readonly path: string
+  readonly size: number
+  readonly modifiedMs: number
+}
+
+// ---- client to agent -------------------------------------------------------
+
+export interface AuthMessage {
+  readonly type: 'auth'
+  /** Lowercase hex HMAC-SHA256(secret, nonce bytes). */
+  readonly proof: string
+  /** How often each side sends a heartbeat on a quiet connection. */
+  readonly heartbeatMs?: number
+}
+export interface HealthRequest {
+  readonly type: 'health'
+}
+export interface ExecRequest {
+  readonly type: 'exec'
+  readonly command: string
+  readonly args: readonly string[]
+  /** The complete environment of the command (the agent adds only a default PATH). */
+  readonly env: Readonly<Record<string, string>>
+  readonly cwd?: string
+  readonly timeoutMs?: number
+  /** Whether the client will send stdin; without it the command's stdin is empty. */
+  readonly stdin: boolean
+}
+export interface StdinEndMessage {
+  readonly type: 'stdin-end'
+}
+export interface CancelMessage {
+  readonly type: 'cancel'
+  readonly signal: KillSignalName
+  /** `abort` marks the result `aborted`; `kill` is a plain kill. */
+  readonly reason: 'abort' | 'kill'
+}
+export interface ReadFileRequest {
+  readonly type: 'read-file'
+  readonly path: string
+}
+export interface WriteFileRequest {
+  readonly type: 'write-file'
+  readonly path: string
+  readonly mode?: number
+  /** Declared size; a different number of bytes fails the write. */
+  readonly size?: number
+}
+export interface ListFilesRequest {
+  readonly type: 'list-files'
+  readonly path: string
+}
+export interface EndMessage {
+  readonly type: 'end'
+}
+export interface HeartbeatMessage {
+  readonly type: 'heartbeat'
+}
+
+export type AgentRequest =
+  | HealthRequest
+  | ExecRequest
+  | ReadFileRequest
+  | WriteFileRequest
+  | ListFilesRequest
+export type ClientMessage =
+  | AuthMessage
+  | AgentRequest
+  | StdinEndMessage
+  | CancelMessage
+  | EndMessage
+  | HeartbeatMessage
+
+// ---- agent to client -------------------------------------------------------
+
+export interface HelloMessage {
+  readonly type: 'hello'
+  readonly protocol: number
+  /** Lowercase hex, 32 random bytes. */
+  readonly nonce: string
+  readonly agentVersion: string
+}
+export interface AuthOkMessage {
+  readonly type: 'auth-ok'
+}
+export interface HealthOkMessage {
+  readonly type: 'health-ok'
+  readonly pid: number
+  readonly uptimeMs: number
+  /** How many resume signals the agent has handled. */
+  readonly resumes: number
+  readonly agentVersion: string
+  readonly writeRoots: readonly string[]
+  readonly readRoots: readonly string[]
+}
+export interface StartedMessage {
+  readonly type: 'started'
+  readonly pid: number
+}
+export interface StdinAckMessage {
+  readonly type: 'stdin-ack'
+  /** Total stdin bytes handed to the command so far. */
+  readonly bytes: number
+  /** The command's stdin is closed (it exited or stopped reading); later bytes are dropped. */
+  readonly closed: boolean
+}
+export interface CancelAckMessage {
+  readonly type: 'cancel-ack'
+}
+export interface ExitMessage {
+  readonly type: 'exit'
+  /** The exit code, or 128 + the signal number when a signal ended the command. */
+  readonly exitCode: number
+  readonly signal: string | null
+  readonly timedOut: boolean
+  readonly aborted: boolean
+  readonly oomKilled: boolean
+  readonly durationMs: number
+}
+export interface FileInfoMessage {
+  readonly type: 'file-info'
+  readonly size: number
+  readonly mode: number
+}
+export interface WriteReadyMessage {
+  readonly type: 'write-ready'
+}
+export interface WriteDoneMessage {
+  readonly type: 'write-done'
+  readonly bytes: number
+}
+export interface EntriesMessage {
+  readonly type: 'entries'
+  readonly entries: readonly FileEntryMessage[]
+}
+export interface ErrorMessage {
+  readonly type: 'error'
+  readonly code: AgentErrorCode
+  readonly message: string
+}
+
+export type AgentMessage =
+  | HelloMessage
+  | AuthOkMessage
+  | HealthOkMessage
+  | StartedMessage
+  | StdinAckMessage
+  | CancelAckMessage
+  | ExitMessage
+  | FileInfoMessage
+  | WriteReadyMessage
+  | WriteDoneMessage
+  | EntriesMessage
+  | EndMessage
+  | ErrorMessage
+  | HeartbeatMessage
+
+/** A message that is well-formed JSON but not a valid protocol message. */
+export class ProtocolError extends Error {
+  constructor(message: string) {
+    super(message)
+    this.name = 'ProtocolError'
+  }
+}
+
+type Raw = Record<string, unknown>
+
+const AGENT_ERROR_CODES: ReadonlySet<string> = new Set<AgentErrorCode>([
+  'unauthorized',
+  'bad-request',
+  'path-refused',
+  'not-found',
+  'bad-cwd',
+  'size-mismatch',
+  'io-error',
+  'internal',
+])
+
+function fail(raw: Raw, problem: string): never {
+  throw new ProtocolError(`invalid "${String(raw.type)}" message: ${problem}`)
+}
+
+function str(
+  raw: Raw,
+  key: string,
+  options: { optional?: boolean; nonEmpty?: boolean } = {},
+): string | undefined {
+  const value = raw[key]
+  if (value === undefined && options.optional) return undefined
+  if (typeof value !== 'string') fail(raw, `"${key}" must be a string`)
+  if (value.includes('\0')) fail(raw, `"${key}" must not contain NUL`)
+  if (options.nonEmpty && value.length === 0) fail(raw, `"${key}" must not be empty`)
+  return value
+}
+
+function int(
+  raw: Raw,
+  key: string,
+  options: { optional?: boolean; min?: number } = {},
+): number | undefined {
+  const value = raw[key]
+  if (value === undefined && options.optional) return undefined
+  if (typeof value !== 'number' || !Number.isSafeInteger(value))
+    fail(raw, `"${key}" must be an integer`)
+  if (options.min !== undefined && value < options.min)
+    fail(raw, `"${key}" must be at least ${options.min}`)
+  return value
+}
+
+function bool(raw: Raw, key: string): boolean {
+  const value = raw[key]
+  if (typeof value !== 'boolean') fail(raw, `"${key}" must be a boolean`)
+  return value
+}
+
+function stringList(raw: Raw, key: string): string[] {
+  const value = raw[key]
+  if (
+    !Array.isArray(value) ||
+    value.some((item) => typeof item !== 'string' || item.includes('\0'))
+  ) {
+    fail(raw, `"${key}" must be an array of strings without NUL`)
+  }
+  return value as string[]
+}
+
+function absolutePath(raw: Raw, key: string): string {
+  const value = str(raw, key, { nonEmpty: true })!
+  if (!value.startsWith('/')) fail(raw, `"${key}" must be an absolute path`)
+  return value
+}
+
+function environment(raw: Raw, key: string): Record<string, string> {
+  const value = raw[key]
+  if (typeof value !== 'object' || value === null || Array.isArray(value))
+    fail(raw, `"${key}" must be an object`)
+  const env: Record<string, string> = {}
+  for (const [name, entry] of Object.entries(value)) {
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(name)) fail(raw, `environment name "${name}" is not valid`)
+    if (typeof entry !== 'string' || entry.includes('\0'))
+      fail(raw, `environment value of "${name}" must be a string without NUL`)
+    env[name] = entry
+  }
+  return env
+}
+
+/** Validates a message the agent received. Throws {@link ProtocolError}. */
+export function parseClientMessage(raw: Raw): ClientMessage {
+  switch (raw.type) {
+    case 'auth': {
+      const proof = str(raw, 'proof')!
+      if (!/^[0-9a-f]{64}$/.test(proof)) fail(raw, '"proof" must be 64 lowercase hex digits')
+      const heartbeatMs = int(raw, 'heartbeatMs', { optional: true, min: 1 })
+      return heartbeatMs === undefined
+        ? { type: 'auth', proof }
+        : { type: 'auth', proof, heartbeatMs }
+    }
+    case 'health':
+    case 'stdin-end':
+    case 'end':
+    case 'heartbeat':
+      return { type: raw.type }
+    case 'exec': {
+      const cwd = raw.cwd === undefined ? undefined : absolutePath(raw, 'cwd')
+      const timeoutMs = int(raw, 'timeoutMs', { optional: true, min: 1 })
+      return {
+        type: 'exec',
+        command: str(raw, 'command', { nonEmpty: true })!,
+        args: stringList(raw, 'args'),
+        env: environment(raw, 'env'),
+        stdin: bool(raw, 'stdin'),
+        ...(cwd === undefined ? {} : { cwd }),
+        ...(timeoutMs === undefined ? {} : { timeoutMs }),
+      }
+    }
+    case 'cancel': {
+      const signal = raw.signal
+      if (signal !== 'SIGKILL' && signal !== 'SIGTERM')
+        fail(raw, '"signal" must be SIGKILL or SIGTERM')
+      const reason = raw.reason
+      if (reason !== 'abort' && reason !== 'kill') fail(raw, '"reason" must be abort or kill')
+      return { type: 'cancel', signal, reason }
+    }
+    case 'read-file':
+      return { type: 'read-file', path: absolutePath(raw, 'path') }
+    case 'list-files':
+      return { type: 'list-files', path: absolutePath(raw, 'path') }
+    case 'write-file': {
+      const mode = int(raw, 'mode', { optional: true, min: 0 })
+      if (mode !== undefined && mode > 0o7777)
+        fail(raw, '"mode" must be permission bits (at most 0o7777)')
+      const size = int(raw, 'size', { optional: true, min: 0 })
+      return {
+        type: 'write-file',
+        path: absolutePath(raw, 'path'),
+        ...(mode === undefined ? {} : { mode }),
+        ...(size === undefined ? {} : { size }),
+      }
+    }
+    default:
+      throw new ProtocolError(`unknown message type "${String(raw.type)}"`)
+  }
+}
+
+/** Validates a message the client received. Throws {@link ProtocolError}. */
+export function parseAgentMessage(raw: Raw): AgentMessage {
+  switch (raw.type) {
+    case 'hello': {
+      const nonce = str(raw, 'nonce')!
+      if (!/^[0-9a-f]{64}$/.test(nonce)) fail(raw, '"nonce" must be 64 lowercase hex digits')
+      return {
+        type: 'hello',
+        protocol: int(raw, 'protocol')!,
+        nonce,
+        agentVersion: str(raw, 'agentVersion')!,
+      }
+    }
+    case 'auth-ok':
+    case 'cancel-ack':
+    case 'write-ready':
+    case 'end':
+    case 'heartbeat':
+      return { type: raw.type }
+    case 'health-ok':
+      return {
+        type: 'health-ok',
+        pid: int(raw, 'pid', { min: 0 })!,
+        uptimeMs: int(raw, 'uptimeMs', { min: 0 })!,
+        resumes: int(raw, 'resumes', { min: 0 })!,
+        agentVersion: str(raw, 'agentVersion')!,
+        writeRoots: stringList(raw, 'writeRoots'),
+        readRoots: stringList(raw, 'readRoots'),
+      }
+    case 'started':
+      return { type: 'started', pid: int(raw, 'pid', { min: 0 })! }
+    case 'stdin-ack':
+      return {
+        type: 'stdin-ack',
+        bytes: int(raw, 'bytes', { min: 0 })!,
+        closed: bool(raw, 'closed'),
+      }
+    case 'exit': {
+      const signal = raw.signal
+      if (signal !== null && typeof signal !== 'string')
+        fail(raw, '"signal" must be a string or null')
+      return {
+        type: 'exit',
+        exitCode: int(raw, 'exitCode')!,
+        signal,
+        timedOut: bool(raw, 'timedOut'),
+        aborted: bool(raw, 'aborted'),
+        oomKilled: bool(raw, 'oomKilled'),
+        durationMs: int(raw, 'durationMs', { min: 0 })!,
+      }
+    }
+    case 'file-info':
+      return {
+        type: 'file-info',
+        size: int(raw, 'size', { min: 0 })!,
+        mode: int(raw, 'mode', { min: 0 })!,
+      }
+    case 'write-done':
+      return { type: 'write-done', bytes: int(raw, 'bytes', { min: 0 })! }
+    case 'entries': {
+      const entries = raw.entries
+      if (!Array.isArray(entries)) fail(raw, '"entries" must be an array')
+      return {
+        type: 'entries',
+        entries: entries.map((entry: unknown) => {
+          if (typeof entry !== 'object' || entry === null) fail(raw, 'each entry must be an object')
+          const item = entry as Raw
+          return {
+            path: str(item, 'path')!,
+            size: int(item, 'size', { min: 0 })!,
+            modifiedMs: int(item, 'modifiedMs', { min: 0 })!,
+          }
+        }),
+      }
+    }
+    case 'error': {
+      const code = str(raw, 'code')!
+      return {
+        type: 'error',
+        code: (AGENT_ERROR_CODES.has(code) ? code : 'internal') as AgentErrorCode,
+        message: str(raw, 'message')!,
+      }
+    }
+    default:
+      throw new ProtocolError(`unknown message type "${String(raw.type)}"`)
+  }
+}

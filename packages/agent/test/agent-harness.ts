@@ -1,0 +1,131 @@
+import { type ChildProcess, spawn } from 'node:child_process'
+import { existsSync } from 'node:fs'
+import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { connect, type Socket } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { authenticateToAgent, FramedConnection } from '../src/protocol/index.js'
+
+/** The bundled program, exactly what guests run. Built by `pnpm build`. */
+export const AGENT_PROGRAM = fileURLToPath(new URL('../dist/cordon-agent.mjs', import.meta.url))
+
+export interface AgentUnderTest {
+  readonly dir: string
+  readonly outputs: string
+  readonly socketPath: string
+  readonly child: ChildProcess
+  secret: string
+  readonly stderr: () => string
+  /** A connected, not yet authenticated, framed connection. */
+  connectRaw(): Promise<FramedConnection>
+  /** An authenticated connection. */
+  connect(options?: { heartbeatMs?: number; secret?: string }): Promise<FramedConnection>
+  stop(): Promise<void>
+}
+
+/**
+ * Runs the real bundled agent as a child process listening on a unix socket in
+ * a fresh temporary directory, with `<dir>/out` as its write root.
+ */
+export async function startAgentProcess(
+  options: {
+    env?: Record<string, string>
+    secretVia?: 'env' | 'file'
+    listen?: string
+    stdio3?: number
+  } = {},
+): Promise<AgentUnderTest> {
+  if (!existsSync(AGENT_PROGRAM))
+    throw new Error(`${AGENT_PROGRAM} is missing: run pnpm build in packages/agent first`)
+  const dir = await mkdtemp(join(tmpdir(), 'cordon-agent-test-'))
+  const outputs = join(dir, 'out')
+  await mkdir(outputs)
+  const socketPath = join(dir, 'agent.sock')
+  const secret = `secret-${Math.random().toString(36).slice(2)}-${Date.now()}`
+  const env: Record<string, string> = {
+    PATH: process.env.PATH ?? '/usr/bin:/bin',
+    CORDON_AGENT_LISTEN: options.listen ?? `unix:${socketPath}`,
+    CORDON_AGENT_WRITE_ROOTS: outputs,
+    CORDON_AGENT_READ_ROOTS: join(dir, 'readonly'),
+    ...options.env,
+  }
+  if ((options.secretVia ?? 'file') === 'file') {
+    await writeFile(join(dir, 'secret'), secret, { mode: 0o600 })
+    env.CORDON_AGENT_SECRET_FILE = join(dir, 'secret')
+  } else env.CORDON_AGENT_SECRET = secret
+  const stdio: Array<'ignore' | 'pipe' | number> = ['ignore', 'pipe', 'pipe']
+  if (options.stdio3 !== undefined) stdio.push(options.stdio3)
+  const child = spawn(process.execPath, [AGENT_PROGRAM], { env, stdio })
+  let stderr = ''
+  child.stderr!.on('data', (chunk: Buffer) => {
+    stderr += chunk.toString()
+  })
+  child.stdout!.resume()
+  await new Promise<void>((resolve, reject) => {
+    const poll = setInterval(() => {
+      if (stderr.includes('"agent listening"')) {
+        clearInterval(poll)
+        resolve()
+      }
+    }, 10)
+    child.once('exit', (code) => {
+      clearInterval(poll)
+      reject(new Error(`agent exited with ${code}: ${stderr}`))
+    })
+  })
+  const agent: AgentUnderTest = {
+    dir,
+    outputs,
+    socketPath,
+    child,
+    secret,
+    stderr: () => stderr,
+    async connectRaw() {
+      const socket: Socket = await new Promise((resolve, reject) => {
+        const s = connect(socketPath)
+        s.once('connect', () => resolve(s))
+        s.once('error', reject)
+      })
+      return new FramedConnection(socket)
+    },
+    async connect(connectOptions = {}) {
+      const connection = await agent.connectRaw()
+      await authenticateToAgent(connection, connectOptions.secret ?? agent.secret, {
+        heartbeatMs: connectOptions.heartbeatMs ?? 1_000,
+      })
+      return connection
+    },
+    async stop() {
+      if (child.exitCode === null) {
+        const exited = new Promise((resolve) => child.once('exit', resolve))
+        child.kill('SIGTERM')
+        await exited
+      }
+      await rm(dir, { recursive: true, force: true })
+    },
+  }
+  return agent
+}
+
+export function delay(ms: number): Promise<void> {
+  return new Promise((resolve) => setTimeout(resolve, ms))
+}
+
+/** Pids of live processes whose command line contains `needle`. */
+export async function processesMatching(needle: string): Promise<number[]> {
+  const { readdir, readFile } = await import('node:fs/promises')
+  const found: number[] = []
+  for (const entry of await readdir('/proc')) {
+    if (!/^\d+$/.test(entry)) continue
+    try {
+      const stat = await readFile(`/proc/${entry}/stat`, 'latin1')
+      if (stat.slice(stat.lastIndexOf(')') + 2).startsWith('Z')) continue
+      const cmdline = (await readFile(`/proc/${entry}/cmdline`, 'utf8')).replaceAll('\0', ' ')
+      if (cmdline.includes(needle)) found.push(Number(entry))
+    } catch {
+      // Gone while we looked.
+    }
+  }
+  return found
+}

@@ -1,0 +1,105 @@
+import fc from 'fast-check'
+import { describe, expect, it } from 'vitest'
+import { computeAuthProof, newAgentSecret, verifyAuthProof } from '../src/protocol/auth.js'
+import { ProtocolError, parseAgentMessage, parseClientMessage } from '../src/protocol/messages.js'
+
+describe('auth proof', () => {
+  it('accepts the proof of the right secret and refuses any other', () => {
+    fc.assert(
+      fc.property(
+        fc.string({ minLength: 16 }),
+        fc.string({ minLength: 16 }),
+        fc.uint8Array({ minLength: 32, maxLength: 32 }),
+        (secret, other, nonceBytes) => {
+          const nonce = Buffer.from(nonceBytes).toString('hex')
+          const proof = computeAuthProof(secret, nonce)
+          expect(verifyAuthProof(secret, nonce, proof)).toBe(true)
+          if (other !== secret) expect(verifyAuthProof(other, nonce, proof)).toBe(false)
+        },
+      ),
+      { numRuns: 100 },
+    )
+  })
+
+  it('a proof is bound to its nonce and never contains the secret', () => {
+    const secret = newAgentSecret()
+    const first = computeAuthProof(secret, 'aa'.repeat(32))
+    const second = computeAuthProof(secret, 'bb'.repeat(32))
+    expect(first).not.toBe(second)
+    expect(verifyAuthProof(secret, 'bb'.repeat(32), first)).toBe(false)
+    expect(first).not.toContain(secret)
+    expect(verifyAuthProof(secret, 'aa'.repeat(32), first.slice(0, 10))).toBe(false)
+  })
+
+  it('mints distinct secrets of 43 base64url characters', () => {
+    const secrets = new Set(Array.from({ length: 50 }, () => newAgentSecret()))
+    expect(secrets.size).toBe(50)
+    for (const secret of secrets) expect(secret).toMatch(/^[A-Za-z0-9_-]{43}$/)
+  })
+})
+
+describe('message validation', () => {
+  it('accepts well-formed client requests', () => {
+    expect(
+      parseClientMessage({
+        type: 'exec',
+        command: 'ls',
+        args: ['-l'],
+        env: { A: 'b' },
+        stdin: false,
+        cwd: '/tmp',
+        timeoutMs: 5,
+      }),
+    ).toEqual({
+      type: 'exec',
+      command: 'ls',
+      args: ['-l'],
+      env: { A: 'b' },
+      stdin: false,
+      cwd: '/tmp',
+      timeoutMs: 5,
+    })
+    expect(parseClientMessage({ type: 'write-file', path: '/x', mode: 0o600, size: 3 })).toEqual({
+      type: 'write-file',
+      path: '/x',
+      mode: 0o600,
+      size: 3,
+    })
+  })
+
+  it('refuses malformed ones with ProtocolError', () => {
+    const bad: Array<Record<string, unknown>> = [
+      { type: 'exec', command: '', args: [], env: {}, stdin: false },
+      { type: 'exec', command: 'ls', args: [1], env: {}, stdin: false },
+      { type: 'exec', command: 'ls', args: [], env: { 'A-B': 'x' }, stdin: false },
+      { type: 'exec', command: 'ls\0', args: [], env: {}, stdin: false },
+      { type: 'exec', command: 'ls', args: [], env: {}, stdin: false, cwd: 'relative' },
+      { type: 'read-file', path: 'relative' },
+      { type: 'write-file', path: '/x', mode: 0o17777 },
+      { type: 'auth', proof: 'XYZ' },
+      { type: 'cancel', signal: 'SIGSTOP', reason: 'abort' },
+      { type: 'launch-missiles' },
+    ]
+    for (const message of bad)
+      expect(() => parseClientMessage(message), JSON.stringify(message)).toThrow(ProtocolError)
+  })
+
+  it('never throws anything but ProtocolError on arbitrary objects', () => {
+    fc.assert(
+      fc.property(
+        fc.dictionary(fc.string(), fc.jsonValue()),
+        fc.constantFrom('exec', 'auth', 'write-file', 'exit', 'entries', 'hello', 'nope'),
+        (raw, type) => {
+          for (const parse of [parseClientMessage, parseAgentMessage]) {
+            try {
+              parse({ ...raw, type })
+            } catch (error) {
+              expect(error).toBeInstanceOf(ProtocolError)
+            }
+          }
+        },
+      ),
+      { numRuns: 300 },
+    )
+  })
+})

@@ -1,0 +1,120 @@
+import type Docker from 'dockerode'
+import { LABEL } from './owner-labels.js'
+
+type DeathListener = () => void
+
+/**
+ * Follows the engine's `oom` and `die` events for one provider's containers.
+ * `oom` tells an exec that died of SIGKILL apart: killed by the OOM killer
+ * (reported as `oomKilled`) or by something else. `die` ends the execs of a
+ * container that stopped underneath them: under gVisor an out-of-memory kill
+ * takes the whole sandbox down, and the engine would otherwise keep an exec
+ * waiting on a process that no longer exists.
+ */
+export class EngineEvents {
+  private readonly lastOom = new Map<string, number>()
+  private readonly deathListeners = new Map<string, Set<DeathListener>>()
+  private readonly oomListeners = new Set<() => void>()
+  private stream: NodeJS.ReadableStream | undefined
+  private starting: Promise<void> | undefined
+
+  constructor(
+    private readonly docker: Docker,
+    private readonly providerId: string,
+  ) {}
+
+  /** Starts following events; idempotent, and retried on the next call if it failed. */
+  start(): Promise<void> {
+    this.starting ??= this.open().catch(() => {
+      this.starting = undefined
+    })
+    return this.starting
+  }
+
+  private async open(): Promise<void> {
+    const stream = (await this.docker.getEvents({
+      filters: { type: ['container'], event: ['oom', 'die'], label: [`${LABEL.provider}=${this.providerId}`] },
+    })) as NodeJS.ReadableStream
+    this.stream = stream
+    let buffered = ''
+    stream.on('data', (chunk: Buffer) => {
+      buffered += chunk.toString('utf8')
+      for (let newline = buffered.indexOf('\n'); newline >= 0; newline = buffered.indexOf('\n')) {
+        const line = buffered.slice(0, newline)
+        buffered = buffered.slice(newline + 1)
+        this.handle(line)
+      }
+    })
+    const reset = () => {
+      if (this.stream === stream) this.starting = undefined
+    }
+    stream.on('error', reset)
+    stream.on('end', reset)
+  }
+
+  private handle(line: string): void {
+    let event: { id?: string; status?: string; Action?: string; Actor?: { ID?: string } }
+    try {
+      event = JSON.parse(line)
+    } catch {
+      return
+    }
+    const id = event.id ?? event.Actor?.ID
+    if (!id) return
+    const action = event.Action ?? event.status
+    if (action === 'oom') {
+      this.lastOom.set(id, Date.now())
+      for (const listener of this.oomListeners) listener()
+    } else if (action === 'die') {
+      for (const listener of this.deathListeners.get(id) ?? []) listener()
+    }
+  }
+
+  /** Calls `listener` if the container dies; returns the unsubscribe function. */
+  onDeath(containerId: string, listener: DeathListener): () => void {
+    let listeners = this.deathListeners.get(containerId)
+    if (!listeners) {
+      listeners = new Set()
+      this.deathListeners.set(containerId, listeners)
+    }
+    listeners.add(listener)
+    return () => {
+      listeners.delete(listener)
+      if (listeners.size === 0) this.deathListeners.delete(containerId)
+    }
+  }
+
+  /** True if the container had an OOM kill at or after `sinceMs`, waiting up to `graceMs` for the event. */
+  async oomSince(containerId: string, sinceMs: number, graceMs: number): Promise<boolean> {
+    const seen = () => (this.lastOom.get(containerId) ?? 0) >= sinceMs
+    if (seen()) return true
+    return new Promise<boolean>((resolve) => {
+      const listener = () => {
+        if (!seen()) return
+        cleanup()
+        resolve(true)
+      }
+      const timer = setTimeout(() => {
+        cleanup()
+        resolve(seen())
+      }, graceMs)
+      const cleanup = () => {
+        clearTimeout(timer)
+        this.oomListeners.delete(listener)
+      }
+      this.oomListeners.add(listener)
+    })
+  }
+
+  forget(containerId: string): void {
+    this.lastOom.delete(containerId)
+    this.deathListeners.delete(containerId)
+  }
+
+  close(): void {
+    const stream = this.stream as (NodeJS.ReadableStream & { destroy?: () => void }) | undefined
+    this.stream = undefined
+    this.starting = undefined
+    stream?.destroy?.()
+  }
+}

@@ -1,0 +1,59 @@
+import {
+  AgentRemoteError,
+  ConnectionClosedError,
+  ConnectionIdleError,
+  FrameError,
+  ProtocolError,
+} from '@cordon/agent/protocol'
+import {
+  SandboxAbortedError,
+  SandboxError,
+  SandboxFileNotFoundError,
+  SandboxOperationError,
+  SandboxPathError,
+  SandboxTransportError,
+} from '@cordon/core'
+
+/**
+ * Translates what the agent protocol throws into cordon's errors, at the
+ * boundary where the backend hands results to the host. The original error is
+ * always kept as `cause`.
+ */
+export function toSandboxError(
+  error: unknown,
+  context: { operation: string; path?: string; endpoint: string; signal?: AbortSignal | undefined },
+): SandboxError {
+  if (SandboxError.isInstance(error)) return error
+  if (context.signal?.aborted)
+    return new SandboxAbortedError(context.operation, { cause: context.signal.reason })
+  if (error instanceof AgentRemoteError) {
+    switch (error.code) {
+      case 'path-refused':
+        return new SandboxPathError(context.path ?? '', error.message, { cause: error })
+      case 'not-found':
+        return new SandboxFileNotFoundError(context.path ?? '', { cause: error })
+      case 'unauthorized':
+        return new SandboxTransportError(
+          `the agent refused this host's proof of the sandbox secret`,
+          context.endpoint,
+          { cause: error },
+        )
+      default:
+        return new SandboxOperationError(context.operation, error.message, { cause: error })
+    }
+  }
+  if (
+    error instanceof ConnectionClosedError ||
+    error instanceof ConnectionIdleError ||
+    error instanceof FrameError ||
+    error instanceof ProtocolError
+  ) {
+    return new SandboxTransportError(`${context.operation}: ${error.message}`, context.endpoint, {
+      cause: error,
+    })
+  }
+  const message = error instanceof Error ? error.message : String(error)
+  return new SandboxTransportError(`${context.operation}: ${message}`, context.endpoint, {
+    cause: error,
+  })
+}

@@ -1,0 +1,31 @@
+/**
+ * `@cordon/backend-microvm`: the `microvm` tier. A client of a guest
+ * orchestrator's control plane (see openapi.yaml) plus the transport to the
+ * cordon agent inside each guest.
+ */
+export type { MicroVMBackendConfig } from '@cordon/core'
+export {
+  BACKEND_NAME,
+  ControlPlaneClient,
+  type ControlPlaneClientOptions,
+} from './control-plane-client.js'
+export type {
+  ControlPlaneErrorBody,
+  CreateSandboxRequestBody,
+  CreateSandboxResponseBody,
+  SandboxAgentEndpoint,
+} from './control-plane-types.js'
+export { encodeEgressAllowlist } from './egress-allowlist.js'
+export {
+  createBackend,
+  createMicroVMBackend,
+  DEFAULT_READINESS_TIMEOUT_MS,
+  type MicroVMBackendOptions,
+} from './microvm-backend.js'
+export { MicroVMSandbox } from './microvm-sandbox.js'
+export {
+  DEFAULT_AGENT_VSOCK_PORT,
+  VsockAgentTransport,
+  type VsockTransportOptions,
+} from './vsock-agent-transport.js'
+export { VsockHandshakeError, vsockConnect } from './vsock-handshake.js'

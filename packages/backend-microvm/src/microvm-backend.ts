@@ -1,0 +1,184 @@
+import { newAgentSecret } from '@cordon/agent/protocol'
+import {
+  type MicroVMBackendConfig,
+  microVMBackendConfigSchema,
+  parseConfig,
+  type SandboxBackend,
+  type SandboxBackendContext,
+  type SandboxBackendFactory,
+  type SandboxCreateRequest,
+  SandboxCreateTimeoutError,
+  SandboxError,
+  SandboxReadinessError,
+  SandboxTransportError,
+  sleep,
+  withDeadline,
+} from '@cordon/core'
+import { BACKEND_NAME, ControlPlaneClient } from './control-plane-client.js'
+import { encodeEgressAllowlist } from './egress-allowlist.js'
+import { MicroVMSandbox } from './microvm-sandbox.js'
+import {
+  DEFAULT_AGENT_VSOCK_PORT,
+  VsockAgentTransport,
+  type VsockTransportOptions,
+} from './vsock-agent-transport.js'
+
+/** Default budget for `create()`: control-plane call plus the agent answering health. */
+export const DEFAULT_READINESS_TIMEOUT_MS = 60_000
+
+/** Tuning that is not part of the validated config (tests, unusual networks). */
+export interface MicroVMBackendOptions {
+  readonly transport?: Omit<VsockTransportOptions, 'secret' | 'tls' | 'vsockPort'>
+}
+
+/**
+ * The `microvm:self-hosted` backend: asks the orchestrator's control plane for
+ * a guest (resumed from a snapshot), then talks to the cordon agent inside it.
+ *
+ * `create()` resolves only when the agent in the new guest answered a health
+ * request over an authenticated connection. If anything fails, times out or is
+ * aborted on the way, the guest is deleted before `create()` rejects (the
+ * sandbox id is chosen here, so even a create whose response never arrived is
+ * deleted by id).
+ *
+ * Construction does no I/O.
+ */
+export const createBackend: SandboxBackendFactory<MicroVMBackendConfig> = (input, context) =>
+  createMicroVMBackend(input, context)
+
+export function createMicroVMBackend(
+  input: MicroVMBackendConfig,
+  context: SandboxBackendContext,
+  options: MicroVMBackendOptions = {},
+): SandboxBackend {
+  const config = parseConfig(microVMBackendConfigSchema, input, `${BACKEND_NAME} backend config`)
+  const readinessTimeoutMs = config.readinessTimeoutMs ?? DEFAULT_READINESS_TIMEOUT_MS
+  const vsockPort = config.agentVsockPort ?? DEFAULT_AGENT_VSOCK_PORT
+  const controlPlane = new ControlPlaneClient({
+    endpoint: config.orchestratorEndpoint,
+    getToken: config.getToken,
+    ...(config.controlPlaneMtls ? { tls: config.controlPlaneMtls } : {}),
+  })
+
+  const create = async (request: SandboxCreateRequest): Promise<MicroVMSandbox> => {
+    // Named in SandboxCreateTimeoutError when the budget runs out.
+    let phase = 'egress.resolve'
+    const mark = (next: string): void => {
+      phase = next
+    }
+    return withDeadline(
+      async (signal) => {
+        const egressAllowlist = await encodeEgressAllowlist(request.egress, signal)
+        mark('control-plane.create')
+        const secret = newAgentSecret()
+        const created = await controlPlane.createSandbox(
+          {
+            sandboxId: request.id,
+            ...(config.template === undefined ? {} : { template: config.template }),
+            ...(config.agentSnapshot === undefined ? {} : { agentSnapshot: config.agentSnapshot }),
+            memoryLimitMb: request.memoryLimitMb,
+            maxProcesses: request.maxProcesses,
+            ...(request.timeoutMs === undefined ? {} : { timeoutMs: request.timeoutMs }),
+            ...(egressAllowlist === undefined ? {} : { egressAllowlist }),
+            agentVsockPort: vsockPort,
+            agentSecret: secret,
+            labels: {
+              'cordon.managed': '1',
+              'cordon.provider': context.providerId,
+              'cordon.sandbox': request.id,
+            },
+          },
+          signal,
+          (control) =>
+            control === 'egress' || control.startsWith('egress.')
+              ? `egress.${request.egress.kind}`
+              : control,
+        )
+        mark('agent.health')
+        const transport = new VsockAgentTransport(created.agent, {
+          ...options.transport,
+          secret,
+          vsockPort,
+          ...(config.mtls ? { tls: config.mtls } : {}),
+        })
+        await waitForAgent(transport, request.id, signal)
+        mark('ready')
+        return new MicroVMSandbox({
+          id: request.id,
+          rootDir: created.rootDir,
+          env: request.env,
+          workingDirectory: request.workingDirectory,
+          transport,
+          controlPlane,
+          emit: context.emit,
+        })
+      },
+      {
+        timeoutMs: readinessTimeoutMs,
+        signal: request.signal,
+        operation: 'create',
+        onTimeout: () => new SandboxCreateTimeoutError(readinessTimeoutMs, phase),
+        cleanup: () => controlPlane.deleteSandbox(request.id),
+        disposeLate: (late) => late.destroy(),
+        onCleanupError: (error) =>
+          context.emit({
+            type: 'lifecycle',
+            phase: 'create.failed',
+            sandboxId: request.id,
+            backend: BACKEND_NAME,
+            timestamp: Date.now(),
+            error: {
+              name: 'CleanupError',
+              message: `deleting the guest failed: ${(error as Error)?.message ?? error}`,
+            },
+          }),
+      },
+    )
+  }
+
+  return {
+    name: BACKEND_NAME,
+    create,
+    async close() {
+      await controlPlane.close()
+    },
+  }
+}
+
+/**
+ * Polls the agent's health until it answers. Connection failures are expected
+ * while the guest resumes and are retried until the create deadline; an agent
+ * that answers but refuses the secret or speaks another protocol will not get
+ * better, so that fails at once.
+ */
+async function waitForAgent(
+  transport: VsockAgentTransport,
+  sandboxId: string,
+  signal: AbortSignal,
+): Promise<void> {
+  let delay = 25
+  for (;;) {
+    try {
+      await transport.health(signal)
+      return
+    } catch (error) {
+      if (signal.aborted) throw signal.reason ?? error
+      if (!isRetryableReadinessFailure(error)) {
+        throw new SandboxReadinessError(
+          `the agent in sandbox ${sandboxId} answered but cannot be used: ${(error as Error).message}`,
+          sandboxId,
+          { cause: error },
+        )
+      }
+    }
+    await sleep(delay, signal, 'create')
+    delay = Math.min(delay * 2, 500)
+  }
+}
+
+function isRetryableReadinessFailure(error: unknown): boolean {
+  if (!SandboxTransportError.isInstance(error)) return !SandboxError.isInstance(error)
+  const cause = (error as { cause?: unknown }).cause
+  const name = (cause as { name?: string } | undefined)?.name
+  return name !== 'AgentRemoteError' && name !== 'ProtocolError'
+}

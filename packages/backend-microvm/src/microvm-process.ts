@@ -1,0 +1,118 @@
+import { type AgentExecSession, AgentStdinClosedError } from '@cordon/agent/protocol'
+import {
+  type ExecOutputCollector,
+  SandboxDestroyedError,
+  type SandboxExecResult,
+  SandboxOperationError,
+  type SandboxProcess,
+} from '@cordon/core'
+import type { VsockAgentTransport } from './vsock-agent-transport.js'
+
+const textEncoder = new TextEncoder()
+
+export interface MicroVMProcessHooks {
+  readonly sandboxId: string
+  readonly transport: VsockAgentTransport
+  readonly isDestroyed: () => boolean
+  readonly onSettled: (result: SandboxExecResult | undefined) => void
+}
+
+/**
+ * A command running in a guest. Its output is collected (UTF-8 safe, capped)
+ * as it streams in; `signal` aborting kills the command's whole process tree
+ * and marks the result `aborted`.
+ */
+export class MicroVMProcess implements SandboxProcess {
+  private readonly settled: Promise<SandboxExecResult>
+  private removeAbortListener = (): void => {}
+
+  constructor(
+    private readonly session: AgentExecSession,
+    private readonly collector: ExecOutputCollector,
+    private readonly hooks: MicroVMProcessHooks,
+    signal: AbortSignal | undefined,
+  ) {
+    if (signal) {
+      const onAbort = (): void => {
+        void this.session.cancel('SIGKILL', 'abort').catch(() => {})
+      }
+      if (signal.aborted) onAbort()
+      else {
+        signal.addEventListener('abort', onAbort, { once: true })
+        this.removeAbortListener = () => signal.removeEventListener('abort', onAbort)
+      }
+    }
+    this.settled = this.collect()
+    this.settled.catch(() => {})
+  }
+
+  async write(data: string | Uint8Array): Promise<void> {
+    this.assertLive()
+    try {
+      await this.session.writeStdin(typeof data === 'string' ? textEncoder.encode(data) : data)
+    } catch (error) {
+      if (error instanceof AgentStdinClosedError)
+        throw new SandboxOperationError('write', "the command's stdin is closed", { cause: error })
+      throw this.hooks.transport.translate(error, 'write')
+    }
+  }
+
+  async closeStdin(): Promise<void> {
+    this.assertLive()
+    try {
+      await this.session.endStdin()
+    } catch (error) {
+      throw this.hooks.transport.translate(error, 'closeStdin')
+    }
+  }
+
+  async kill(signal: 'SIGTERM' | 'SIGKILL' = 'SIGKILL'): Promise<void> {
+    this.assertLive()
+    try {
+      await this.session.cancel(signal, 'kill')
+    } catch (error) {
+      throw this.hooks.transport.translate(error, 'kill')
+    }
+  }
+
+  wait(): Promise<SandboxExecResult> {
+    return this.settled
+  }
+
+  /** Drops the connection (the agent then kills the command). */
+  abandon(): void {
+    this.session.abandon()
+  }
+
+  private async collect(): Promise<SandboxExecResult> {
+    try {
+      const exit = await this.session.result
+      const output = this.collector.finish()
+      const result: SandboxExecResult = {
+        exitCode: exit.exitCode,
+        stdout: output.stdout,
+        stderr: output.stderr,
+        signal: exit.signal,
+        timedOut: exit.timedOut,
+        aborted: exit.aborted,
+        oomKilled: exit.oomKilled,
+        durationMs: exit.durationMs,
+        stdoutTruncated: output.stdoutTruncated,
+        stderrTruncated: output.stderrTruncated,
+      }
+      this.hooks.onSettled(result)
+      return result
+    } catch (error) {
+      this.hooks.onSettled(undefined)
+      if (this.hooks.isDestroyed())
+        throw new SandboxDestroyedError(this.hooks.sandboxId, { cause: error })
+      throw this.hooks.transport.translate(error, 'exec')
+    } finally {
+      this.removeAbortListener()
+    }
+  }
+
+  private assertLive(): void {
+    if (this.hooks.isDestroyed()) throw new SandboxDestroyedError(this.hooks.sandboxId)
+  }
+}

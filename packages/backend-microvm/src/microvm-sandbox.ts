@@ -1,0 +1,278 @@
+import { posix } from 'node:path'
+import { AgentStdinClosedError } from '@cordon/agent/protocol'
+import {
+  concatBytes,
+  ExecOutputCollector,
+  type Sandbox,
+  type SandboxByteSource,
+  SandboxDestroyedError,
+  type SandboxDestroyOptions,
+  type SandboxEvent,
+  type SandboxExecOptions,
+  type SandboxExecResult,
+  type SandboxFileEntry,
+  type SandboxFileOptions,
+  type SandboxId,
+  SandboxPathError,
+  type SandboxProcess,
+  type SandboxStartOptions,
+  type SandboxStatus,
+  type SandboxWriteFileOptions,
+  throwIfAborted,
+  validateExecRequest,
+} from '@cordon/core'
+import type { ControlPlaneClient } from './control-plane-client.js'
+import { BACKEND_NAME } from './control-plane-client.js'
+import { MicroVMProcess } from './microvm-process.js'
+import type { VsockAgentTransport } from './vsock-agent-transport.js'
+
+const textEncoder = new TextEncoder()
+
+export interface MicroVMSandboxInit {
+  readonly id: SandboxId
+  readonly rootDir: string
+  /** The sandbox's environment; each command's `env` is laid over it. */
+  readonly env: Readonly<Record<string, string>>
+  readonly workingDirectory: string | undefined
+  readonly transport: VsockAgentTransport
+  readonly controlPlane: ControlPlaneClient
+  readonly emit: (event: SandboxEvent) => void
+}
+
+/**
+ * One guest, reached through its agent. Commands and files go over the agent
+ * transport (a fresh authenticated connection per operation); `destroy` asks
+ * the control plane to delete the guest.
+ *
+ * There is no `setNetworkPolicy`: the egress allowlist is fixed when the guest
+ * is created.
+ */
+export class MicroVMSandbox implements Sandbox {
+  readonly id: SandboxId
+  readonly rootDir: string
+  private state: SandboxStatus = 'ready'
+  private destroying: Promise<void> | undefined
+  private readonly running = new Set<MicroVMProcess>()
+
+  constructor(private readonly init: MicroVMSandboxInit) {
+    this.id = init.id
+    this.rootDir = init.rootDir
+  }
+
+  get status(): SandboxStatus {
+    return this.state
+  }
+
+  async exec(
+    command: string,
+    args: readonly string[] = [],
+    options: SandboxExecOptions = {},
+  ): Promise<SandboxExecResult> {
+    const { stdin, ...rest } = options
+    const process = await this.launch(command, args, rest, stdin !== undefined, 'exec')
+    if (stdin !== undefined) {
+      try {
+        await process.write(typeof stdin === 'string' ? textEncoder.encode(stdin) : stdin)
+        await process.closeStdin()
+      } catch (error) {
+        // A command that exits without reading all of its input is not an error of exec.
+        if (!(error instanceof Error && error.cause instanceof AgentStdinClosedError)) {
+          process.abandon()
+          throw error
+        }
+      }
+    }
+    return process.wait()
+  }
+
+  start(
+    command: string,
+    args: readonly string[] = [],
+    options: SandboxStartOptions = {},
+  ): Promise<SandboxProcess> {
+    const { openStdin, ...rest } = options
+    return this.launch(command, args, rest, openStdin ?? true, 'start')
+  }
+
+  async writeFile(
+    path: string,
+    content: string | Uint8Array,
+    options: SandboxWriteFileOptions = {},
+  ): Promise<void> {
+    const bytes = typeof content === 'string' ? textEncoder.encode(content) : content
+    await this.writeFileStream(path, singleChunk(bytes), { ...options, size: bytes.byteLength })
+  }
+
+  async readFile(path: string, options: SandboxFileOptions = {}): Promise<Uint8Array> {
+    const chunks: Uint8Array[] = []
+    for await (const chunk of await this.readFileStream(path, options)) chunks.push(chunk)
+    return concatBytes(chunks)
+  }
+
+  async writeFileStream(
+    path: string,
+    source: SandboxByteSource,
+    options: SandboxWriteFileOptions = {},
+  ): Promise<void> {
+    this.assertUsable('writeFile', options.signal)
+    const target = this.resolvePath(path)
+    await this.init.transport.writeFile(target, toAsyncIterable(source), {
+      ...(options.mode === undefined ? {} : { mode: options.mode }),
+      ...(options.size === undefined ? {} : { size: options.size }),
+      ...(options.signal ? { signal: options.signal } : {}),
+    })
+  }
+
+  async readFileStream(
+    path: string,
+    options: SandboxFileOptions = {},
+  ): Promise<AsyncIterable<Uint8Array>> {
+    this.assertUsable('readFile', options.signal)
+    const download = await this.init.transport.readFile(this.resolvePath(path), options.signal)
+    return download.chunks
+  }
+
+  async listFiles(dir?: string, options: SandboxFileOptions = {}): Promise<SandboxFileEntry[]> {
+    this.assertUsable('listFiles', options.signal)
+    const entries = await this.init.transport.listFiles(
+      this.resolvePath(dir ?? this.rootDir),
+      options.signal,
+    )
+    return entries.map((entry) => ({
+      path: entry.path,
+      size: entry.size,
+      modifiedMs: entry.modifiedMs,
+    }))
+  }
+
+  destroy(options: SandboxDestroyOptions = {}): Promise<void> {
+    if (this.state === 'destroyed') return Promise.resolve()
+    this.destroying ??= this.runDestroy(options.signal)
+    return this.destroying
+  }
+
+  private async runDestroy(signal: AbortSignal | undefined): Promise<void> {
+    throwIfAborted(signal, 'destroy')
+    this.state = 'destroying'
+    for (const process of this.running) process.abandon()
+    try {
+      await this.init.controlPlane.deleteSandbox(this.id, signal)
+    } catch (error) {
+      // Let a later call try again.
+      this.state = 'ready'
+      this.destroying = undefined
+      throw error
+    }
+    this.state = 'destroyed'
+  }
+
+  private async launch(
+    command: string,
+    args: readonly string[],
+    options: Omit<SandboxExecOptions, 'stdin'>,
+    openStdin: boolean,
+    operation: 'exec' | 'start',
+  ): Promise<MicroVMProcess> {
+    validateExecRequest(command, args, options)
+    this.assertUsable(operation, options.signal)
+    const collector = new ExecOutputCollector({
+      ...(options.maxOutputBytes === undefined ? {} : { maxOutputBytes: options.maxOutputBytes }),
+      ...(options.onOutput ? { onOutput: options.onOutput } : {}),
+    })
+    const cwd = options.cwd ?? this.init.workingDirectory ?? this.rootDir
+    const started = Date.now()
+    this.init.emit({
+      type: 'exec',
+      phase: 'start',
+      sandboxId: this.id,
+      backend: BACKEND_NAME,
+      timestamp: started,
+      command,
+    })
+    const session = await this.init.transport.startExec(
+      {
+        command,
+        args: [...args],
+        env: { ...this.init.env, ...options.env },
+        cwd,
+        stdin: openStdin,
+        ...(options.timeout === undefined
+          ? {}
+          : { timeoutMs: Math.max(1, Math.ceil(options.timeout)) }),
+      },
+      {
+        onStdout: (bytes) => collector.push('stdout', bytes),
+        onStderr: (bytes) => collector.push('stderr', bytes),
+      },
+      options.signal,
+    )
+    const process: MicroVMProcess = new MicroVMProcess(
+      session,
+      collector,
+      {
+        sandboxId: this.id,
+        transport: this.init.transport,
+        isDestroyed: () => this.state === 'destroyed' || this.state === 'destroying',
+        onSettled: (result) => {
+          this.running.delete(process)
+          this.init.emit({
+            type: 'exec',
+            phase: 'end',
+            sandboxId: this.id,
+            backend: BACKEND_NAME,
+            timestamp: Date.now(),
+            command,
+            ...(result
+              ? {
+                  exitCode: result.exitCode,
+                  timedOut: result.timedOut,
+                  aborted: result.aborted,
+                  durationMs: result.durationMs,
+                }
+              : {}),
+          })
+        },
+      },
+      options.signal,
+    )
+    this.running.add(process)
+    return process
+  }
+
+  private assertUsable(operation: string, signal: AbortSignal | undefined): void {
+    if (this.state === 'destroyed' || this.state === 'destroying')
+      throw new SandboxDestroyedError(this.id)
+    throwIfAborted(signal, operation)
+  }
+
+  /** Relative paths resolve against rootDir; the agent's jail has the final word on where they may lead. */
+  private resolvePath(path: string): string {
+    if (typeof path !== 'string' || path.length === 0 || path.includes('\0')) {
+      throw new SandboxPathError(String(path), 'a path must be a non-empty string without NUL')
+    }
+    return posix.resolve(this.rootDir, path)
+  }
+}
+
+async function* singleChunk(bytes: Uint8Array): AsyncGenerator<Uint8Array> {
+  if (bytes.byteLength > 0) yield bytes
+}
+
+function toAsyncIterable(source: SandboxByteSource): AsyncIterable<Uint8Array> {
+  if (Symbol.asyncIterator in source) return source as AsyncIterable<Uint8Array>
+  const stream = source as ReadableStream<Uint8Array>
+  return {
+    async *[Symbol.asyncIterator]() {
+      const reader = stream.getReader()
+      try {
+        for (;;) {
+          const { done, value } = await reader.read()
+          if (done) return
+          yield value
+        }
+      } finally {
+        reader.releaseLock()
+      }
+    },
+  }
+}

@@ -1,0 +1,222 @@
+import { createServer, type Server } from 'node:net'
+import { join } from 'node:path'
+import { SandboxAbortedError, SandboxPathError, SandboxTransportError } from '@cordon/core'
+import { startMtlsRelay, startVsockRelay } from '@cordon/orchestrator-standin'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { VsockAgentTransport } from '../src/index.js'
+import { type HostAgent, makeTestPki, startHostAgent, type TestPki } from './host-agent.js'
+
+// Tuned so failing dials give up quickly in tests.
+const fast = { maxConnectAttempts: 3, retryDelayMs: 20, connectTimeoutMs: 2_000 }
+
+async function* bytes(text: string): AsyncGenerator<Uint8Array> {
+  yield new TextEncoder().encode(text)
+}
+
+describe('VsockAgentTransport', () => {
+  let agent: HostAgent
+  let relay: { close(): Promise<void> }
+  let vsockPath: string
+  beforeAll(async () => {
+    agent = await startHostAgent()
+    vsockPath = join(agent.dir, 'v.sock')
+    relay = await startVsockRelay({
+      udsPath: vsockPath,
+      agentPort: 1024,
+      agentSocketPath: agent.socketPath,
+    })
+  })
+  afterAll(async () => {
+    await relay?.close()
+    await agent?.stop()
+  })
+
+  it('talks to the agent over a plain unix socket', async () => {
+    const transport = new VsockAgentTransport(
+      { kind: 'unix', path: agent.socketPath },
+      { secret: agent.secret, ...fast },
+    )
+    expect((await transport.health()).type).toBe('health-ok')
+  })
+
+  it("completes Firecracker's CONNECT/OK handshake, then runs commands and moves files", async () => {
+    const transport = new VsockAgentTransport(
+      { kind: 'vsock', udsPath: vsockPath },
+      { secret: agent.secret, ...fast },
+    )
+    expect(transport.description).toBe(`vsock:${vsockPath}#1024`)
+    let out = ''
+    const session = await transport.startExec(
+      { command: 'echo', args: ['through vsock'], env: {}, stdin: false },
+      {
+        onStdout: (chunk) => (out += Buffer.from(chunk).toString()),
+      },
+    )
+    expect((await session.result).exitCode).toBe(0)
+    expect(out).toBe('through vsock\n')
+    const path = join(agent.dir, 'out/hello.txt')
+    await transport.writeFile(path, bytes('hi'), {})
+    const download = await transport.readFile(path)
+    const chunks: Uint8Array[] = []
+    for await (const chunk of download.chunks) chunks.push(chunk)
+    expect(Buffer.concat(chunks).toString()).toBe('hi')
+    expect(
+      (await transport.listFiles(join(agent.dir, 'out'))).map((entry) => entry.path),
+    ).toContain(path)
+  })
+
+  it('maps the agent refusing a path to SandboxPathError', async () => {
+    const transport = new VsockAgentTransport(
+      { kind: 'vsock', udsPath: vsockPath, port: 1024 },
+      { secret: agent.secret, ...fast },
+    )
+    const error = await transport
+      .writeFile('/etc/cordon-nope', bytes('x'), {})
+      .catch((caught: unknown) => caught)
+    expect(SandboxPathError.isInstance(error)).toBe(true)
+  })
+
+  it('gives up after a bounded number of attempts when the device closes without OK (no listener on the port)', async () => {
+    const transport = new VsockAgentTransport(
+      { kind: 'vsock', udsPath: vsockPath, port: 9999 },
+      { secret: agent.secret, ...fast },
+    )
+    const started = Date.now()
+    const error = await transport.health().catch((caught: unknown) => caught)
+    expect(SandboxTransportError.isInstance(error)).toBe(true)
+    expect((error as Error).message).toMatch(/after 3 attempts.*CONNECT 9999/)
+    expect(Date.now() - started).toBeLessThan(2_000)
+  })
+
+  it('refuses a device that answers something other than OK', async () => {
+    const path = join(agent.dir, 'liar.sock')
+    const liar: Server = createServer((socket) => socket.end('NOPE\n'))
+    await new Promise<void>((resolve) => liar.listen(path, resolve))
+    try {
+      const transport = new VsockAgentTransport(
+        { kind: 'vsock', udsPath: path, port: 1024 },
+        { secret: agent.secret, ...fast },
+      )
+      await expect(transport.health()).rejects.toThrow(/answered "NOPE"/)
+    } finally {
+      liar.close()
+    }
+  })
+
+  it('does not retry a wrong secret: the agent refusing the proof fails at once', async () => {
+    const transport = new VsockAgentTransport(
+      { kind: 'unix', path: agent.socketPath },
+      { secret: 'an-entirely-wrong-secret', ...fast, maxConnectAttempts: 50 },
+    )
+    const started = Date.now()
+    const error = await transport.health().catch((caught: unknown) => caught)
+    expect(SandboxTransportError.isInstance(error)).toBe(true)
+    expect((error as Error).message).toContain('refused')
+    expect(Date.now() - started).toBeLessThan(1_000)
+  })
+
+  it('bridges an agent that starts late with its retries', async () => {
+    const late = await startHostAgent({ delayMs: 300 })
+    try {
+      const transport = new VsockAgentTransport(
+        { kind: 'unix', path: late.socketPath },
+        { secret: late.secret, maxConnectAttempts: 8, retryDelayMs: 50 },
+      )
+      expect((await transport.health()).type).toBe('health-ok')
+    } finally {
+      await late.stop()
+    }
+  })
+
+  it('opens a new connection per request, so it keeps working across a resume', async () => {
+    const transport = new VsockAgentTransport(
+      { kind: 'vsock', udsPath: vsockPath },
+      { secret: agent.secret, ...fast, maxConnectAttempts: 10 },
+    )
+    expect((await transport.health()).resumes).toBe(0)
+    agent.child.kill('SIGHUP')
+    const until = Date.now() + 5_000
+    let resumes = 0
+    while (resumes === 0 && Date.now() < until) {
+      resumes = (await transport.health().catch(() => ({ resumes: 0 }))).resumes
+      if (resumes === 0) await new Promise((resolve) => setTimeout(resolve, 50))
+    }
+    expect(resumes).toBe(1)
+  })
+
+  it('honours an AbortSignal', async () => {
+    const transport = new VsockAgentTransport(
+      { kind: 'unix', path: agent.socketPath },
+      { secret: agent.secret, ...fast },
+    )
+    const controller = new AbortController()
+    controller.abort()
+    const error = await transport.health(controller.signal).catch((caught: unknown) => caught)
+    expect(SandboxAbortedError.isInstance(error)).toBe(true)
+  })
+})
+
+describe('VsockAgentTransport over an mTLS relay', () => {
+  let agent: HostAgent
+  let pki: Awaited<ReturnType<typeof makeTestPki>>
+  let relay: { port: number; close(): Promise<void> }
+  beforeAll(async () => {
+    agent = await startHostAgent()
+    pki = await makeTestPki()
+    relay = await startMtlsRelay({
+      host: '127.0.0.1',
+      credentials: { cert: pki.serverCert, key: pki.serverKey, ca: pki.ca },
+      agentSocketPath: agent.socketPath,
+    })
+  })
+  afterAll(async () => {
+    await relay?.close()
+    await agent?.stop()
+    await pki?.cleanup()
+  })
+
+  const endpoint = (): { kind: 'tls'; host: string; port: number; servername: string } => ({
+    kind: 'tls',
+    host: '127.0.0.1',
+    port: relay.port,
+    servername: 'localhost',
+  })
+  const client = (tls: Partial<TestPki> & { cert: string; key: string; ca?: string }) => ({
+    cert: tls.cert,
+    key: tls.key,
+    ...(tls.ca ? { ca: tls.ca } : {}),
+  })
+
+  it('reaches the agent with a client certificate the relay trusts', async () => {
+    const transport = new VsockAgentTransport(endpoint(), {
+      secret: agent.secret,
+      ...fast,
+      tls: client({ cert: pki.clientCert, key: pki.clientKey, ca: pki.ca }),
+    })
+    expect((await transport.health()).type).toBe('health-ok')
+  })
+
+  it('is refused with a certificate from another CA, and refuses a relay it cannot verify', async () => {
+    const stranger = new VsockAgentTransport(endpoint(), {
+      secret: agent.secret,
+      ...fast,
+      tls: client({ cert: pki.strangerCert, key: pki.strangerKey, ca: pki.ca }),
+    })
+    expect(
+      SandboxTransportError.isInstance(await stranger.health().catch((caught: unknown) => caught)),
+    ).toBe(true)
+    const distrusting = new VsockAgentTransport(endpoint(), {
+      secret: agent.secret,
+      ...fast,
+      tls: client({ cert: pki.clientCert, key: pki.clientKey, ca: pki.strangerCa }),
+    })
+    const error = await distrusting.health().catch((caught: unknown) => caught)
+    expect(SandboxTransportError.isInstance(error)).toBe(true)
+    expect((error as Error).message).toMatch(/TLS|certificate/i)
+  })
+
+  it('needs the backend mtls config for a TLS endpoint', async () => {
+    const transport = new VsockAgentTransport(endpoint(), { secret: agent.secret, ...fast })
+    await expect(transport.health()).rejects.toThrow(/mtls/)
+  })
+})

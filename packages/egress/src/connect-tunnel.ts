@@ -1,0 +1,161 @@
+/**
+ * CONNECT tunnels. Every check (authority, Host, client, policy, port, every
+ * resolved address) runs before the client is told `200`, and no byte the
+ * client sent is relayed until the upstream leg to a screened address is
+ * open. What flows through the tunnel afterwards is opaque to the proxy.
+ */
+import type { IncomingMessage } from 'node:http'
+import type { Socket } from 'node:net'
+import type { EgressReasonCode } from '@cordon/core'
+import { admit } from './admission.js'
+import {
+  checkHostHeaders,
+  normalizeTargetHost,
+  policySubject,
+  splitAuthority,
+} from './authority.js'
+import { buildDecisionEvent } from './decision-event.js'
+import { refuseOnSocket } from './denial.js'
+import { DialError, dialPinned } from './pinned-dial.js'
+import { canonicalClientAddress } from './policy-state.js'
+import type { ProxyRuntime } from './proxy-runtime.js'
+
+export async function handleConnect(
+  runtime: ProxyRuntime,
+  request: IncomingMessage,
+  client: Socket,
+  head: Buffer,
+): Promise<void> {
+  const startedAt = Date.now()
+  client.on('error', () => {})
+  runtime.track(client)
+  const clientAddress = canonicalClientAddress(client.remoteAddress) ?? ''
+  let host = ''
+  let port = 0
+  // Looked up first so that every event, refusals included, names the client.
+  const found = runtime.state.clientFor(clientAddress)
+  const clientId = found.ok ? found.client.clientId : undefined
+  const deny = (reason: EgressReasonCode, address?: string): void => {
+    const status = refuseOnSocket(client, reason)
+    runtime.emit(
+      buildDecisionEvent({
+        kind: 'connect',
+        host,
+        port,
+        reason,
+        clientAddress,
+        clientId,
+        address,
+        startedAt,
+        status,
+      }),
+    )
+  }
+
+  const authority = splitAuthority(request.url ?? '')
+  if (authority === undefined || authority.port === undefined) return deny('bad-request')
+  host = authority.host
+  port = authority.port
+  const target = normalizeTargetHost(authority.host)
+  if (target === undefined) return deny('bad-request')
+  host = policySubject(target)
+  const hostCheck = checkHostHeaders(request.rawHeaders, target, port, port)
+  if (hostCheck !== 'ok') return deny(hostCheck)
+  // A CONNECT carries no body; framing headers on one are a smuggling attempt.
+  const length = request.headers['content-length']
+  if (
+    request.headers['transfer-encoding'] !== undefined ||
+    (length !== undefined && length !== '0')
+  ) {
+    return deny('ambiguous-length')
+  }
+
+  if (!found.ok) return deny(found.reason)
+
+  const release = runtime.slots.acquire(clientAddress)
+  if (release === undefined) return deny('too-many-tunnels')
+
+  const admission = await admit(runtime, found.client, target, port)
+  if (!admission.ok) {
+    release()
+    return deny(admission.reason, admission.address)
+  }
+
+  let upstream: Socket
+  try {
+    upstream = await dialPinned(admission.addresses, port, runtime.options.limits.connectTimeoutMs)
+  } catch (error) {
+    release()
+    const timedOut = error instanceof DialError && error.timedOut
+    return deny(timedOut ? 'connect-timeout' : 'connect-failed')
+  }
+  upstream.on('error', () => {})
+  runtime.track(upstream)
+  const address = upstream.remoteAddress
+
+  let failure: string | undefined
+  const report = (): void => {
+    release()
+    runtime.emit(
+      buildDecisionEvent({
+        kind: 'connect',
+        host,
+        port,
+        reason: 'allowed',
+        clientAddress,
+        clientId,
+        address,
+        bytesUp: upstream.bytesWritten,
+        bytesDown: upstream.bytesRead,
+        startedAt,
+        status: 200,
+        error: failure,
+      }),
+    )
+  }
+
+  if (client.destroyed) {
+    failure = 'client closed before the tunnel opened'
+    upstream.destroy()
+    report()
+    return
+  }
+
+  let closed = 0
+  const finish = (): void => {
+    closed += 1
+    if (closed === 2) report()
+  }
+  upstream.once('close', finish)
+  client.once('close', finish)
+
+  const idle = runtime.options.limits.idleTimeoutMs
+  const onIdle = (): void => {
+    failure ??= 'idle timeout'
+    client.destroy()
+    upstream.destroy()
+  }
+  client.setTimeout(idle, onIdle)
+  upstream.setTimeout(idle, onIdle)
+  // One side closing ends the other gracefully, so data already queued still
+  // drains; a side that then never closes is caught by the idle timeout.
+  client.once('close', () => {
+    if (!upstream.destroyed) upstream.end()
+  })
+  upstream.once('close', () => {
+    if (!client.destroyed) client.end()
+  })
+  client.once('error', (error: Error) => {
+    failure ??= `client: ${error.message}`
+    upstream.destroy()
+  })
+  upstream.once('error', (error: Error) => {
+    failure ??= `upstream: ${error.message}`
+    client.destroy()
+  })
+
+  client.write('HTTP/1.1 200 Connection Established\r\n\r\n')
+  if (head.length > 0) upstream.write(head)
+  client.pipe(upstream)
+  upstream.pipe(client)
+}

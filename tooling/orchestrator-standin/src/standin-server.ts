@@ -1,0 +1,373 @@
+import { randomBytes, timingSafeEqual } from 'node:crypto'
+import { mkdtemp, rm } from 'node:fs/promises'
+import {
+  createServer as createHttpServer,
+  type IncomingMessage,
+  type Server,
+  type ServerResponse,
+} from 'node:http'
+import { createServer as createHttpsServer } from 'node:https'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { agentProgramPath } from '@cordon/agent'
+import Dockerode from 'dockerode'
+import { parseCreateRequest, type ValidCreateRequest } from './create-request.js'
+import { GUEST_OUTPUTS_DIR, type Guest, startGuest } from './guest-container.js'
+import { type MtlsRelayCredentials, startMtlsRelay } from './mtls-relay.js'
+import { startVsockRelay } from './vsock-relay.js'
+
+export const DEFAULT_GUEST_IMAGE = 'cordon-test/node:latest'
+const MAX_BODY_BYTES = 64 * 1024
+
+export interface OrchestratorStandinOptions {
+  /** The bearer token callers must present. */
+  readonly token: string
+  readonly docker?: Dockerode
+  /** Image of guests created without a template (default cordon-test/node:latest). */
+  readonly image?: string
+  /** Template name to image; a create naming another template is refused. */
+  readonly templates?: Readonly<Record<string, string>>
+  /** The bundled agent program mounted into each guest (default: @cordon/agent's). */
+  readonly agentProgramPath?: string
+  readonly host?: string
+  readonly port?: number
+  /** Serve the control plane over TLS; with `ca`, client certificates from it are required. */
+  readonly tls?: { readonly cert: string; readonly key: string; readonly ca?: string }
+  /** Put a client-certificate TLS relay in front of each agent instead of the vsock socket. */
+  readonly agentRelay?: MtlsRelayCredentials
+  /** Extra labels on every container (e.g. a test run id). */
+  readonly labels?: Readonly<Record<string, string>>
+  readonly tmpSizeMb?: number
+  readonly outputsSizeMb?: number
+  readonly cpus?: number
+}
+
+export interface OrchestratorStandin {
+  readonly url: string
+  /** Labels every container of this stand-in carries (`cordon.standin`). */
+  readonly id: string
+  /** Ids of the guests alive now. */
+  guests(): string[]
+  /** Deletes every guest (and any container labelled with this stand-in), then stops serving. */
+  close(): Promise<void>
+}
+
+interface GuestRecord {
+  readonly request: ValidCreateRequest
+  readonly ready: Promise<void>
+  guest?: Guest
+  relays: Array<{ close(): Promise<void> }>
+  lifetime?: ReturnType<typeof setTimeout>
+  deleteRequested: boolean
+  removal?: Promise<void>
+}
+
+class HttpError extends Error {
+  constructor(
+    readonly status: number,
+    readonly code: string,
+    message: string,
+    readonly extra: Record<string, unknown> = {},
+  ) {
+    super(message)
+  }
+}
+
+/**
+ * A local implementation of the control-plane API in
+ * packages/backend-microvm/openapi.yaml, for tests and development. It is a
+ * stand-in, not an orchestrator: each "guest" is the real cordon agent in a
+ * hardened container on the local engine, reached through a Firecracker-style
+ * vsock socket (or a client-certificate TLS relay). It can enforce only a
+ * deny-all egress policy (the container has no network), so it refuses every
+ * other policy with `control-refused`.
+ */
+export async function startOrchestratorStandin(
+  options: OrchestratorStandinOptions,
+): Promise<OrchestratorStandin> {
+  const docker = options.docker ?? new Dockerode()
+  const image = options.image ?? DEFAULT_GUEST_IMAGE
+  await docker.ping().catch((error: unknown) => {
+    throw new Error(
+      `the stand-in needs a Docker Engine (run tooling/engine/setup.sh): ${(error as Error).message}`,
+      { cause: error },
+    )
+  })
+  for (const ref of new Set([image, ...Object.values(options.templates ?? {})])) {
+    await docker
+      .getImage(ref)
+      .inspect()
+      .catch((error: unknown) => {
+        throw new Error(
+          `guest image ${ref} is missing (tooling/engine/setup.sh builds cordon-test/node)`,
+          { cause: error },
+        )
+      })
+  }
+  const programPath = options.agentProgramPath ?? agentProgramPath()
+  const standinId = `standin-${randomBytes(6).toString('hex')}`
+  const stateDir = await mkdtemp(join(tmpdir(), 'cordon-standin-'))
+  const records = new Map<string, GuestRecord>()
+  const expectedToken = Buffer.from(`Bearer ${options.token}`)
+
+  const removeGuest = (id: string, record: GuestRecord): Promise<void> => {
+    record.removal ??= (async () => {
+      if (record.lifetime) clearTimeout(record.lifetime)
+      await record.ready.catch(() => {})
+      await Promise.allSettled(record.relays.map((relay) => relay.close()))
+      await record.guest?.remove()
+      // Also when the container was never made: the run directory may still hold the secret file.
+      await rm(join(stateDir, id), { recursive: true, force: true })
+      records.delete(id)
+    })()
+    return record.removal
+  }
+
+  const createGuest = async (
+    request: ValidCreateRequest,
+  ): Promise<{ record: GuestRecord; body: Record<string, unknown> }> => {
+    const guestImage =
+      request.template === undefined ? image : options.templates?.[request.template]
+    if (!guestImage)
+      throw new HttpError(400, 'invalid-request', `unknown template "${request.template}"`)
+    if (request.egressAllowlist === undefined || request.egressAllowlist.length > 0) {
+      throw new HttpError(422, 'control-refused', 'egress policy refused', {
+        control: 'egress',
+        reason:
+          request.egressAllowlist === undefined
+            ? 'this stand-in can only cut the guest off the network (deny-all); allow-all needs a real orchestrator'
+            : 'this stand-in can only cut the guest off the network (deny-all); an allowlist needs a real orchestrator',
+      })
+    }
+    if (records.has(request.sandboxId))
+      throw new HttpError(409, 'conflict', `sandbox ${request.sandboxId} already exists`)
+    const hostDir = join(stateDir, request.sandboxId)
+    let resolveReady!: () => void
+    let rejectReady!: (error: unknown) => void
+    const record: GuestRecord = {
+      request,
+      ready: new Promise<void>((resolve, reject) => {
+        resolveReady = resolve
+        rejectReady = reject
+      }),
+      relays: [],
+      deleteRequested: false,
+    }
+    record.ready.catch(() => {})
+    records.set(request.sandboxId, record)
+    try {
+      record.guest = await startGuest(docker, {
+        sandboxId: request.sandboxId,
+        image: guestImage,
+        memoryLimitMb: request.memoryLimitMb,
+        maxProcesses: request.maxProcesses,
+        agentSecret: request.agentSecret,
+        labels: {
+          ...options.labels,
+          ...request.labels,
+          'cordon.managed': '1',
+          'cordon.standin': standinId,
+          'cordon.sandbox': request.sandboxId,
+        },
+        hostDir,
+        agentProgramPath: programPath,
+        tmpSizeMb: options.tmpSizeMb ?? 64,
+        outputsSizeMb: options.outputsSizeMb ?? 1024,
+        cpus: options.cpus ?? 1,
+      })
+      let agent: Record<string, unknown>
+      if (options.agentRelay) {
+        const relay = await startMtlsRelay({
+          host: options.host ?? '127.0.0.1',
+          credentials: options.agentRelay,
+          agentSocketPath: record.guest.agentSocketPath,
+        })
+        record.relays.push(relay)
+        agent = {
+          kind: 'tls',
+          host: options.host ?? '127.0.0.1',
+          port: relay.port,
+          servername: 'localhost',
+        }
+      } else {
+        const udsPath = join(hostDir, 'v.sock')
+        record.relays.push(
+          await startVsockRelay({
+            udsPath,
+            agentPort: request.agentVsockPort,
+            agentSocketPath: record.guest.agentSocketPath,
+          }),
+        )
+        agent = { kind: 'vsock', udsPath, port: request.agentVsockPort }
+      }
+      if (request.timeoutMs !== undefined) {
+        // The orchestrator enforces the lifetime too, so a host that died cannot leak the guest forever.
+        record.lifetime = setTimeout(
+          () => void removeGuest(request.sandboxId, record).catch(() => {}),
+          request.timeoutMs + 5_000,
+        )
+        record.lifetime.unref()
+      }
+      resolveReady()
+      return { record, body: { sandboxId: request.sandboxId, rootDir: GUEST_OUTPUTS_DIR, agent } }
+    } catch (error) {
+      rejectReady(error)
+      await removeGuest(request.sandboxId, record).catch(() => {})
+      throw error
+    }
+  }
+
+  const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
+    let callerGone = false
+    res.on('close', () => {
+      if (!res.writableFinished) callerGone = true
+    })
+    const authorization = Buffer.from(req.headers.authorization ?? '')
+    if (
+      authorization.byteLength !== expectedToken.byteLength ||
+      !timingSafeEqual(authorization, expectedToken)
+    ) {
+      throw new HttpError(401, 'unauthorized', 'a valid bearer token is required')
+    }
+    const url = new URL(req.url ?? '/', 'http://standin')
+    const match = /^\/v1\/sandboxes(?:\/([^/]+))?$/.exec(url.pathname)
+    if (!match) throw new HttpError(404, 'not-found', `no route ${req.method} ${url.pathname}`)
+    const id = match[1] === undefined ? undefined : decodeURIComponent(match[1])
+
+    if (req.method === 'POST' && id === undefined) {
+      const { problems, request } = parseCreateRequest(await readJson(req))
+      if (!request) throw new HttpError(400, 'invalid-request', problems.join('; '))
+      const { record, body } = await createGuest(request)
+      if (record.deleteRequested || callerGone) {
+        // The caller deleted it, or went away, while it was being made: nobody will ever use it.
+        await removeGuest(request.sandboxId, record)
+        throw new HttpError(
+          409,
+          'conflict',
+          `sandbox ${request.sandboxId} was deleted while it was being created`,
+        )
+      }
+      send(res, 201, body)
+      return
+    }
+    if (id === undefined)
+      throw new HttpError(405, 'invalid-request', `${req.method} is not allowed here`)
+    const record = records.get(id)
+    if (req.method === 'DELETE') {
+      if (!record) throw new HttpError(404, 'not-found', `no sandbox ${id}`)
+      record.deleteRequested = true
+      await removeGuest(id, record)
+      res.writeHead(204).end()
+      return
+    }
+    if (req.method === 'GET') {
+      if (!record) throw new HttpError(404, 'not-found', `no sandbox ${id}`)
+      send(res, 200, {
+        sandboxId: id,
+        state: record.guest ? 'running' : 'creating',
+        labels: record.request.labels,
+        template: record.request.template ?? null,
+        agentSnapshot: record.request.agentSnapshot ?? null,
+      })
+      return
+    }
+    throw new HttpError(405, 'invalid-request', `${req.method} is not allowed here`)
+  }
+
+  const listener = (req: IncomingMessage, res: ServerResponse): void => {
+    handle(req, res).catch((error: unknown) => {
+      if (res.headersSent || res.destroyed) return
+      if (error instanceof HttpError) {
+        send(res, error.status, {
+          error: { code: error.code, message: error.message, ...error.extra },
+        })
+      } else {
+        send(res, 503, {
+          error: {
+            code: 'unavailable',
+            message: `could not start the guest: ${(error as Error)?.message ?? error}`,
+          },
+        })
+      }
+    })
+  }
+  const server: Server = options.tls
+    ? createHttpsServer(
+        {
+          cert: options.tls.cert,
+          key: options.tls.key,
+          ...(options.tls.ca
+            ? { ca: options.tls.ca, requestCert: true, rejectUnauthorized: true }
+            : {}),
+        },
+        listener,
+      )
+    : createHttpServer(listener)
+  const host = options.host ?? '127.0.0.1'
+  await new Promise<void>((resolve, reject) => {
+    server.once('error', reject)
+    server.listen(options.port ?? 0, host, () => {
+      server.off('error', reject)
+      resolve()
+    })
+  })
+  const address = server.address()
+  const port = typeof address === 'object' && address ? address.port : 0
+
+  return {
+    url: `${options.tls ? 'https' : 'http'}://${host}:${port}`,
+    id: standinId,
+    guests: () => [...records.keys()],
+    async close() {
+      await new Promise<void>((resolve) => {
+        server.close(() => resolve())
+        server.closeAllConnections()
+      })
+      await Promise.allSettled(
+        [...records.entries()].map(([id, record]) => removeGuest(id, record)),
+      )
+      await removeLabelledContainers(docker, standinId)
+      await rm(stateDir, { recursive: true, force: true })
+    },
+  }
+}
+
+/** Removes every container carrying `cordon.standin=<id>`, including any a crash left behind. */
+export async function removeLabelledContainers(
+  docker: Dockerode,
+  standinId: string,
+): Promise<number> {
+  const leftovers = await docker.listContainers({
+    all: true,
+    filters: { label: [`cordon.standin=${standinId}`] },
+  })
+  await Promise.allSettled(
+    leftovers.map((info) => docker.getContainer(info.Id).remove({ force: true, v: true })),
+  )
+  return leftovers.length
+}
+
+function send(res: ServerResponse, status: number, body: unknown): void {
+  const text = JSON.stringify(body)
+  res
+    .writeHead(status, {
+      'content-type': 'application/json',
+      'content-length': Buffer.byteLength(text),
+    })
+    .end(text)
+}
+
+async function readJson(req: IncomingMessage): Promise<unknown> {
+  const chunks: Buffer[] = []
+  let size = 0
+  for await (const chunk of req as AsyncIterable<Buffer>) {
+    size += chunk.byteLength
+    if (size > MAX_BODY_BYTES) throw new HttpError(413, 'invalid-request', 'request body too large')
+    chunks.push(chunk)
+  }
+  try {
+    return JSON.parse(Buffer.concat(chunks).toString('utf8'))
+  } catch {
+    throw new HttpError(400, 'invalid-request', 'the body is not valid JSON')
+  }
+}
