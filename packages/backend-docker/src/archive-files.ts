@@ -4,8 +4,13 @@ import { tmpdir } from 'node:os'
 import { join, posix } from 'node:path'
 import { Readable, Transform } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
+import {
+  type SandboxByteSource,
+  type SandboxFileEntry,
+  SandboxFileNotFoundError,
+  SandboxOperationError,
+} from '@cordon/core'
 import type Docker from 'dockerode'
-import { type SandboxByteSource, type SandboxFileEntry, SandboxFileNotFoundError, SandboxOperationError } from '@cordon/core'
 import tar from 'tar-stream'
 import { isNotFound } from './engine-errors.js'
 import type { ResolvedSandboxPath } from './sandbox-paths.js'
@@ -33,8 +38,13 @@ export class ArchiveFiles {
    * through when the size is known; otherwise they are spooled to a temporary
    * file first, keeping host memory bounded either way.
    */
-  async write(target: ResolvedSandboxPath, source: SandboxByteSource | Uint8Array, options: { mode?: number; size?: number; signal?: AbortSignal }): Promise<void> {
-    if (target.relative === '') throw new SandboxOperationError('writeFile', `${target.path} is a directory`)
+  async write(
+    target: ResolvedSandboxPath,
+    source: SandboxByteSource | Uint8Array,
+    options: { mode?: number; size?: number; signal?: AbortSignal },
+  ): Promise<void> {
+    if (target.relative === '')
+      throw new SandboxOperationError('writeFile', `${target.path} is a directory`)
     if (source instanceof Uint8Array) {
       await this.putSingleEntry(target, Readable.from([source]), source.byteLength, options)
       return
@@ -64,16 +74,26 @@ export class ArchiveFiles {
     const now = new Date()
     const segments = target.relative.split('/')
     for (let depth = 1; depth < segments.length; depth++) {
-      pack.entry({ name: `${segments.slice(0, depth).join('/')}/`, type: 'directory', mode: 0o755, uid: this.owner.uid, gid: this.owner.gid, mtime: now })
+      pack.entry({
+        name: `${segments.slice(0, depth).join('/')}/`,
+        type: 'directory',
+        mode: 0o755,
+        uid: this.owner.uid,
+        gid: this.owner.gid,
+        mtime: now,
+      })
     }
     // Aborting the request (not just ending the tar stream) makes the engine
     // drop a half-written archive instead of waiting for the rest of it.
     const request = new AbortController()
     const onAbort = () => request.abort(options.signal?.reason)
     options.signal?.addEventListener('abort', onAbort, { once: true })
-    const upload = this.container.putArchive(pack as unknown as NodeJS.ReadableStream, { path: target.root, abortSignal: request.signal } as {
-      path: string
-    })
+    const upload = this.container.putArchive(
+      pack as unknown as NodeJS.ReadableStream,
+      { path: target.root, abortSignal: request.signal } as {
+        path: string
+      },
+    )
     upload.catch(() => {})
     const entry = pack.entry({
       name: target.relative,
@@ -90,7 +110,11 @@ export class ArchiveFiles {
     } catch (error) {
       request.abort(error)
       pack.destroy(error as Error)
-      throw new SandboxOperationError('writeFile', `streaming ${target.path} failed: ${(error as Error).message}`, { cause: error })
+      throw new SandboxOperationError(
+        'writeFile',
+        `streaming ${target.path} failed: ${(error as Error).message}`,
+        { cause: error },
+      )
     } finally {
       options.signal?.removeEventListener('abort', onAbort)
     }
@@ -98,15 +122,20 @@ export class ArchiveFiles {
   }
 
   /** Streams the bytes of one regular file. */
-  async read(target: ResolvedSandboxPath, signal?: AbortSignal): Promise<AsyncIterable<Uint8Array>> {
+  async read(
+    target: ResolvedSandboxPath,
+    signal?: AbortSignal,
+  ): Promise<AsyncIterable<Uint8Array>> {
     const archive = await this.getArchive(target.path, signal)
     if (!archive) throw new SandboxFileNotFoundError(target.path)
     const extract = tar.extract()
-    const first = new Promise<{ header: tar.Headers; stream: Readable } | undefined>((resolve, reject) => {
-      extract.once('entry', (header, stream) => resolve({ header, stream }))
-      extract.once('finish', () => resolve(undefined))
-      extract.once('error', reject)
-    })
+    const first = new Promise<{ header: tar.Headers; stream: Readable } | undefined>(
+      (resolve, reject) => {
+        extract.once('entry', (header, stream) => resolve({ header, stream }))
+        extract.once('finish', () => resolve(undefined))
+        extract.once('error', reject)
+      },
+    )
     archive.pipe(extract)
     const entry = await first
     const release = () => {
@@ -148,7 +177,10 @@ export class ArchiveFiles {
     return entries
   }
 
-  private async getArchive(path: string, signal?: AbortSignal): Promise<NodeJS.ReadableStream | undefined> {
+  private async getArchive(
+    path: string,
+    signal?: AbortSignal,
+  ): Promise<NodeJS.ReadableStream | undefined> {
     try {
       return await this.container.getArchive({ path, abortSignal: signal } as { path: string })
     } catch (error) {
@@ -164,11 +196,16 @@ function exactly(size: number): Transform {
   return new Transform({
     transform(chunk: Buffer, _encoding, callback) {
       seen += chunk.byteLength
-      if (seen > size) callback(new Error(`the source delivered more than the declared ${size} bytes`))
+      if (seen > size)
+        callback(new Error(`the source delivered more than the declared ${size} bytes`))
       else callback(null, chunk)
     },
     flush(callback) {
-      callback(seen === size ? null : new Error(`the source delivered ${seen} bytes, not the declared ${size}`))
+      callback(
+        seen === size
+          ? null
+          : new Error(`the source delivered ${seen} bytes, not the declared ${size}`),
+      )
     },
   })
 }

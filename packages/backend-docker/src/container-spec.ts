@@ -1,10 +1,10 @@
-import type { ContainerCreateOptions, MountSettings } from 'dockerode'
 import {
   type ContainerBackendConfig,
   type ResolvedContainerSandboxLayout,
   SandboxControlRefusedError,
   type SandboxCreateRequest,
 } from '@cordon/core'
+import type { ContainerCreateOptions, MountSettings } from 'dockerode'
 
 export const DEFAULT_USER = '1000:1000'
 export const DEFAULT_CPUS = 1
@@ -28,14 +28,19 @@ export function workspaceVolumeName(sandboxId: string, containerPath: string): s
 }
 
 /** The volumes `ephemeral` mounts need, created before the container. */
-export function workspaceVolumes(sandboxId: string, layout: ResolvedContainerSandboxLayout): WorkspaceVolume[] {
+export function workspaceVolumes(
+  sandboxId: string,
+  layout: ResolvedContainerSandboxLayout,
+): WorkspaceVolume[] {
   return layout.mounts
     .filter((mount) => mount.source.kind === 'ephemeral')
     .map((mount) => ({
       name: workspaceVolumeName(sandboxId, mount.containerPath),
       containerPath: mount.containerPath,
       readOnly: mount.readOnly,
-      sizeMb: (mount.source.kind === 'ephemeral' ? mount.source.sizeMb : undefined) ?? DEFAULT_EPHEMERAL_SIZE_MB,
+      sizeMb:
+        (mount.source.kind === 'ephemeral' ? mount.source.sizeMb : undefined) ??
+        DEFAULT_EPHEMERAL_SIZE_MB,
     }))
 }
 
@@ -50,21 +55,44 @@ export function layoutMounts(
   backend: string,
   engineSocketPath: string | undefined,
 ): MountSettings[] {
-  return layout.mounts.map((mount): MountSettings => {
+  return layout.mounts.map((mount) => engineMount(sandboxId, mount, backend, engineSocketPath))
+}
+
+function engineMount(
+  sandboxId: string,
+  mount: ResolvedContainerSandboxLayout['mounts'][number],
+  backend: string,
+  engineSocketPath: string | undefined,
+): MountSettings {
+  {
     const source = mount.source
     switch (source.kind) {
       case 'hostDir': {
-        if (engineSocketPath && (engineSocketPath === source.path || engineSocketPath.startsWith(`${source.path.replace(/\/$/, '')}/`))) {
+        if (
+          engineSocketPath &&
+          (engineSocketPath === source.path ||
+            engineSocketPath.startsWith(`${source.path.replace(/\/$/, '')}/`))
+        ) {
           throw new SandboxControlRefusedError(
             `layout.${mount.role}.source`,
             backend,
             `host directory ${source.path} contains the engine socket ${engineSocketPath}; mounting it would hand the sandbox the engine`,
           )
         }
-        return { Type: 'bind', Source: source.path, Target: mount.containerPath, ReadOnly: mount.readOnly }
+        return {
+          Type: 'bind',
+          Source: source.path,
+          Target: mount.containerPath,
+          ReadOnly: mount.readOnly,
+        }
       }
       case 'ephemeral':
-        return { Type: 'volume', Source: workspaceVolumeName(sandboxId, mount.containerPath), Target: mount.containerPath, ReadOnly: mount.readOnly }
+        return {
+          Type: 'volume',
+          Source: workspaceVolumeName(sandboxId, mount.containerPath),
+          Target: mount.containerPath,
+          ReadOnly: mount.readOnly,
+        }
       case 'inImage':
         throw new SandboxControlRefusedError(
           `layout.${mount.role}.source`,
@@ -72,9 +100,19 @@ export function layoutMounts(
           'an "inImage" path lives on the read-only root filesystem, so the file API could not write it; use "ephemeral" or "hostDir"',
         )
       case 'azureFileShare':
-        throw new SandboxControlRefusedError(`layout.${mount.role}.source`, backend, 'Azure file shares are mounted by ACI, not by a Docker Engine')
+        throw new SandboxControlRefusedError(
+          `layout.${mount.role}.source`,
+          backend,
+          'Azure file shares are mounted by ACI, not by a Docker Engine',
+        )
+      default:
+        throw new SandboxControlRefusedError(
+          `layout.${mount.role}.source`,
+          backend,
+          'unknown mount source',
+        )
     }
-  })
+  }
 }
 
 /**
@@ -141,7 +179,9 @@ export function containerSpec(options: {
       CapDrop: ['ALL'],
       SecurityOpt: ['no-new-privileges:true'],
       ReadonlyRootfs: true,
-      Tmpfs: { '/tmp': `rw,nosuid,nodev,size=${(config.tmpfsSizeMb ?? DEFAULT_TMPFS_MB) * 1024 * 1024},mode=1777` },
+      Tmpfs: {
+        '/tmp': `rw,nosuid,nodev,size=${(config.tmpfsSizeMb ?? DEFAULT_TMPFS_MB) * 1024 * 1024},mode=1777`,
+      },
       ...processLimits(config, request.maxProcesses),
       Memory: memoryBytes,
       MemorySwap: memoryBytes,

@@ -1,4 +1,3 @@
-import type Docker from 'dockerode'
 import {
   type ContainerBackendConfig,
   type Sandbox,
@@ -10,9 +9,16 @@ import {
   SandboxReadinessError,
   withDeadline,
 } from '@cordon/core'
-import { containerSpec, DEFAULT_USER, layoutMounts, workspaceVolumes, type WorkspaceVolume } from './container-spec.js'
+import type Docker from 'dockerode'
+import {
+  containerSpec,
+  DEFAULT_USER,
+  layoutMounts,
+  type WorkspaceVolume,
+  workspaceVolumes,
+} from './container-spec.js'
 import { DockerSandbox } from './docker-sandbox.js'
-import { type EngineConnection, connectEngine } from './engine-connection.js'
+import { connectEngine, type EngineConnection } from './engine-connection.js'
 import { isNotFound, translateEngineError } from './engine-errors.js'
 import { EngineEvents } from './engine-events.js'
 import { LABEL, ownerLabels, type ResourceRole } from './owner-labels.js'
@@ -45,7 +51,11 @@ export class DockerBackend implements SandboxBackend {
   async create(request: SandboxCreateRequest): Promise<Sandbox> {
     const layout = this.context.layout
     if (!layout) {
-      throw new SandboxControlRefusedError('layout', this.name, 'the container tier needs a layout with an outputs mount')
+      throw new SandboxControlRefusedError(
+        'layout',
+        this.name,
+        'the container tier needs a layout with an outputs mount',
+      )
     }
     if (request.egress.kind !== 'deny-all') {
       throw new SandboxControlRefusedError(
@@ -58,7 +68,10 @@ export class DockerBackend implements SandboxBackend {
     const volumes = workspaceVolumes(request.id, layout)
     // Everything is removed by name, so cleanup also catches a resource whose
     // create request was cut off by the deadline but completed on the engine.
-    const names = { container: `cordon-${request.id}`, volumes: volumes.map((volume) => volume.name) }
+    const names = {
+      container: `cordon-${request.id}`,
+      volumes: volumes.map((volume) => volume.name),
+    }
     const timeoutMs = this.config.readinessTimeoutMs ?? DEFAULT_READINESS_TIMEOUT_MS
     let phase = 'starting'
 
@@ -130,7 +143,9 @@ export class DockerBackend implements SandboxBackend {
       ...ownerLabels(this.context.providerId),
       [LABEL.sandbox]: request.id,
       [LABEL.role]: role,
-      ...(request.timeoutMs !== undefined ? { [LABEL.expires]: String(Date.now() + request.timeoutMs) } : {}),
+      ...(request.timeoutMs !== undefined
+        ? { [LABEL.expires]: String(Date.now() + request.timeoutMs) }
+        : {}),
     }
   }
 
@@ -142,22 +157,34 @@ export class DockerBackend implements SandboxBackend {
    * fill the engine's disk, and (c) is mounted on the engine's side, so the
    * archive API reaches it under a read-only root filesystem.
    */
-  private async createVolume(request: SandboxCreateRequest, volume: WorkspaceVolume, signal: AbortSignal): Promise<void> {
+  private async createVolume(
+    request: SandboxCreateRequest,
+    volume: WorkspaceVolume,
+    signal: AbortSignal,
+  ): Promise<void> {
     const { uid, gid } = parseOwner(this.user)
     await this.engine.docker.createVolume({
       Name: volume.name,
       Labels: this.labels(request, 'workspace'),
       Driver: 'local',
-      DriverOpts: { type: 'tmpfs', device: 'tmpfs', o: `size=${volume.sizeMb}m,uid=${uid},gid=${gid},mode=0755,nosuid,nodev` },
+      DriverOpts: {
+        type: 'tmpfs',
+        device: 'tmpfs',
+        o: `size=${volume.sizeMb}m,uid=${uid},gid=${gid},mode=0755,nosuid,nodev`,
+      },
       abortSignal: signal,
     } as Docker.VolumeCreateOptions)
   }
 
-  private async removeResources(names: { container: string; volumes: readonly string[] }): Promise<void> {
+  private async removeResources(names: {
+    container: string
+    volumes: readonly string[]
+  }): Promise<void> {
     try {
       await this.engine.docker.getContainer(names.container).remove({ force: true, v: true })
     } catch (error) {
-      if (!isNotFound(error) && !/already in progress/i.test(String((error as Error).message))) throw error
+      if (!isNotFound(error) && !/already in progress/i.test(String((error as Error).message)))
+        throw error
     }
     for (const name of names.volumes) {
       try {

@@ -1,4 +1,3 @@
-import type Docker from 'dockerode'
 import {
   concatBytes,
   type ResolvedContainerSandboxLayout,
@@ -20,10 +19,11 @@ import {
   throwIfAborted,
   validateExecRequest,
 } from '@cordon/core'
+import type Docker from 'dockerode'
 import { ArchiveFiles, type FileOwner } from './archive-files.js'
 import { translateEngineError } from './engine-errors.js'
-import { ExecSession } from './exec-session.js'
 import type { EngineEvents } from './engine-events.js'
+import { ExecSession } from './exec-session.js'
 import { resolveSandboxPath } from './sandbox-paths.js'
 
 export interface DockerSandboxParts {
@@ -74,9 +74,18 @@ export class DockerSandbox implements Sandbox {
     return this.currentStatus
   }
 
-  async exec(command: string, args: readonly string[] = [], options: SandboxExecOptions = {}): Promise<SandboxExecResult> {
+  async exec(
+    command: string,
+    args: readonly string[] = [],
+    options: SandboxExecOptions = {},
+  ): Promise<SandboxExecResult> {
     validateExecRequest(command, args, options)
-    const session = await this.startSession(command, args, options, options.stdin !== undefined ? 'open' : 'none')
+    const session = await this.startSession(
+      command,
+      args,
+      options,
+      options.stdin !== undefined ? 'open' : 'none',
+    )
     if (options.stdin !== undefined) {
       try {
         await session.write(options.stdin)
@@ -88,7 +97,11 @@ export class DockerSandbox implements Sandbox {
     return this.awaitSession(session)
   }
 
-  async start(command: string, args: readonly string[] = [], options: SandboxStartOptions = {}): Promise<SandboxProcess> {
+  async start(
+    command: string,
+    args: readonly string[] = [],
+    options: SandboxStartOptions = {},
+  ): Promise<SandboxProcess> {
     validateExecRequest(command, args, options)
     const openStdin = options.openStdin ?? true
     const session = await this.startSession(command, args, options, openStdin ? 'open' : 'none')
@@ -125,7 +138,8 @@ export class DockerSandbox implements Sandbox {
         maxOutputBytes: options.maxOutputBytes,
         onOutput: options.onOutput,
         wasOomKilled: (since) => this.parts.events.oomSince(this.parts.container.id, since, 1000),
-        onContainerDeath: (listener) => this.parts.events.onDeath(this.parts.container.id, listener),
+        onContainerDeath: (listener) =>
+          this.parts.events.onDeath(this.parts.container.id, listener),
         containerOomKilled: () => this.containerOomKilled(),
         containerGone: () => new SandboxDestroyedError(this.id),
       })
@@ -146,17 +160,35 @@ export class DockerSandbox implements Sandbox {
     }
   }
 
-  async writeFile(path: string, content: string | Uint8Array, options: SandboxWriteFileOptions = {}): Promise<void> {
+  async writeFile(
+    path: string,
+    content: string | Uint8Array,
+    options: SandboxWriteFileOptions = {},
+  ): Promise<void> {
     const bytes = typeof content === 'string' ? new TextEncoder().encode(content) : content
     await this.fileOperation('writeFile', options.signal, async () => {
-      const target = resolveSandboxPath(path, this.rootDir, this.parts.layout.writableRoots, 'write')
+      const target = resolveSandboxPath(
+        path,
+        this.rootDir,
+        this.parts.layout.writableRoots,
+        'write',
+      )
       await this.files.write(target, bytes, options)
     })
   }
 
-  async writeFileStream(path: string, source: SandboxByteSource, options: SandboxWriteFileOptions = {}): Promise<void> {
+  async writeFileStream(
+    path: string,
+    source: SandboxByteSource,
+    options: SandboxWriteFileOptions = {},
+  ): Promise<void> {
     await this.fileOperation('writeFileStream', options.signal, async () => {
-      const target = resolveSandboxPath(path, this.rootDir, this.parts.layout.writableRoots, 'write')
+      const target = resolveSandboxPath(
+        path,
+        this.rootDir,
+        this.parts.layout.writableRoots,
+        'write',
+      )
       await this.files.write(target, source, options)
     })
   }
@@ -170,7 +202,10 @@ export class DockerSandbox implements Sandbox {
     })
   }
 
-  async readFileStream(path: string, options: SandboxFileOptions = {}): Promise<AsyncIterable<Uint8Array>> {
+  async readFileStream(
+    path: string,
+    options: SandboxFileOptions = {},
+  ): Promise<AsyncIterable<Uint8Array>> {
     return this.fileOperation('readFileStream', options.signal, async () => {
       const target = resolveSandboxPath(path, this.rootDir, this.parts.layout.readableRoots, 'read')
       return this.files.read(target, options.signal)
@@ -179,7 +214,12 @@ export class DockerSandbox implements Sandbox {
 
   async listFiles(dir?: string, options: SandboxFileOptions = {}): Promise<SandboxFileEntry[]> {
     return this.fileOperation('listFiles', options.signal, async () => {
-      const target = resolveSandboxPath(dir ?? this.rootDir, this.rootDir, this.parts.layout.readableRoots, 'read')
+      const target = resolveSandboxPath(
+        dir ?? this.rootDir,
+        this.rootDir,
+        this.parts.layout.readableRoots,
+        'read',
+      )
       return this.files.list(target, options.signal)
     })
   }
@@ -213,7 +253,11 @@ export class DockerSandbox implements Sandbox {
     this.currentStatus = 'destroyed'
   }
 
-  private async fileOperation<T>(operation: string, signal: AbortSignal | undefined, run: () => Promise<T>): Promise<T> {
+  private async fileOperation<T>(
+    operation: string,
+    signal: AbortSignal | undefined,
+    run: () => Promise<T>,
+  ): Promise<T> {
     this.assertUsable()
     throwIfAborted(signal, operation)
     try {

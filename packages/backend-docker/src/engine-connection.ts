@@ -1,5 +1,5 @@
-import Docker from 'dockerode'
 import type { ContainerBackendConfig } from '@cordon/core'
+import Docker from 'dockerode'
 
 export const DEFAULT_SOCKET_PATH = '/var/run/docker.sock'
 
@@ -39,6 +39,7 @@ export function connectEngine(
     // dockerode reads DOCKER_HOST, DOCKER_TLS_VERIFY and DOCKER_CERT_PATH itself.
     return { docker: new Docker(), endpoint: fromEnv, socketPath: undefined }
   }
-  const socketPath = config.socketPath ?? (fromEnv ? fromEnv.slice('unix://'.length) : DEFAULT_SOCKET_PATH)
+  const socketPath =
+    config.socketPath ?? (fromEnv ? fromEnv.slice('unix://'.length) : DEFAULT_SOCKET_PATH)
   return { docker: new Docker({ socketPath }), endpoint: `unix://${socketPath}`, socketPath }
 }

@@ -1,10 +1,14 @@
-import {
-  SandboxBackendUnavailableError,
-  SandboxError,
-  SandboxOperationError,
-} from '@cordon/core'
+import { SandboxBackendUnavailableError, SandboxError, SandboxOperationError } from '@cordon/core'
 
-const UNREACHABLE_CODES = new Set(['ECONNREFUSED', 'ENOENT', 'EACCES', 'EHOSTUNREACH', 'ETIMEDOUT', 'ECONNRESET', 'EPIPE'])
+const UNREACHABLE_CODES = new Set([
+  'ECONNREFUSED',
+  'ENOENT',
+  'EACCES',
+  'EHOSTUNREACH',
+  'ETIMEDOUT',
+  'ECONNRESET',
+  'EPIPE',
+])
 
 /** HTTP status of a dockerode error, if it carries one. */
 export function engineStatus(error: unknown): number | undefined {
@@ -21,14 +25,19 @@ function engineMessage(error: unknown): string {
   if (json && typeof json.message === 'string') return json.message
   const reason = (error as { reason?: unknown })?.reason
   const message = (error as { message?: unknown })?.message
-  return String(typeof message === 'string' ? message : reason ?? error)
+  return String(typeof message === 'string' ? message : (reason ?? error))
 }
 
 /**
  * Turns a dockerode failure into a cordon error at the backend boundary; the
  * original is kept as `cause`. cordon's own errors pass through unchanged.
  */
-export function translateEngineError(error: unknown, backend: string, endpoint: string, operation: string): Error {
+export function translateEngineError(
+  error: unknown,
+  backend: string,
+  endpoint: string,
+  operation: string,
+): Error {
   if (SandboxError.isInstance(error)) return error
   const code = (error as { code?: unknown })?.code
   const message = engineMessage(error)
@@ -47,7 +56,11 @@ export function translateEngineError(error: unknown, backend: string, endpoint: 
     )
   }
   if (engineStatus(error) === 404 && /no such image/i.test(message)) {
-    return new SandboxBackendUnavailableError(backend, `Image not found on the engine at ${endpoint}: ${message}`, { cause: error })
+    return new SandboxBackendUnavailableError(
+      backend,
+      `Image not found on the engine at ${endpoint}: ${message}`,
+      { cause: error },
+    )
   }
   return new SandboxOperationError(operation, message, { cause: error })
 }

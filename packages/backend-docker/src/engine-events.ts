@@ -33,7 +33,11 @@ export class EngineEvents {
 
   private async open(): Promise<void> {
     const stream = (await this.docker.getEvents({
-      filters: { type: ['container'], event: ['oom', 'die'], label: [`${LABEL.provider}=${this.providerId}`] },
+      filters: {
+        type: ['container'],
+        event: ['oom', 'die'],
+        label: [`${LABEL.provider}=${this.providerId}`],
+      },
     })) as NodeJS.ReadableStream
     this.stream = stream
     let buffered = ''

@@ -1,12 +1,12 @@
 import type { Duplex } from 'node:stream'
 import { Writable } from 'node:stream'
-import type Docker from 'dockerode'
 import {
   ExecOutputCollector,
   newSandboxId,
   type SandboxExecResult,
   type SandboxOutputChunk,
 } from '@cordon/core'
+import type Docker from 'dockerode'
 import { EXEC_TAG_VARIABLE, killExecTree } from './process-tree-kill.js'
 
 export interface ExecSessionOptions {
@@ -62,7 +62,10 @@ export class ExecSession {
   private result: Promise<SandboxExecResult> | undefined
 
   private constructor(private readonly options: ExecSessionOptions) {
-    this.collector = new ExecOutputCollector({ maxOutputBytes: options.maxOutputBytes, onOutput: options.onOutput })
+    this.collector = new ExecOutputCollector({
+      maxOutputBytes: options.maxOutputBytes,
+      onOutput: options.onOutput,
+    })
   }
 
   static async start(options: ExecSessionOptions): Promise<ExecSession> {
@@ -75,7 +78,10 @@ export class ExecSession {
     const { container, options } = { container: this.options.container, options: this.options }
     this.exec = await container.exec({
       Cmd: [options.command, ...options.args],
-      Env: [...Object.entries(options.env).map(([key, value]) => `${key}=${value}`), `${EXEC_TAG_VARIABLE}=${this.tag}`],
+      Env: [
+        ...Object.entries(options.env).map(([key, value]) => `${key}=${value}`),
+        `${EXEC_TAG_VARIABLE}=${this.tag}`,
+      ],
       WorkingDir: options.cwd,
       User: options.user,
       AttachStdin: options.stdin === 'open',
@@ -84,7 +90,10 @@ export class ExecSession {
       Tty: false,
       Privileged: false,
     })
-    const stream = (await this.exec.start({ hijack: true, stdin: options.stdin === 'open' })) as Duplex
+    const stream = (await this.exec.start({
+      hijack: true,
+      stdin: options.stdin === 'open',
+    })) as Duplex
     this.stream = stream
     const sink = (name: 'stdout' | 'stderr') =>
       new Writable({
@@ -122,7 +131,9 @@ export class ExecSession {
   async write(data: string | Uint8Array): Promise<void> {
     const stream = this.stream
     if (!stream || stream.writableEnded) throw new Error('stdin is closed')
-    await new Promise<void>((resolve, reject) => stream.write(data, (error) => (error ? reject(error) : resolve())))
+    await new Promise<void>((resolve, reject) =>
+      stream.write(data, (error) => (error ? reject(error) : resolve())),
+    )
   }
 
   async closeStdin(): Promise<void> {
@@ -196,7 +207,8 @@ export class ExecSession {
     if (this.containerDied) return this.finishAfterContainerDeath()
     const output = this.collector.finish()
     const killedByUs = this.endReason !== undefined
-    const oomKilled = exitCode === 137 && !killedByUs ? await this.options.wasOomKilled(this.startedAt) : false
+    const oomKilled =
+      exitCode === 137 && !killedByUs ? await this.options.wasOomKilled(this.startedAt) : false
     return {
       exitCode,
       ...output,

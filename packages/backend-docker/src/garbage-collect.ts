@@ -44,7 +44,8 @@ export async function collectGarbage(options: CollectGarbageOptions): Promise<Ga
       continue
     }
     report.containers.push(info.Id)
-    if (!options.dryRun) await ignoreMissing(docker.getContainer(info.Id).remove({ force: true, v: true }))
+    if (!options.dryRun)
+      await ignoreMissing(docker.getContainer(info.Id).remove({ force: true, v: true }))
   }
   const volumes = (await docker.listVolumes({ filters })).Volumes ?? []
   for (const volume of volumes) {

@@ -1,13 +1,13 @@
 import {
   type ContainerBackendConfig,
   composeProvider,
+  containerBackendConfigSchema,
+  parseConfig,
+  prepareProviderConfig,
   type SandboxBackend,
   type SandboxBackendContext,
   type SandboxProvider,
   type SandboxProviderConfig,
-  containerBackendConfigSchema,
-  parseConfig,
-  prepareProviderConfig,
 } from '@cordon/core'
 import { DockerBackend } from './docker-backend.js'
 
@@ -21,13 +21,19 @@ export {
   SandboxPathError,
   SandboxReadinessError,
 } from '@cordon/core'
-export { collectGarbage, type GarbageReport } from './garbage-collect.js'
 export { connectEngine } from './engine-connection.js'
+export { collectGarbage, type GarbageReport } from './garbage-collect.js'
 export { LABEL as CORDON_LABELS } from './owner-labels.js'
 
 /** The backend factory the umbrella (`@cordon/sandbox`) loads for `tier: 'container'`. */
-export function createBackend(config: ContainerBackendConfig, context: SandboxBackendContext): SandboxBackend {
-  return new DockerBackend(parseConfig(containerBackendConfigSchema, config, 'container backend config'), context)
+export function createBackend(
+  config: ContainerBackendConfig,
+  context: SandboxBackendContext,
+): SandboxBackend {
+  return new DockerBackend(
+    parseConfig(containerBackendConfigSchema, config, 'container backend config'),
+    context,
+  )
 }
 
 /**

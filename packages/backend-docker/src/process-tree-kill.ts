@@ -45,7 +45,11 @@ exit 0
 `
 
 /** Kills the process tree of the exec tagged `tag` and waits for the killer to finish. */
-export async function killExecTree(container: Docker.Container, user: string, tag: string): Promise<void> {
+export async function killExecTree(
+  container: Docker.Container,
+  user: string,
+  tag: string,
+): Promise<void> {
   const killer = await container.exec({
     Cmd: ['sh', '-c', KILL_SCRIPT, 'cordon-kill', tag],
     User: user,

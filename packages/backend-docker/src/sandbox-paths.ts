@@ -15,8 +15,14 @@ export interface ResolvedSandboxPath {
  * lies inside one of `roots`. The check is lexical; the engine then resolves
  * links inside the container's own filesystem, so a link cannot reach the host.
  */
-export function resolveSandboxPath(input: string, rootDir: string, roots: readonly string[], purpose: 'read' | 'write'): ResolvedSandboxPath {
-  if (typeof input !== 'string' || input.length === 0) throw new SandboxPathError(String(input), 'a path is required')
+export function resolveSandboxPath(
+  input: string,
+  rootDir: string,
+  roots: readonly string[],
+  purpose: 'read' | 'write',
+): ResolvedSandboxPath {
+  if (typeof input !== 'string' || input.length === 0)
+    throw new SandboxPathError(String(input), 'a path is required')
   if (input.includes('\0')) throw new SandboxPathError(input, 'paths cannot contain NUL')
   const absolute = posix.normalize(input.startsWith('/') ? input : posix.join(rootDir, input))
   const path = absolute.length > 1 && absolute.endsWith('/') ? absolute.slice(0, -1) : absolute

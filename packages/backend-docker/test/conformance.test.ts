@@ -8,7 +8,12 @@ for (const runtime of ['docker', 'runsc'] as const) {
     name: `container:${runtime}`,
     createProvider: () =>
       createDockerSandboxProvider({
-        backend: { tier: 'container', runtime, image: BUSYBOX_IMAGE, labels: { [TEST_RUN_LABEL]: TEST_RUN_ID } },
+        backend: {
+          tier: 'container',
+          runtime,
+          image: BUSYBOX_IMAGE,
+          labels: { [TEST_RUN_LABEL]: TEST_RUN_ID },
+        },
         layout: { outputs: { source: { kind: 'ephemeral' } } },
       }),
     // Under gVisor the host's OOM killer sees the whole sandbox as one process.

@@ -10,7 +10,11 @@ export default async function setup(): Promise<() => Promise<void>> {
     const { leftovers } = await import('./test-run.js')
     // Removal after a failed create is retried once a few seconds later; give it that long.
     let found = await leftovers()
-    for (let attempt = 0; attempt < 10 && found.containers.length + found.volumes.length + found.networks.length > 0; attempt++) {
+    for (
+      let attempt = 0;
+      attempt < 10 && found.containers.length + found.volumes.length + found.networks.length > 0;
+      attempt++
+    ) {
       await new Promise((resolve) => setTimeout(resolve, 500))
       found = await leftovers()
     }

@@ -33,7 +33,9 @@ for (const runtime of ['docker', 'runsc'] as const) {
 
     it('holds no capabilities, effective, permitted or bounding', async () => {
       // gVisor's /proc does not report the ambient set.
-      for (const field of runtime === 'runsc' ? ['CapEff', 'CapPrm', 'CapBnd'] : ['CapEff', 'CapPrm', 'CapBnd', 'CapAmb']) {
+      for (const field of runtime === 'runsc'
+        ? ['CapEff', 'CapPrm', 'CapBnd']
+        : ['CapEff', 'CapPrm', 'CapBnd', 'CapAmb']) {
         expect(Number.parseInt(await statusField(sandbox, field), 16), field).toBe(0)
       }
     })
@@ -50,7 +52,9 @@ for (const runtime of ['docker', 'runsc'] as const) {
       const touch = await sandbox.exec('touch', ['/home/sandbox/cordon-was-here'])
       expect(touch.exitCode).not.toBe(0)
       expect(touch.stderr).toMatch(/read-only/i)
-      expect((await sandbox.exec('sh', ['-c', 'echo ok > /tmp/x && cat /tmp/x'])).stdout).toBe('ok\n')
+      expect((await sandbox.exec('sh', ['-c', 'echo ok > /tmp/x && cat /tmp/x'])).stdout).toBe(
+        'ok\n',
+      )
       const fill = await sandbox.exec('dd', ['if=/dev/zero', 'of=/tmp/fill', 'bs=1M', 'count=100'])
       expect(fill.exitCode).not.toBe(0)
       expect(fill.stderr).toMatch(/no space/i)

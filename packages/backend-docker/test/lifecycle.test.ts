@@ -7,8 +7,8 @@ import {
   SandboxBackendUnavailableError,
   SandboxControlRefusedError,
   SandboxCreateTimeoutError,
-  SandboxPathError,
   type SandboxEvent,
+  SandboxPathError,
 } from '@cordon/core'
 import { describe, expect, it } from 'vitest'
 import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
@@ -23,7 +23,9 @@ describe('create and destroy', () => {
     expect((await docker.getContainer(name).inspect()).State.Running).toBe(true)
     await sandbox.destroy()
     await expect(docker.getContainer(name).inspect()).rejects.toMatchObject({ statusCode: 404 })
-    const volumes = (await docker.listVolumes({ filters: { label: [`cordon.sandbox=${sandbox.id}`] } })).Volumes ?? []
+    const volumes =
+      (await docker.listVolumes({ filters: { label: [`cordon.sandbox=${sandbox.id}`] } }))
+        .Volumes ?? []
     expect(volumes).toEqual([])
     await provider.close()
   })
@@ -34,7 +36,9 @@ describe('create and destroy', () => {
     expect(SandboxBackendUnavailableError.isInstance(error)).toBe(true)
     expect((error as Error).message).toMatch(/image/i)
     await provider.close()
-    const volumes = (await docker.listVolumes({ filters: { label: [`cordon.provider=${provider.id}`] } })).Volumes ?? []
+    const volumes =
+      (await docker.listVolumes({ filters: { label: [`cordon.provider=${provider.id}`] } }))
+        .Volumes ?? []
     expect(volumes).toEqual([])
   })
 
@@ -45,7 +49,10 @@ describe('create and destroy', () => {
     await provider.close()
     // The late sweep removes anything whose create call was still in flight.
     await new Promise((resolve) => setTimeout(resolve, 3500))
-    const containers = await docker.listContainers({ all: true, filters: { label: [`cordon.provider=${provider.id}`] } })
+    const containers = await docker.listContainers({
+      all: true,
+      filters: { label: [`cordon.provider=${provider.id}`] },
+    })
     expect(containers).toEqual([])
   })
 
@@ -59,7 +66,10 @@ describe('create and destroy', () => {
 
   it('refuses egress policies it cannot enforce yet, naming the control and backend', async () => {
     const provider = testProvider()
-    for (const egress of [{ kind: 'allow-all' }, { kind: 'static', allowedHosts: ['example.com'] }] as const) {
+    for (const egress of [
+      { kind: 'allow-all' },
+      { kind: 'static', allowedHosts: ['example.com'] },
+    ] as const) {
       const error = await provider.create({ egress }).catch((caught: unknown) => caught)
       expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
       expect(error).toMatchObject({ control: `egress.${egress.kind}`, backend: 'container:docker' })
@@ -70,7 +80,9 @@ describe('create and destroy', () => {
   it('refuses setNetworkPolicy on a deny-all sandbox', async () => {
     const provider = testProvider()
     const sandbox = await provider.create()
-    const error = await sandbox.setNetworkPolicy?.({ allowedHosts: ['example.com'] }).catch((caught: unknown) => caught)
+    const error = await sandbox
+      .setNetworkPolicy?.({ allowedHosts: ['example.com'] })
+      .catch((caught: unknown) => caught)
     expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
     await provider.close()
   })
@@ -78,7 +90,11 @@ describe('create and destroy', () => {
   it('emits lifecycle events with timings', async () => {
     const events: SandboxEvent[] = []
     const provider = createDockerSandboxProvider({
-      backend: { tier: 'container', image: BUSYBOX_IMAGE, labels: { [TEST_RUN_LABEL]: TEST_RUN_ID } },
+      backend: {
+        tier: 'container',
+        image: BUSYBOX_IMAGE,
+        labels: { [TEST_RUN_LABEL]: TEST_RUN_ID },
+      },
       layout: { outputs: { source: { kind: 'ephemeral' } } },
       onEvent: (event) => events.push(event),
     })
@@ -87,7 +103,9 @@ describe('create and destroy', () => {
     await provider.close()
     const phases = events.flatMap((event) => (event.type === 'lifecycle' ? [event.phase] : []))
     expect(phases).toEqual(['create.start', 'create.ready', 'destroy.start', 'destroy.end'])
-    const ready = events.find((event) => event.type === 'lifecycle' && event.phase === 'create.ready')
+    const ready = events.find(
+      (event) => event.type === 'lifecycle' && event.phase === 'create.ready',
+    )
     expect(ready && 'durationMs' in ready && ready.durationMs! > 0).toBe(true)
   })
 })
@@ -96,7 +114,11 @@ describe('layout', () => {
   it('mounts host directories with their modes and skills under /mnt/skills/<id>', async () => {
     const root = await mkdtemp(join(tmpdir(), 'cordon-layout-'))
     try {
-      const dirs = { outputs: join(root, 'out'), uploads: join(root, 'up'), skill: join(root, 'skill') }
+      const dirs = {
+        outputs: join(root, 'out'),
+        uploads: join(root, 'up'),
+        skill: join(root, 'skill'),
+      }
       const { mkdir, chown } = await import('node:fs/promises')
       for (const dir of Object.values(dirs)) {
         await mkdir(dir, { recursive: true })
@@ -120,14 +142,28 @@ describe('layout', () => {
       await sandbox.exec('sh', ['-c', 'echo result > /mnt/user-data/outputs/report.txt'])
       expect(await readFile(join(dirs.outputs, 'report.txt'), 'utf8')).toBe('result\n')
       expect((await sandbox.exec('cat', ['/mnt/user-data/uploads/input.csv'])).stdout).toBe('a,b\n')
-      expect((await sandbox.exec('cat', ['/mnt/skills/csv-tools/SKILL.md'])).stdout).toBe('# skill\n')
-      const writeUpload = await sandbox.exec('sh', ['-c', 'echo x > /mnt/user-data/uploads/new.txt'])
+      expect((await sandbox.exec('cat', ['/mnt/skills/csv-tools/SKILL.md'])).stdout).toBe(
+        '# skill\n',
+      )
+      const writeUpload = await sandbox.exec('sh', [
+        '-c',
+        'echo x > /mnt/user-data/uploads/new.txt',
+      ])
       expect(writeUpload.stderr).toMatch(/read-only/i)
-      const apiWrite = await sandbox.writeFile('/mnt/user-data/uploads/new.txt', 'x').catch((caught: unknown) => caught)
+      const apiWrite = await sandbox
+        .writeFile('/mnt/user-data/uploads/new.txt', 'x')
+        .catch((caught: unknown) => caught)
       expect(SandboxPathError.isInstance(apiWrite)).toBe(true)
-      expect(new TextDecoder().decode(await sandbox.readFile('/mnt/user-data/uploads/input.csv'))).toBe('a,b\n')
+      expect(
+        new TextDecoder().decode(await sandbox.readFile('/mnt/user-data/uploads/input.csv')),
+      ).toBe('a,b\n')
       await sandbox.writeFile('/mnt/scratch/tmp.txt', 'scratch')
-      const scratchFill = await sandbox.exec('dd', ['if=/dev/zero', 'of=/mnt/scratch/fill', 'bs=1M', 'count=20'])
+      const scratchFill = await sandbox.exec('dd', [
+        'if=/dev/zero',
+        'of=/mnt/scratch/fill',
+        'bs=1M',
+        'count=20',
+      ])
       expect(scratchFill.stderr).toMatch(/no space/i)
       await provider.close()
     } finally {
@@ -136,7 +172,10 @@ describe('layout', () => {
   })
 
   it('refuses a host directory that holds the engine socket', async () => {
-    const provider = testProvider({}, { layout: { outputs: { source: { kind: 'hostDir', path: '/var/run' } } } })
+    const provider = testProvider(
+      {},
+      { layout: { outputs: { source: { kind: 'hostDir', path: '/var/run' } } } },
+    )
     const error = await provider.create().catch((caught: unknown) => caught)
     expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
     expect((error as Error).message).toContain('engine socket')
@@ -157,13 +196,16 @@ describe('warm pool', () => {
     expect(await second.listFiles()).toEqual([])
     expect(second.id).not.toBe(first.id)
     await provider.close()
-    const containers = await docker.listContainers({ all: true, filters: { label: [`cordon.provider=${provider.id}`] } })
+    const containers = await docker.listContainers({
+      all: true,
+      filters: { label: [`cordon.provider=${provider.id}`] },
+    })
     expect(containers).toEqual([])
   })
 })
 
 describe('cordon gc', () => {
-  it('removes the leftovers of a crashed owner and never a live owner\'s', async () => {
+  it("removes the leftovers of a crashed owner and never a live owner's", async () => {
     const live = testProvider()
     const kept = await live.create()
     const script = fileURLToPath(new URL('./fixtures/crashing-owner.mjs', import.meta.url))
@@ -176,13 +218,17 @@ describe('cordon gc', () => {
       output += chunk.toString()
     })
     await new Promise<void>((resolve, reject) => {
-      child.on('exit', (code, signal) => (signal === 'SIGKILL' ? resolve() : reject(new Error(`child exited ${code} ${output}`))))
+      child.on('exit', (code, signal) =>
+        signal === 'SIGKILL' ? resolve() : reject(new Error(`child exited ${code} ${output}`)),
+      )
     })
     const orphanId = /sandbox (sbx_\w+)/.exec(output)?.[1]
     expect(orphanId).toBeDefined()
     const report = await collectGarbage({ docker })
     expect(report.containers.some((id) => id.length > 0)).toBe(true)
-    await expect(docker.getContainer(`cordon-${orphanId}`).inspect()).rejects.toMatchObject({ statusCode: 404 })
+    await expect(docker.getContainer(`cordon-${orphanId}`).inspect()).rejects.toMatchObject({
+      statusCode: 404,
+    })
     expect((await docker.getContainer(`cordon-${kept.id}`).inspect()).State.Running).toBe(true)
     await live.close()
     expect((await leftovers()).containers).toEqual([])

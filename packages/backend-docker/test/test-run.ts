@@ -1,5 +1,5 @@
+import type { ContainerBackendConfig, ContainerSandboxLayout, SandboxProvider } from '@cordon/core'
 import Docker from 'dockerode'
-import { type ContainerBackendConfig, type ContainerSandboxLayout, type SandboxProvider } from '@cordon/core'
 import { createDockerSandboxProvider } from '../src/index.js'
 import { BUSYBOX_IMAGE } from './test-images.js'
 
@@ -11,7 +11,11 @@ export const docker = new Docker({ socketPath: '/var/run/docker.sock' })
 
 export function testProvider(
   backend: Partial<ContainerBackendConfig> = {},
-  extra: { layout?: ContainerSandboxLayout; pool?: { size: number }; defaultMemoryLimitMb?: number } = {},
+  extra: {
+    layout?: ContainerSandboxLayout
+    pool?: { size: number }
+    defaultMemoryLimitMb?: number
+  } = {},
 ): SandboxProvider {
   return createDockerSandboxProvider({
     backend: {
@@ -27,10 +31,18 @@ export function testProvider(
 }
 
 /** Containers and volumes of this test run that still exist. */
-export async function leftovers(): Promise<{ containers: string[]; volumes: string[]; networks: string[] }> {
+export async function leftovers(): Promise<{
+  containers: string[]
+  volumes: string[]
+  networks: string[]
+}> {
   const filters = { label: [`${TEST_RUN_LABEL}=${TEST_RUN_ID}`] }
-  const containers = (await docker.listContainers({ all: true, filters })).map((info) => info.Names[0] ?? info.Id)
-  const volumes = ((await docker.listVolumes({ filters })).Volumes ?? []).map((volume) => volume.Name)
+  const containers = (await docker.listContainers({ all: true, filters })).map(
+    (info) => info.Names[0] ?? info.Id,
+  )
+  const volumes = ((await docker.listVolumes({ filters })).Volumes ?? []).map(
+    (volume) => volume.Name,
+  )
   const networks = (await docker.listNetworks({ filters })).map((network) => network.Name)
   return { containers, volumes, networks }
 }

@@ -1,7 +1,4 @@
-import {
-  SandboxConfigValidationError,
-  type SandboxOutputChunk,
-} from '@cordon/core'
+import { SandboxConfigValidationError, type SandboxOutputChunk } from '@cordon/core'
 import { describe, expect, it } from 'vitest'
 import type { SandboxesUnderTest } from './shared-sandbox.js'
 import type { SandboxConformanceOptions } from './suite-options.js'
@@ -16,179 +13,289 @@ export function execCases(options: SandboxConformanceOptions, sandboxes: Sandbox
   const timeout = options.timeoutMs ?? 60_000
 
   describe('exec', () => {
-    it('runs a command and returns stdout, exit code and timings', async () => {
-      const result = await sandboxes.sandbox.exec('echo', ['hello', 'world'])
-      expect(result).toMatchObject({
-        exitCode: 0,
-        stdout: 'hello world\n',
-        stderr: '',
-        signal: null,
-        timedOut: false,
-        aborted: false,
-        oomKilled: false,
-        stdoutTruncated: false,
-        stderrTruncated: false,
-      })
-      expect(result.durationMs).toBeGreaterThanOrEqual(0)
-    }, timeout)
+    it(
+      'runs a command and returns stdout, exit code and timings',
+      async () => {
+        const result = await sandboxes.sandbox.exec('echo', ['hello', 'world'])
+        expect(result).toMatchObject({
+          exitCode: 0,
+          stdout: 'hello world\n',
+          stderr: '',
+          signal: null,
+          timedOut: false,
+          aborted: false,
+          oomKilled: false,
+          stdoutTruncated: false,
+          stderrTruncated: false,
+        })
+        expect(result.durationMs).toBeGreaterThanOrEqual(0)
+      },
+      timeout,
+    )
 
-    it('passes arguments as an argv, never through a shell', async () => {
-      const hostile = ['$HOME', '`id`', '$(id)', "'; exit 9; '", '*', 'a b', '', '\n']
-      const result = await sandboxes.sandbox.exec('printf', ['%s|', ...hostile])
-      expect(result.exitCode).toBe(0)
-      expect(result.stdout).toBe(`${hostile.join('|')}|`)
-    }, timeout)
+    it(
+      'passes arguments as an argv, never through a shell',
+      async () => {
+        const hostile = ['$HOME', '`id`', '$(id)', "'; exit 9; '", '*', 'a b', '', '\n']
+        const result = await sandboxes.sandbox.exec('printf', ['%s|', ...hostile])
+        expect(result.exitCode).toBe(0)
+        expect(result.stdout).toBe(`${hostile.join('|')}|`)
+      },
+      timeout,
+    )
 
-    it('returns the exit code the sandbox reported', async () => {
-      for (const code of [0, 1, 3, 42, 255]) {
-        const result = await sandboxes.sandbox.exec('sh', ['-c', `exit ${code}`])
-        expect(result.exitCode).toBe(code)
-      }
-    }, timeout)
+    it(
+      'returns the exit code the sandbox reported',
+      async () => {
+        for (const code of [0, 1, 3, 42, 255]) {
+          const result = await sandboxes.sandbox.exec('sh', ['-c', `exit ${code}`])
+          expect(result.exitCode).toBe(code)
+        }
+      },
+      timeout,
+    )
 
-    it('keeps stderr apart from stdout', async () => {
-      const result = await sandboxes.sandbox.exec('sh', ['-c', 'echo out; echo err >&2; echo out2'])
-      expect(result.stdout).toBe('out\nout2\n')
-      expect(result.stderr).toBe('err\n')
-    }, timeout)
+    it(
+      'keeps stderr apart from stdout',
+      async () => {
+        const result = await sandboxes.sandbox.exec('sh', [
+          '-c',
+          'echo out; echo err >&2; echo out2',
+        ])
+        expect(result.stdout).toBe('out\nout2\n')
+        expect(result.stderr).toBe('err\n')
+      },
+      timeout,
+    )
 
-    it('reports a command that does not exist with exit code 126 or 127', async () => {
-      const result = await sandboxes.sandbox.exec('/no/such/binary', [])
-      expect([126, 127]).toContain(result.exitCode)
-    }, timeout)
+    it(
+      'reports a command that does not exist with exit code 126 or 127',
+      async () => {
+        const result = await sandboxes.sandbox.exec('/no/such/binary', [])
+        expect([126, 127]).toContain(result.exitCode)
+      },
+      timeout,
+    )
 
-    it('streams output to onOutput in order while the command runs', async () => {
-      const chunks: Array<SandboxOutputChunk & { at: number }> = []
-      const started = Date.now()
-      const result = await sandboxes.sandbox.exec('sh', ['-c', 'echo first; echo oops >&2; sleep 1; echo second'], {
-        onOutput: (chunk) => chunks.push({ ...chunk, at: Date.now() }),
-      })
-      const finished = Date.now()
-      const stdout = chunks.filter((chunk) => chunk.stream === 'stdout')
-      expect(stdout.map((chunk) => chunk.data).join('')).toBe('first\nsecond\n')
-      expect(chunks.filter((chunk) => chunk.stream === 'stderr').map((chunk) => chunk.data).join('')).toBe('oops\n')
-      // The first line arrived well before the command ended: it was streamed, not buffered.
-      expect(stdout[0]!.at - started).toBeLessThan(finished - started - 500)
-      expect(result.stdout).toBe('first\nsecond\n')
-    }, timeout)
+    it(
+      'streams output to onOutput in order while the command runs',
+      async () => {
+        const chunks: Array<SandboxOutputChunk & { at: number }> = []
+        const started = Date.now()
+        const result = await sandboxes.sandbox.exec(
+          'sh',
+          ['-c', 'echo first; echo oops >&2; sleep 1; echo second'],
+          {
+            onOutput: (chunk) => chunks.push({ ...chunk, at: Date.now() }),
+          },
+        )
+        const finished = Date.now()
+        const stdout = chunks.filter((chunk) => chunk.stream === 'stdout')
+        expect(stdout.map((chunk) => chunk.data).join('')).toBe('first\nsecond\n')
+        expect(
+          chunks
+            .filter((chunk) => chunk.stream === 'stderr')
+            .map((chunk) => chunk.data)
+            .join(''),
+        ).toBe('oops\n')
+        // The first line arrived well before the command ended: it was streamed, not buffered.
+        expect(stdout[0]!.at - started).toBeLessThan(finished - started - 500)
+        expect(result.stdout).toBe('first\nsecond\n')
+      },
+      timeout,
+    )
 
-    it('decodes UTF-8 split across writes without garbling it', async () => {
-      const chunks: string[] = []
-      const result = await sandboxes.sandbox.exec(
-        'sh',
-        ['-c', "printf 'caf\\303'; sleep 0.3; printf '\\251 \\342\\202'; sleep 0.3; printf '\\254 \\360\\237\\216'; sleep 0.3; printf '\\211\\n'"],
-        { onOutput: (chunk) => chunks.push(chunk.data) },
-      )
-      expect(result.stdout).toBe('café € 🎉\n')
-      expect(chunks.join('')).toBe('café € 🎉\n')
-      expect(chunks.some((chunk) => chunk.includes('\uFFFD'))).toBe(false)
-    }, timeout)
+    it(
+      'decodes UTF-8 split across writes without garbling it',
+      async () => {
+        const chunks: string[] = []
+        const result = await sandboxes.sandbox.exec(
+          'sh',
+          [
+            '-c',
+            "printf 'caf\\303'; sleep 0.3; printf '\\251 \\342\\202'; sleep 0.3; printf '\\254 \\360\\237\\216'; sleep 0.3; printf '\\211\\n'",
+          ],
+          { onOutput: (chunk) => chunks.push(chunk.data) },
+        )
+        expect(result.stdout).toBe('café € 🎉\n')
+        expect(chunks.join('')).toBe('café € 🎉\n')
+        expect(chunks.some((chunk) => chunk.includes('\uFFFD'))).toBe(false)
+      },
+      timeout,
+    )
 
-    it('applies env and cwd per command', async () => {
-      const result = await sandboxes.sandbox.exec('sh', ['-c', 'echo "$GREETING"; pwd'], {
-        env: { GREETING: 'hi there' },
-        cwd: '/tmp',
-      })
-      expect(result.stdout).toBe('hi there\n/tmp\n')
-    }, timeout)
+    it(
+      'applies env and cwd per command',
+      async () => {
+        const result = await sandboxes.sandbox.exec('sh', ['-c', 'echo "$GREETING"; pwd'], {
+          env: { GREETING: 'hi there' },
+          cwd: '/tmp',
+        })
+        expect(result.stdout).toBe('hi there\n/tmp\n')
+      },
+      timeout,
+    )
 
-    it('runs in rootDir by default', async () => {
-      const result = await sandboxes.sandbox.exec('pwd')
-      expect(result.stdout.trim()).toBe(sandboxes.sandbox.rootDir)
-    }, timeout)
+    it(
+      'runs in rootDir by default',
+      async () => {
+        const result = await sandboxes.sandbox.exec('pwd')
+        expect(result.stdout.trim()).toBe(sandboxes.sandbox.rootDir)
+      },
+      timeout,
+    )
 
-    it('delivers stdin and closes it; without stdin, stdin is empty', async () => {
-      const withInput = await sandboxes.sandbox.exec('cat', [], { stdin: 'line one\nline two\n' })
-      expect(withInput.stdout).toBe('line one\nline two\n')
-      const binary = await sandboxes.sandbox.exec('wc', ['-c'], { stdin: new Uint8Array(70_000).fill(7) })
-      expect(binary.stdout.trim()).toBe('70000')
-      const without = await sandboxes.sandbox.exec('cat', [])
-      expect(without).toMatchObject({ exitCode: 0, stdout: '' })
-    }, timeout)
+    it(
+      'delivers stdin and closes it; without stdin, stdin is empty',
+      async () => {
+        const withInput = await sandboxes.sandbox.exec('cat', [], { stdin: 'line one\nline two\n' })
+        expect(withInput.stdout).toBe('line one\nline two\n')
+        const binary = await sandboxes.sandbox.exec('wc', ['-c'], {
+          stdin: new Uint8Array(70_000).fill(7),
+        })
+        expect(binary.stdout.trim()).toBe('70000')
+        const without = await sandboxes.sandbox.exec('cat', [])
+        expect(without).toMatchObject({ exitCode: 0, stdout: '' })
+      },
+      timeout,
+    )
 
-    it('caps kept output at maxOutputBytes and sets the truncation flags', async () => {
-      const streamed: string[] = []
-      const result = await sandboxes.sandbox.exec('sh', ['-c', 'head -c 100000 /dev/zero | tr "\\0" a; head -c 10 /dev/zero | tr "\\0" b >&2'], {
-        maxOutputBytes: 1000,
-        onOutput: (chunk) => chunk.stream === 'stdout' && streamed.push(chunk.data),
-      })
-      expect(result.stdout).toBe('a'.repeat(1000))
-      expect(result.stdoutTruncated).toBe(true)
-      expect(result.stderr).toBe('bbbbbbbbbb')
-      expect(result.stderrTruncated).toBe(false)
-      expect(streamed.join('').length).toBe(100_000)
-    }, timeout)
+    it(
+      'caps kept output at maxOutputBytes and sets the truncation flags',
+      async () => {
+        const streamed: string[] = []
+        const result = await sandboxes.sandbox.exec(
+          'sh',
+          ['-c', 'head -c 100000 /dev/zero | tr "\\0" a; head -c 10 /dev/zero | tr "\\0" b >&2'],
+          {
+            maxOutputBytes: 1000,
+            onOutput: (chunk) => chunk.stream === 'stdout' && streamed.push(chunk.data),
+          },
+        )
+        expect(result.stdout).toBe('a'.repeat(1000))
+        expect(result.stdoutTruncated).toBe(true)
+        expect(result.stderr).toBe('bbbbbbbbbb')
+        expect(result.stderrTruncated).toBe(false)
+        expect(streamed.join('').length).toBe(100_000)
+      },
+      timeout,
+    )
 
-    it('keeps large output whole under the default cap', async () => {
-      const result = await sandboxes.sandbox.exec('sh', ['-c', 'head -c 3000000 /dev/zero | tr "\\0" x'])
-      expect(result.stdout.length).toBe(3_000_000)
-      expect(result.stdoutTruncated).toBe(false)
-    }, timeout)
+    it(
+      'keeps large output whole under the default cap',
+      async () => {
+        const result = await sandboxes.sandbox.exec('sh', [
+          '-c',
+          'head -c 3000000 /dev/zero | tr "\\0" x',
+        ])
+        expect(result.stdout.length).toBe(3_000_000)
+        expect(result.stdoutTruncated).toBe(false)
+      },
+      timeout,
+    )
 
-    it('kills the whole process tree on timeout, detached grandchildren included', async () => {
-      const marker = `cordon-timeout-${Date.now()}`
-      const started = Date.now()
-      const result = await sandboxes.sandbox.exec(
-        'sh',
-        ['-c', `(setsid sh -c 'sleep 1000; echo ${marker}-grandchild' &); sh -c 'sleep 1001; echo ${marker}' & wait`],
-        { timeout: 1500 },
-      )
-      expect(Date.now() - started).toBeLessThan(15_000)
-      expect(result.timedOut).toBe(true)
-      expect(result.aborted).toBe(false)
-      expect(result.signal).toBe('SIGKILL')
-      expect(await processesMatching(sandboxes, 'sleep 100')).toEqual([])
-    }, timeout)
+    it(
+      'kills the whole process tree on timeout, detached grandchildren included',
+      async () => {
+        const marker = `cordon-timeout-${Date.now()}`
+        const started = Date.now()
+        const result = await sandboxes.sandbox.exec(
+          'sh',
+          [
+            '-c',
+            `(setsid sh -c 'sleep 1000; echo ${marker}-grandchild' &); sh -c 'sleep 1001; echo ${marker}' & wait`,
+          ],
+          { timeout: 1500 },
+        )
+        expect(Date.now() - started).toBeLessThan(15_000)
+        expect(result.timedOut).toBe(true)
+        expect(result.aborted).toBe(false)
+        expect(result.signal).toBe('SIGKILL')
+        expect(await processesMatching(sandboxes, 'sleep 100')).toEqual([])
+      },
+      timeout,
+    )
 
-    it('kills the whole process tree when the signal aborts', async () => {
-      const controller = new AbortController()
-      const pending = sandboxes.sandbox.exec('sh', ['-c', "(setsid sh -c 'sleep 2000' &); sleep 2001"], {
-        signal: controller.signal,
-      })
-      setTimeout(() => controller.abort(), 1000)
-      const result = await pending
-      expect(result.aborted).toBe(true)
-      expect(result.timedOut).toBe(false)
-      expect(result.signal).toBe('SIGKILL')
-      expect(await processesMatching(sandboxes, 'sleep 200')).toEqual([])
-    }, timeout)
+    it(
+      'kills the whole process tree when the signal aborts',
+      async () => {
+        const controller = new AbortController()
+        const pending = sandboxes.sandbox.exec(
+          'sh',
+          ['-c', "(setsid sh -c 'sleep 2000' &); sleep 2001"],
+          {
+            signal: controller.signal,
+          },
+        )
+        setTimeout(() => controller.abort(), 1000)
+        const result = await pending
+        expect(result.aborted).toBe(true)
+        expect(result.timedOut).toBe(false)
+        expect(result.signal).toBe('SIGKILL')
+        expect(await processesMatching(sandboxes, 'sleep 200')).toEqual([])
+      },
+      timeout,
+    )
 
-    it('does not kill a command for printing nothing', async () => {
-      const result = await sandboxes.sandbox.exec('sh', ['-c', 'sleep 3; echo done'])
-      expect(result).toMatchObject({ exitCode: 0, stdout: 'done\n', timedOut: false })
-    }, timeout)
+    it(
+      'does not kill a command for printing nothing',
+      async () => {
+        const result = await sandboxes.sandbox.exec('sh', ['-c', 'sleep 3; echo done'])
+        expect(result).toMatchObject({ exitCode: 0, stdout: 'done\n', timedOut: false })
+      },
+      timeout,
+    )
 
-    it('refuses malformed requests with a validation error listing each problem', async () => {
-      const error = await sandboxes.sandbox
-        .exec('', ['ok', 5 as unknown as string], { timeout: -1, env: { 'A-B': 'x' } })
-        .catch((caught: unknown) => caught)
-      expect(SandboxConfigValidationError.isInstance(error)).toBe(true)
-      expect((error as SandboxConfigValidationError).issues.length).toBeGreaterThanOrEqual(4)
-    }, timeout)
+    it(
+      'refuses malformed requests with a validation error listing each problem',
+      async () => {
+        const error = await sandboxes.sandbox
+          .exec('', ['ok', 5 as unknown as string], { timeout: -1, env: { 'A-B': 'x' } })
+          .catch((caught: unknown) => caught)
+        expect(SandboxConfigValidationError.isInstance(error)).toBe(true)
+        expect((error as SandboxConfigValidationError).issues.length).toBeGreaterThanOrEqual(4)
+      },
+      timeout,
+    )
   })
 
   describe('background processes', () => {
-    it('starts, streams, takes stdin, and waits', async () => {
-      const chunks: string[] = []
-      const process = await sandboxes.sandbox.start('sh', ['-c', 'while read line; do echo "got $line"; done; echo bye'], {
-        onOutput: (chunk) => chunks.push(chunk.data),
-      })
-      await process.write('one\n')
-      await process.write(new TextEncoder().encode('two\n'))
-      await process.closeStdin()
-      const result = await process.wait()
-      expect(result.exitCode).toBe(0)
-      expect(result.stdout).toBe('got one\ngot two\nbye\n')
-      expect(chunks.join('')).toBe('got one\ngot two\nbye\n')
-    }, timeout)
+    it(
+      'starts, streams, takes stdin, and waits',
+      async () => {
+        const chunks: string[] = []
+        const process = await sandboxes.sandbox.start(
+          'sh',
+          ['-c', 'while read line; do echo "got $line"; done; echo bye'],
+          {
+            onOutput: (chunk) => chunks.push(chunk.data),
+          },
+        )
+        await process.write('one\n')
+        await process.write(new TextEncoder().encode('two\n'))
+        await process.closeStdin()
+        const result = await process.wait()
+        expect(result.exitCode).toBe(0)
+        expect(result.stdout).toBe('got one\ngot two\nbye\n')
+        expect(chunks.join('')).toBe('got one\ngot two\nbye\n')
+      },
+      timeout,
+    )
 
-    it('kill ends the whole tree of a background process', async () => {
-      const process = await sandboxes.sandbox.start('sh', ['-c', "(setsid sh -c 'sleep 3000' &); sleep 3001"])
-      await new Promise((resolve) => setTimeout(resolve, 500))
-      await process.kill()
-      const result = await process.wait()
-      expect(result.signal).toBe('SIGKILL')
-      expect(await processesMatching(sandboxes, 'sleep 300')).toEqual([])
-    }, timeout)
+    it(
+      'kill ends the whole tree of a background process',
+      async () => {
+        const process = await sandboxes.sandbox.start('sh', [
+          '-c',
+          "(setsid sh -c 'sleep 3000' &); sleep 3001",
+        ])
+        await new Promise((resolve) => setTimeout(resolve, 500))
+        await process.kill()
+        const result = await process.wait()
+        expect(result.signal).toBe('SIGKILL')
+        expect(await processesMatching(sandboxes, 'sleep 300')).toEqual([])
+      },
+      timeout,
+    )
   })
 }

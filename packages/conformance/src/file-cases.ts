@@ -4,7 +4,11 @@ import { describe, expect, it } from 'vitest'
 import type { SandboxesUnderTest } from './shared-sandbox.js'
 import type { SandboxConformanceOptions } from './suite-options.js'
 
-async function* chunked(total: number, chunkSize: number, seed: number): AsyncGenerator<Uint8Array> {
+async function* chunked(
+  total: number,
+  chunkSize: number,
+  seed: number,
+): AsyncGenerator<Uint8Array> {
   let sent = 0
   let counter = seed
   while (sent < total) {
@@ -19,7 +23,9 @@ async function* chunked(total: number, chunkSize: number, seed: number): AsyncGe
   }
 }
 
-async function digestOf(source: AsyncIterable<Uint8Array>): Promise<{ sha256: string; bytes: number }> {
+async function digestOf(
+  source: AsyncIterable<Uint8Array>,
+): Promise<{ sha256: string; bytes: number }> {
   const hash = createHash('sha256')
   let bytes = 0
   for await (const chunk of source) {
@@ -33,86 +39,162 @@ export function fileCases(options: SandboxConformanceOptions, sandboxes: Sandbox
   const timeout = options.timeoutMs ?? 60_000
 
   describe('files', () => {
-    it('round-trips every byte value exactly', async () => {
-      const bytes = new Uint8Array(256 * 4)
-      for (let i = 0; i < bytes.length; i++) bytes[i] = i % 256
-      const random = randomBytes(256 * 1024)
-      const path = `${sandboxes.sandbox.rootDir}/binary.bin`
-      await sandboxes.sandbox.writeFile(path, bytes)
-      expect(Buffer.from(await sandboxes.sandbox.readFile(path)).equals(Buffer.from(bytes))).toBe(true)
-      await sandboxes.sandbox.writeFile('random.bin', random)
-      expect(Buffer.from(await sandboxes.sandbox.readFile('random.bin')).equals(random)).toBe(true)
-    }, timeout)
+    it(
+      'round-trips every byte value exactly',
+      async () => {
+        const bytes = new Uint8Array(256 * 4)
+        for (let i = 0; i < bytes.length; i++) bytes[i] = i % 256
+        const random = randomBytes(256 * 1024)
+        const path = `${sandboxes.sandbox.rootDir}/binary.bin`
+        await sandboxes.sandbox.writeFile(path, bytes)
+        expect(Buffer.from(await sandboxes.sandbox.readFile(path)).equals(Buffer.from(bytes))).toBe(
+          true,
+        )
+        await sandboxes.sandbox.writeFile('random.bin', random)
+        expect(Buffer.from(await sandboxes.sandbox.readFile('random.bin')).equals(random)).toBe(
+          true,
+        )
+      },
+      timeout,
+    )
 
-    it('writes text as UTF-8 and the command inside sees it', async () => {
-      await sandboxes.sandbox.writeFile('notes/hello.txt', 'grüße 👋\n')
-      const cat = await sandboxes.sandbox.exec('cat', [`${sandboxes.sandbox.rootDir}/notes/hello.txt`])
-      expect(cat.stdout).toBe('grüße 👋\n')
-    }, timeout)
+    it(
+      'writes text as UTF-8 and the command inside sees it',
+      async () => {
+        await sandboxes.sandbox.writeFile('notes/hello.txt', 'grüße 👋\n')
+        const cat = await sandboxes.sandbox.exec('cat', [
+          `${sandboxes.sandbox.rootDir}/notes/hello.txt`,
+        ])
+        expect(cat.stdout).toBe('grüße 👋\n')
+      },
+      timeout,
+    )
 
-    it('reads what a command wrote', async () => {
-      await sandboxes.sandbox.exec('sh', ['-c', 'mkdir -p made && printf "from inside" > made/by-command.txt'])
-      const text = new TextDecoder().decode(await sandboxes.sandbox.readFile('made/by-command.txt'))
-      expect(text).toBe('from inside')
-    }, timeout)
+    it(
+      'reads what a command wrote',
+      async () => {
+        await sandboxes.sandbox.exec('sh', [
+          '-c',
+          'mkdir -p made && printf "from inside" > made/by-command.txt',
+        ])
+        const text = new TextDecoder().decode(
+          await sandboxes.sandbox.readFile('made/by-command.txt'),
+        )
+        expect(text).toBe('from inside')
+      },
+      timeout,
+    )
 
-    it('overwrites an existing file and applies the mode', async () => {
-      await sandboxes.sandbox.writeFile('over.txt', 'first version, longer')
-      await sandboxes.sandbox.writeFile('over.txt', 'second', { mode: 0o600 })
-      expect(new TextDecoder().decode(await sandboxes.sandbox.readFile('over.txt'))).toBe('second')
-      const stat = await sandboxes.sandbox.exec('stat', ['-c', '%a', `${sandboxes.sandbox.rootDir}/over.txt`])
-      expect(stat.stdout.trim()).toBe('600')
-    }, timeout)
+    it(
+      'overwrites an existing file and applies the mode',
+      async () => {
+        await sandboxes.sandbox.writeFile('over.txt', 'first version, longer')
+        await sandboxes.sandbox.writeFile('over.txt', 'second', { mode: 0o600 })
+        expect(new TextDecoder().decode(await sandboxes.sandbox.readFile('over.txt'))).toBe(
+          'second',
+        )
+        const stat = await sandboxes.sandbox.exec('stat', [
+          '-c',
+          '%a',
+          `${sandboxes.sandbox.rootDir}/over.txt`,
+        ])
+        expect(stat.stdout.trim()).toBe('600')
+      },
+      timeout,
+    )
 
-    it('reports a missing file with SandboxFileNotFoundError', async () => {
-      const error = await sandboxes.sandbox.readFile('does/not/exist.txt').catch((caught: unknown) => caught)
-      expect(SandboxFileNotFoundError.isInstance(error)).toBe(true)
-    }, timeout)
+    it(
+      'reports a missing file with SandboxFileNotFoundError',
+      async () => {
+        const error = await sandboxes.sandbox
+          .readFile('does/not/exist.txt')
+          .catch((caught: unknown) => caught)
+        expect(SandboxFileNotFoundError.isInstance(error)).toBe(true)
+      },
+      timeout,
+    )
 
-    it('lists regular files recursively with absolute paths and sizes', async () => {
-      await sandboxes.sandbox.writeFile('tree/a.txt', 'aaa')
-      await sandboxes.sandbox.writeFile('tree/sub/b.txt', 'bbbbb')
-      await sandboxes.sandbox.exec('sh', ['-c', `cd ${sandboxes.sandbox.rootDir}/tree && mkdir -p empty && ln -sf a.txt link`])
-      const entries = await sandboxes.sandbox.listFiles(`${sandboxes.sandbox.rootDir}/tree`)
-      const simplified = entries.map((entry) => [entry.path, entry.size]).sort()
-      expect(simplified).toEqual([
-        [`${sandboxes.sandbox.rootDir}/tree/a.txt`, 3],
-        [`${sandboxes.sandbox.rootDir}/tree/sub/b.txt`, 5],
-      ])
-      expect(entries.every((entry) => entry.modifiedMs > 0)).toBe(true)
-    }, timeout)
+    it(
+      'lists regular files recursively with absolute paths and sizes',
+      async () => {
+        await sandboxes.sandbox.writeFile('tree/a.txt', 'aaa')
+        await sandboxes.sandbox.writeFile('tree/sub/b.txt', 'bbbbb')
+        await sandboxes.sandbox.exec('sh', [
+          '-c',
+          `cd ${sandboxes.sandbox.rootDir}/tree && mkdir -p empty && ln -sf a.txt link`,
+        ])
+        const entries = await sandboxes.sandbox.listFiles(`${sandboxes.sandbox.rootDir}/tree`)
+        const simplified = entries.map((entry) => [entry.path, entry.size]).sort()
+        expect(simplified).toEqual([
+          [`${sandboxes.sandbox.rootDir}/tree/a.txt`, 3],
+          [`${sandboxes.sandbox.rootDir}/tree/sub/b.txt`, 5],
+        ])
+        expect(entries.every((entry) => entry.modifiedMs > 0)).toBe(true)
+      },
+      timeout,
+    )
 
-    it('lists rootDir by default and returns [] for a missing directory', async () => {
-      const all = await sandboxes.sandbox.listFiles()
-      expect(all.some((entry) => entry.path === `${sandboxes.sandbox.rootDir}/tree/a.txt`)).toBe(true)
-      expect(await sandboxes.sandbox.listFiles(`${sandboxes.sandbox.rootDir}/nothing-here`)).toEqual([])
-    }, timeout)
+    it(
+      'lists rootDir by default and returns [] for a missing directory',
+      async () => {
+        const all = await sandboxes.sandbox.listFiles()
+        expect(all.some((entry) => entry.path === `${sandboxes.sandbox.rootDir}/tree/a.txt`)).toBe(
+          true,
+        )
+        expect(
+          await sandboxes.sandbox.listFiles(`${sandboxes.sandbox.rootDir}/nothing-here`),
+        ).toEqual([])
+      },
+      timeout,
+    )
 
-    it('refuses paths outside the writable roots with SandboxPathError', async () => {
-      const attempts = ['/etc/passwd', `${sandboxes.sandbox.rootDir}/../../../etc/evil`, '/bin/sh', '../escape.txt']
-      for (const path of attempts) {
-        const error = await sandboxes.sandbox.writeFile(path, 'x').catch((caught: unknown) => caught)
-        expect(SandboxPathError.isInstance(error), path).toBe(true)
-      }
-      const inside = await sandboxes.sandbox.exec('cat', ['/etc/passwd'])
-      expect(inside.stdout).not.toContain('x\n')
-    }, timeout)
+    it(
+      'refuses paths outside the writable roots with SandboxPathError',
+      async () => {
+        const attempts = [
+          '/etc/passwd',
+          `${sandboxes.sandbox.rootDir}/../../../etc/evil`,
+          '/bin/sh',
+          '../escape.txt',
+        ]
+        for (const path of attempts) {
+          const error = await sandboxes.sandbox
+            .writeFile(path, 'x')
+            .catch((caught: unknown) => caught)
+          expect(SandboxPathError.isInstance(error), path).toBe(true)
+        }
+        const inside = await sandboxes.sandbox.exec('cat', ['/etc/passwd'])
+        expect(inside.stdout).not.toContain('x\n')
+      },
+      timeout,
+    )
 
-    it('streams a large file in and out intact', async () => {
-      const total = 24 * 1024 * 1024
-      const expected = await digestOf(chunked(total, 64 * 1024, 7))
-      await sandboxes.sandbox.writeFileStream('big/stream.bin', chunked(total, 64 * 1024, 7))
-      const back = await digestOf(await sandboxes.sandbox.readFileStream('big/stream.bin'))
-      expect(back).toEqual(expected)
-      const wc = await sandboxes.sandbox.exec('wc', ['-c', `${sandboxes.sandbox.rootDir}/big/stream.bin`])
-      expect(wc.stdout.trim().split(/\s+/)[0]).toBe(String(total))
-    }, timeout)
+    it(
+      'streams a large file in and out intact',
+      async () => {
+        const total = 24 * 1024 * 1024
+        const expected = await digestOf(chunked(total, 64 * 1024, 7))
+        await sandboxes.sandbox.writeFileStream('big/stream.bin', chunked(total, 64 * 1024, 7))
+        const back = await digestOf(await sandboxes.sandbox.readFileStream('big/stream.bin'))
+        expect(back).toEqual(expected)
+        const wc = await sandboxes.sandbox.exec('wc', [
+          '-c',
+          `${sandboxes.sandbox.rootDir}/big/stream.bin`,
+        ])
+        expect(wc.stdout.trim().split(/\s+/)[0]).toBe(String(total))
+      },
+      timeout,
+    )
 
-    it('fails a streamed write whose source is shorter than the declared size', async () => {
-      const error = await sandboxes.sandbox
-        .writeFileStream('big/short.bin', chunked(1000, 100, 1), { size: 2000 })
-        .catch((caught: unknown) => caught)
-      expect(error).toBeInstanceOf(Error)
-    }, timeout)
+    it(
+      'fails a streamed write whose source is shorter than the declared size',
+      async () => {
+        const error = await sandboxes.sandbox
+          .writeFileStream('big/short.bin', chunked(1000, 100, 1), { size: 2000 })
+          .catch((caught: unknown) => caught)
+        expect(error).toBeInstanceOf(Error)
+      },
+      timeout,
+    )
   })
 }

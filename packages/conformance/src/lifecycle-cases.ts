@@ -1,71 +1,100 @@
-import { SandboxAbortedError, SandboxDestroyedError, SANDBOX_ID_PATTERN } from '@cordon/core'
+import { SANDBOX_ID_PATTERN, SandboxAbortedError, SandboxDestroyedError } from '@cordon/core'
 import { describe, expect, it } from 'vitest'
 import type { SandboxesUnderTest } from './shared-sandbox.js'
 import type { SandboxConformanceOptions } from './suite-options.js'
 
-export function lifecycleCases(options: SandboxConformanceOptions, sandboxes: SandboxesUnderTest): void {
+export function lifecycleCases(
+  options: SandboxConformanceOptions,
+  sandboxes: SandboxesUnderTest,
+): void {
   const timeout = options.timeoutMs ?? 60_000
 
   describe('lifecycle', () => {
-    it('hands out an exec-ready sandbox with an sbx_ id', async () => {
-      const sandbox = sandboxes.sandbox
-      expect(sandbox.id).toMatch(SANDBOX_ID_PATTERN)
-      expect(sandbox.status).toBe('ready')
-      expect(sandbox.rootDir.startsWith('/')).toBe(true)
-    }, timeout)
+    it(
+      'hands out an exec-ready sandbox with an sbx_ id',
+      async () => {
+        const sandbox = sandboxes.sandbox
+        expect(sandbox.id).toMatch(SANDBOX_ID_PATTERN)
+        expect(sandbox.status).toBe('ready')
+        expect(sandbox.rootDir.startsWith('/')).toBe(true)
+      },
+      timeout,
+    )
 
-    it('destroy is idempotent and later calls fail with SandboxDestroyedError', async () => {
-      const sandbox = await sandboxes.provider.create()
-      await sandbox.writeFile('x.txt', 'x')
-      await sandbox.destroy()
-      await sandbox.destroy()
-      expect(sandbox.status).toBe('destroyed')
-      const error = await sandbox.exec('true').catch((caught: unknown) => caught)
-      expect(SandboxDestroyedError.isInstance(error)).toBe(true)
-      const fileError = await sandbox.readFile('x.txt').catch((caught: unknown) => caught)
-      expect(SandboxDestroyedError.isInstance(fileError)).toBe(true)
-    }, timeout)
+    it(
+      'destroy is idempotent and later calls fail with SandboxDestroyedError',
+      async () => {
+        const sandbox = await sandboxes.provider.create()
+        await sandbox.writeFile('x.txt', 'x')
+        await sandbox.destroy()
+        await sandbox.destroy()
+        expect(sandbox.status).toBe('destroyed')
+        const error = await sandbox.exec('true').catch((caught: unknown) => caught)
+        expect(SandboxDestroyedError.isInstance(error)).toBe(true)
+        const fileError = await sandbox.readFile('x.txt').catch((caught: unknown) => caught)
+        expect(SandboxDestroyedError.isInstance(fileError)).toBe(true)
+      },
+      timeout,
+    )
 
-    it('create honours an already aborted signal and one that fires mid-way', async () => {
-      const early = new AbortController()
-      early.abort()
-      const error = await sandboxes.provider.create({ signal: early.signal }).catch((caught: unknown) => caught)
-      expect(SandboxAbortedError.isInstance(error)).toBe(true)
-      const late = new AbortController()
-      const pending = sandboxes.provider.create({ signal: late.signal })
-      setTimeout(() => late.abort(), 5)
-      const lateError = await pending.catch((caught: unknown) => caught)
-      expect(SandboxAbortedError.isInstance(lateError)).toBe(true)
-    }, timeout)
+    it(
+      'create honours an already aborted signal and one that fires mid-way',
+      async () => {
+        const early = new AbortController()
+        early.abort()
+        const error = await sandboxes.provider
+          .create({ signal: early.signal })
+          .catch((caught: unknown) => caught)
+        expect(SandboxAbortedError.isInstance(error)).toBe(true)
+        const late = new AbortController()
+        const pending = sandboxes.provider.create({ signal: late.signal })
+        setTimeout(() => late.abort(), 5)
+        const lateError = await pending.catch((caught: unknown) => caught)
+        expect(SandboxAbortedError.isInstance(lateError)).toBe(true)
+      },
+      timeout,
+    )
 
-    it('destroys a sandbox when its lifetime (timeoutMs) runs out', async () => {
-      const sandbox = await sandboxes.provider.create({ timeoutMs: 1500 })
-      expect((await sandbox.exec('true')).exitCode).toBe(0)
-      await new Promise((resolve) => setTimeout(resolve, 3000))
-      const error = await sandbox.exec('true').catch((caught: unknown) => caught)
-      expect(SandboxDestroyedError.isInstance(error)).toBe(true)
-    }, timeout)
+    it(
+      'destroys a sandbox when its lifetime (timeoutMs) runs out',
+      async () => {
+        const sandbox = await sandboxes.provider.create({ timeoutMs: 1500 })
+        expect((await sandbox.exec('true')).exitCode).toBe(0)
+        await new Promise((resolve) => setTimeout(resolve, 3000))
+        const error = await sandbox.exec('true').catch((caught: unknown) => caught)
+        expect(SandboxDestroyedError.isInstance(error)).toBe(true)
+      },
+      timeout,
+    )
 
-    it('gives each sandbox only the environment the host passed', async () => {
-      process.env.CORDON_CONFORMANCE_HOST_SECRET = 'host-only-value'
-      try {
-        await sandboxes.withFresh({ env: { VISIBLE: 'yes' } }, async (sandbox) => {
-          const env = await sandbox.exec('env')
-          expect(env.stdout).toContain('VISIBLE=yes')
-          expect(env.stdout).not.toContain('host-only-value')
+    it(
+      'gives each sandbox only the environment the host passed',
+      async () => {
+        process.env.CORDON_CONFORMANCE_HOST_SECRET = 'host-only-value'
+        try {
+          await sandboxes.withFresh({ env: { VISIBLE: 'yes' } }, async (sandbox) => {
+            const env = await sandbox.exec('env')
+            expect(env.stdout).toContain('VISIBLE=yes')
+            expect(env.stdout).not.toContain('host-only-value')
+          })
+        } finally {
+          delete process.env.CORDON_CONFORMANCE_HOST_SECRET
+        }
+      },
+      timeout,
+    )
+
+    it(
+      "keeps sandboxes apart: one cannot see another one's files",
+      async () => {
+        await sandboxes.withFresh({}, async (first) => {
+          await first.writeFile('private.txt', 'first only')
+          await sandboxes.withFresh({}, async (second) => {
+            expect(await second.listFiles()).toEqual([])
+          })
         })
-      } finally {
-        delete process.env.CORDON_CONFORMANCE_HOST_SECRET
-      }
-    }, timeout)
-
-    it('keeps sandboxes apart: one cannot see another one\'s files', async () => {
-      await sandboxes.withFresh({}, async (first) => {
-        await first.writeFile('private.txt', 'first only')
-        await sandboxes.withFresh({}, async (second) => {
-          expect(await second.listFiles()).toEqual([])
-        })
-      })
-    }, timeout)
+      },
+      timeout,
+    )
   })
 }

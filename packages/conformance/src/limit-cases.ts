@@ -3,40 +3,60 @@ import { describe, expect, it } from 'vitest'
 import type { SandboxesUnderTest } from './shared-sandbox.js'
 import type { SandboxConformanceOptions } from './suite-options.js'
 
-export function limitCases(options: SandboxConformanceOptions, sandboxes: SandboxesUnderTest): void {
+export function limitCases(
+  options: SandboxConformanceOptions,
+  sandboxes: SandboxesUnderTest,
+): void {
   const timeout = options.timeoutMs ?? 60_000
   const { capabilities } = options
 
   describe('limits', () => {
-    it.runIf(capabilities.memoryLimit)('a memory bomb is killed at memoryLimitMb and reported, never a hang', async () => {
-      await sandboxes.withFresh({ memoryLimitMb: 64 }, async (sandbox) => {
-        // Doubling a shell string quickly needs far more than 64 MiB.
-        const result = await sandbox.exec('sh', ['-c', 'x=aaaaaaaaaaaaaaaa; while :; do x="$x$x"; done'], { timeout: 30_000 })
-        expect(result.timedOut).toBe(false)
-        expect(result.exitCode).not.toBe(0)
-        if (capabilities.oomReporting) expect(result.oomKilled).toBe(true)
-        if (capabilities.survivesOutOfMemory) {
-          expect((await sandbox.exec('echo', ['still here'])).stdout).toBe('still here\n')
-        } else {
-          const after = await sandbox.exec('echo', ['gone']).catch((caught: unknown) => caught)
-          expect(SandboxDestroyedError.isInstance(after)).toBe(true)
-        }
-      })
-    }, timeout)
+    it.runIf(capabilities.memoryLimit)(
+      'a memory bomb is killed at memoryLimitMb and reported, never a hang',
+      async () => {
+        await sandboxes.withFresh({ memoryLimitMb: 64 }, async (sandbox) => {
+          // Doubling a shell string quickly needs far more than 64 MiB.
+          const result = await sandbox.exec(
+            'sh',
+            ['-c', 'x=aaaaaaaaaaaaaaaa; while :; do x="$x$x"; done'],
+            { timeout: 30_000 },
+          )
+          expect(result.timedOut).toBe(false)
+          expect(result.exitCode).not.toBe(0)
+          if (capabilities.oomReporting) expect(result.oomKilled).toBe(true)
+          if (capabilities.survivesOutOfMemory) {
+            expect((await sandbox.exec('echo', ['still here'])).stdout).toBe('still here\n')
+          } else {
+            const after = await sandbox.exec('echo', ['gone']).catch((caught: unknown) => caught)
+            expect(SandboxDestroyedError.isInstance(after)).toBe(true)
+          }
+        })
+      },
+      timeout,
+    )
 
-    it.runIf(capabilities.processLimit)('fork fails past maxProcesses, and the sandbox recovers', async () => {
-      await sandboxes.withFresh({ maxProcesses: 24 }, async (sandbox) => {
-        const result = await sandbox.exec(
-          'sh',
-          ['-c', 'n=0; while [ $n -lt 60 ]; do sleep 2 & n=$((n+1)); done; echo started $n; wait'],
-          { timeout: 20_000 },
-        )
-        expect(`${result.stdout}${result.stderr}`).toMatch(/can't fork|Resource temporarily unavailable|fork/i)
-        // Once the short-lived children exit, the slots are free again.
-        await new Promise((resolve) => setTimeout(resolve, 3000))
-        const after = await sandbox.exec('sh', ['-c', 'echo recovered'])
-        expect(after.stdout).toBe('recovered\n')
-      })
-    }, timeout)
+    it.runIf(capabilities.processLimit)(
+      'fork fails past maxProcesses, and the sandbox recovers',
+      async () => {
+        await sandboxes.withFresh({ maxProcesses: 24 }, async (sandbox) => {
+          const result = await sandbox.exec(
+            'sh',
+            [
+              '-c',
+              'n=0; while [ $n -lt 60 ]; do sleep 2 & n=$((n+1)); done; echo started $n; wait',
+            ],
+            { timeout: 20_000 },
+          )
+          expect(`${result.stdout}${result.stderr}`).toMatch(
+            /can't fork|Resource temporarily unavailable|fork/i,
+          )
+          // Once the short-lived children exit, the slots are free again.
+          await new Promise((resolve) => setTimeout(resolve, 3000))
+          const after = await sandbox.exec('sh', ['-c', 'echo recovered'])
+          expect(after.stdout).toBe('recovered\n')
+        })
+      },
+      timeout,
+    )
   })
 }

@@ -26,7 +26,10 @@ export function useSandboxes(options: SandboxConformanceOptions) {
       return shared
     },
     /** Creates a fresh sandbox, passes it to `use`, and always destroys it. */
-    async withFresh<T>(config: SandboxCreateConfig, use: (sandbox: Sandbox) => Promise<T>): Promise<T> {
+    async withFresh<T>(
+      config: SandboxCreateConfig,
+      use: (sandbox: Sandbox) => Promise<T>,
+    ): Promise<T> {
       if (!provider) throw new Error('provider not created yet')
       const sandbox = await provider.create(config)
       try {

@@ -48,7 +48,10 @@ export interface SandboxBackendContext {
   readonly emit: (event: SandboxEvent) => void
 }
 
-export type SandboxBackendFactory<Config> = (config: Config, context: SandboxBackendContext) => SandboxBackend
+export type SandboxBackendFactory<Config> = (
+  config: Config,
+  context: SandboxBackendContext,
+) => SandboxBackend
 
 /** What a backend package's module exports; the umbrella imports it lazily. */
 export interface SandboxBackendModule<Config> {

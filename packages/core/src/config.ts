@@ -1,13 +1,18 @@
 import { z } from 'zod'
 import { egressPolicySchema } from './egress-policy.js'
 import { SandboxConfigValidationError } from './errors.js'
-import { containerSandboxLayoutSchema } from './layout.js'
 import type { SandboxEventListener } from './events.js'
+import { containerSandboxLayoutSchema } from './layout.js'
 
 const fn = <T>(message: string) => z.custom<T>((value) => typeof value === 'function', { message })
 const positiveInt = () => z.number().int().positive()
 const labelsSchema = z
-  .record(z.string().regex(/^[a-z0-9][a-z0-9._/-]*$/i, 'label keys use letters, digits, ".", "_", "-", "/"'), z.string())
+  .record(
+    z
+      .string()
+      .regex(/^[a-z0-9][a-z0-9._/-]*$/i, 'label keys use letters, digits, ".", "_", "-", "/"'),
+    z.string(),
+  )
   .readonly()
 
 /** PEM material for a TLS client (engine, control plane, agent relay). */
@@ -42,7 +47,10 @@ export const containerBackendConfigSchema = z
       .optional(),
     /** Extra labels on every resource this backend creates. `cordon.*` keys are reserved. */
     labels: labelsSchema
-      .refine((labels) => Object.keys(labels).every((key) => !key.startsWith('cordon.')), 'label keys starting with "cordon." are reserved')
+      .refine(
+        (labels) => Object.keys(labels).every((key) => !key.startsWith('cordon.')),
+        'label keys starting with "cordon." are reserved',
+      )
       .optional(),
     /** How long `create()` may take to reach exec-ready (default 30 s). */
     readinessTimeoutMs: positiveInt().optional(),
@@ -56,7 +64,11 @@ export const containerBackendConfigSchema = z
   .readonly()
   .superRefine((config, ctx) => {
     if (config.socketPath && config.host) {
-      ctx.addIssue({ code: 'custom', path: ['host'], message: 'give either socketPath or host, not both' })
+      ctx.addIssue({
+        code: 'custom',
+        path: ['host'],
+        message: 'give either socketPath or host, not both',
+      })
     }
     if (config.tls && !config.host) {
       ctx.addIssue({ code: 'custom', path: ['tls'], message: 'tls needs a TCP host' })
@@ -85,7 +97,10 @@ export const aciStandbyPoolBackendConfigSchema = z
     agentPort: z.number().int().min(1).max(65535).optional(),
     armApiVersion: z.string().min(1).optional(),
     armEndpoint: z.string().url().optional(),
-    containerNamePrefix: z.string().regex(/^[a-z0-9-]{1,40}$/).optional(),
+    containerNamePrefix: z
+      .string()
+      .regex(/^[a-z0-9-]{1,40}$/)
+      .optional(),
   })
   .readonly()
   .superRefine((config, ctx) => {
@@ -93,7 +108,8 @@ export const aciStandbyPoolBackendConfigSchema = z
       ctx.addIssue({
         code: 'custom',
         path: ['subnetId'],
-        message: 'give a subnetId, or set allowPublicAddress: true to accept a public IP for each claimed group',
+        message:
+          'give a subnetId, or set allowPublicAddress: true to accept a public IP for each claimed group',
       })
     }
   })
@@ -123,7 +139,10 @@ export const microVMBackendConfigSchema = z
 export type MicroVMBackendConfig = z.input<typeof microVMBackendConfigSchema>
 
 export type SandboxTier = 'container' | 'microvm'
-export type SandboxBackendConfig = ContainerBackendConfig | ACIStandbyPoolBackendConfig | MicroVMBackendConfig
+export type SandboxBackendConfig =
+  | ContainerBackendConfig
+  | ACIStandbyPoolBackendConfig
+  | MicroVMBackendConfig
 
 /** A credential the egress gateway injects upstream; the sandbox never holds `value`. */
 export const brokeredCredentialSchema = z
@@ -150,7 +169,10 @@ const providerBaseShape = {
   defaultMemoryLimitMb: positiveInt().optional(),
   defaultMaxProcesses: positiveInt().optional(),
   /** Keep this many exec-ready sandboxes started; `create()` claims one. */
-  pool: z.object({ size: z.number().int().min(0).max(64) }).readonly().optional(),
+  pool: z
+    .object({ size: z.number().int().min(0).max(64) })
+    .readonly()
+    .optional(),
   /** Structured lifecycle, exec and egress events. Must not throw. */
   onEvent: fn<SandboxEventListener>('onEvent must be a function').optional(),
   /** Credentials the egress gateway injects; never visible inside the sandbox. */
@@ -169,7 +191,11 @@ export const containerProviderConfigSchema = z
   .readonly()
 
 export const microVMProviderConfigSchema = z
-  .object({ ...providerBaseShape, backend: microVMBackendConfigSchema, layout: z.undefined().optional() })
+  .object({
+    ...providerBaseShape,
+    backend: microVMBackendConfigSchema,
+    layout: z.undefined().optional(),
+  })
   .readonly()
 
 type ProviderBase = z.input<z.ZodObject<typeof providerBaseShape>>
@@ -184,9 +210,19 @@ export type SandboxProviderConfig =
 /** Per-sandbox settings for `provider.create()`; each falls back to the provider's default. */
 export const sandboxCreateConfigSchema = z
   .object({
-    signal: z.custom<AbortSignal>((value) => value instanceof AbortSignal, 'signal must be an AbortSignal').optional(),
+    signal: z
+      .custom<AbortSignal>((value) => value instanceof AbortSignal, 'signal must be an AbortSignal')
+      .optional(),
     env: z
-      .record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'environment variable names are letters, digits and "_"'), z.string())
+      .record(
+        z
+          .string()
+          .regex(
+            /^[A-Za-z_][A-Za-z0-9_]*$/,
+            'environment variable names are letters, digits and "_"',
+          ),
+        z.string(),
+      )
       .readonly()
       .optional(),
     timeoutMs: positiveInt().optional(),
@@ -202,11 +238,18 @@ export type SandboxCreateConfig = z.input<typeof sandboxCreateConfigSchema>
  * Parses `input` with `schema`; on failure throws one
  * {@link SandboxConfigValidationError} listing every problem.
  */
-export function parseConfig<S extends z.ZodType>(schema: S, input: unknown, subject: string): z.output<S> {
+export function parseConfig<S extends z.ZodType>(
+  schema: S,
+  input: unknown,
+  subject: string,
+): z.output<S> {
   const result = schema.safeParse(input)
   if (result.success) return result.data
   throw new SandboxConfigValidationError(
     subject,
-    result.error.issues.map((issue) => ({ path: issue.path.map(String).join('.'), message: issue.message })),
+    result.error.issues.map((issue) => ({
+      path: issue.path.map(String).join('.'),
+      message: issue.message,
+    })),
   )
 }

@@ -52,11 +52,14 @@ export async function withDeadline<T>(
 
   const expiry = new Promise<never>((_, reject) => {
     if (timeoutMs !== undefined && Number.isFinite(timeoutMs)) {
-      timer = setTimeout(() => {
-        const error = options.onTimeout()
-        controller.abort(error)
-        reject(error)
-      }, Math.max(0, timeoutMs))
+      timer = setTimeout(
+        () => {
+          const error = options.onTimeout()
+          controller.abort(error)
+          reject(error)
+        },
+        Math.max(0, timeoutMs),
+      )
     }
     if (signal) {
       const onAbort = (): void => {
@@ -103,7 +106,10 @@ async function runBounded(
     await Promise.race([
       Promise.resolve().then(task),
       new Promise<void>((_, reject) => {
-        timer = setTimeout(() => reject(new Error(`cleanup did not finish within ${graceMs} ms`)), graceMs)
+        timer = setTimeout(
+          () => reject(new Error(`cleanup did not finish within ${graceMs} ms`)),
+          graceMs,
+        )
       }),
     ])
   } catch (error) {

@@ -21,7 +21,9 @@ const allowedHostSchema = z.string().refine((entry) => parseAllowlistEntry(entry
 export const egressPolicySchema = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('deny-all') }).readonly(),
   z.object({ kind: z.literal('allow-all') }).readonly(),
-  z.object({ kind: z.literal('static'), allowedHosts: z.array(allowedHostSchema).readonly() }).readonly(),
+  z
+    .object({ kind: z.literal('static'), allowedHosts: z.array(allowedHostSchema).readonly() })
+    .readonly(),
   z
     .object({
       kind: z.literal('resolver'),

@@ -50,7 +50,7 @@ const baseMarker = markerFor('SandboxError')
 
 /** Base class of every error cordon throws. */
 export class SandboxError extends Error {
-  private readonly [baseMarker] = true
+  protected readonly [baseMarker] = true
   readonly code: SandboxErrorCode
 
   constructor(message: string, options: SandboxErrorOptions & { code?: SandboxErrorCode } = {}) {
@@ -72,14 +72,14 @@ const notImplementedMarker = markerFor('SandboxBackendNotImplementedError')
  * named refusal instead of a provider that confines nothing.
  */
 export class SandboxBackendNotImplementedError extends SandboxError {
-  private readonly [notImplementedMarker] = true
+  protected readonly [notImplementedMarker] = true
   readonly backend: string
 
   constructor(backend: string, detail?: string, options: SandboxErrorOptions = {}) {
-    super(
-      `Sandbox backend "${backend}" is not implemented${detail ? `: ${detail}` : ''}`,
-      { ...options, code: 'BACKEND_NOT_IMPLEMENTED' },
-    )
+    super(`Sandbox backend "${backend}" is not implemented${detail ? `: ${detail}` : ''}`, {
+      ...options,
+      code: 'BACKEND_NOT_IMPLEMENTED',
+    })
     this.name = 'SandboxBackendNotImplementedError'
     this.backend = backend
   }
@@ -93,7 +93,7 @@ const unavailableMarker = markerFor('SandboxBackendUnavailableError')
 
 /** The backend exists but cannot be used right now (engine unreachable, runtime missing). */
 export class SandboxBackendUnavailableError extends SandboxError {
-  private readonly [unavailableMarker] = true
+  protected readonly [unavailableMarker] = true
   readonly backend: string
 
   constructor(
@@ -115,7 +115,7 @@ const notInstalledMarker = markerFor('SandboxBackendNotInstalledError')
 
 /** The chosen backend's package is not installed next to `@cordon/sandbox`. */
 export class SandboxBackendNotInstalledError extends SandboxBackendUnavailableError {
-  private readonly [notInstalledMarker] = true
+  protected readonly [notInstalledMarker] = true
   readonly packageName: string
 
   constructor(backend: string, packageName: string, options: SandboxErrorOptions = {}) {
@@ -143,7 +143,7 @@ const configMarker = markerFor('SandboxConfigValidationError')
 
 /** A config failed validation. Lists every problem found, never only the first. */
 export class SandboxConfigValidationError extends SandboxError {
-  private readonly [configMarker] = true
+  protected readonly [configMarker] = true
   readonly issues: readonly SandboxConfigIssue[]
 
   constructor(
@@ -152,10 +152,13 @@ export class SandboxConfigValidationError extends SandboxError {
     options: SandboxErrorOptions & { code?: SandboxErrorCode } = {},
   ) {
     const lines = issues.map((issue) => `  - ${issue.path || '(root)'}: ${issue.message}`)
-    super(`Invalid ${subject} (${issues.length} problem${issues.length === 1 ? '' : 's'}):\n${lines.join('\n')}`, {
-      code: 'CONFIG_INVALID',
-      ...options,
-    })
+    super(
+      `Invalid ${subject} (${issues.length} problem${issues.length === 1 ? '' : 's'}):\n${lines.join('\n')}`,
+      {
+        code: 'CONFIG_INVALID',
+        ...options,
+      },
+    )
     this.name = 'SandboxConfigValidationError'
     this.issues = issues
   }
@@ -169,7 +172,7 @@ const layoutMarker = markerFor('SandboxLayoutValidationError')
 
 /** A container layout is unusable; every problem is listed at once. */
 export class SandboxLayoutValidationError extends SandboxConfigValidationError {
-  private readonly [layoutMarker] = true
+  protected readonly [layoutMarker] = true
 
   constructor(issues: readonly SandboxConfigIssue[], options: SandboxErrorOptions = {}) {
     super('container sandbox layout', issues, { ...options, code: 'LAYOUT_INVALID' })
@@ -188,7 +191,7 @@ const refusedMarker = markerFor('SandboxControlRefusedError')
  * than accept a limit or policy and silently ignore it.
  */
 export class SandboxControlRefusedError extends SandboxError {
-  private readonly [refusedMarker] = true
+  protected readonly [refusedMarker] = true
   /** The control that was refused, e.g. `egress.static`, `memoryLimitMb`. */
   readonly control: string
   /** The backend that refused it, e.g. `container:docker`. */
@@ -215,16 +218,16 @@ const timeoutMarker = markerFor('SandboxCreateTimeoutError')
 
 /** `create()` did not produce an exec-ready sandbox within its budget. */
 export class SandboxCreateTimeoutError extends SandboxError {
-  private readonly [timeoutMarker] = true
+  protected readonly [timeoutMarker] = true
   readonly timeoutMs: number
   /** The phase that was under way when the budget ran out. */
   readonly phase: string | undefined
 
   constructor(timeoutMs: number, phase?: string, options: SandboxErrorOptions = {}) {
-    super(
-      `Sandbox was not ready within ${timeoutMs} ms${phase ? ` (during ${phase})` : ''}`,
-      { ...options, code: 'CREATE_TIMEOUT' },
-    )
+    super(`Sandbox was not ready within ${timeoutMs} ms${phase ? ` (during ${phase})` : ''}`, {
+      ...options,
+      code: 'CREATE_TIMEOUT',
+    })
     this.name = 'SandboxCreateTimeoutError'
     this.timeoutMs = timeoutMs
     this.phase = phase
@@ -239,7 +242,7 @@ const readinessMarker = markerFor('SandboxReadinessError')
 
 /** The sandbox was started but never became able to run a command. */
 export class SandboxReadinessError extends SandboxError {
-  private readonly [readinessMarker] = true
+  protected readonly [readinessMarker] = true
   readonly sandboxId: string | undefined
 
   constructor(message: string, sandboxId?: string, options: SandboxErrorOptions = {}) {
@@ -257,7 +260,7 @@ const destroyedMarker = markerFor('SandboxDestroyedError')
 
 /** An operation was attempted on a sandbox that has been destroyed. */
 export class SandboxDestroyedError extends SandboxError {
-  private readonly [destroyedMarker] = true
+  protected readonly [destroyedMarker] = true
   readonly sandboxId: string
 
   constructor(sandboxId: string, options: SandboxErrorOptions = {}) {
@@ -275,7 +278,7 @@ const transportMarker = markerFor('SandboxTransportError')
 
 /** Talking to the engine, control plane or in-sandbox agent failed. */
 export class SandboxTransportError extends SandboxError {
-  private readonly [transportMarker] = true
+  protected readonly [transportMarker] = true
   /** What was being talked to (a socket path, URL or agent address), when known. */
   readonly endpoint: string | undefined
 
@@ -294,7 +297,7 @@ const abortedMarker = markerFor('SandboxAbortedError')
 
 /** The caller's AbortSignal fired. `cause` holds the signal's reason. */
 export class SandboxAbortedError extends SandboxError {
-  private readonly [abortedMarker] = true
+  protected readonly [abortedMarker] = true
   readonly operation: string
 
   constructor(operation: string, options: SandboxErrorOptions = {}) {
@@ -312,7 +315,7 @@ const pathMarker = markerFor('SandboxPathError')
 
 /** A file path outside what the sandbox lets the host read or write. */
 export class SandboxPathError extends SandboxError {
-  private readonly [pathMarker] = true
+  protected readonly [pathMarker] = true
   readonly path: string
   readonly reason: string
 
@@ -332,7 +335,7 @@ const notFoundMarker = markerFor('SandboxFileNotFoundError')
 
 /** A file the host asked to read does not exist (or is not a regular file). */
 export class SandboxFileNotFoundError extends SandboxError {
-  private readonly [notFoundMarker] = true
+  protected readonly [notFoundMarker] = true
   readonly path: string
 
   constructor(path: string, options: SandboxErrorOptions = {}) {
@@ -350,7 +353,7 @@ const operationMarker = markerFor('SandboxOperationError')
 
 /** A sandbox operation failed for a reason the backend reported; details in `cause`. */
 export class SandboxOperationError extends SandboxError {
-  private readonly [operationMarker] = true
+  protected readonly [operationMarker] = true
   readonly operation: string
 
   constructor(operation: string, message: string, options: SandboxErrorOptions = {}) {

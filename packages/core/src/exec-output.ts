@@ -23,7 +23,10 @@ export class ExecOutputCollector {
     stderr: newState(),
   }
 
-  constructor(options: { maxOutputBytes?: number; onOutput?: (chunk: SandboxOutputChunk) => void }) {
+  constructor(options: {
+    maxOutputBytes?: number
+    onOutput?: (chunk: SandboxOutputChunk) => void
+  }) {
     this.limit = options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES
     this.onOutput = options.onOutput
   }

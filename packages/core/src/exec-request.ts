@@ -3,19 +3,39 @@ import { parseConfig } from './config.js'
 import type { SandboxExecOptions, SandboxStartOptions } from './sandbox.js'
 
 const envSchema = z
-  .record(z.string().regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'environment variable names are letters, digits and "_"'), z.string().refine((value) => !value.includes('\0'), 'environment values cannot contain NUL'))
+  .record(
+    z
+      .string()
+      .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'environment variable names are letters, digits and "_"'),
+    z.string().refine((value) => !value.includes('\0'), 'environment values cannot contain NUL'),
+  )
   .optional()
 
 const execRequestSchema = z.object({
-  command: z.string().min(1, 'command must not be empty').refine((value) => !value.includes('\0'), 'command cannot contain NUL'),
-  args: z.array(z.string().refine((value) => !value.includes('\0'), 'arguments cannot contain NUL')),
+  command: z
+    .string()
+    .min(1, 'command must not be empty')
+    .refine((value) => !value.includes('\0'), 'command cannot contain NUL'),
+  args: z.array(
+    z.string().refine((value) => !value.includes('\0'), 'arguments cannot contain NUL'),
+  ),
   options: z
     .object({
       timeout: z.number().positive().optional(),
       env: envSchema,
       cwd: z.string().startsWith('/', 'cwd must be an absolute path').optional(),
-      onOutput: z.custom<(chunk: unknown) => void>((value) => typeof value === 'function', 'onOutput must be a function').optional(),
-      signal: z.custom<AbortSignal>((value) => value instanceof AbortSignal, 'signal must be an AbortSignal').optional(),
+      onOutput: z
+        .custom<(chunk: unknown) => void>(
+          (value) => typeof value === 'function',
+          'onOutput must be a function',
+        )
+        .optional(),
+      signal: z
+        .custom<AbortSignal>(
+          (value) => value instanceof AbortSignal,
+          'signal must be an AbortSignal',
+        )
+        .optional(),
       stdin: z.union([z.string(), z.instanceof(Uint8Array)]).optional(),
       maxOutputBytes: z.number().int().positive().optional(),
       openStdin: z.boolean().optional(),
@@ -32,6 +52,10 @@ export function validateExecRequest(
   args: unknown,
   options: SandboxExecOptions | SandboxStartOptions | undefined,
 ): { command: string; args: string[] } {
-  const parsed = parseConfig(execRequestSchema, { command, args: args ?? [], options: options ?? {} }, 'exec request')
+  const parsed = parseConfig(
+    execRequestSchema,
+    { command, args: args ?? [], options: options ?? {} },
+    'exec request',
+  )
   return { command: parsed.command, args: parsed.args }
 }

@@ -21,7 +21,9 @@ export const SKILL_ID_PATTERN = /^[a-z0-9][a-z0-9_-]{0,63}$/
  */
 export const containerSandboxMountSourceSchema = z.discriminatedUnion('kind', [
   z.object({ kind: z.literal('hostDir'), path: z.string() }).readonly(),
-  z.object({ kind: z.literal('ephemeral'), sizeMb: z.number().int().positive().optional() }).readonly(),
+  z
+    .object({ kind: z.literal('ephemeral'), sizeMb: z.number().int().positive().optional() })
+    .readonly(),
   z.object({ kind: z.literal('inImage') }).readonly(),
   z
     .object({
@@ -94,7 +96,9 @@ export interface ResolvedContainerSandboxLayout {
   readonly readableRoots: readonly string[]
 }
 
-const ROLE_DEFAULTS: ReadonlyArray<readonly [Exclude<ContainerSandboxMountRole, 'skill'>, string, boolean]> = [
+const ROLE_DEFAULTS: ReadonlyArray<
+  readonly [Exclude<ContainerSandboxMountRole, 'skill'>, string, boolean]
+> = [
   ['outputs', SANDBOX_DEFAULT_OUTPUTS_PATH, false],
   ['uploads', SANDBOX_DEFAULT_UPLOADS_PATH, true],
   ['toolResults', SANDBOX_DEFAULT_TOOL_RESULTS_PATH, true],
@@ -166,7 +170,9 @@ export function resolveLayout(layout: ContainerSandboxLayout): ResolvedContainer
   if (problems.length > 0) throw new SandboxLayoutValidationError(problems)
 
   const outputsPath = mounts.find((mount) => mount.role === 'outputs')!.containerPath
-  const writableRoots = mounts.filter((mount) => !mount.readOnly).map((mount) => mount.containerPath)
+  const writableRoots = mounts
+    .filter((mount) => !mount.readOnly)
+    .map((mount) => mount.containerPath)
   return {
     outputsPath,
     mounts,
@@ -188,13 +194,23 @@ function checkContainerPath(path: string, at: string, problems: SandboxConfigIss
   return normalizeAbsolutePath(path)
 }
 
-function checkSource(source: ContainerSandboxMountSource, at: string, problems: SandboxConfigIssue[]): void {
+function checkSource(
+  source: ContainerSandboxMountSource,
+  at: string,
+  problems: SandboxConfigIssue[],
+): void {
   if (source.kind !== 'hostDir') return
   if (!source.path.startsWith('/')) {
-    problems.push({ path: `${at}.path`, message: `host directory "${source.path}" must be an absolute path` })
+    problems.push({
+      path: `${at}.path`,
+      message: `host directory "${source.path}" must be an absolute path`,
+    })
   }
   if (source.path.split('/').includes('..')) {
-    problems.push({ path: `${at}.path`, message: `host directory "${source.path}" must not contain ".."` })
+    problems.push({
+      path: `${at}.path`,
+      message: `host directory "${source.path}" must not contain ".."`,
+    })
   }
 }
 

@@ -1,3 +1,4 @@
+import type { SandboxNetworkPolicyUpdate } from './egress-policy.js'
 import type { SandboxEvent } from './events.js'
 import type {
   Sandbox,
@@ -12,7 +13,6 @@ import type {
   SandboxStatus,
   SandboxWriteFileOptions,
 } from './sandbox.js'
-import type { SandboxNetworkPolicyUpdate } from './egress-policy.js'
 import type { SandboxId } from './sandbox-id.js'
 
 /**
@@ -21,7 +21,10 @@ import type { SandboxId } from './sandbox-id.js'
  * and the provider's record of live sandboxes.
  */
 export class ManagedSandbox implements Sandbox {
-  readonly setNetworkPolicy?: (update: SandboxNetworkPolicyUpdate, options?: SandboxFileOptions) => Promise<void>
+  readonly setNetworkPolicy?: (
+    update: SandboxNetworkPolicyUpdate,
+    options?: SandboxFileOptions,
+  ) => Promise<void>
   private expiry: ReturnType<typeof setTimeout> | undefined
   private destroying: Promise<void> | undefined
 
@@ -40,7 +43,13 @@ export class ManagedSandbox implements Sandbox {
     }
     if (hooks.lifetimeMs !== undefined) {
       this.expiry = setTimeout(() => {
-        hooks.emit({ type: 'lifecycle', phase: 'expired', sandboxId: inner.id, backend: hooks.backend, timestamp: Date.now() })
+        hooks.emit({
+          type: 'lifecycle',
+          phase: 'expired',
+          sandboxId: inner.id,
+          backend: hooks.backend,
+          timestamp: Date.now(),
+        })
         void this.destroy().catch(() => {})
       }, hooks.lifetimeMs)
       this.expiry.unref?.()
@@ -59,15 +68,27 @@ export class ManagedSandbox implements Sandbox {
     return this.inner.rootDir
   }
 
-  exec(command: string, args?: readonly string[], options?: SandboxExecOptions): Promise<SandboxExecResult> {
+  exec(
+    command: string,
+    args?: readonly string[],
+    options?: SandboxExecOptions,
+  ): Promise<SandboxExecResult> {
     return this.inner.exec(command, args, options)
   }
 
-  start(command: string, args?: readonly string[], options?: SandboxStartOptions): Promise<SandboxProcess> {
+  start(
+    command: string,
+    args?: readonly string[],
+    options?: SandboxStartOptions,
+  ): Promise<SandboxProcess> {
     return this.inner.start(command, args, options)
   }
 
-  writeFile(path: string, content: string | Uint8Array, options?: SandboxWriteFileOptions): Promise<void> {
+  writeFile(
+    path: string,
+    content: string | Uint8Array,
+    options?: SandboxWriteFileOptions,
+  ): Promise<void> {
     return this.inner.writeFile(path, content, options)
   }
 
@@ -75,7 +96,11 @@ export class ManagedSandbox implements Sandbox {
     return this.inner.readFile(path, options)
   }
 
-  writeFileStream(path: string, source: SandboxByteSource, options?: SandboxWriteFileOptions): Promise<void> {
+  writeFileStream(
+    path: string,
+    source: SandboxByteSource,
+    options?: SandboxWriteFileOptions,
+  ): Promise<void> {
     return this.inner.writeFileStream(path, source, options)
   }
 
@@ -96,7 +121,13 @@ export class ManagedSandbox implements Sandbox {
   private async runDestroy(options: SandboxDestroyOptions | undefined): Promise<void> {
     const { emit, backend } = this.hooks
     const started = performance.now()
-    emit({ type: 'lifecycle', phase: 'destroy.start', sandboxId: this.id, backend, timestamp: Date.now() })
+    emit({
+      type: 'lifecycle',
+      phase: 'destroy.start',
+      sandboxId: this.id,
+      backend,
+      timestamp: Date.now(),
+    })
     try {
       await this.inner.destroy(options)
     } catch (error) {

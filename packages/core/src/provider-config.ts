@@ -12,7 +12,11 @@ import { SandboxBackendNotImplementedError, SandboxConfigValidationError } from 
 import { type ResolvedContainerSandboxLayout, resolveLayout } from './layout.js'
 
 /** The backends cordon knows, by `tier:runtime` name. */
-export type SandboxBackendName = 'container:docker' | 'container:runsc' | 'container:aci-standby-pool' | 'microvm:self-hosted'
+export type SandboxBackendName =
+  | 'container:docker'
+  | 'container:runsc'
+  | 'container:aci-standby-pool'
+  | 'microvm:self-hosted'
 
 export interface PreparedProviderConfig {
   readonly backendName: SandboxBackendName
@@ -29,10 +33,15 @@ export interface PreparedProviderConfig {
  */
 export function prepareProviderConfig(input: SandboxProviderConfig): PreparedProviderConfig {
   if (typeof input !== 'object' || input === null) {
-    throw new SandboxConfigValidationError('sandbox provider config', [{ path: '', message: 'expected an object' }])
+    throw new SandboxConfigValidationError('sandbox provider config', [
+      { path: '', message: 'expected an object' },
+    ])
   }
   const backendName = backendNameOf((input as { backend?: unknown }).backend)
-  const schema = backendName === 'microvm:self-hosted' ? microVMProviderConfigSchema : containerProviderConfigSchema
+  const schema =
+    backendName === 'microvm:self-hosted'
+      ? microVMProviderConfigSchema
+      : containerProviderConfigSchema
   const config = parseConfig(schema, input, 'sandbox provider config') as SandboxProviderConfig
   const layout = config.layout ? resolveLayout(config.layout) : undefined
   return { backendName, config, layout }
@@ -57,16 +66,29 @@ export function backendNameOf(backend: unknown): SandboxBackendName {
       { path: 'backend', message: 'expected a backend config object with a "tier"' },
     ])
   }
-  const { tier, runtime, service } = backend as { tier?: unknown; runtime?: unknown; service?: unknown }
+  const { tier, runtime, service } = backend as {
+    tier?: unknown
+    runtime?: unknown
+    service?: unknown
+  }
   if (tier === 'container') {
     if (runtime === undefined || runtime === 'docker') return 'container:docker'
     if (runtime === 'runsc') return 'container:runsc'
     if (runtime === 'aci-standby-pool') return 'container:aci-standby-pool'
-    throw new SandboxBackendNotImplementedError(`container:${String(runtime)}`, 'known runtimes are docker, runsc and aci-standby-pool')
+    throw new SandboxBackendNotImplementedError(
+      `container:${String(runtime)}`,
+      'known runtimes are docker, runsc and aci-standby-pool',
+    )
   }
   if (tier === 'microvm') {
     if (service === 'self-hosted') return 'microvm:self-hosted'
-    throw new SandboxBackendNotImplementedError(`microvm:${String(service)}`, 'the microvm tier supports service "self-hosted"')
+    throw new SandboxBackendNotImplementedError(
+      `microvm:${String(service)}`,
+      'the microvm tier supports service "self-hosted"',
+    )
   }
-  throw new SandboxBackendNotImplementedError(String(tier), 'known tiers are "container" and "microvm"')
+  throw new SandboxBackendNotImplementedError(
+    String(tier),
+    'known tiers are "container" and "microvm"',
+  )
 }

@@ -15,10 +15,10 @@ import { DENY_ALL } from './egress-policy.js'
 import { SandboxError, throwIfAborted } from './errors.js'
 import type { SandboxEvent, SandboxEventListener } from './events.js'
 import type { ResolvedContainerSandboxLayout } from './layout.js'
+import { ManagedSandbox } from './managed-sandbox.js'
 import type { Sandbox } from './sandbox.js'
 import { newSandboxId } from './sandbox-id.js'
 import { WarmPool } from './warm-pool.js'
-import { ManagedSandbox } from './managed-sandbox.js'
 
 export interface SandboxProvider {
   /** Unique per provider instance; every resource it creates is labelled with it. */
@@ -89,7 +89,13 @@ export function composeProvider(options: ComposeProviderOptions): SandboxProvide
 
   const createFresh = async (request: SandboxCreateRequest): Promise<Sandbox> => {
     const started = performance.now()
-    emit({ type: 'lifecycle', phase: 'create.start', sandboxId: request.id, backend: backendName, timestamp: Date.now() })
+    emit({
+      type: 'lifecycle',
+      phase: 'create.start',
+      sandboxId: request.id,
+      backend: backendName,
+      timestamp: Date.now(),
+    })
     try {
       const sandbox = await (await backend()).create(request)
       emit({
@@ -121,9 +127,22 @@ export function composeProvider(options: ComposeProviderOptions): SandboxProvide
           size: config.pool.size,
           create: () => createFresh(resolveRequest({})),
           onRefill: (durationMs, sandbox) =>
-            emit({ type: 'lifecycle', phase: 'pool.refill', sandboxId: sandbox.id, backend: backendName, timestamp: Date.now(), durationMs }),
+            emit({
+              type: 'lifecycle',
+              phase: 'pool.refill',
+              sandboxId: sandbox.id,
+              backend: backendName,
+              timestamp: Date.now(),
+              durationMs,
+            }),
           onRefillError: (error) =>
-            emit({ type: 'lifecycle', phase: 'pool.refill.failed', backend: backendName, timestamp: Date.now(), error: describeError(error) }),
+            emit({
+              type: 'lifecycle',
+              phase: 'pool.refill.failed',
+              backend: backendName,
+              timestamp: Date.now(),
+              error: describeError(error),
+            }),
         })
       : undefined
 
@@ -148,7 +167,13 @@ export function composeProvider(options: ComposeProviderOptions): SandboxProvide
       if (pool && usesOnlyDefaults(call)) {
         const claimed = pool.claim()
         if (claimed) {
-          emit({ type: 'lifecycle', phase: 'pool.claim', sandboxId: claimed.id, backend: backendName, timestamp: Date.now() })
+          emit({
+            type: 'lifecycle',
+            phase: 'pool.claim',
+            sandboxId: claimed.id,
+            backend: backendName,
+            timestamp: Date.now(),
+          })
           return adopt(claimed, config.defaultTimeoutMs)
         }
       }
@@ -183,7 +208,8 @@ function usesOnlyDefaults(call: SandboxCreateConfig): boolean {
 }
 
 function describeError(error: unknown): { name: string; code?: string; message: string } {
-  if (SandboxError.isInstance(error)) return { name: error.name, code: error.code, message: error.message }
+  if (SandboxError.isInstance(error))
+    return { name: error.name, code: error.code, message: error.message }
   if (error instanceof Error) return { name: error.name, message: error.message }
   return { name: 'Error', message: String(error) }
 }

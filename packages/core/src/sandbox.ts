@@ -107,14 +107,30 @@ export interface Sandbox {
   /** The writable outputs directory; relative file paths resolve against it. */
   readonly rootDir: string
   /** Run `command` with `args` as an argv (never through a shell) and wait for it. */
-  exec(command: string, args?: readonly string[], options?: SandboxExecOptions): Promise<SandboxExecResult>
+  exec(
+    command: string,
+    args?: readonly string[],
+    options?: SandboxExecOptions,
+  ): Promise<SandboxExecResult>
   /** Start `command` in the background. */
-  start(command: string, args?: readonly string[], options?: SandboxStartOptions): Promise<SandboxProcess>
-  writeFile(path: string, content: string | Uint8Array, options?: SandboxWriteFileOptions): Promise<void>
+  start(
+    command: string,
+    args?: readonly string[],
+    options?: SandboxStartOptions,
+  ): Promise<SandboxProcess>
+  writeFile(
+    path: string,
+    content: string | Uint8Array,
+    options?: SandboxWriteFileOptions,
+  ): Promise<void>
   /** Reads a whole file. For large files prefer `readFileStream`. */
   readFile(path: string, options?: SandboxFileOptions): Promise<Uint8Array>
   /** Streams bytes into a file without holding them all in memory. */
-  writeFileStream(path: string, source: SandboxByteSource, options?: SandboxWriteFileOptions): Promise<void>
+  writeFileStream(
+    path: string,
+    source: SandboxByteSource,
+    options?: SandboxWriteFileOptions,
+  ): Promise<void>
   /** Streams a file's bytes out without holding them all in memory. */
   readFileStream(path: string, options?: SandboxFileOptions): Promise<AsyncIterable<Uint8Array>>
   /** Every regular file under `dir` (default `rootDir`), recursively; `[]` if `dir` is missing. */

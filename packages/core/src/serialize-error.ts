@@ -34,7 +34,11 @@ export function serializeSandboxError(error: unknown): SerializedSandboxError {
   return { name: 'NonError', message: describe(error), value: result }
 }
 
-function serializeThrown(value: unknown, seen: WeakSet<object>, depth: number): SerializedValue | SerializedSandboxError {
+function serializeThrown(
+  value: unknown,
+  seen: WeakSet<object>,
+  depth: number,
+): SerializedValue | SerializedSandboxError {
   if (!(value instanceof Error) && !looksLikeError(value)) return toPlain(value, seen, depth)
   const error = value as Error & Record<string, unknown>
   if (seen.has(error)) return { name: 'CircularReference', message: '[circular cause]' }
@@ -49,7 +53,10 @@ function serializeThrown(value: unknown, seen: WeakSet<object>, depth: number): 
     out[key] = toPlain(error[key], seen, depth + 1)
   }
   if ('cause' in error && error.cause !== undefined) {
-    out.cause = depth >= MAX_DEPTH ? { name: 'Truncated', message: '[cause chain too deep]' } : serializeThrown(error.cause, seen, depth + 1)
+    out.cause =
+      depth >= MAX_DEPTH
+        ? { name: 'Truncated', message: '[cause chain too deep]' }
+        : serializeThrown(error.cause, seen, depth + 1)
   }
   return out as SerializedSandboxError
 }

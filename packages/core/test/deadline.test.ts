@@ -1,11 +1,18 @@
 import { describe, expect, it, vi } from 'vitest'
-import { SandboxAbortedError, SandboxCreateTimeoutError, sleep, withDeadline } from '../src/index.js'
+import {
+  SandboxAbortedError,
+  SandboxCreateTimeoutError,
+  sleep,
+  withDeadline,
+} from '../src/index.js'
 
 const timeoutError = () => new SandboxCreateTimeoutError(50, 'test')
 
 describe('withDeadline', () => {
   it('returns the result of an operation that finishes in time', async () => {
-    await expect(withDeadline(async () => 7, { timeoutMs: 1000, operation: 'op', onTimeout: timeoutError })).resolves.toBe(7)
+    await expect(
+      withDeadline(async () => 7, { timeoutMs: 1000, operation: 'op', onTimeout: timeoutError }),
+    ).resolves.toBe(7)
   })
 
   it('rejects with the timeout error, aborts the operation signal and runs cleanup', async () => {
@@ -45,14 +52,23 @@ describe('withDeadline', () => {
     const before = new AbortController()
     before.abort('early')
     const operation = vi.fn(async () => 1)
-    await expect(withDeadline(operation, { signal: before.signal, operation: 'create', onTimeout: timeoutError })).rejects.toBeInstanceOf(
-      SandboxAbortedError,
-    )
+    await expect(
+      withDeadline(operation, {
+        signal: before.signal,
+        operation: 'create',
+        onTimeout: timeoutError,
+      }),
+    ).rejects.toBeInstanceOf(SandboxAbortedError)
     expect(operation).not.toHaveBeenCalled()
 
     const during = new AbortController()
     const cleanup = vi.fn(async () => {})
-    const pending = withDeadline(() => new Promise(() => {}), { signal: during.signal, operation: 'create', onTimeout: timeoutError, cleanup })
+    const pending = withDeadline(() => new Promise(() => {}), {
+      signal: during.signal,
+      operation: 'create',
+      onTimeout: timeoutError,
+      cleanup,
+    })
     setTimeout(() => during.abort('late'), 10)
     const error = await pending.catch((caught: unknown) => caught)
     expect(SandboxAbortedError.isInstance(error)).toBe(true)

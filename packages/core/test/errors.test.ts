@@ -44,14 +44,16 @@ const cases: Case[] = [
     fields: { backend: 'container:docker' },
   },
   {
-    make: () => new SandboxBackendNotInstalledError('container:docker', '@cordon/backend-docker', { cause }),
+    make: () =>
+      new SandboxBackendNotInstalledError('container:docker', '@cordon/backend-docker', { cause }),
     klass: SandboxBackendNotInstalledError,
     parent: SandboxBackendUnavailableError,
     code: 'BACKEND_NOT_INSTALLED',
     fields: { backend: 'container:docker', packageName: '@cordon/backend-docker' },
   },
   {
-    make: () => new SandboxConfigValidationError('thing', [{ path: 'a.b', message: 'bad' }], { cause }),
+    make: () =>
+      new SandboxConfigValidationError('thing', [{ path: 'a.b', message: 'bad' }], { cause }),
     klass: SandboxConfigValidationError,
     parent: SandboxError,
     code: 'CONFIG_INVALID',
@@ -65,7 +67,8 @@ const cases: Case[] = [
     fields: { issues: [{ path: 'outputs', message: 'bad' }] },
   },
   {
-    make: () => new SandboxControlRefusedError('egress.static', 'container:docker', 'no gateway', { cause }),
+    make: () =>
+      new SandboxControlRefusedError('egress.static', 'container:docker', 'no gateway', { cause }),
     klass: SandboxControlRefusedError,
     parent: SandboxError,
     code: 'CONTROL_REFUSED',
@@ -154,10 +157,20 @@ describe('error hierarchy', () => {
           if (other.klass === testCase.klass) continue
           const otherError = other.make()
           // A class only matches its own instances and its subclasses' instances.
-          const isSubclass = Object.getPrototypeOf(otherError) instanceof (testCase.klass as unknown as new () => unknown)
+          const isSubclass =
+            Object.getPrototypeOf(otherError) instanceof
+            (testCase.klass as unknown as new () => unknown)
           expect(testCase.klass.isInstance(otherError)).toBe(isSubclass)
         }
-        for (const value of [null, undefined, 42, 'error', {}, new Error('plain'), { code: testCase.code }]) {
+        for (const value of [
+          null,
+          undefined,
+          42,
+          'error',
+          {},
+          new Error('plain'),
+          { code: testCase.code },
+        ]) {
           expect(testCase.klass.isInstance(value)).toBe(false)
         }
       })
@@ -176,7 +189,11 @@ describe('error hierarchy', () => {
   })
 
   it('a refusal names the control and the backend in its message', () => {
-    const error = new SandboxControlRefusedError('memoryLimitMb', 'container:aci-standby-pool', 'claims cannot change limits')
+    const error = new SandboxControlRefusedError(
+      'memoryLimitMb',
+      'container:aci-standby-pool',
+      'claims cannot change limits',
+    )
     expect(error.message).toContain('memoryLimitMb')
     expect(error.message).toContain('container:aci-standby-pool')
   })

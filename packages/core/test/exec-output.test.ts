@@ -1,5 +1,9 @@
 import { describe, expect, it } from 'vitest'
-import { ExecOutputCollector, type SandboxOutputChunk, utf8BoundaryAtOrBefore } from '../src/index.js'
+import {
+  ExecOutputCollector,
+  type SandboxOutputChunk,
+  utf8BoundaryAtOrBefore,
+} from '../src/index.js'
 
 const bytes = (text: string) => new TextEncoder().encode(text)
 
@@ -28,7 +32,10 @@ describe('ExecOutputCollector', () => {
 
   it('still streams everything past the cap', () => {
     const seen: string[] = []
-    const collector = new ExecOutputCollector({ maxOutputBytes: 2, onOutput: (chunk) => seen.push(chunk.data) })
+    const collector = new ExecOutputCollector({
+      maxOutputBytes: 2,
+      onOutput: (chunk) => seen.push(chunk.data),
+    })
     collector.push('stdout', bytes('hello'))
     collector.push('stdout', bytes(' world'))
     expect(collector.finish().stdout).toBe('he')

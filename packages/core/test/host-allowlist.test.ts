@@ -29,7 +29,18 @@ describe('host allowlist', () => {
   })
 
   it('rejects entries with ports, paths, credentials or empty labels', () => {
-    for (const bad of ['', '.', 'a..b', 'host:443', 'host/path', 'user@host', 'http://host', ' ', '..example.com', '-a.com']) {
+    for (const bad of [
+      '',
+      '.',
+      'a..b',
+      'host:443',
+      'host/path',
+      'user@host',
+      'http://host',
+      ' ',
+      '..example.com',
+      '-a.com',
+    ]) {
       expect(parseAllowlistEntry(bad), bad).toBeUndefined()
     }
     expect(parseAllowlistEntry('.Example.com')).toEqual({ kind: 'domain', host: 'example.com' })

@@ -24,7 +24,9 @@ describe('resolveLayout', () => {
       skills: [{ id: 'pdf-tools', source: host('/skills/pdf') }],
     })
     expect(resolved.outputsPath).toBe(SANDBOX_DEFAULT_OUTPUTS_PATH)
-    expect(resolved.mounts.map((mount) => [mount.role, mount.containerPath, mount.readOnly])).toEqual([
+    expect(
+      resolved.mounts.map((mount) => [mount.role, mount.containerPath, mount.readOnly]),
+    ).toEqual([
       ['outputs', SANDBOX_DEFAULT_OUTPUTS_PATH, false],
       ['uploads', SANDBOX_DEFAULT_UPLOADS_PATH, true],
       ['toolResults', SANDBOX_DEFAULT_TOOL_RESULTS_PATH, true],
@@ -32,12 +34,17 @@ describe('resolveLayout', () => {
       ['scratch', SANDBOX_DEFAULT_SCRATCH_PATH, false],
       ['skill', `${SANDBOX_DEFAULT_SKILLS_PARENT}/pdf-tools`, true],
     ])
-    expect(resolved.writableRoots).toEqual([SANDBOX_DEFAULT_OUTPUTS_PATH, SANDBOX_DEFAULT_SCRATCH_PATH])
+    expect(resolved.writableRoots).toEqual([
+      SANDBOX_DEFAULT_OUTPUTS_PATH,
+      SANDBOX_DEFAULT_SCRATCH_PATH,
+    ])
     expect(resolved.readableRoots).toHaveLength(6)
   })
 
   it('honours custom paths and normalizes them', () => {
-    const resolved = resolveLayout({ outputs: { source: { kind: 'ephemeral' }, path: '/work//out/' } })
+    const resolved = resolveLayout({
+      outputs: { source: { kind: 'ephemeral' }, path: '/work//out/' },
+    })
     expect(resolved.outputsPath).toBe('/work/out')
   })
 
@@ -63,7 +70,9 @@ describe('resolveLayout', () => {
     const issues = (caught as SandboxLayoutValidationError).issues
     const text = issues.map((issue) => `${issue.path}: ${issue.message}`).join('\n')
     expect(text).toContain('outputs.path: "/mnt/../etc" must not contain ".."')
-    expect(text).toContain('outputs.source.path: host directory "relative/dir" must be an absolute path')
+    expect(text).toContain(
+      'outputs.source.path: host directory "relative/dir" must be an absolute path',
+    )
     expect(text).toContain('scratch.source.path: host directory "/b/../c" must not contain ".."')
     expect(text).toContain('skill id "Bad Id"')
     expect(text).toContain('skill id "../escape"')
@@ -80,6 +89,8 @@ describe('resolveLayout', () => {
   })
 
   it('refuses a mount over the root directory', () => {
-    expect(() => resolveLayout({ outputs: { source: { kind: 'ephemeral' }, path: '/' } })).toThrow(/root directory/)
+    expect(() => resolveLayout({ outputs: { source: { kind: 'ephemeral' }, path: '/' } })).toThrow(
+      /root directory/,
+    )
   })
 })

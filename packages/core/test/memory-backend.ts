@@ -1,9 +1,9 @@
 import {
   ExecOutputCollector,
-  SandboxDestroyedError,
   type Sandbox,
   type SandboxBackend,
   type SandboxCreateRequest,
+  SandboxDestroyedError,
   type SandboxStatus,
 } from '../src/index.js'
 
@@ -38,7 +38,15 @@ export class RecordingBackend implements SandboxBackend {
         if (status === 'destroyed') throw new SandboxDestroyedError(request.id)
         const collector = new ExecOutputCollector({})
         collector.push('stdout', new TextEncoder().encode(command))
-        return { exitCode: 0, signal: null, timedOut: false, aborted: false, oomKilled: false, durationMs: 0, ...collector.finish() }
+        return {
+          exitCode: 0,
+          signal: null,
+          timedOut: false,
+          aborted: false,
+          oomKilled: false,
+          durationMs: 0,
+          ...collector.finish(),
+        }
       },
       start: async () => {
         throw new Error('not used')

@@ -14,7 +14,8 @@ function issuesOf(run: () => unknown): string[] {
   try {
     run()
   } catch (error) {
-    if (SandboxConfigValidationError.isInstance(error)) return error.issues.map((issue) => `${issue.path}: ${issue.message}`)
+    if (SandboxConfigValidationError.isInstance(error))
+      return error.issues.map((issue) => `${issue.path}: ${issue.message}`)
     throw error
   }
   throw new Error('expected a validation error')
@@ -22,19 +23,25 @@ function issuesOf(run: () => unknown): string[] {
 
 describe('prepareProviderConfig', () => {
   it('accepts a minimal container config and resolves the layout', () => {
-    const prepared = prepareProviderConfig({ backend: { tier: 'container', image: 'busybox' }, layout })
+    const prepared = prepareProviderConfig({
+      backend: { tier: 'container', image: 'busybox' },
+      layout,
+    })
     expect(prepared.backendName).toBe('container:docker')
     expect(prepared.layout?.outputsPath).toBe('/mnt/user-data/outputs')
   })
 
   it('names each backend by tier and runtime', () => {
     expect(backendNameOf({ tier: 'container', runtime: 'runsc' })).toBe('container:runsc')
-    expect(backendNameOf({ tier: 'container', runtime: 'aci-standby-pool' })).toBe('container:aci-standby-pool')
+    expect(backendNameOf({ tier: 'container', runtime: 'aci-standby-pool' })).toBe(
+      'container:aci-standby-pool',
+    )
     expect(backendNameOf({ tier: 'microvm', service: 'self-hosted' })).toBe('microvm:self-hosted')
   })
 
   it('raises not-implemented for an unknown tier, runtime or service from untyped callers', () => {
-    const untyped = (backend: unknown) => () => prepareProviderConfig({ backend, layout } as unknown as SandboxProviderConfig)
+    const untyped = (backend: unknown) => () =>
+      prepareProviderConfig({ backend, layout } as unknown as SandboxProviderConfig)
     expect(untyped({ tier: 'process' })).toThrow(SandboxBackendNotImplementedError)
     expect(untyped({ tier: 'passthrough' })).toThrow(SandboxBackendNotImplementedError)
     expect(untyped({ tier: 'container', runtime: 'lxc', image: 'x' })).toThrow(/container:lxc/)
@@ -44,10 +51,20 @@ describe('prepareProviderConfig', () => {
   it('reports every problem of a container config at once', () => {
     const issues = issuesOf(() =>
       prepareProviderConfig({
-        backend: { tier: 'container', image: '', user: '0:0', socketPath: '/x', host: 'h', labels: { 'cordon.owner': 'me' } },
+        backend: {
+          tier: 'container',
+          image: '',
+          user: '0:0',
+          socketPath: '/x',
+          host: 'h',
+          labels: { 'cordon.owner': 'me' },
+        },
         layout,
         defaultMemoryLimitMb: -1,
-        defaultEgress: { kind: 'static', allowedHosts: ['ok.example.com', 'bad host', '*.example.com'] },
+        defaultEgress: {
+          kind: 'static',
+          allowedHosts: ['ok.example.com', 'bad host', '*.example.com'],
+        },
       } as unknown as SandboxProviderConfig),
     )
     const text = issues.join('\n')
@@ -61,12 +78,20 @@ describe('prepareProviderConfig', () => {
   })
 
   it('requires a layout for the container tier', () => {
-    const issues = issuesOf(() => prepareProviderConfig({ backend: { tier: 'container', image: 'x' } } as unknown as SandboxProviderConfig))
+    const issues = issuesOf(() =>
+      prepareProviderConfig({
+        backend: { tier: 'container', image: 'x' },
+      } as unknown as SandboxProviderConfig),
+    )
     expect(issues.join('\n')).toContain('layout')
   })
 
   it('requires orchestratorEndpoint and getToken for the microvm tier', () => {
-    const issues = issuesOf(() => prepareProviderConfig({ backend: { tier: 'microvm', service: 'self-hosted' } } as unknown as SandboxProviderConfig))
+    const issues = issuesOf(() =>
+      prepareProviderConfig({
+        backend: { tier: 'microvm', service: 'self-hosted' },
+      } as unknown as SandboxProviderConfig),
+    )
     expect(issues.some((issue) => issue.startsWith('backend.orchestratorEndpoint'))).toBe(true)
     expect(issues.some((issue) => issue.startsWith('backend.getToken'))).toBe(true)
   })
@@ -83,11 +108,17 @@ describe('prepareProviderConfig', () => {
       getArmToken: async () => 't',
     } as const
     expect(issuesOf(() => parseBackendConfig(base)).join('\n')).toContain('allowPublicAddress')
-    expect(parseBackendConfig({ ...base, allowPublicAddress: true })).toMatchObject({ runtime: 'aci-standby-pool' })
+    expect(parseBackendConfig({ ...base, allowPublicAddress: true })).toMatchObject({
+      runtime: 'aci-standby-pool',
+    })
   })
 
   it('rejects non-object configs with a validation error', () => {
-    expect(() => prepareProviderConfig(null as unknown as SandboxProviderConfig)).toThrow(SandboxConfigValidationError)
-    expect(() => prepareProviderConfig({} as unknown as SandboxProviderConfig)).toThrow(SandboxConfigValidationError)
+    expect(() => prepareProviderConfig(null as unknown as SandboxProviderConfig)).toThrow(
+      SandboxConfigValidationError,
+    )
+    expect(() => prepareProviderConfig({} as unknown as SandboxProviderConfig)).toThrow(
+      SandboxConfigValidationError,
+    )
   })
 })

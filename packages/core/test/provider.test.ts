@@ -45,11 +45,25 @@ describe('composeProvider', () => {
   })
 
   it('applies provider defaults and lets per-call values win', async () => {
-    const { provider, backend } = makeProvider({ defaultMemoryLimitMb: 256, defaultMaxProcesses: 32, defaultEgress: { kind: 'allow-all' } })
+    const { provider, backend } = makeProvider({
+      defaultMemoryLimitMb: 256,
+      defaultMaxProcesses: 32,
+      defaultEgress: { kind: 'allow-all' },
+    })
     await provider.create()
     await provider.create({ memoryLimitMb: 128, env: { A: '1' }, egress: { kind: 'deny-all' } })
-    expect(backend.requests[0]).toMatchObject({ memoryLimitMb: 256, maxProcesses: 32, egress: { kind: 'allow-all' }, env: {} })
-    expect(backend.requests[1]).toMatchObject({ memoryLimitMb: 128, maxProcesses: 32, egress: { kind: 'deny-all' }, env: { A: '1' } })
+    expect(backend.requests[0]).toMatchObject({
+      memoryLimitMb: 256,
+      maxProcesses: 32,
+      egress: { kind: 'allow-all' },
+      env: {},
+    })
+    expect(backend.requests[1]).toMatchObject({
+      memoryLimitMb: 128,
+      maxProcesses: 32,
+      egress: { kind: 'deny-all' },
+      env: { A: '1' },
+    })
     expect(backend.requests[0]?.id).not.toBe(backend.requests[1]?.id)
     await provider.close()
   })
@@ -63,7 +77,9 @@ describe('composeProvider', () => {
 
   it('validates per-call config and reports every problem', async () => {
     const { provider } = makeProvider()
-    const error = await provider.create({ memoryLimitMb: 0, env: { 'BAD-NAME': 'x' }, workingDirectory: 'rel' }).catch((caught: unknown) => caught)
+    const error = await provider
+      .create({ memoryLimitMb: 0, env: { 'BAD-NAME': 'x' }, workingDirectory: 'rel' })
+      .catch((caught: unknown) => caught)
     expect(SandboxConfigValidationError.isInstance(error)).toBe(true)
     expect((error as SandboxConfigValidationError).issues).toHaveLength(3)
   })
@@ -72,7 +88,9 @@ describe('composeProvider', () => {
     const { provider, backend } = makeProvider()
     const controller = new AbortController()
     controller.abort()
-    await expect(provider.create({ signal: controller.signal })).rejects.toBeInstanceOf(SandboxAbortedError)
+    await expect(provider.create({ signal: controller.signal })).rejects.toBeInstanceOf(
+      SandboxAbortedError,
+    )
     expect(backend.requests).toHaveLength(0)
   })
 
@@ -101,7 +119,9 @@ describe('composeProvider', () => {
     await sleep(120)
     expect(backend.destroyed).toEqual([sandbox.id])
     expect(sandbox.status).toBe('destroyed')
-    expect(events.some((event) => event.type === 'lifecycle' && event.phase === 'expired')).toBe(true)
+    expect(events.some((event) => event.type === 'lifecycle' && event.phase === 'expired')).toBe(
+      true,
+    )
   })
 
   it('keeps a warm pool: claims are pre-created, never reused, and refilled', async () => {
@@ -110,7 +130,9 @@ describe('composeProvider', () => {
     expect(backend.requests).toHaveLength(2)
     const first = await provider.create()
     expect(backend.requests.map((request) => request.id)).toContain(first.id)
-    expect(events.some((event) => event.type === 'lifecycle' && event.phase === 'pool.claim')).toBe(true)
+    expect(events.some((event) => event.type === 'lifecycle' && event.phase === 'pool.claim')).toBe(
+      true,
+    )
     await provider.warm()
     expect(backend.requests).toHaveLength(3)
     const second = await provider.create()
@@ -119,7 +141,9 @@ describe('composeProvider', () => {
     const custom = await provider.create({ env: { X: '1' } })
     expect(backend.requests.at(-1)?.id).toBe(custom.id)
     await provider.close()
-    expect(new Set(backend.destroyed)).toEqual(new Set(backend.requests.map((request) => request.id)))
+    expect(new Set(backend.destroyed)).toEqual(
+      new Set(backend.requests.map((request) => request.id)),
+    )
   })
 
   it('close destroys every live sandbox and refuses new ones', async () => {

@@ -1,12 +1,21 @@
 import { describe, expect, it } from 'vitest'
-import { SandboxControlRefusedError, SandboxTransportError, serializeSandboxError } from '../src/index.js'
+import {
+  SandboxControlRefusedError,
+  SandboxTransportError,
+  serializeSandboxError,
+} from '../src/index.js'
 
 describe('serializeSandboxError', () => {
   it('keeps name, message, code, structured fields and the cause chain', () => {
     const error = new SandboxTransportError('agent closed', 'tcp://10.0.0.4:7070', {
-      cause: new SandboxControlRefusedError('egress.static', 'container:aci-standby-pool', 'no gateway', {
-        cause: new TypeError('inner'),
-      }),
+      cause: new SandboxControlRefusedError(
+        'egress.static',
+        'container:aci-standby-pool',
+        'no gateway',
+        {
+          cause: new TypeError('inner'),
+        },
+      ),
     })
     const out = serializeSandboxError(error)
     expect(out).toMatchObject({
@@ -26,10 +35,18 @@ describe('serializeSandboxError', () => {
   })
 
   it('survives JSON and structuredClone, including cycles and unclonable values', () => {
-    const error = new SandboxTransportError('loop') as SandboxTransportError & Record<string, unknown>
+    const error = new SandboxTransportError('loop') as SandboxTransportError &
+      Record<string, unknown>
     const self: Record<string, unknown> = { name: 'holder' }
     self.self = self
-    error.extra = { fn: () => 1, sym: Symbol('s'), big: 10n, self, when: new Date(0), bytes: new Uint8Array(3) }
+    error.extra = {
+      fn: () => 1,
+      sym: Symbol('s'),
+      big: 10n,
+      self,
+      when: new Date(0),
+      bytes: new Uint8Array(3),
+    }
     ;(error as { cause?: unknown }).cause = error
     const out = serializeSandboxError(error)
     const viaJson = JSON.parse(JSON.stringify(out))
@@ -43,9 +60,19 @@ describe('serializeSandboxError', () => {
   })
 
   it('describes thrown non-errors', () => {
-    expect(serializeSandboxError('boom')).toMatchObject({ name: 'NonError', message: 'boom', value: 'boom' })
-    expect(serializeSandboxError(undefined)).toMatchObject({ name: 'NonError', message: 'undefined' })
-    expect(serializeSandboxError({ name: 'Custom', message: 'duck typed' })).toMatchObject({ name: 'Custom', message: 'duck typed' })
+    expect(serializeSandboxError('boom')).toMatchObject({
+      name: 'NonError',
+      message: 'boom',
+      value: 'boom',
+    })
+    expect(serializeSandboxError(undefined)).toMatchObject({
+      name: 'NonError',
+      message: 'undefined',
+    })
+    expect(serializeSandboxError({ name: 'Custom', message: 'duck typed' })).toMatchObject({
+      name: 'Custom',
+      message: 'duck typed',
+    })
   })
 
   it('bounds very deep cause chains', () => {

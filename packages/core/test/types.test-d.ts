@@ -25,13 +25,17 @@ describe('public shapes', () => {
   })
 
   it('SandboxStatus', () => {
-    expectTypeOf<SandboxStatus>().toEqualTypeOf<'creating' | 'ready' | 'destroying' | 'destroyed' | 'failed'>()
+    expectTypeOf<SandboxStatus>().toEqualTypeOf<
+      'creating' | 'ready' | 'destroying' | 'destroyed' | 'failed'
+    >()
   })
 
   it('Sandbox keeps the reference members', () => {
     expectTypeOf<Sandbox['id']>().toEqualTypeOf<SandboxId>()
     expectTypeOf<Sandbox['rootDir']>().toEqualTypeOf<string>()
-    expectTypeOf<Sandbox['exec']>().parameters.toEqualTypeOf<[string, (readonly string[])?, SandboxExecOptions?]>()
+    expectTypeOf<Sandbox['exec']>().parameters.toEqualTypeOf<
+      [string, (readonly string[])?, SandboxExecOptions?]
+    >()
     expectTypeOf<Sandbox['exec']>().returns.toEqualTypeOf<Promise<SandboxExecResult>>()
     expectTypeOf<Sandbox['listFiles']>().returns.toEqualTypeOf<Promise<SandboxFileEntry[]>>()
     expectTypeOf<Sandbox['readFile']>().returns.toEqualTypeOf<Promise<Uint8Array>>()
@@ -56,14 +60,24 @@ describe('public shapes', () => {
   })
 
   it('EgressPolicy is a discriminated union', () => {
-    expectTypeOf<EgressPolicy['kind']>().toEqualTypeOf<'deny-all' | 'allow-all' | 'static' | 'resolver'>()
-    expectTypeOf<Extract<EgressPolicy, { kind: 'static' }>['allowedHosts']>().toEqualTypeOf<readonly string[]>()
-    expectTypeOf<Extract<EgressPolicy, { kind: 'resolver' }>['resolve']>().toEqualTypeOf<() => Promise<readonly string[]>>()
+    expectTypeOf<EgressPolicy['kind']>().toEqualTypeOf<
+      'deny-all' | 'allow-all' | 'static' | 'resolver'
+    >()
+    expectTypeOf<Extract<EgressPolicy, { kind: 'static' }>['allowedHosts']>().toEqualTypeOf<
+      readonly string[]
+    >()
+    expectTypeOf<Extract<EgressPolicy, { kind: 'resolver' }>['resolve']>().toEqualTypeOf<
+      () => Promise<readonly string[]>
+    >()
   })
 
   it('the backend config union has three real members', () => {
-    expectTypeOf<SandboxBackendConfig>().toEqualTypeOf<ContainerBackendConfig | ACIStandbyPoolBackendConfig | MicroVMBackendConfig>()
-    expectTypeOf<ContainerBackendConfig['runtime']>().toEqualTypeOf<'docker' | 'runsc' | undefined>()
+    expectTypeOf<SandboxBackendConfig>().toEqualTypeOf<
+      ContainerBackendConfig | ACIStandbyPoolBackendConfig | MicroVMBackendConfig
+    >()
+    expectTypeOf<ContainerBackendConfig['runtime']>().toEqualTypeOf<
+      'docker' | 'runsc' | undefined
+    >()
     expectTypeOf<ACIStandbyPoolBackendConfig['runtime']>().toEqualTypeOf<'aci-standby-pool'>()
     expectTypeOf<MicroVMBackendConfig['orchestratorEndpoint']>().toEqualTypeOf<string>()
     expectTypeOf<MicroVMBackendConfig['getToken']>().toEqualTypeOf<() => Promise<string>>()
@@ -71,7 +85,10 @@ describe('public shapes', () => {
 
   it('a container provider needs a layout; a microvm provider does not', () => {
     expectTypeOf<{ backend: ContainerBackendConfig }>().not.toMatchTypeOf<SandboxProviderConfig>()
-    expectTypeOf<{ backend: ContainerBackendConfig; layout: ContainerSandboxLayout }>().toMatchTypeOf<SandboxProviderConfig>()
+    expectTypeOf<{
+      backend: ContainerBackendConfig
+      layout: ContainerSandboxLayout
+    }>().toMatchTypeOf<SandboxProviderConfig>()
     expectTypeOf<{ backend: MicroVMBackendConfig }>().toMatchTypeOf<SandboxProviderConfig>()
   })
 

@@ -1,4 +1,9 @@
-import { composeProvider, prepareProviderConfig, type SandboxProvider, type SandboxProviderConfig } from '@cordon/core'
+import {
+  composeProvider,
+  prepareProviderConfig,
+  type SandboxProvider,
+  type SandboxProviderConfig,
+} from '@cordon/core'
 import { BACKEND_PACKAGES } from './backend-packages.js'
 import { loadBackendModule, type ModuleImporter } from './load-backend.js'
 
@@ -28,7 +33,11 @@ export function createSandboxProvider(
     backendName: prepared.backendName,
     layout: prepared.layout,
     loadBackend: async (context) => {
-      const module = await loadBackendModule(prepared.backendName, packageName, options.importBackend)
+      const module = await loadBackendModule(
+        prepared.backendName,
+        packageName,
+        options.importBackend,
+      )
       return module.createBackend(prepared.config.backend, context)
     },
   })

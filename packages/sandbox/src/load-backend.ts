@@ -1,7 +1,7 @@
 import {
+  type SandboxBackendModule,
   SandboxBackendNotInstalledError,
   SandboxBackendUnavailableError,
-  type SandboxBackendModule,
 } from '@cordon/core'
 
 export type ModuleImporter = (specifier: string) => Promise<unknown>
@@ -26,13 +26,20 @@ export async function loadBackendModule(
     if (isMissingPackage(error, packageName)) {
       throw new SandboxBackendNotInstalledError(backendName, packageName, { cause: error })
     }
-    throw new SandboxBackendUnavailableError(backendName, `Loading ${packageName} failed: ${String((error as Error)?.message ?? error)}`, {
-      cause: error,
-    })
+    throw new SandboxBackendUnavailableError(
+      backendName,
+      `Loading ${packageName} failed: ${String((error as Error)?.message ?? error)}`,
+      {
+        cause: error,
+      },
+    )
   }
   const module = loaded as Partial<SandboxBackendModule<unknown>>
   if (typeof module?.createBackend !== 'function') {
-    throw new SandboxBackendUnavailableError(backendName, `${packageName} does not export createBackend(); is it a cordon backend package?`)
+    throw new SandboxBackendUnavailableError(
+      backendName,
+      `${packageName} does not export createBackend(); is it a cordon backend package?`,
+    )
   }
   return module as SandboxBackendModule<unknown>
 }
@@ -40,5 +47,8 @@ export async function loadBackendModule(
 function isMissingPackage(error: unknown, packageName: string): boolean {
   const code = (error as { code?: unknown })?.code
   const message = String((error as { message?: unknown })?.message ?? '')
-  return (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') && message.includes(packageName)
+  return (
+    (code === 'ERR_MODULE_NOT_FOUND' || code === 'MODULE_NOT_FOUND') &&
+    message.includes(packageName)
+  )
 }

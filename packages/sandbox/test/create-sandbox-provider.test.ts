@@ -17,7 +17,11 @@ describe('createSandboxProvider', () => {
     let imported = 0
     const create = () =>
       createSandboxProvider(
-        { backend: { tier: 'container', image: '' }, layout: { outputs: { source: { kind: 'hostDir', path: 'rel' } } }, defaultMaxProcesses: 0 },
+        {
+          backend: { tier: 'container', image: '' },
+          layout: { outputs: { source: { kind: 'hostDir', path: 'rel' } } },
+          defaultMaxProcesses: 0,
+        },
         {
           importBackend: async () => {
             imported++
@@ -30,8 +34,15 @@ describe('createSandboxProvider', () => {
   })
 
   it('raises not-implemented for tiers that do not exist, from untyped JavaScript', () => {
-    for (const backend of [{ tier: 'process' }, { tier: 'passthrough' }, { tier: 'container', runtime: 'gvisor' }, { tier: 'microvm', service: 'fly-machines' }]) {
-      expect(() => createSandboxProvider({ backend, layout } as unknown as SandboxProviderConfig)).toThrow(SandboxBackendNotImplementedError)
+    for (const backend of [
+      { tier: 'process' },
+      { tier: 'passthrough' },
+      { tier: 'container', runtime: 'gvisor' },
+      { tier: 'microvm', service: 'fly-machines' },
+    ]) {
+      expect(() =>
+        createSandboxProvider({ backend, layout } as unknown as SandboxProviderConfig),
+      ).toThrow(SandboxBackendNotImplementedError)
     }
   })
 
@@ -42,7 +53,9 @@ describe('createSandboxProvider', () => {
       {
         importBackend: async (name) => {
           imports.push(name)
-          const error = Object.assign(new Error(`Cannot find package '${name}' imported from x`), { code: 'ERR_MODULE_NOT_FOUND' })
+          const error = Object.assign(new Error(`Cannot find package '${name}' imported from x`), {
+            code: 'ERR_MODULE_NOT_FOUND',
+          })
           throw error
         },
       },
@@ -68,13 +81,20 @@ describe('createSandboxProvider', () => {
 
 describe('loadBackendModule', () => {
   it('names the package when it is really not installed', async () => {
-    const error = await loadBackendModule('test:missing', '@cordon/backend-that-does-not-exist').catch((caught: unknown) => caught)
+    const error = await loadBackendModule(
+      'test:missing',
+      '@cordon/backend-that-does-not-exist',
+    ).catch((caught: unknown) => caught)
     expect(SandboxBackendNotInstalledError.isInstance(error)).toBe(true)
-    expect((error as SandboxBackendNotInstalledError).packageName).toBe('@cordon/backend-that-does-not-exist')
+    expect((error as SandboxBackendNotInstalledError).packageName).toBe(
+      '@cordon/backend-that-does-not-exist',
+    )
   })
 
   it('reports a package without createBackend as unavailable', async () => {
-    const error = await loadBackendModule('test:odd', 'odd', async () => ({ somethingElse: 1 })).catch((caught: unknown) => caught)
+    const error = await loadBackendModule('test:odd', 'odd', async () => ({
+      somethingElse: 1,
+    })).catch((caught: unknown) => caught)
     expect(SandboxBackendUnavailableError.isInstance(error)).toBe(true)
     expect(SandboxBackendNotInstalledError.isInstance(error)).toBe(false)
   })

@@ -1,0 +1,22 @@
+import { SandboxBackendNotInstalledError } from '@cordon/core'
+
+/** The subset of @cordon/backend-docker the command line uses beyond the provider. */
+export interface DockerBackendModule {
+  collectGarbage(options: { docker: unknown; dryRun?: boolean }): Promise<{
+    containers: string[]
+    volumes: string[]
+    networks: string[]
+    kept: number
+  }>
+  connectEngine(config: Record<string, never>): { docker: unknown; endpoint: string }
+}
+
+/** Loads the Docker backend for commands that are Docker-specific (`cordon gc`). */
+export async function loadDockerBackend(): Promise<DockerBackendModule> {
+  const name = '@cordon/backend-docker'
+  try {
+    return (await import(name)) as DockerBackendModule
+  } catch (error) {
+    throw new SandboxBackendNotInstalledError('container:docker', name, { cause: error })
+  }
+}

@@ -1,0 +1,50 @@
+#!/usr/bin/env node
+import { demoCommand } from './demo-command.js'
+import { EXIT_CORDON_FAILURE, EXIT_USAGE } from './exit-codes.js'
+import { gcCommand } from './gc-command.js'
+import { reportError } from './report-error.js'
+import { RUN_USAGE, type RunIo, runCommand } from './run-command.js'
+
+const USAGE = `usage: cordon <command>
+
+  run [options] -- COMMAND [ARGS...]   run one command in a fresh sandbox
+  demo [--image I] [--runtime R]       show cordon's main job step by step
+  gc [--dry-run]                       remove leftovers of owners that are gone
+
+${RUN_USAGE}`
+
+const io: RunIo = {
+  stdout: (text) => process.stdout.write(text),
+  stderr: (text) => process.stderr.write(text),
+}
+
+async function main(argv: readonly string[]): Promise<number> {
+  const [command, ...rest] = argv
+  switch (command) {
+    case 'run':
+      return runCommand(rest, io)
+    case 'demo':
+      return demoCommand(rest, io)
+    case 'gc':
+      return gcCommand(rest, io)
+    case undefined:
+    case 'help':
+    case '--help':
+    case '-h':
+      io.stdout(`${USAGE}\n`)
+      return command === undefined ? EXIT_USAGE : 0
+    default:
+      io.stderr(`cordon: unknown command "${command}"\n${USAGE}\n`)
+      return EXIT_USAGE
+  }
+}
+
+main(process.argv.slice(2)).then(
+  (code) => {
+    process.exitCode = code
+  },
+  (error: unknown) => {
+    reportError(error)
+    process.exitCode = EXIT_CORDON_FAILURE
+  },
+)

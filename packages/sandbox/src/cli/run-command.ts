@@ -1,0 +1,85 @@
+import { parseArgs } from 'node:util'
+import type { SandboxProviderConfig } from '@cordon/core'
+import { createSandboxProvider } from '../create-sandbox-provider.js'
+import { EXIT_USAGE } from './exit-codes.js'
+
+export const DEFAULT_IMAGE = 'cordon-test/busybox:latest'
+
+export const RUN_USAGE = `usage: cordon run [--image IMAGE] [--runtime docker|runsc] [--memory MB] [--pids N]
+                  [--timeout MS] [--outputs HOST_DIR] [--env KEY=VALUE]... -- COMMAND [ARGS...]
+
+Runs COMMAND (an argv, never a shell) in a fresh hardened sandbox with no
+network, streams its output, and exits with its exit code.`
+
+export interface RunIo {
+  readonly stdout: (text: string) => void
+  readonly stderr: (text: string) => void
+}
+
+/** `cordon run`: one command in one sandbox, output streamed, exit code passed through. */
+export async function runCommand(argv: readonly string[], io: RunIo): Promise<number> {
+  const separator = argv.indexOf('--')
+  const flags = separator >= 0 ? argv.slice(0, separator) : argv
+  const command = separator >= 0 ? argv.slice(separator + 1) : []
+  const { values } = parseArgs({
+    args: [...flags],
+    options: {
+      image: { type: 'string', default: process.env.CORDON_IMAGE ?? DEFAULT_IMAGE },
+      runtime: { type: 'string', default: 'docker' },
+      memory: { type: 'string' },
+      pids: { type: 'string' },
+      timeout: { type: 'string' },
+      outputs: { type: 'string' },
+      env: { type: 'string', multiple: true, default: [] },
+    },
+    allowPositionals: false,
+  })
+  if (command.length === 0 || !command[0]) {
+    io.stderr(`${RUN_USAGE}\n`)
+    return EXIT_USAGE
+  }
+  const config = {
+    backend: { tier: 'container', runtime: values.runtime, image: values.image },
+    layout: {
+      outputs: {
+        source: values.outputs ? { kind: 'hostDir', path: values.outputs } : { kind: 'ephemeral' },
+      },
+    },
+  } as SandboxProviderConfig
+  const env = Object.fromEntries(
+    (values.env ?? []).map((pair) => [
+      pair.slice(0, pair.indexOf('=')),
+      pair.slice(pair.indexOf('=') + 1),
+    ]),
+  )
+  const provider = createSandboxProvider(config)
+  const interrupt = new AbortController()
+  const onSignal = () => interrupt.abort()
+  process.once('SIGINT', onSignal)
+  process.once('SIGTERM', onSignal)
+  try {
+    const sandbox = await provider.create({
+      env,
+      ...(values.memory ? { memoryLimitMb: Number(values.memory) } : {}),
+      ...(values.pids ? { maxProcesses: Number(values.pids) } : {}),
+      signal: interrupt.signal,
+    })
+    const result = await sandbox.exec(command[0], command.slice(1), {
+      onOutput: (chunk) =>
+        chunk.stream === 'stdout' ? io.stdout(chunk.data) : io.stderr(chunk.data),
+      signal: interrupt.signal,
+      ...(values.timeout ? { timeout: Number(values.timeout) } : {}),
+    })
+    if (result.timedOut)
+      io.stderr(
+        `cordon: timed out after ${values.timeout} ms; the command's process tree was killed\n`,
+      )
+    if (result.oomKilled) io.stderr('cordon: the command ran out of memory and was killed\n')
+    if (result.aborted) io.stderr("cordon: interrupted; the command's process tree was killed\n")
+    return result.exitCode >= 0 ? result.exitCode : 1
+  } finally {
+    process.off('SIGINT', onSignal)
+    process.off('SIGTERM', onSignal)
+    await provider.close()
+  }
+}

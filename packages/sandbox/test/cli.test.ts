@@ -1,0 +1,72 @@
+import { spawn } from 'node:child_process'
+import { fileURLToPath } from 'node:url'
+import { describe, expect, it } from 'vitest'
+
+const CLI = fileURLToPath(new URL('../dist/cli/main.js', import.meta.url))
+
+function cordon(
+  args: string[],
+  env: Record<string, string> = {},
+): Promise<{ code: number | null; stdout: string; stderr: string }> {
+  return new Promise((resolve, reject) => {
+    const child = spawn(process.execPath, [CLI, ...args], {
+      env: { ...process.env, ...env },
+      stdio: ['ignore', 'pipe', 'pipe'],
+    })
+    let stdout = ''
+    let stderr = ''
+    child.stdout.on('data', (chunk: Buffer) => {
+      stdout += chunk.toString()
+    })
+    child.stderr.on('data', (chunk: Buffer) => {
+      stderr += chunk.toString()
+    })
+    child.on('error', reject)
+    child.on('close', (code) => resolve({ code, stdout, stderr }))
+  })
+}
+
+describe('the cordon command', () => {
+  it('runs a command in a sandbox, streams its output and passes its exit code through', async () => {
+    const ok = await cordon(['run', '--', 'sh', '-c', 'echo out; echo err >&2; id -u'])
+    expect(ok).toMatchObject({ code: 0, stdout: 'out\n1000\n', stderr: 'err\n' })
+    const failing = await cordon(['run', '--env', 'CODE=7', '--', 'sh', '-c', 'exit $CODE'])
+    expect(failing.code).toBe(7)
+  })
+
+  it('reports a timeout and kills the command', async () => {
+    const result = await cordon(['run', '--timeout', '500', '--', 'sleep', '30'])
+    expect(result.stderr).toContain('timed out after 500 ms')
+    expect(result.code).toBe(137)
+  })
+
+  it('explains an unreachable engine and exits 125', async () => {
+    const result = await cordon(['run', '--', 'true'], {
+      DOCKER_HOST: 'unix:///nonexistent/docker.sock',
+    })
+    expect(result.code).toBe(125)
+    expect(result.stderr).toContain('unreachable')
+    expect(result.stderr).toContain('tooling/engine/setup.sh')
+  })
+
+  it('runs the demo: a command, a file round trip, a refused network, destroy', async () => {
+    const result = await cordon(['demo'])
+    expect(result.code).toBe(0)
+    expect(result.stdout).toContain('uid=1000')
+    expect(result.stdout).toContain('HELLO FROM THE HOST')
+    expect(result.stdout).toContain('egress decision: DENY')
+    expect(result.stdout).toContain('destroyed the sandbox')
+  })
+
+  it('gc --dry-run reports without removing', async () => {
+    const result = await cordon(['gc', '--dry-run'])
+    expect(result.code).toBe(0)
+    expect(result.stdout).toMatch(/would remove \d+ containers/)
+  })
+
+  it('prints usage for unknown commands and a missing command', async () => {
+    expect((await cordon(['frobnicate'])).code).toBe(64)
+    expect((await cordon(['run'])).code).toBe(64)
+    expect((await cordon(['--help'])).code).toBe(0)
+  })
+})

@@ -1,0 +1,45 @@
+#!/usr/bin/env node
+// Adds up the JSON reports every package's vitest run wrote
+// (test-results/vitest.json) and prints one line: "N passed, N failed[, N skipped]".
+// A package with a test script but no report counts as one failure: its run
+// crashed before the reporter could write, and that must not read as green.
+import { existsSync, readdirSync, readFileSync } from 'node:fs'
+import { join } from 'node:path'
+
+const root = new URL('../..', import.meta.url).pathname
+const packageDirs = ['packages', 'tooling', 'examples']
+  .flatMap((group) =>
+    existsSync(join(root, group))
+      ? readdirSync(join(root, group)).map((name) => join(root, group, name))
+      : [],
+  )
+  .concat([join(root, 'bench')])
+  .filter((dir) => existsSync(join(dir, 'package.json')))
+
+let passed = 0
+let failed = 0
+let skipped = 0
+for (const dir of packageDirs) {
+  const manifest = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8'))
+  if (!manifest.scripts?.test) continue
+  const reportPath = join(dir, 'test-results', 'vitest.json')
+  if (!existsSync(reportPath)) {
+    console.error(
+      `summary: ${manifest.name} has a test script but wrote no report; counted as 1 failure`,
+    )
+    failed += 1
+    continue
+  }
+  const report = JSON.parse(readFileSync(reportPath, 'utf8'))
+  passed += report.numPassedTests ?? 0
+  failed += report.numFailedTests ?? 0
+  skipped += (report.numPendingTests ?? 0) + (report.numTodoTests ?? 0)
+  if (report.success === false && (report.numFailedTests ?? 0) === 0) {
+    console.error(
+      `summary: ${manifest.name} reported an unsuccessful run (a suite or hook failed); counted as 1 failure`,
+    )
+    failed += 1
+  }
+}
+console.log(`${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ''}`)
+process.exitCode = failed > 0 ? 1 : 0
