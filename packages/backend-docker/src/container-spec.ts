@@ -154,6 +154,10 @@ export function containerSpec(options: {
   readonly mounts: MountSettings[]
   readonly labels: Record<string, string>
   readonly networkMode: string
+  /** Engine runtime name; undefined means the engine's default (runc). */
+  readonly runtimeName: string | undefined
+  /** HTTP_PROXY and friends, for sandboxes behind the egress gateway. */
+  readonly proxyEnv: Readonly<Record<string, string>>
 }): ContainerCreateOptions {
   const { config, request, layout } = options
   const memoryBytes = request.memoryLimitMb * 1024 * 1024
@@ -164,7 +168,9 @@ export function containerSpec(options: {
     Cmd: [],
     User: config.user ?? DEFAULT_USER,
     WorkingDir: request.workingDirectory ?? layout.outputsPath,
-    Env: Object.entries(request.env).map(([key, value]) => `${key}=${value}`),
+    Env: Object.entries({ ...request.env, ...options.proxyEnv }).map(
+      ([key, value]) => `${key}=${value}`,
+    ),
     Labels: options.labels,
     AttachStdin: false,
     AttachStdout: false,
@@ -174,7 +180,7 @@ export function containerSpec(options: {
     NetworkDisabled: options.networkMode === 'none',
     StopTimeout: 1,
     HostConfig: {
-      ...(config.runtime === 'runsc' ? { Runtime: 'runsc' } : {}),
+      ...(options.runtimeName ? { Runtime: options.runtimeName } : {}),
       NetworkMode: options.networkMode,
       CapDrop: ['ALL'],
       SecurityOpt: ['no-new-privileges:true'],

@@ -18,12 +18,29 @@ import {
   workspaceVolumes,
 } from './container-spec.js'
 import { DockerSandbox } from './docker-sandbox.js'
+import { EgressGateway } from './egress-gateway.js'
+import { RELAY_PORT, relayContainerName, startRelay } from './egress-relay.js'
 import { connectEngine, type EngineConnection } from './engine-connection.js'
 import { isNotFound, translateEngineError } from './engine-errors.js'
 import { EngineEvents } from './engine-events.js'
 import { LABEL, ownerLabels, type ResourceRole } from './owner-labels.js'
+import { SandboxEgress } from './sandbox-egress.js'
 
 export const DEFAULT_READINESS_TIMEOUT_MS = 30_000
+export const DEFAULT_RUNSC_PROXIED_RUNTIME = 'runsc-hostnet'
+
+/** Both spellings, because tools disagree on which one they read. */
+function proxyEnvironment(): Record<string, string> {
+  const url = `http://127.0.0.1:${RELAY_PORT}`
+  return {
+    HTTP_PROXY: url,
+    HTTPS_PROXY: url,
+    http_proxy: url,
+    https_proxy: url,
+    NO_PROXY: 'localhost,127.0.0.1',
+    no_proxy: 'localhost,127.0.0.1',
+  }
+}
 const LATE_SWEEP_MS = 3000
 
 /**
@@ -37,6 +54,7 @@ export class DockerBackend implements SandboxBackend {
   private readonly engine: EngineConnection
   private readonly events: EngineEvents
   private readonly user: string
+  private egressGateway: EgressGateway | undefined
 
   constructor(
     private readonly config: ContainerBackendConfig,
@@ -57,11 +75,12 @@ export class DockerBackend implements SandboxBackend {
         'the container tier needs a layout with an outputs mount',
       )
     }
-    if (request.egress.kind !== 'deny-all') {
+    const proxied = request.egress.kind !== 'deny-all'
+    if (proxied && !this.config.gatewayImage) {
       throw new SandboxControlRefusedError(
         `egress.${request.egress.kind}`,
         this.name,
-        'only "deny-all" is enforced by this release of the Docker backend; the egress gateway that enforces allowlists is not built yet',
+        'this policy is enforced by an egress gateway, and no gatewayImage is configured (build one with buildGatewayImage())',
       )
     }
     const mounts = layoutMounts(request.id, layout, this.name, this.engine.socketPath)
@@ -70,12 +89,17 @@ export class DockerBackend implements SandboxBackend {
     // create request was cut off by the deadline but completed on the engine.
     const names = {
       container: `cordon-${request.id}`,
+      relay: relayContainerName(request.id),
       volumes: volumes.map((volume) => volume.name),
     }
+    let egress: SandboxEgress | undefined
     const timeoutMs = this.config.readinessTimeoutMs ?? DEFAULT_READINESS_TIMEOUT_MS
     let phase = 'starting'
 
-    const remove = () => this.removeResources(names)
+    const remove = async () => {
+      await this.removeResources(names)
+      await egress?.close()
+    }
     const removeAfterFailure = async () => {
       await remove()
       // A create call the deadline cut off may still land on the engine; sweep once more shortly after.
@@ -96,11 +120,34 @@ export class DockerBackend implements SandboxBackend {
             mounts,
             labels: this.labels(request, 'sandbox'),
             networkMode: 'none',
+            runtimeName: this.runtimeName(proxied),
+            proxyEnv: proxied ? proxyEnvironment() : {},
           }),
           abortSignal: signal,
         } as Docker.ContainerCreateOptions)
         phase = 'starting the container'
         await container.start()
+        if (request.egress.kind !== 'deny-all') {
+          phase = 'registering with the egress gateway'
+          const gateway = this.gateway()
+          egress = await SandboxEgress.register(
+            gateway,
+            request.id,
+            request.egress,
+            this.context.brokeredCredentials,
+          )
+          phase = 'starting the egress relay'
+          await startRelay({
+            docker: this.engine.docker,
+            image: this.config.gatewayImage!,
+            sandboxId: request.id,
+            sandboxContainerId: container.id,
+            socketPath: egress.socketPath,
+            volumeName: gateway.volumeName,
+            labels: this.labels(request, 'relay'),
+            signal,
+          })
+        }
         phase = 'waiting for exec readiness'
         const sandbox = new DockerSandbox({
           id: request.id,
@@ -113,6 +160,7 @@ export class DockerBackend implements SandboxBackend {
           layout,
           workingDirectory: request.workingDirectory ?? layout.outputsPath,
           events: this.events,
+          egress,
           remove,
         })
         const probe = await sandbox.exec('sleep', ['0'], { signal, timeout: timeoutMs })
@@ -176,15 +224,36 @@ export class DockerBackend implements SandboxBackend {
     } as Docker.VolumeCreateOptions)
   }
 
+  /** The engine runtime a sandbox runs under (see `runscProxiedRuntime` for gVisor behind the gateway). */
+  private runtimeName(proxied: boolean): string | undefined {
+    if (this.config.runtime !== 'runsc') return undefined
+    return proxied ? (this.config.runscProxiedRuntime ?? DEFAULT_RUNSC_PROXIED_RUNTIME) : 'runsc'
+  }
+
+  private gateway(): EgressGateway {
+    this.egressGateway ??= new EgressGateway(this.engine.docker, {
+      image: this.config.gatewayImage!,
+      hosts: this.config.gatewayHosts ?? {},
+      allowedPorts: this.config.gatewayAllowedPorts,
+      upstreamCa: this.config.gatewayUpstreamCa,
+      context: this.context,
+      extraLabels: this.config.labels ?? {},
+    })
+    return this.egressGateway
+  }
+
   private async removeResources(names: {
     container: string
+    relay: string
     volumes: readonly string[]
   }): Promise<void> {
-    try {
-      await this.engine.docker.getContainer(names.container).remove({ force: true, v: true })
-    } catch (error) {
-      if (!isNotFound(error) && !/already in progress/i.test(String((error as Error).message)))
-        throw error
+    for (const name of [names.relay, names.container]) {
+      try {
+        await this.engine.docker.getContainer(name).remove({ force: true, v: true })
+      } catch (error) {
+        if (!isNotFound(error) && !/already in progress/i.test(String((error as Error).message)))
+          throw error
+      }
     }
     for (const name of names.volumes) {
       try {
@@ -197,6 +266,7 @@ export class DockerBackend implements SandboxBackend {
 
   async close(): Promise<void> {
     this.events.close()
+    await this.egressGateway?.stop()
   }
 }
 

@@ -24,6 +24,7 @@ import { ArchiveFiles, type FileOwner } from './archive-files.js'
 import { translateEngineError } from './engine-errors.js'
 import type { EngineEvents } from './engine-events.js'
 import { ExecSession } from './exec-session.js'
+import type { SandboxEgress } from './sandbox-egress.js'
 import { resolveSandboxPath } from './sandbox-paths.js'
 
 export interface DockerSandboxParts {
@@ -37,6 +38,8 @@ export interface DockerSandboxParts {
   readonly layout: ResolvedContainerSandboxLayout
   readonly workingDirectory: string
   readonly events: EngineEvents
+  /** The sandbox's registration at the egress gateway; absent under `deny-all`. */
+  readonly egress: SandboxEgress | undefined
   /** Removes the container and everything made for it; must tolerate things already gone. */
   readonly remove: () => Promise<void>
 }
@@ -224,9 +227,16 @@ export class DockerSandbox implements Sandbox {
     })
   }
 
-  /** A sandbox under `deny-all` has no gateway whose policy could change. */
-  async setNetworkPolicy(_update: SandboxNetworkPolicyUpdate): Promise<void> {
+  /**
+   * Replaces the allowlist at the gateway for the sandbox's new connections.
+   * A sandbox created under `deny-all` has no gateway and no network: refused.
+   */
+  async setNetworkPolicy(update: SandboxNetworkPolicyUpdate): Promise<void> {
     this.assertUsable()
+    if (this.parts.egress) {
+      await this.parts.egress.setAllowedHosts(update)
+      return
+    }
     throw new SandboxControlRefusedError(
       'setNetworkPolicy',
       this.parts.backend,

@@ -13,7 +13,13 @@ export const LABEL = {
   expires: 'cordon.expires',
 } as const
 
-export type ResourceRole = 'sandbox' | 'workspace' | 'gateway' | 'network'
+export type ResourceRole =
+  | 'sandbox'
+  | 'workspace'
+  | 'gateway'
+  | 'relay'
+  | 'network'
+  | 'egress-sockets'
 
 /**
  * Identifies a process across pid reuse: its start time in clock ticks since

@@ -58,8 +58,29 @@ export const containerBackendConfigSchema = z
     cpus: z.number().positive().max(1024).optional(),
     /** Size of the writable `/tmp` tmpfs in MiB (default 64). */
     tmpfsSizeMb: positiveInt().optional(),
-    /** Image of the egress gateway for `static`, `resolver` and `allow-all` policies. */
+    /**
+     * Image of the egress gateway that `static`, `resolver` and `allow-all`
+     * policies need (build one with `buildGatewayImage()` from
+     * `@cordon/backend-docker`). Without it those policies are refused.
+     */
     gatewayImage: z.string().min(1).optional(),
+    /**
+     * Fixed name-to-address entries for the gateway's resolver, for internal
+     * services a policy names (pair them with the provider's `allowInwardFor`).
+     */
+    gatewayHosts: z.record(z.string().min(1), z.string().min(1)).readonly().optional(),
+    /** Ports the gateway lets sandboxes reach (default 80 and 443). */
+    gatewayAllowedPorts: z.array(z.number().int().min(1).max(65535)).readonly().optional(),
+    /** Extra CA certificates (PEM) the gateway trusts for upstream HTTPS, e.g. an internal CA. */
+    gatewayUpstreamCa: z.string().min(1).optional(),
+    /**
+     * Engine runtime for gVisor sandboxes behind the gateway. gVisor's own
+     * network stack cannot reach the relay that shares the sandbox's network
+     * namespace, so these sandboxes use a runsc runtime registered with
+     * `--network=host` (inside the sandbox's own, loopback-only namespace).
+     * Default `runsc-hostnet`.
+     */
+    runscProxiedRuntime: z.string().min(1).optional(),
   })
   .readonly()
   .superRefine((config, ctx) => {

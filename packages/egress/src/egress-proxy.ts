@@ -8,7 +8,12 @@
  * start afterwards.
  */
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
-import type { AddressInfo, Socket } from 'node:net'
+import {
+  type AddressInfo,
+  createServer as createNetServer,
+  type Server as NetServer,
+  type Socket,
+} from 'node:net'
 import {
   type EgressPolicy,
   type EgressReasonCode,
@@ -67,6 +72,7 @@ export class EgressProxy {
   readonly #sockets = new Set<Socket>()
   readonly #emit: EgressDecisionListener
   #server: Server | undefined
+  readonly #unixListeners = new Set<NetServer>()
   #closing: Promise<void> | undefined
 
   constructor(options: EgressProxyOptions = {}) {
@@ -87,13 +93,54 @@ export class EgressProxy {
     )
   }
 
+  /**
+   * Serves a unix socket whose every connection belongs to one client: the
+   * client is identified by the socket it came through, not by a source
+   * address. A gateway gives each sandbox its own socket, so a sandbox cannot
+   * claim another's identity by any choice of address. `clientAddress` is the
+   * key used with `setClientPolicy` (any address not otherwise in use, such
+   * as one from a private IPv6 range).
+   */
+  async listenForClient(path: string, clientAddress: string): Promise<{ close(): Promise<void> }> {
+    const key = canonicalClientAddress(clientAddress)
+    if (key === undefined)
+      throw new Error(`listenForClient: "${clientAddress}" is not an IP address`)
+    const http = this.#httpServer()
+    const listener: NetServer = createNetServer((socket) => {
+      // The HTTP layer reads the client's identity from remoteAddress, which a
+      // unix socket does not have; the socket's path stands in for it.
+      Object.defineProperty(socket, 'remoteAddress', { value: key, configurable: true })
+      http.emit('connection', socket)
+    })
+    await new Promise<void>((resolve, reject) => {
+      listener.once('error', reject)
+      listener.listen(path, () => {
+        listener.off('error', reject)
+        resolve()
+      })
+    })
+    listener.on('error', () => {})
+    this.#unixListeners.add(listener)
+    return {
+      close: () =>
+        new Promise<void>((resolve) => {
+          this.#unixListeners.delete(listener)
+          listener.close(() => resolve())
+        }),
+    }
+  }
+
+  #httpServer(): Server {
+    this.#server ??= this.#createServer()
+    return this.#server
+  }
+
   /** Binds and starts serving. A proxy listens once; build another for a second address. */
   async listen(options: EgressListenOptions = {}): Promise<RunningEgressProxy> {
     throwIfAborted(options.signal, 'EgressProxy.listen')
-    if (this.#server !== undefined)
+    if (this.#server?.listening)
       throw new Error('EgressProxy.listen: this proxy is already listening')
-    const server = this.#createServer()
-    this.#server = server
+    const server = this.#httpServer()
     const bindHost = options.host ?? '127.0.0.1'
     await new Promise<void>((resolve, reject) => {
       const onAbort = (): void => {
@@ -170,9 +217,13 @@ export class EgressProxy {
   }
 
   async #shutdown(): Promise<void> {
+    for (const listener of this.#unixListeners) listener.close()
+    this.#unixListeners.clear()
     const server = this.#server
     if (server === undefined) return
-    const closed = new Promise<void>((resolve) => server.close(() => resolve()))
+    const closed = server.listening
+      ? new Promise<void>((resolve) => server.close(() => resolve()))
+      : Promise.resolve()
     server.closeAllConnections()
     for (const socket of this.#sockets) socket.destroy()
     this.#sockets.clear()

@@ -18,6 +18,13 @@ export {
   EgressProxy,
   type RunningEgressProxy,
 } from './egress-proxy.js'
+export {
+  GATEWAY_SETTINGS_ENV,
+  type GatewayAck,
+  type GatewayCommand,
+  type GatewaySettings,
+  gatewayCommandSchema,
+} from './gateway-commands.js'
 export { type IpLiteral, parseIpLiteral } from './ip-literal.js'
 export type { EgressProxyLimits, EgressProxyOptions } from './options.js'
 export type { UpstreamTlsOptions } from './pinned-dial.js'

@@ -1,0 +1,87 @@
+import { PassThrough } from 'node:stream'
+import type Docker from 'dockerode'
+import { LABEL, type ResourceRole } from './owner-labels.js'
+
+/** Where the sandbox's HTTP proxy listens, inside the sandbox's own network namespace. */
+export const RELAY_PORT = 3128
+export const EGRESS_SOCKET_DIR = '/run/cordon-egress'
+
+/**
+ * The relay, run by `node -e` in a container that joins the sandbox's network
+ * namespace (which has only loopback): it accepts on 127.0.0.1:3128 and
+ * splices each connection onto the sandbox's own unix socket at the gateway.
+ * The sandbox therefore has no network interface at all, yet ordinary tools
+ * reach the gateway through HTTP_PROXY.
+ */
+const RELAY_SOURCE = `
+const net = require('node:net')
+const socketPath = process.argv[1]
+const server = net.createServer((client) => {
+  const upstream = net.connect(socketPath)
+  client.on('error', () => upstream.destroy())
+  upstream.on('error', () => client.destroy())
+  client.pipe(upstream)
+  upstream.pipe(client)
+})
+server.listen(${RELAY_PORT}, '127.0.0.1', () => process.stdout.write('ready\\n'))
+`
+
+export function relayContainerName(sandboxId: string): string {
+  return `cordon-relay-${sandboxId}`
+}
+
+/** Starts the relay for one sandbox and resolves once it listens. */
+export async function startRelay(options: {
+  readonly docker: Docker
+  readonly image: string
+  readonly sandboxId: string
+  readonly sandboxContainerId: string
+  readonly socketPath: string
+  readonly volumeName: string
+  readonly labels: Record<string, string>
+  readonly signal: AbortSignal
+}): Promise<Docker.Container> {
+  const { docker } = options
+  const role: ResourceRole = 'relay'
+  const container = await docker.createContainer({
+    name: relayContainerName(options.sandboxId),
+    Image: options.image,
+    Entrypoint: ['node', '-e', RELAY_SOURCE],
+    Cmd: [options.socketPath],
+    User: '1000:1000',
+    Labels: { ...options.labels, [LABEL.role]: role },
+    AttachStdout: true,
+    AttachStderr: true,
+    HostConfig: {
+      NetworkMode: `container:${options.sandboxContainerId}`,
+      CapDrop: ['ALL'],
+      SecurityOpt: ['no-new-privileges:true'],
+      ReadonlyRootfs: true,
+      Memory: 64 * 1024 * 1024,
+      MemorySwap: 64 * 1024 * 1024,
+      PidsLimit: 32,
+      Init: true,
+      Mounts: [
+        { Type: 'volume', Source: options.volumeName, Target: EGRESS_SOCKET_DIR, ReadOnly: true },
+      ],
+      LogConfig: { Type: 'none', Config: {} },
+    },
+    abortSignal: options.signal,
+  } as Docker.ContainerCreateOptions)
+  const stream = await container.attach({ stream: true, stdout: true, stderr: true })
+  const stdout = new PassThrough()
+  docker.modem.demuxStream(stream, stdout, new PassThrough())
+  const ready = new Promise<void>((resolve, reject) => {
+    let seen = ''
+    stdout.on('data', (chunk: Buffer) => {
+      seen += chunk.toString()
+      if (seen.includes('ready\n')) resolve()
+    })
+    stream.on('end', () => reject(new Error('the egress relay exited before it listened')))
+  })
+  ready.catch(() => {})
+  await container.start()
+  await ready
+  ;(stream as unknown as { destroy?: () => void }).destroy?.()
+  return container
+}

@@ -1,0 +1,385 @@
+import { execFileSync } from 'node:child_process'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { createServer as createHttpServer, type IncomingHttpHeaders, type Server } from 'node:http'
+import { createServer as createHttpsServer } from 'node:https'
+import type { AddressInfo } from 'node:net'
+import { networkInterfaces, tmpdir } from 'node:os'
+import { join } from 'node:path'
+import type {
+  EgressPolicy,
+  Sandbox,
+  SandboxEgressEvent,
+  SandboxEvent,
+  SandboxProvider,
+} from '@cordon/core'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { buildGatewayImage, createDockerSandboxProvider } from '../src/index.js'
+import { BUSYBOX_IMAGE, NODE_IMAGE } from './test-images.js'
+import { docker, TEST_RUN_ID, TEST_RUN_LABEL } from './test-run.js'
+
+/** The host as a container on any bridge reaches it; upstream servers listen here on 0.0.0.0. */
+const HOST_BRIDGE_ADDRESS = '172.17.0.1'
+const SECRET = 'Bearer cordon-test-secret-5f1d0c'
+
+function primaryAddress(): string {
+  for (const [name, addresses] of Object.entries(networkInterfaces())) {
+    if (
+      name === 'lo' ||
+      name.startsWith('docker') ||
+      name.startsWith('br-') ||
+      name.startsWith('veth')
+    )
+      continue
+    const v4 = addresses?.find((address) => address.family === 'IPv4' && !address.internal)
+    if (v4) return v4.address
+  }
+  throw new Error('no primary IPv4 address')
+}
+
+function listen(server: Server): Promise<number> {
+  return new Promise((resolve) =>
+    server.listen(0, '0.0.0.0', () => resolve((server.address() as AddressInfo).port)),
+  )
+}
+
+/** A raw HTTP exchange with the sandbox's proxy, from inside the sandbox. */
+async function rawThroughProxy(sandbox: Sandbox, request: string): Promise<string> {
+  // busybox nc stops reading the reply once its stdin ends, so stdin stays open a moment.
+  const result = await sandbox.exec('sh', ['-c', '(cat; sleep 1.5) | nc -w 3 127.0.0.1 3128'], {
+    stdin: request,
+    timeout: 15_000,
+  })
+  return result.stdout
+}
+
+/** Decision events arrive when an exchange closes, which may be just after the client saw its reply. */
+async function eventFor(
+  events: () => SandboxEgressEvent[],
+  match: (event: SandboxEgressEvent) => boolean,
+): Promise<SandboxEgressEvent | undefined> {
+  for (let attempt = 0; attempt < 40; attempt++) {
+    const found = events().find(match)
+    if (found) return found
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+  return undefined
+}
+
+describe('egress through the gateway (Docker backend)', () => {
+  const seen: Array<{ url: string; headers: IncomingHttpHeaders; tls: boolean }> = []
+  const events: SandboxEvent[] = []
+  let httpServer: Server
+  let httpsServer: Server
+  let httpPort: number
+  let httpsPort: number
+  let provider: SandboxProvider
+  let gatewayImage: string
+  let certDir: string
+
+  const egressEvents = () =>
+    events.filter((event): event is SandboxEgressEvent => event.type === 'egress')
+  const withSandbox = async (egress: EgressPolicy, use: (sandbox: Sandbox) => Promise<void>) => {
+    const sandbox = await provider.create({ egress })
+    try {
+      await use(sandbox)
+    } finally {
+      await sandbox.destroy()
+    }
+  }
+
+  beforeAll(async () => {
+    certDir = mkdtempSync(join(tmpdir(), 'cordon-gw-cert-'))
+    execFileSync(
+      'openssl',
+      [
+        'req',
+        '-x509',
+        '-newkey',
+        'rsa:2048',
+        '-nodes',
+        '-days',
+        '2',
+        '-subj',
+        '/CN=secure.test',
+        '-addext',
+        'subjectAltName=DNS:secure.test',
+        '-keyout',
+        join(certDir, 'key.pem'),
+        '-out',
+        join(certDir, 'cert.pem'),
+      ],
+      { stdio: 'ignore' },
+    )
+    const record =
+      (tls: boolean) =>
+      (
+        request: { url?: string; headers: IncomingHttpHeaders },
+        response: { end(body: string): void },
+      ) => {
+        seen.push({ url: request.url ?? '', headers: request.headers, tls })
+        response.end(`upstream saw ${request.url} over ${tls ? 'https' : 'http'}\n`)
+      }
+    httpServer = createHttpServer(record(false))
+    httpsServer = createHttpsServer(
+      {
+        key: readFileSync(join(certDir, 'key.pem')),
+        cert: readFileSync(join(certDir, 'cert.pem')),
+      },
+      record(true),
+    )
+    httpPort = await listen(httpServer)
+    httpsPort = await listen(httpsServer)
+    gatewayImage = await buildGatewayImage({ docker, baseImage: NODE_IMAGE })
+    provider = createDockerSandboxProvider({
+      backend: {
+        tier: 'container',
+        image: BUSYBOX_IMAGE,
+        labels: { [TEST_RUN_LABEL]: TEST_RUN_ID },
+        gatewayImage,
+        gatewayHosts: { 'upstream.test': HOST_BRIDGE_ADDRESS, 'secure.test': HOST_BRIDGE_ADDRESS },
+        gatewayAllowedPorts: [httpPort, httpsPort],
+        gatewayUpstreamCa: readFileSync(join(certDir, 'cert.pem'), 'utf8'),
+      },
+      layout: { outputs: { source: { kind: 'ephemeral' } } },
+      allowInwardFor: ['upstream.test', 'secure.test'],
+      brokeredCredentials: [{ host: 'secure.test', header: 'authorization', value: SECRET }],
+      onEvent: (event) => events.push(event),
+    })
+  }, 120_000)
+
+  afterAll(async () => {
+    await provider?.close()
+    httpServer?.close()
+    httpsServer?.close()
+    rmSync(certDir, { recursive: true, force: true })
+  })
+
+  it('reaches an allowed host through HTTP_PROXY, and reports the decision', async () => {
+    await withSandbox({ kind: 'static', allowedHosts: ['upstream.test'] }, async (sandbox) => {
+      const result = await sandbox.exec(
+        'wget',
+        ['-q', '-O', '-', `http://upstream.test:${httpPort}/allowed`],
+        { timeout: 15_000 },
+      )
+      expect(result.stdout).toBe('upstream saw /allowed over http\n')
+      expect(
+        await eventFor(
+          egressEvents,
+          (event) => event.sandboxId === sandbox.id && event.decision === 'allow',
+        ),
+      ).toMatchObject({
+        sandboxId: sandbox.id,
+        host: 'upstream.test',
+        port: httpPort,
+        decision: 'allow',
+        reason: 'allowed',
+      })
+    })
+  })
+
+  it('tunnels CONNECT to an allowed host', async () => {
+    await withSandbox({ kind: 'static', allowedHosts: ['upstream.test'] }, async (sandbox) => {
+      const reply = await rawThroughProxy(
+        sandbox,
+        `CONNECT upstream.test:${httpPort} HTTP/1.1\r\nHost: upstream.test:${httpPort}\r\n\r\nGET /tunnelled HTTP/1.1\r\nHost: upstream.test\r\nConnection: close\r\n\r\n`,
+      )
+      expect(reply).toMatch(/^HTTP\/1\.1 200/)
+      expect(reply).toContain('upstream saw /tunnelled over http')
+    })
+  })
+
+  it('refuses a host that is not allowed with 403 and its reason', async () => {
+    await withSandbox({ kind: 'static', allowedHosts: ['upstream.test'] }, async (sandbox) => {
+      const reply = await rawThroughProxy(
+        sandbox,
+        `GET http://elsewhere.test:${httpPort}/ HTTP/1.1\r\nHost: elsewhere.test:${httpPort}\r\nConnection: close\r\n\r\n`,
+      )
+      expect(reply).toMatch(/^HTTP\/1\.1 403/)
+      expect(reply.toLowerCase()).toContain('x-cordon-egress-denied: host-not-allowed')
+      expect(
+        await eventFor(
+          egressEvents,
+          (event) => event.sandboxId === sandbox.id && event.decision === 'deny',
+        ),
+      ).toMatchObject({
+        host: 'elsewhere.test',
+        reason: 'host-not-allowed',
+      })
+    })
+  })
+
+  it('has no route anywhere: only loopback, no DNS, no direct TCP to any address', async () => {
+    await withSandbox({ kind: 'allow-all' }, async (sandbox) => {
+      expect((await sandbox.exec('ls', ['/sys/class/net'])).stdout.trim()).toBe('lo')
+      const dns = await sandbox.exec('nslookup', ['example.com'], { timeout: 15_000 })
+      expect(dns.exitCode).not.toBe(0)
+      const targets = [
+        `${HOST_BRIDGE_ADDRESS} ${httpPort}`,
+        `${primaryAddress()} ${httpPort}`,
+        '169.254.169.254 80',
+        '10.0.0.1 80',
+        '1.1.1.1 443',
+      ]
+      for (const target of targets) {
+        const [host, port] = target.split(' ') as [string, string]
+        const direct = await sandbox.exec('nc', ['-w', '2', host, port], {
+          stdin: 'GET / HTTP/1.0\r\n\r\n',
+          timeout: 15_000,
+        })
+        expect(direct.exitCode, target).not.toBe(0)
+        expect(direct.stdout, target).toBe('')
+      }
+    })
+  })
+
+  it('does not let the proxy reach host services, private or metadata addresses, even under allow-all', async () => {
+    await withSandbox({ kind: 'allow-all' }, async (sandbox) => {
+      for (const [target, reason] of [
+        [`${HOST_BRIDGE_ADDRESS}:${httpPort}`, 'address-private'],
+        // The host's primary address: private or reserved, depending on the machine.
+        [`${primaryAddress()}:${httpPort}`, 'address-'],
+        [`169.254.169.254:${httpPort}`, 'address-link-local'],
+        [`127.0.0.1:${httpPort}`, 'address-loopback'],
+      ] as const) {
+        const reply = await rawThroughProxy(
+          sandbox,
+          `CONNECT ${target} HTTP/1.1\r\nHost: ${target}\r\n\r\n`,
+        )
+        expect(reply, target).toMatch(/^HTTP\/1\.1 403/)
+        expect(reply.toLowerCase(), target).toContain(`x-cordon-egress-denied: ${reason}`)
+      }
+      // The exempted name still works: allow-all means the public internet plus what the host exempted.
+      const named = await sandbox.exec(
+        'wget',
+        ['-q', '-O', '-', `http://upstream.test:${httpPort}/named`],
+        { timeout: 15_000 },
+      )
+      expect(named.stdout).toBe('upstream saw /named over http\n')
+    })
+  })
+
+  it('applies setNetworkPolicy to new connections', async () => {
+    await withSandbox({ kind: 'static', allowedHosts: [] }, async (sandbox) => {
+      const before = await sandbox.exec(
+        'wget',
+        ['-q', '-O', '-', `http://upstream.test:${httpPort}/before`],
+        { timeout: 15_000 },
+      )
+      expect(before.stderr).toContain('403')
+      await sandbox.setNetworkPolicy!({ allowedHosts: ['upstream.test'] })
+      const after = await sandbox.exec(
+        'wget',
+        ['-q', '-O', '-', `http://upstream.test:${httpPort}/after`],
+        { timeout: 15_000 },
+      )
+      expect(after.stdout).toBe('upstream saw /after over http\n')
+      await sandbox.setNetworkPolicy!({ allowedHosts: [] })
+      const again = await sandbox.exec(
+        'wget',
+        ['-q', '-O', '-', `http://upstream.test:${httpPort}/again`],
+        { timeout: 15_000 },
+      )
+      expect(again.stderr).toContain('403')
+    })
+  })
+
+  it('asks a resolver policy in the host and denies everything when it fails', async () => {
+    await withSandbox(
+      { kind: 'resolver', resolve: async () => ['upstream.test'] },
+      async (sandbox) => {
+        const allowed = await sandbox.exec(
+          'wget',
+          ['-q', '-O', '-', `http://upstream.test:${httpPort}/resolved`],
+          { timeout: 15_000 },
+        )
+        expect(allowed.stdout).toBe('upstream saw /resolved over http\n')
+      },
+    )
+    await withSandbox(
+      {
+        kind: 'resolver',
+        resolve: async () => {
+          throw new Error('policy service down')
+        },
+      },
+      async (sandbox) => {
+        const denied = await sandbox.exec(
+          'wget',
+          ['-q', '-O', '-', `http://upstream.test:${httpPort}/x`],
+          { timeout: 15_000 },
+        )
+        expect(denied.stderr).toContain('403')
+      },
+    )
+  })
+
+  it('brokers a credential: upstream receives it over HTTPS, the sandbox never holds it', async () => {
+    await withSandbox({ kind: 'static', allowedHosts: ['secure.test'] }, async (sandbox) => {
+      const result = await sandbox.exec(
+        'wget',
+        ['-q', '-O', '-', `http://secure.test:${httpsPort}/with-secret`],
+        { timeout: 15_000 },
+      )
+      expect(result.stdout).toBe('upstream saw /with-secret over https\n')
+      const arrival = seen.find((request) => request.url === '/with-secret')
+      expect(arrival?.tls).toBe(true)
+      expect(arrival?.headers.authorization).toBe(SECRET)
+      const needle = SECRET.split(' ')[1]!
+      const env = await sandbox.exec('env')
+      expect(env.stdout).not.toContain(needle)
+      // The pattern is written so that it does not contain the secret itself, or
+      // the search's own command line would be the match.
+      const pattern = `${needle.slice(0, -1)}[${needle.slice(-1)}]`
+      const files = await sandbox.exec('sh', [
+        '-c',
+        `grep -rl "${pattern}" / --exclude-dir=proc --exclude-dir=sys 2>/dev/null; cat /proc/[0-9]*/environ /proc/[0-9]*/cmdline 2>/dev/null | tr '\\0' '\\n' | grep -c "${pattern}"`,
+      ])
+      expect(files.stdout.trim()).toBe('0')
+    })
+  })
+
+  it('labels the gateway and removes it, its network and volume when its last sandbox goes', async () => {
+    const name = `cordon-gateway-${provider.id}`
+    await withSandbox({ kind: 'allow-all' }, async () => {
+      const info = await docker.getContainer(name).inspect()
+      expect(info.Config.Labels).toMatchObject({
+        'cordon.managed': '1',
+        'cordon.role': 'gateway',
+        'cordon.provider': provider.id,
+      })
+      expect(info.HostConfig.CapDrop).toEqual(['ALL'])
+      expect(info.HostConfig.ReadonlyRootfs).toBe(true)
+    })
+    let gone = false
+    for (let attempt = 0; attempt < 40 && !gone; attempt++) {
+      await new Promise((resolve) => setTimeout(resolve, 250))
+      gone = await docker
+        .getContainer(name)
+        .inspect()
+        .then(
+          () => false,
+          () => true,
+        )
+    }
+    expect(gone).toBe(true)
+    const networks = await docker.listNetworks({
+      filters: { label: [`cordon.provider=${provider.id}`] },
+    })
+    expect(networks).toEqual([])
+  })
+
+  it('costs little more than deny-all to create once the gateway runs', async () => {
+    // Timing is measured in bench/; here only the design is checked: a proxied
+    // sandbox adds one relay container and no network of its own.
+    await withSandbox({ kind: 'allow-all' }, async (sandbox) => {
+      const relay = await docker.getContainer(`cordon-relay-${sandbox.id}`).inspect()
+      expect(relay.HostConfig.NetworkMode).toBe(
+        `container:${(await docker.getContainer(`cordon-${sandbox.id}`).inspect()).Id}`,
+      )
+      const networks = await docker.listNetworks({
+        filters: { label: [`cordon.sandbox=${sandbox.id}`] },
+      })
+      expect(networks).toEqual([])
+    })
+  })
+})
