@@ -27,7 +27,6 @@ import { LABEL, ownerLabels, type ResourceRole } from './owner-labels.js'
 import { SandboxEgress } from './sandbox-egress.js'
 
 export const DEFAULT_READINESS_TIMEOUT_MS = 30_000
-export const DEFAULT_RUNSC_PROXIED_RUNTIME = 'runsc-hostnet'
 
 /** Both spellings, because tools disagree on which one they read. */
 function proxyEnvironment(): Record<string, string> {
@@ -76,6 +75,13 @@ export class DockerBackend implements SandboxBackend {
       )
     }
     const proxied = request.egress.kind !== 'deny-all'
+    if (proxied && this.config.runtime === 'runsc' && !this.config.runscProxiedRuntime) {
+      throw new SandboxControlRefusedError(
+        `egress.${request.egress.kind}`,
+        this.name,
+        "gVisor's own network stack cannot reach the egress relay in the sandbox's namespace; name a runsc runtime registered with --network=host in runscProxiedRuntime, or use deny-all",
+      )
+    }
     if (proxied && !this.config.gatewayImage) {
       throw new SandboxControlRefusedError(
         `egress.${request.egress.kind}`,
@@ -227,7 +233,7 @@ export class DockerBackend implements SandboxBackend {
   /** The engine runtime a sandbox runs under (see `runscProxiedRuntime` for gVisor behind the gateway). */
   private runtimeName(proxied: boolean): string | undefined {
     if (this.config.runtime !== 'runsc') return undefined
-    return proxied ? (this.config.runscProxiedRuntime ?? DEFAULT_RUNSC_PROXIED_RUNTIME) : 'runsc'
+    return proxied ? this.config.runscProxiedRuntime : 'runsc'
   }
 
   private gateway(): EgressGateway {

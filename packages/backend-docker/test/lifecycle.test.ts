@@ -64,16 +64,27 @@ describe('create and destroy', () => {
     await provider.close()
   })
 
-  it('refuses egress policies it cannot enforce yet, naming the control and backend', async () => {
+  it('refuses proxied egress without a gateway image, naming the control and backend', async () => {
     const provider = testProvider()
     for (const egress of [
       { kind: 'allow-all' },
       { kind: 'static', allowedHosts: ['example.com'] },
+      { kind: 'resolver', resolve: async () => ['example.com'] },
     ] as const) {
       const error = await provider.create({ egress }).catch((caught: unknown) => caught)
       expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
       expect(error).toMatchObject({ control: `egress.${egress.kind}`, backend: 'container:docker' })
     }
+    await provider.close()
+  })
+
+  it('refuses proxied egress under gVisor unless a host-network runsc runtime is named', async () => {
+    const provider = testProvider({ runtime: 'runsc', gatewayImage: 'cordon/egress-gateway:any' })
+    const error = await provider
+      .create({ egress: { kind: 'allow-all' } })
+      .catch((caught: unknown) => caught)
+    expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
+    expect(error).toMatchObject({ control: 'egress.allow-all', backend: 'container:runsc' })
     await provider.close()
   })
 

@@ -78,7 +78,8 @@ export const containerBackendConfigSchema = z
      * network stack cannot reach the relay that shares the sandbox's network
      * namespace, so these sandboxes use a runsc runtime registered with
      * `--network=host` (inside the sandbox's own, loopback-only namespace).
-     * Default `runsc-hostnet`.
+     * Without it, gVisor sandboxes accept only `deny-all` and refuse the other
+     * policies.
      */
     runscProxiedRuntime: z.string().min(1).optional(),
   })

@@ -49,14 +49,17 @@ describe('the cordon command', () => {
     expect(result.stderr).toContain('tooling/engine/setup.sh')
   })
 
-  it('runs the demo: a command, a file round trip, a refused network, destroy', async () => {
+  it('runs the demo: a command, a file round trip, refused and gateway egress decisions, destroy', async () => {
     const result = await cordon(['demo'])
     expect(result.code).toBe(0)
     expect(result.stdout).toContain('uid=1000')
     expect(result.stdout).toContain('HELLO FROM THE HOST')
-    expect(result.stdout).toContain('egress decision: DENY')
+    expect(result.stdout).toContain('egress decision: DENY (policy deny-all')
+    expect(result.stdout).toContain('hello from the demo upstream: GET /')
+    expect(result.stdout).toMatch(/egress decision: ALLOW demo\.upstream:\d+ \(allowed\)/)
+    expect(result.stdout).toContain('egress decision: DENY example.com:80 (host-not-allowed)')
     expect(result.stdout).toContain('destroyed the sandbox')
-  })
+  }, 60_000)
 
   it('gc --dry-run reports without removing', async () => {
     const result = await cordon(['gc', '--dry-run'])

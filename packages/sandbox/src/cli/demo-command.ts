@@ -1,12 +1,19 @@
 import { parseArgs } from 'node:util'
 import type { SandboxEvent, SandboxProviderConfig } from '@cordon/core'
 import { createSandboxProvider } from '../create-sandbox-provider.js'
+import { hostBridgeAddress, startDemoUpstream } from './demo-upstream.js'
+import { loadDockerBackend } from './docker-backend-module.js'
 import { DEFAULT_IMAGE, type RunIo } from './run-command.js'
+
+/** An image with `node`, which the gateway image is built on. */
+export const DEFAULT_GATEWAY_BASE = 'cordon-test/node:latest'
 
 /**
  * `cordon demo`: cordon's main job in one go. A hardened sandbox runs a
  * command, a file goes in and comes back out, the network is tried and
- * refused, and the sandbox is destroyed; each step is printed with its time.
+ * refused; then a second sandbox reaches one allowed host through the egress
+ * gateway and is refused everything else, and the gateway's decisions are
+ * printed. Each step is printed with its time.
  */
 export async function demoCommand(argv: readonly string[], io: RunIo): Promise<number> {
   const { values } = parseArgs({
@@ -14,12 +21,33 @@ export async function demoCommand(argv: readonly string[], io: RunIo): Promise<n
     options: {
       image: { type: 'string', default: process.env.CORDON_IMAGE ?? DEFAULT_IMAGE },
       runtime: { type: 'string', default: 'docker' },
+      'gateway-base': {
+        type: 'string',
+        default: process.env.CORDON_GATEWAY_BASE ?? DEFAULT_GATEWAY_BASE,
+      },
     },
   })
+  const docker = await loadDockerBackend()
+  const { docker: engine } = docker.connectEngine({})
+  const gatewayImage = await docker.buildGatewayImage({
+    docker: engine,
+    baseImage: values['gateway-base'],
+  })
+  const upstream = await startDemoUpstream()
+  const upstreamAddress = await hostBridgeAddress(engine as Parameters<typeof hostBridgeAddress>[0])
   const events: SandboxEvent[] = []
   const provider = createSandboxProvider({
-    backend: { tier: 'container', runtime: values.runtime, image: values.image },
+    backend: {
+      tier: 'container',
+      runtime: values.runtime,
+      image: values.image,
+      gatewayImage,
+      gatewayHosts: { 'demo.upstream': upstreamAddress },
+      gatewayAllowedPorts: [upstream.port],
+    },
     layout: { outputs: { source: { kind: 'ephemeral' } } },
+    // The demo's upstream lives on the host, a private address the gateway refuses unless exempted by name.
+    allowInwardFor: ['demo.upstream'],
     onEvent: (event) => events.push(event),
   } as SandboxProviderConfig)
   const step = async <T>(label: string, run: () => Promise<T>): Promise<T> => {
@@ -53,17 +81,19 @@ export async function demoCommand(argv: readonly string[], io: RunIo): Promise<n
     const files = await sandbox.listFiles()
     io.stdout(`    files: ${files.map((file) => `${file.path} (${file.size} B)`).join(', ')}\n`)
 
-    const network = await step('tried the network (DNS lookup, then TCP to 1.1.1.1:443)', () =>
-      sandbox.exec(
-        'sh',
-        [
-          '-c',
-          'nslookup example.com 2>&1 | grep . | tail -1; nc -w 2 1.1.1.1 443 </dev/null 2>&1 || echo "connect failed (exit $?)"',
-        ],
-        {
-          timeout: 15_000,
-        },
-      ),
+    const network = await step(
+      'under deny-all, tried the network (DNS lookup, then TCP to 1.1.1.1:443)',
+      () =>
+        sandbox.exec(
+          'sh',
+          [
+            '-c',
+            'nslookup example.com 2>&1 | grep . | tail -1; nc -w 2 1.1.1.1 443 </dev/null 2>&1 || echo "connect failed (exit $?)"',
+          ],
+          {
+            timeout: 15_000,
+          },
+        ),
     )
     io.stdout(`    ${network.stdout.trim().split('\n').join('\n    ')}\n`)
     io.stdout(
@@ -71,6 +101,38 @@ export async function demoCommand(argv: readonly string[], io: RunIo): Promise<n
     )
 
     await step('destroyed the sandbox', () => sandbox.destroy())
+
+    const proxied = await step(
+      'created a sandbox whose egress allows only demo.upstream (through the gateway)',
+      () => provider.create({ egress: { kind: 'static', allowedHosts: ['demo.upstream'] } }),
+    )
+    const allowed = await step('fetched http://demo.upstream/ through HTTP_PROXY', () =>
+      proxied.exec('wget', ['-q', '-O', '-', `http://demo.upstream:${upstream.port}/`], {
+        timeout: 15_000,
+      }),
+    )
+    io.stdout(`    ${allowed.stdout.trim() || allowed.stderr.trim()}\n`)
+    const denied = await step('tried http://example.com/ (not on the list)', () =>
+      proxied.exec('wget', ['-q', '-O', '-', 'http://example.com/'], { timeout: 15_000 }),
+    )
+    io.stdout(`    ${denied.stderr.trim()}\n`)
+    const direct = await step(
+      `tried the host directly (${upstreamAddress}:${upstream.port}, no proxy)`,
+      () =>
+        proxied.exec('nc', ['-w', '2', upstreamAddress, String(upstream.port)], {
+          stdin: 'GET / HTTP/1.0\r\n\r\n',
+          timeout: 15_000,
+        }),
+    )
+    io.stdout(`    ${direct.stderr.trim()}\n`)
+    await proxied.destroy()
+    await new Promise((resolve) => setTimeout(resolve, 200))
+    for (const event of events) {
+      if (event.type !== 'egress') continue
+      io.stdout(
+        `    egress decision: ${event.decision.toUpperCase()} ${event.host}:${event.port} (${event.reason})\n`,
+      )
+    }
     const phases = events.flatMap((event) =>
       event.type === 'lifecycle'
         ? [`${event.phase}${event.durationMs ? ` ${Math.round(event.durationMs)} ms` : ''}`]
@@ -80,5 +142,6 @@ export async function demoCommand(argv: readonly string[], io: RunIo): Promise<n
     return 0
   } finally {
     await provider.close()
+    await upstream.close()
   }
 }
