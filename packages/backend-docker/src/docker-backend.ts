@@ -132,28 +132,18 @@ export class DockerBackend implements SandboxBackend {
           abortSignal: signal,
         } as Docker.ContainerCreateOptions)
         phase = 'starting the container'
-        await container.start()
-        if (request.egress.kind !== 'deny-all') {
-          phase = 'registering with the egress gateway'
-          const gateway = this.gateway()
-          egress = await SandboxEgress.register(
-            gateway,
-            request.id,
-            request.egress,
-            this.context.brokeredCredentials,
-          )
-          phase = 'starting the egress relay'
-          await startRelay({
-            docker: this.engine.docker,
-            image: this.config.gatewayImage!,
-            sandboxId: request.id,
-            sandboxContainerId: container.id,
-            socketPath: egress.socketPath,
-            volumeName: gateway.volumeName,
-            labels: this.labels(request, 'relay'),
-            signal,
-          })
-        }
+        // Registration at the gateway does not need the container running, so
+        // it overlaps the start; the relay needs the started container's
+        // network namespace, and it overlaps the readiness probe.
+        const proxiedPolicy = request.egress.kind !== 'deny-all' ? request.egress : undefined
+        const gateway = proxiedPolicy ? this.gateway() : undefined
+        const [, registered] = await Promise.all([
+          container.start(),
+          gateway && proxiedPolicy
+            ? SandboxEgress.register(gateway, request.id, proxiedPolicy, this.context.brokeredCredentials)
+            : undefined,
+        ])
+        egress = registered
         phase = 'waiting for exec readiness'
         const sandbox = new DockerSandbox({
           id: request.id,
@@ -169,7 +159,21 @@ export class DockerBackend implements SandboxBackend {
           egress,
           remove,
         })
-        const probe = await sandbox.exec('sleep', ['0'], { signal, timeout: timeoutMs })
+        const [probe] = await Promise.all([
+          sandbox.exec('sleep', ['0'], { signal, timeout: timeoutMs }),
+          gateway && registered
+            ? startRelay({
+                docker: this.engine.docker,
+                image: this.config.gatewayImage!,
+                sandboxId: request.id,
+                sandboxContainerId: container.id,
+                socketPath: registered.socketPath,
+                volumeName: gateway.volumeName,
+                labels: this.labels(request, 'relay'),
+                signal,
+              })
+            : undefined,
+        ])
         if (probe.exitCode !== 0) {
           throw new SandboxReadinessError(
             `the readiness probe (sleep 0) exited with ${probe.exitCode}: ${probe.stderr.trim() || probe.stdout.trim()}`,
