@@ -25,7 +25,9 @@ describe('packaging of every publishable package (publint, strict)', () => {
     const manifest = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8'))
     it(`${manifest.name} has no publint errors, warnings or suggestions`, async () => {
       const { messages } = await publint({ pkgDir: dir, strict: true, level: 'suggestion' })
-      expect(messages.map((message) => formatMessage(message, manifest) ?? message.code)).toEqual([])
+      expect(messages.map((message) => formatMessage(message, manifest) ?? message.code)).toEqual(
+        [],
+      )
     })
   }
 })

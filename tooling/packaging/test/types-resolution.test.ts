@@ -1,0 +1,63 @@
+import { execFileSync } from 'node:child_process'
+import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { checkPackage, createPackageFromTarballData } from '@arethetypeswrong/core'
+import { afterAll, describe, expect, it } from 'vitest'
+
+const packagesDir = fileURLToPath(new URL('../../../packages', import.meta.url))
+const publishable = readdirSync(packagesDir)
+  .map((name) => join(packagesDir, name))
+  .filter((dir) => {
+    try {
+      return JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')).private !== true
+    } catch {
+      return false
+    }
+  })
+const packDir = mkdtempSync(join(tmpdir(), 'cordon-attw-'))
+
+afterAll(() => rmSync(packDir, { recursive: true, force: true }))
+
+/**
+ * "Are the types wrong?" on the tarball npm would publish. cordon ships ESM
+ * only, so CommonJS `require` resolution is not expected to work; every other
+ * problem (missing types, masquerading formats, unresolvable subpaths) fails.
+ */
+describe('type resolution of every publishable package (arethetypeswrong)', () => {
+  for (const dir of publishable) {
+    const manifest = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8'))
+    it(`${manifest.name} resolves its types under node16 ESM and bundlers`, async () => {
+      const output = execFileSync('npm', ['pack', '--json', '--pack-destination', packDir], {
+        cwd: dir,
+        encoding: 'utf8',
+      })
+      const [{ filename }] = JSON.parse(output) as Array<{ filename: string }>
+      const pkg = createPackageFromTarballData(
+        new Uint8Array(readFileSync(join(packDir, filename))),
+      )
+      const result = await checkPackage(pkg)
+      const problems = 'problems' in result ? result.problems : []
+      const relevant = problems.filter((problem) => {
+        if (
+          'resolutionKind' in problem &&
+          (problem.resolutionKind === 'node10' || problem.resolutionKind === 'node16-cjs')
+        )
+          return false
+        if (problem.kind === 'CJSResolvesToESM') return false
+        // Bundled programs (the agent, the gateway) are exported as files to run or copy, not modules to type.
+        if (
+          problem.kind === 'UntypedResolution' &&
+          'entrypoint' in problem &&
+          problem.entrypoint.endsWith('.mjs')
+        )
+          return false
+        // Data files (the OpenAPI document) are exported for readers, not for import.
+        if ('entrypoint' in problem && /\.(ya?ml|json)$/.test(problem.entrypoint)) return false
+        return true
+      })
+      expect(relevant).toEqual([])
+    })
+  }
+})
