@@ -1,0 +1,215 @@
+import { newAgentSecret } from '@cordon/agent/protocol'
+import {
+  type ACIStandbyPoolBackendConfig,
+  aciStandbyPoolBackendConfigSchema,
+  parseConfig,
+  type Sandbox,
+  type SandboxBackend,
+  type SandboxBackendContext,
+  type SandboxBackendFactory,
+  SandboxConfigValidationError,
+  SandboxControlRefusedError,
+  type SandboxCreateRequest,
+  SandboxCreateTimeoutError,
+  SandboxReadinessError,
+  withDeadline,
+} from '@cordon/core'
+import {
+  BACKEND_NAME,
+  DEFAULT_AGENT_PORT,
+  DEFAULT_ARM_API_VERSION,
+  DEFAULT_ARM_ENDPOINT,
+  DEFAULT_NAME_PREFIX,
+  DEFAULT_READINESS_TIMEOUT_MS,
+} from './aci-defaults.js'
+import { type AgentLink, openAgentLink } from './agent-link.js'
+import { ArmClient } from './arm-client.js'
+import {
+  refuseLayoutProfileMismatch,
+  refuseLimitMismatch,
+  refuseUncontrollableEgress,
+  refuseUnmountableLayout,
+} from './claim-refusals.js'
+import { groupNameFor, namePrefixProblems } from './group-name.js'
+import type { ProfileFacts } from './profile-facts.js'
+import { StandbyPoolClaims } from './standby-pool-claims.js'
+import { untilAborted } from './until-aborted.js'
+
+/** How long a read of the container group profile is trusted before it is read again. */
+const PROFILE_TTL_MS = 60_000
+
+/**
+ * The `container:aci-standby-pool` backend: each sandbox is a container group
+ * claimed from an Azure Container Instances standby pool, and commands and
+ * files go to the cordon agent inside it over TCP.
+ *
+ * `create()` resolves only when the agent in the claimed group has answered
+ * a health request over a connection authenticated with a secret minted for
+ * this claim. Everything it does (reading the profile, the claim, ARM's
+ * long-running operation, waiting for an address, the agent's health) shares
+ * one readiness budget. If anything fails, runs out of time or is aborted on
+ * the way, the group is deleted by name (waiting first for a claim still on
+ * the wire) before `create()` rejects.
+ *
+ * Construction does no I/O; it refuses a layout a claim cannot mount.
+ */
+export const createBackend: SandboxBackendFactory<ACIStandbyPoolBackendConfig> = (input, context) =>
+  createAciStandbyPoolBackend(input, context)
+
+export function createAciStandbyPoolBackend(
+  input: ACIStandbyPoolBackendConfig,
+  context: SandboxBackendContext,
+): SandboxBackend {
+  const config = parseConfig(
+    aciStandbyPoolBackendConfigSchema,
+    input,
+    `${BACKEND_NAME} backend config`,
+  )
+  const prefix = config.containerNamePrefix ?? DEFAULT_NAME_PREFIX
+  const problems = namePrefixProblems(prefix)
+  if (!context.layout)
+    problems.push({
+      path: 'layout',
+      message: 'the container tier needs a layout; its outputs path is rootDir',
+    })
+  if (problems.length > 0)
+    throw new SandboxConfigValidationError(`${BACKEND_NAME} backend config`, problems)
+  const layout = context.layout!
+  refuseUnmountableLayout(layout)
+  if (context.brokeredCredentials.length > 0 || context.allowInwardFor.length > 0) {
+    throw new SandboxControlRefusedError(
+      context.brokeredCredentials.length > 0 ? 'brokeredCredentials' : 'allowInwardFor',
+      BACKEND_NAME,
+      'these need the egress gateway, which a claimed container group cannot have',
+    )
+  }
+
+  const readinessTimeoutMs = config.readinessTimeoutMs ?? DEFAULT_READINESS_TIMEOUT_MS
+  const agentPort = config.agentPort ?? DEFAULT_AGENT_PORT
+  const client = new ArmClient({
+    endpoint: config.armEndpoint ?? DEFAULT_ARM_ENDPOINT,
+    getToken: config.getArmToken,
+  })
+  const claims = new StandbyPoolClaims({
+    client,
+    subscriptionId: config.subscriptionId,
+    resourceGroup: config.resourceGroup,
+    location: config.location,
+    standbyPoolResourceId: config.standbyPoolResourceId,
+    containerGroupProfileResourceId: config.containerGroupProfileResourceId,
+    containerGroupProfileRevision: config.containerGroupProfileRevision,
+    subnetId: config.subnetId,
+    apiVersion: config.armApiVersion ?? DEFAULT_ARM_API_VERSION,
+    agentPort,
+    tags: { 'cordon.managed': '1', 'cordon.provider': context.providerId },
+  })
+
+  // One read of the profile serves every create for a while. It runs under
+  // no caller's signal (the client's retries bound it), so one caller giving
+  // up does not fail the others waiting on the same read.
+  let profile: { facts: Promise<ProfileFacts>; readAt: number } | undefined
+  const profileFacts = (signal: AbortSignal): Promise<ProfileFacts> => {
+    if (!profile || Date.now() - profile.readAt > PROFILE_TTL_MS) {
+      const facts = claims.readProfile()
+      profile = { facts, readAt: Date.now() }
+      facts.catch(() => {
+        if (profile?.facts === facts) profile = undefined
+      })
+    }
+    return untilAborted(profile.facts, signal, 'create')
+  }
+
+  const create = async (request: SandboxCreateRequest): Promise<Sandbox> => {
+    // Refused before any request to Azure: nothing about the pool can change these.
+    refuseUncontrollableEgress(request.egress, config.subnetId)
+    const groupName = groupNameFor(prefix, request.id)
+    let phase = 'profile'
+    let setback: Error | undefined
+    let putOnWire: Promise<unknown> | undefined
+    let link: AgentLink | undefined
+    return withDeadline(
+      async (signal) => {
+        const facts = await profileFacts(signal)
+        refuseLimitMismatch(request, facts)
+        refuseLayoutProfileMismatch(layout, facts)
+        phase = 'claim'
+        const secret = newAgentSecret()
+        const group = await claims.claim({
+          groupName,
+          sandboxId: request.id,
+          secret,
+          profile: facts,
+          signal,
+          onPut: (attempt) => {
+            putOnWire = attempt
+          },
+          onSetback: (reason) => {
+            setback = reason
+          },
+          onPhase: (next) => {
+            phase = next
+          },
+        })
+        phase = 'agent.health'
+        const agentLink = await openAgentLink({ host: group.address, port: agentPort, secret })
+        link = agentLink
+        const health = await agentLink.waitForAgent(request.id, signal)
+        const missing = layout.writableRoots.filter((root) => !health.writeRoots.includes(root))
+        if (missing.length > 0) {
+          throw new SandboxReadinessError(
+            `the agent in sandbox ${request.id} may not write ${missing.join(', ')}; the profile's CORDON_AGENT_WRITE_ROOTS must list the layout's writable paths`,
+            request.id,
+          )
+        }
+        phase = 'ready'
+        return agentLink.sandbox({
+          id: request.id,
+          rootDir: layout.outputsPath,
+          env: request.env,
+          workingDirectory: request.workingDirectory,
+          emit: context.emit,
+          release: (releaseSignal) => claims.release(groupName, releaseSignal),
+        })
+      },
+      {
+        timeoutMs: readinessTimeoutMs,
+        signal: request.signal,
+        operation: 'create',
+        onTimeout: () =>
+          new SandboxCreateTimeoutError(
+            readinessTimeoutMs,
+            phase,
+            setback ? { cause: setback } : {},
+          ),
+        cleanup: async () => {
+          await link?.close()
+          if (!putOnWire) return
+          // A PUT still on the wire may yet create the group: let it land, then delete.
+          await putOnWire.catch(() => {})
+          await claims.release(groupName)
+        },
+        disposeLate: (late) => late.destroy(),
+        onCleanupError: (error) =>
+          context.emit({
+            type: 'lifecycle',
+            phase: 'create.failed',
+            sandboxId: request.id,
+            backend: BACKEND_NAME,
+            timestamp: Date.now(),
+            error: {
+              name: 'CleanupError',
+              message: `deleting container group ${groupName} failed: ${(error as Error)?.message ?? error}`,
+            },
+          }),
+      },
+    )
+  }
+
+  return {
+    name: BACKEND_NAME,
+    create,
+    async close() {
+      await client.close()
+    },
+  }
+}

@@ -1,0 +1,122 @@
+import {
+  type EgressPolicy,
+  type ResolvedContainerSandboxLayout,
+  SandboxControlRefusedError,
+  type SandboxCreateRequest,
+} from '@cordon/core'
+import { BACKEND_NAME } from './aci-defaults.js'
+import type { ProfileFacts } from './profile-facts.js'
+
+/**
+ * The controls a claim cannot deliver, refused with a typed error instead of
+ * being accepted and ignored. A claim may change only a container's config
+ * map: network placement, memory, volumes and the process limit all come
+ * from the container group profile and the pool's subnet.
+ */
+
+const refuse = (control: string, reason: string): never => {
+  throw new SandboxControlRefusedError(control, BACKEND_NAME, reason)
+}
+
+/**
+ * Only `deny-all` can hold, and only in a subnet. A claim cannot put an
+ * egress gateway in a group's path or change its network, so `allow-all`,
+ * `static` and `resolver` are refused. `deny-all` is accepted for groups
+ * placed in the configured subnet, whose network security group must deny
+ * outbound traffic (the README lists the rules); a group with a public
+ * address has a route to the internet that nothing cordon controls removes,
+ * so with `allowPublicAddress` every policy is refused.
+ */
+export function refuseUncontrollableEgress(
+  policy: EgressPolicy,
+  subnetId: string | undefined,
+): void {
+  const control = `egress.${policy.kind}`
+  if (policy.kind !== 'deny-all') {
+    refuse(
+      control,
+      'a claimed container group keeps the network of its pool and no egress gateway can be placed in its path; only deny-all, enforced by the subnet, is possible',
+    )
+  }
+  if (!subnetId) {
+    refuse(
+      control,
+      'without a subnetId the group has a public address and reaches the internet directly; deny-all needs a subnet whose network security group denies outbound traffic',
+    )
+  }
+}
+
+/** Memory and the process limit are the profile's; a request for any other value is refused. */
+export function refuseLimitMismatch(
+  request: Pick<SandboxCreateRequest, 'memoryLimitMb' | 'maxProcesses'>,
+  profile: ProfileFacts,
+): void {
+  if (request.memoryLimitMb !== profile.memoryLimitMb) {
+    refuse(
+      'memoryLimitMb',
+      `every group of the pool has the profile's ${profile.memoryLimitMb} MiB and a claim cannot change it; ask for ${profile.memoryLimitMb} (set the provider's defaultMemoryLimitMb) or use a pool whose profile has ${request.memoryLimitMb}`,
+    )
+  }
+  if (profile.maxProcesses === undefined) {
+    refuse(
+      'maxProcesses',
+      "the container group profile sets no CORDON_MAX_PROCESSES, so nothing limits processes in the group; add it to the profile's environment",
+    )
+  }
+  if (request.maxProcesses !== profile.maxProcesses) {
+    refuse(
+      'maxProcesses',
+      `every group of the pool has the profile's limit of ${profile.maxProcesses} processes and a claim cannot change it; ask for ${profile.maxProcesses} (set the provider's defaultMaxProcesses)`,
+    )
+  }
+}
+
+/**
+ * A claim cannot mount anything: `hostDir` (there is no host) and
+ * `ephemeral` (storage the backend would create) are refused. `inImage` is
+ * taken as it is; an `azureFileShare` must already be mounted by the profile.
+ */
+export function refuseUnmountableLayout(layout: ResolvedContainerSandboxLayout): void {
+  for (const mount of layout.mounts) {
+    const { kind } = mount.source
+    if (kind === 'inImage' || kind === 'azureFileShare') continue
+    refuse(
+      `layout.${mountName(mount)}.${kind}`,
+      kind === 'hostDir'
+        ? 'a container group has no host directory to mount'
+        : 'a claim cannot add volumes; declare an emptyDir volume at this path in the container group profile and give the layout source inImage',
+    )
+  }
+}
+
+/** Each `azureFileShare` of the layout must be the profile's own mount of that share, at that path, with the role's access. */
+export function refuseLayoutProfileMismatch(
+  layout: ResolvedContainerSandboxLayout,
+  profile: ProfileFacts,
+): void {
+  for (const mount of layout.mounts) {
+    const source = mount.source
+    if (source.kind !== 'azureFileShare') continue
+    const found = profile.mounts.find((candidate) => candidate.mountPath === mount.containerPath)
+    const matches =
+      found?.source.kind === 'azureFile' &&
+      found.source.shareName === source.shareName &&
+      found.source.storageAccountName === source.storageAccountName
+    if (!matches) {
+      refuse(
+        `layout.${mountName(mount)}.azureFileShare`,
+        `a claim cannot mount a share; the container group profile must mount ${source.storageAccountName}/${source.shareName} at ${mount.containerPath}`,
+      )
+    }
+    if (found!.readOnly !== mount.readOnly) {
+      refuse(
+        `layout.${mountName(mount)}.azureFileShare`,
+        `the profile mounts ${mount.containerPath} ${found!.readOnly ? 'read-only' : 'writable'} but the layout needs it ${mount.readOnly ? 'read-only' : 'writable'}`,
+      )
+    }
+  }
+}
+
+function mountName(mount: ResolvedContainerSandboxLayout['mounts'][number]): string {
+  return mount.role === 'skill' ? `skills.${mount.skillId}` : mount.role
+}

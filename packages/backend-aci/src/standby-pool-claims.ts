@@ -1,0 +1,240 @@
+import { SandboxBackendUnavailableError, SandboxOperationError, sleep } from '@cordon/core'
+import { BACKEND_NAME, SECRET_CONFIG_MAP_KEY, STANDBY_POOL_API_VERSION } from './aci-defaults.js'
+import type { ArmClient, ArmResponse } from './arm-client.js'
+import { followLongRunningOperation, provisioningStateOf } from './arm-long-running.js'
+import { placementRefusal } from './group-placement.js'
+import { describePoolCounts, isPoolExhausted, parsePoolRuntimeView } from './pool-runtime-view.js'
+import { type ProfileFacts, parseProfileDocument } from './profile-facts.js'
+
+export interface StandbyPoolClaimsOptions {
+  readonly client: ArmClient
+  readonly subscriptionId: string
+  readonly resourceGroup: string
+  readonly location: string
+  readonly standbyPoolResourceId: string
+  readonly containerGroupProfileResourceId: string
+  readonly containerGroupProfileRevision: number | undefined
+  readonly subnetId: string | undefined
+  readonly apiVersion: string
+  readonly agentPort: number
+  /** Tags every claimed group carries, so a crashed host's groups can be found. */
+  readonly tags: Readonly<Record<string, string>>
+}
+
+export interface ClaimRequest {
+  readonly groupName: string
+  readonly sandboxId: string
+  readonly secret: string
+  readonly profile: ProfileFacts
+  readonly signal: AbortSignal
+  /** Each PUT attempt, so a failed create can wait for one still on the wire before deleting. */
+  readonly onPut: (attempt: Promise<unknown>) => void
+  /** The latest reason the claim is waiting (throttling, an empty pool), for the timeout error. */
+  readonly onSetback: (reason: Error) => void
+  readonly onPhase: (phase: string) => void
+}
+
+export interface ClaimedGroup {
+  readonly groupName: string
+  /** The group's IP address: private in the subnet, or public. */
+  readonly address: string
+}
+
+const ADDRESS_POLL_MS = 250
+const EMPTY_POOL_FIRST_WAIT_MS = 500
+const RELEASE_LIMIT_MS = 120_000
+const EMPTY_POOL_MAX_WAIT_MS = 5_000
+
+/**
+ * Claims container groups from the standby pool and deletes them, through
+ * ACI's container-group API: a claim is a PUT of a new group naming the
+ * profile and the pool, whose only override is the container's config map
+ * (carrying this sandbox's agent secret).
+ */
+export class StandbyPoolClaims {
+  constructor(private readonly options: StandbyPoolClaimsOptions) {}
+
+  groupUrl(groupName: string): string {
+    const { subscriptionId, resourceGroup, apiVersion } = this.options
+    return this.options.client.resourceUrl(
+      `/subscriptions/${encodeURIComponent(subscriptionId)}/resourceGroups/${encodeURIComponent(resourceGroup)}/providers/Microsoft.ContainerInstance/containerGroups/${encodeURIComponent(groupName)}`,
+      apiVersion,
+    )
+  }
+
+  /** Reads the profile (at the pinned revision, if one is configured). */
+  async readProfile(signal?: AbortSignal): Promise<ProfileFacts> {
+    const { client, containerGroupProfileResourceId, containerGroupProfileRevision, apiVersion } =
+      this.options
+    const id =
+      containerGroupProfileRevision === undefined
+        ? containerGroupProfileResourceId
+        : `${containerGroupProfileResourceId}/revisions/${containerGroupProfileRevision}`
+    const response = await client.send(
+      'GET',
+      client.resourceUrl(id, apiVersion),
+      signal ? { signal } : {},
+    )
+    if (response.status !== 200) throw client.failure('read profile', response)
+    return parseProfileDocument(response.body, this.options.agentPort)
+  }
+
+  /** The pool's instance counts, e.g. `0 running, 2 creating` (for errors). */
+  async describePool(signal: AbortSignal): Promise<string> {
+    const { client, standbyPoolResourceId } = this.options
+    const response = await client.send(
+      'GET',
+      client.resourceUrl(`${standbyPoolResourceId}/runtimeViews/latest`, STANDBY_POOL_API_VERSION),
+      { signal, maxAttempts: 2 },
+    )
+    if (response.status !== 200) return `runtime view unavailable (HTTP ${response.status})`
+    return describePoolCounts(parsePoolRuntimeView(response.body))
+  }
+
+  /**
+   * Claims one group and resolves when ARM reports it provisioned with an
+   * address. An empty pool is waited out (the pool refills on its own), and
+   * throttling and transient failures are retried, all within the signal.
+   */
+  async claim(request: ClaimRequest): Promise<ClaimedGroup> {
+    const { client } = this.options
+    const url = this.groupUrl(request.groupName)
+    const body = this.claimBody(request)
+    let emptyWaitMs = EMPTY_POOL_FIRST_WAIT_MS
+    let accepted: ArmResponse
+    for (;;) {
+      const response = await client.send('PUT', url, {
+        body,
+        signal: request.signal,
+        maxAttempts: Number.POSITIVE_INFINITY,
+        finishInFlight: true,
+        onAttempt: request.onPut,
+        onTransient: request.onSetback,
+      })
+      if (response.status === 200 || response.status === 201 || response.status === 202) {
+        accepted = response
+        break
+      }
+      if (!isPoolExhausted(response)) throw client.failure('claim', response)
+      const counts = await this.describePool(request.signal).catch(
+        (error: unknown) => `runtime view unavailable: ${(error as Error).message}`,
+      )
+      request.onSetback(
+        new SandboxBackendUnavailableError(
+          BACKEND_NAME,
+          `the standby pool has no ready container group to claim (${counts})`,
+          {
+            cause: client.failure('claim', response),
+          },
+        ),
+      )
+      await sleep(emptyWaitMs, request.signal, 'claim')
+      emptyWaitMs = Math.min(EMPTY_POOL_MAX_WAIT_MS, emptyWaitMs * 2)
+    }
+    request.onPhase('claim.provisioning')
+    await followLongRunningOperation(client, accepted, {
+      resourceUrl: url,
+      operation: 'claim',
+      signal: request.signal,
+      onTransient: request.onSetback,
+      maxAttempts: Number.POSITIVE_INFINITY,
+    })
+    request.onPhase('claim.address')
+    const group = await this.waitForAddress(url, request.signal, request.onSetback)
+    const refusal =
+      this.options.subnetId === undefined
+        ? undefined
+        : placementRefusal(request.groupName, group, this.options.subnetId)
+    if (refusal) throw refusal
+    return { groupName: request.groupName, address: addressOf(group)! }
+  }
+
+  /**
+   * Deletes a group and resolves when it is gone. A group ARM does not know
+   * (404, or 204 on DELETE) is already gone.
+   */
+  async release(groupName: string, callerSignal?: AbortSignal): Promise<void> {
+    const { client } = this.options
+    // ARM ends every operation eventually; this bound keeps a stuck one from polling forever.
+    const limit = AbortSignal.timeout(RELEASE_LIMIT_MS)
+    const signal = callerSignal ? AbortSignal.any([callerSignal, limit]) : limit
+    const url = this.groupUrl(groupName)
+    const response = await client.send('DELETE', url, { signal })
+    if (response.status === 404 || response.status === 204 || response.status === 200) return
+    if (response.status !== 202) throw client.failure('delete', response)
+    if (response.headers['azure-asyncoperation'] || response.headers.location) {
+      await followLongRunningOperation(client, response, {
+        resourceUrl: url,
+        operation: 'delete',
+        signal,
+      })
+      return
+    }
+    // Accepted without a monitor: the group is gone when ARM stops finding it.
+    for (;;) {
+      await sleep(ADDRESS_POLL_MS * 4, signal, 'delete')
+      const probe = await client.send('GET', url, { signal })
+      if (probe.status === 404) return
+      if (probe.status !== 200) throw client.failure('delete', probe)
+    }
+  }
+
+  private claimBody(request: ClaimRequest): Record<string, unknown> {
+    const o = this.options
+    return {
+      location: o.location,
+      tags: { ...o.tags, 'cordon.sandbox': request.sandboxId },
+      properties: {
+        containerGroupProfile: {
+          id: o.containerGroupProfileResourceId,
+          ...(o.containerGroupProfileRevision === undefined
+            ? {}
+            : { revision: o.containerGroupProfileRevision }),
+        },
+        // Fail instead of silently falling back to a cold create of 10 to 30 s: an empty pool is waited out above.
+        standbyPoolProfile: {
+          id: o.standbyPoolResourceId,
+          failContainerGroupCreateOnReuseFailure: true,
+        },
+        containers: [
+          {
+            name: request.profile.containerName,
+            properties: {
+              configMap: { keyValuePairs: { [SECRET_CONFIG_MAP_KEY]: request.secret } },
+            },
+          },
+        ],
+        ...(o.subnetId === undefined ? {} : { subnetIds: [{ id: o.subnetId }] }),
+      },
+    }
+  }
+
+  /** Polls the group until ARM reports it provisioned and gives it an address. */
+  private async waitForAddress(
+    url: string,
+    signal: AbortSignal,
+    onSetback: (reason: Error) => void,
+  ): Promise<unknown> {
+    const { client } = this.options
+    for (;;) {
+      const response = await client.send('GET', url, {
+        signal,
+        maxAttempts: Number.POSITIVE_INFINITY,
+        onTransient: onSetback,
+      })
+      if (response.status !== 200) throw client.failure('claim', response)
+      const state = provisioningStateOf(response.body) ?? ''
+      if (/^(failed|canceled|cancelled)$/i.test(state)) {
+        throw new SandboxOperationError('claim', `the claimed container group ended ${state}`)
+      }
+      if (/^succeeded$/i.test(state) && addressOf(response.body)) return response.body
+      await sleep(ADDRESS_POLL_MS, signal, 'claim')
+    }
+  }
+}
+
+function addressOf(group: unknown): string | undefined {
+  const ip = (group as { properties?: { ipAddress?: { ip?: unknown } } } | undefined)?.properties
+    ?.ipAddress?.ip
+  return typeof ip === 'string' && ip.length > 0 ? ip : undefined
+}

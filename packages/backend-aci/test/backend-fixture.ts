@@ -1,0 +1,73 @@
+import {
+  type ACIStandbyPoolBackendConfig,
+  DENY_ALL,
+  newSandboxId,
+  resolveLayout,
+  type SandboxBackend,
+  type SandboxBackendContext,
+  type SandboxCreateRequest,
+  type SandboxEvent,
+} from '@cordon/core'
+import { createAciStandbyPoolBackend } from '../src/index.js'
+import { backendConfig, OUTPUTS_IN_IMAGE, type TestStandin } from './standin-fixture.js'
+
+/** A backend used without a provider, so a test controls each request and sees every event. */
+export function testBackend(
+  standin: TestStandin,
+  overrides: Partial<ACIStandbyPoolBackendConfig> = {},
+  context: Partial<SandboxBackendContext> = {},
+): { backend: SandboxBackend; events: SandboxEvent[] } {
+  const events: SandboxEvent[] = []
+  const backend = createAciStandbyPoolBackend(backendConfig(standin, overrides), {
+    providerId: 'prv_acitest',
+    layout: resolveLayout(OUTPUTS_IN_IMAGE),
+    brokeredCredentials: [],
+    allowInwardFor: [],
+    emit: (event) => events.push(event),
+    ...context,
+  })
+  return { backend, events }
+}
+
+/** A create request with the stand-in profile's limits and deny-all. */
+export function createRequest(
+  standin: TestStandin,
+  overrides: Partial<SandboxCreateRequest> = {},
+): SandboxCreateRequest {
+  return {
+    id: newSandboxId(),
+    env: {},
+    memoryLimitMb: standin.profile.memoryMb,
+    maxProcesses: standin.profile.maxProcesses,
+    timeoutMs: undefined,
+    workingDirectory: undefined,
+    egress: DENY_ALL,
+    signal: undefined,
+    ...overrides,
+  }
+}
+
+/** The requests the stand-in served after `mark` (an earlier `requests().length`). */
+export function requestsSince(
+  standin: TestStandin,
+  mark: number,
+): Array<{ method: string; path: string; status: number }> {
+  return standin.requests().slice(mark)
+}
+
+/** A request line such as `PUT containerGroups 201`, short enough to compare in a test. */
+export function describeRequest(request: { method: string; path: string; status: number }): string {
+  const kind =
+    /\/(containerGroups|containerGroupProfiles|operations|operationResults|runtimeViews)\b/i.exec(
+      request.path,
+    )?.[1] ?? request.path
+  return `${request.method} ${kind} ${request.status}`
+}
+
+/** Resolves once the stand-in has no container group left (deletes run in the background). */
+export async function groupsGone(standin: TestStandin, withinMs = 10_000): Promise<string[]> {
+  const until = Date.now() + withinMs
+  while (standin.groups().length > 0 && Date.now() < until)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  return standin.groups()
+}

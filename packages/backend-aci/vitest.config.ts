@@ -1,0 +1,7 @@
+import { cordonVitestConfig } from '@cordon/tooling-config/vitest'
+import { mergeConfig } from 'vitest/config'
+
+// Each case claims groups that are real containers on the local engine; give them room on a shared 2-core machine.
+export default mergeConfig(cordonVitestConfig({ timeoutMs: 90_000 }), {
+  test: { globalSetup: ['./test/global-setup.ts'] },
+})

@@ -1,0 +1,78 @@
+import type { ArmRequestKind } from './fault-plan.js'
+
+export type ArmRoute =
+  | { readonly kind: 'containerGroup'; readonly name: string }
+  | { readonly kind: 'profile'; readonly name: string; readonly revision: number | undefined }
+  | { readonly kind: 'operation'; readonly id: string; readonly style: 'status' | 'result' }
+  | { readonly kind: 'runtimeView'; readonly pool: string }
+
+/** The resource provider a route belongs to, which decides the accepted api-versions. */
+export function providerOf(
+  route: ArmRoute,
+): 'Microsoft.ContainerInstance' | 'Microsoft.StandbyPool' {
+  return route.kind === 'runtimeView' ? 'Microsoft.StandbyPool' : 'Microsoft.ContainerInstance'
+}
+
+export function requestKindOf(route: ArmRoute): ArmRequestKind {
+  return route.kind
+}
+
+const segment = '([^/]+)'
+
+/**
+ * Matches a request path against the resources the stand-in serves, for its
+ * subscription, resource group and location only. Like ARM, resource provider
+ * and type names match case-insensitively.
+ */
+export function parseArmPath(
+  path: string,
+  scope: {
+    readonly subscriptionId: string
+    readonly resourceGroup: string
+    readonly location: string
+  },
+): ArmRoute | undefined {
+  const sub = `/subscriptions/${escapeRegExp(scope.subscriptionId)}`
+  const rg = `${sub}/resourceGroups/${escapeRegExp(scope.resourceGroup)}`
+  const aci = `${rg}/providers/Microsoft\\.ContainerInstance`
+  const ops = `${sub}/providers/Microsoft\\.ContainerInstance/locations/${escapeRegExp(scope.location)}`
+  const patterns: Array<[RegExp, (m: RegExpExecArray) => ArmRoute]> = [
+    [
+      new RegExp(`^${aci}/containerGroups/${segment}$`, 'i'),
+      (m) => ({ kind: 'containerGroup', name: m[1]! }),
+    ],
+    [
+      new RegExp(`^${aci}/containerGroupProfiles/${segment}(?:/revisions/(\\d+))?$`, 'i'),
+      (m) => ({
+        kind: 'profile',
+        name: m[1]!,
+        revision: m[2] === undefined ? undefined : Number(m[2]),
+      }),
+    ],
+    [
+      new RegExp(`^${ops}/operations/${segment}$`, 'i'),
+      (m) => ({ kind: 'operation', id: m[1]!, style: 'status' }),
+    ],
+    [
+      new RegExp(`^${ops}/operationResults/${segment}$`, 'i'),
+      (m) => ({ kind: 'operation', id: m[1]!, style: 'result' }),
+    ],
+    [
+      new RegExp(
+        `^${rg}/providers/Microsoft\\.StandbyPool/standbyContainerGroupPools/${segment}/runtimeViews/latest$`,
+        'i',
+      ),
+      (m) => ({ kind: 'runtimeView', pool: m[1]! }),
+    ],
+  ]
+  const decoded = decodeURIComponent(path)
+  for (const [pattern, build] of patterns) {
+    const match = pattern.exec(decoded)
+    if (match) return build(match)
+  }
+  return undefined
+}
+
+function escapeRegExp(text: string): string {
+  return text.replace(/[.*+?^${}()|[\]\\]/g, '\\$&')
+}
