@@ -34,6 +34,7 @@ export async function startAgentProcess(
     secretVia?: 'env' | 'file'
     listen?: string
     stdio3?: number
+    secret?: string
   } = {},
 ): Promise<AgentUnderTest> {
   if (!existsSync(AGENT_PROGRAM))
@@ -42,7 +43,7 @@ export async function startAgentProcess(
   const outputs = join(dir, 'out')
   await mkdir(outputs)
   const socketPath = join(dir, 'agent.sock')
-  const secret = `secret-${Math.random().toString(36).slice(2)}-${Date.now()}`
+  const secret = options.secret ?? `secret-${Math.random().toString(36).slice(2)}-${Date.now()}`
   const env: Record<string, string> = {
     PATH: process.env.PATH ?? '/usr/bin:/bin',
     CORDON_AGENT_LISTEN: options.listen ?? `unix:${socketPath}`,
@@ -106,6 +107,13 @@ export async function startAgentProcess(
     },
   }
   return agent
+}
+
+/** The port of an agent started with `listen: 'tcp:127.0.0.1:0'`, as its log says. */
+export function tcpPortOf(agent: AgentUnderTest): number {
+  const port = Number(/"address":"127\.0\.0\.1:(\d+)"/.exec(agent.stderr())?.[1])
+  if (!Number.isInteger(port) || port <= 0) throw new Error(`no TCP port in: ${agent.stderr()}`)
+  return port
 }
 
 export function delay(ms: number): Promise<void> {

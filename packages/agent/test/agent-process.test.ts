@@ -26,6 +26,7 @@ import {
   delay,
   processesMatching,
   startAgentProcess,
+  tcpPortOf,
 } from './agent-harness.js'
 
 async function run(
@@ -408,7 +409,7 @@ describe('agent program: resume, listeners, configuration', () => {
   it('listens on TCP and on an inherited descriptor', async () => {
     const tcp = await startAgentProcess({ listen: 'tcp:127.0.0.1:0', secretVia: 'env' })
     try {
-      const port = Number(/"address":"127\.0\.0\.1:(\d+)"/.exec(tcp.stderr())?.[1])
+      const port = tcpPortOf(tcp)
       const { connect } = await import('node:net')
       const socket = connect(port, '127.0.0.1')
       await new Promise((resolve) => socket.once('connect', resolve))

@@ -1,4 +1,5 @@
 import { newAgentSecret } from '@cordon/agent/protocol'
+import { AgentClient, AgentSandbox, dialTcp, waitForAgent } from '@cordon/agent/sandbox'
 import {
   type ACIStandbyPoolBackendConfig,
   aciStandbyPoolBackendConfigSchema,
@@ -22,7 +23,6 @@ import {
   DEFAULT_NAME_PREFIX,
   DEFAULT_READINESS_TIMEOUT_MS,
 } from './aci-defaults.js'
-import { type AgentLink, openAgentLink } from './agent-link.js'
 import { ArmClient } from './arm-client.js'
 import {
   refuseLayoutProfileMismatch,
@@ -126,7 +126,6 @@ export function createAciStandbyPoolBackend(
     let phase = 'profile'
     let setback: Error | undefined
     let putOnWire: Promise<unknown> | undefined
-    let link: AgentLink | undefined
     return withDeadline(
       async (signal) => {
         const facts = await profileFacts(signal)
@@ -151,9 +150,12 @@ export function createAciStandbyPoolBackend(
           },
         })
         phase = 'agent.health'
-        const agentLink = await openAgentLink({ host: group.address, port: agentPort, secret })
-        link = agentLink
-        const health = await agentLink.waitForAgent(request.id, signal)
+        const agent = new AgentClient({
+          secret,
+          dial: dialTcp(group.address, agentPort),
+          description: `tcp:${group.address}:${agentPort}`,
+        })
+        const health = await waitForAgent(agent, request.id, signal)
         const missing = layout.writableRoots.filter((root) => !health.writeRoots.includes(root))
         if (missing.length > 0) {
           throw new SandboxReadinessError(
@@ -162,11 +164,13 @@ export function createAciStandbyPoolBackend(
           )
         }
         phase = 'ready'
-        return agentLink.sandbox({
+        return new AgentSandbox({
           id: request.id,
           rootDir: layout.outputsPath,
           env: request.env,
           workingDirectory: request.workingDirectory,
+          client: agent,
+          backend: BACKEND_NAME,
           emit: context.emit,
           release: (releaseSignal) => claims.release(groupName, releaseSignal),
         })
@@ -182,7 +186,6 @@ export function createAciStandbyPoolBackend(
             setback ? { cause: setback } : {},
           ),
         cleanup: async () => {
-          await link?.close()
           if (!putOnWire) return
           // A PUT still on the wire may yet create the group: let it land, then delete.
           await putOnWire.catch(() => {})

@@ -3,6 +3,9 @@
  * orchestrator's control plane (see openapi.yaml) plus the transport to the
  * cordon agent inside each guest.
  */
+
+/** The sandbox `create()` resolves with: `AgentSandbox` from `@cordon/agent/sandbox`, under its former name. */
+export { AgentSandbox as MicroVMSandbox } from '@cordon/agent/sandbox'
 export type { MicroVMBackendConfig } from '@cordon/core'
 export {
   BACKEND_NAME,
@@ -22,7 +25,6 @@ export {
   DEFAULT_READINESS_TIMEOUT_MS,
   type MicroVMBackendOptions,
 } from './microvm-backend.js'
-export { MicroVMSandbox } from './microvm-sandbox.js'
 export {
   DEFAULT_AGENT_VSOCK_PORT,
   VsockAgentTransport,

@@ -1,4 +1,5 @@
 import { newAgentSecret } from '@cordon/agent/protocol'
+import { AgentSandbox, waitForAgent } from '@cordon/agent/sandbox'
 import {
   type MicroVMBackendConfig,
   microVMBackendConfigSchema,
@@ -8,15 +9,10 @@ import {
   type SandboxBackendFactory,
   type SandboxCreateRequest,
   SandboxCreateTimeoutError,
-  SandboxError,
-  SandboxReadinessError,
-  SandboxTransportError,
-  sleep,
   withDeadline,
 } from '@cordon/core'
 import { BACKEND_NAME, ControlPlaneClient } from './control-plane-client.js'
 import { encodeEgressAllowlist } from './egress-allowlist.js'
-import { MicroVMSandbox } from './microvm-sandbox.js'
 import {
   DEFAULT_AGENT_VSOCK_PORT,
   VsockAgentTransport,
@@ -60,7 +56,7 @@ export function createMicroVMBackend(
     ...(config.controlPlaneMtls ? { tls: config.controlPlaneMtls } : {}),
   })
 
-  const create = async (request: SandboxCreateRequest): Promise<MicroVMSandbox> => {
+  const create = async (request: SandboxCreateRequest): Promise<AgentSandbox> => {
     // Named in SandboxCreateTimeoutError when the budget runs out.
     let phase = 'egress.resolve'
     const mark = (next: string): void => {
@@ -103,14 +99,15 @@ export function createMicroVMBackend(
         })
         await waitForAgent(transport, request.id, signal)
         mark('ready')
-        return new MicroVMSandbox({
+        return new AgentSandbox({
           id: request.id,
           rootDir: created.rootDir,
           env: request.env,
           workingDirectory: request.workingDirectory,
-          transport,
-          controlPlane,
+          client: transport,
+          backend: BACKEND_NAME,
           emit: context.emit,
+          release: (releaseSignal) => controlPlane.deleteSandbox(request.id, releaseSignal),
         })
       },
       {
@@ -143,42 +140,4 @@ export function createMicroVMBackend(
       await controlPlane.close()
     },
   }
-}
-
-/**
- * Polls the agent's health until it answers. Connection failures are expected
- * while the guest resumes and are retried until the create deadline; an agent
- * that answers but refuses the secret or speaks another protocol will not get
- * better, so that fails at once.
- */
-async function waitForAgent(
-  transport: VsockAgentTransport,
-  sandboxId: string,
-  signal: AbortSignal,
-): Promise<void> {
-  let delay = 25
-  for (;;) {
-    try {
-      await transport.health(signal)
-      return
-    } catch (error) {
-      if (signal.aborted) throw signal.reason ?? error
-      if (!isRetryableReadinessFailure(error)) {
-        throw new SandboxReadinessError(
-          `the agent in sandbox ${sandboxId} answered but cannot be used: ${(error as Error).message}`,
-          sandboxId,
-          { cause: error },
-        )
-      }
-    }
-    await sleep(delay, signal, 'create')
-    delay = Math.min(delay * 2, 500)
-  }
-}
-
-function isRetryableReadinessFailure(error: unknown): boolean {
-  if (!SandboxTransportError.isInstance(error)) return !SandboxError.isInstance(error)
-  const cause = (error as { cause?: unknown }).cause
-  const name = (cause as { name?: string } | undefined)?.name
-  return name !== 'AgentRemoteError' && name !== 'ProtocolError'
 }

@@ -16,12 +16,9 @@ export interface HostAgent {
 
 /**
  * The real bundled agent, run on this host (no container) listening on a unix
- * socket: what transport tests talk to. `delayMs` starts it late, to exercise
- * the transport's bounded retries.
+ * socket: what transport tests talk to.
  */
-export async function startHostAgent(
-  options: { delayMs?: number; secret?: string } = {},
-): Promise<HostAgent> {
+export async function startHostAgent(options: { secret?: string } = {}): Promise<HostAgent> {
   const dir = await mkdtemp(join(tmpdir(), 'cordon-host-agent-'))
   await mkdir(join(dir, 'out'))
   const socketPath = join(dir, 'agent.sock')
@@ -57,17 +54,6 @@ export async function startHostAgent(
       }
       await rm(dir, { recursive: true, force: true })
     },
-  }
-  if (options.delayMs) {
-    // Callers reach it through the transport, whose bounded retries must bridge the gap.
-    const timer = setTimeout(launch, options.delayMs)
-    const stop = agent.stop
-    return Object.assign(agent, {
-      async stop() {
-        clearTimeout(timer)
-        await stop()
-      },
-    })
   }
   launch()
   await waitFor(

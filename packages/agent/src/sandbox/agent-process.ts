@@ -1,4 +1,3 @@
-import { type AgentExecSession, AgentStdinClosedError } from '@cordon/agent/protocol'
 import {
   type ExecOutputCollector,
   SandboxDestroyedError,
@@ -6,30 +5,31 @@ import {
   SandboxOperationError,
   type SandboxProcess,
 } from '@cordon/core'
-import type { VsockAgentTransport } from './vsock-agent-transport.js'
+import { type AgentExecSession, AgentStdinClosedError } from '../protocol/index.js'
+import type { AgentClient } from './agent-client.js'
 
 const textEncoder = new TextEncoder()
 
-export interface MicroVMProcessHooks {
+export interface AgentProcessHooks {
   readonly sandboxId: string
-  readonly transport: VsockAgentTransport
+  readonly client: AgentClient
   readonly isDestroyed: () => boolean
   readonly onSettled: (result: SandboxExecResult | undefined) => void
 }
 
 /**
- * A command running in a guest. Its output is collected (UTF-8 safe, capped)
- * as it streams in; `signal` aborting kills the command's whole process tree
- * and marks the result `aborted`.
+ * A command running in a sandbox, through its agent. Its output is collected
+ * (UTF-8 safe, capped) as it streams in; `signal` aborting kills the
+ * command's whole process tree and marks the result `aborted`.
  */
-export class MicroVMProcess implements SandboxProcess {
+export class AgentProcess implements SandboxProcess {
   private readonly settled: Promise<SandboxExecResult>
   private removeAbortListener = (): void => {}
 
   constructor(
     private readonly session: AgentExecSession,
     private readonly collector: ExecOutputCollector,
-    private readonly hooks: MicroVMProcessHooks,
+    private readonly hooks: AgentProcessHooks,
     signal: AbortSignal | undefined,
   ) {
     if (signal) {
@@ -53,7 +53,7 @@ export class MicroVMProcess implements SandboxProcess {
     } catch (error) {
       if (error instanceof AgentStdinClosedError)
         throw new SandboxOperationError('write', "the command's stdin is closed", { cause: error })
-      throw this.hooks.transport.translate(error, 'write')
+      throw this.hooks.client.translate(error, 'write')
     }
   }
 
@@ -62,7 +62,7 @@ export class MicroVMProcess implements SandboxProcess {
     try {
       await this.session.endStdin()
     } catch (error) {
-      throw this.hooks.transport.translate(error, 'closeStdin')
+      throw this.hooks.client.translate(error, 'closeStdin')
     }
   }
 
@@ -71,7 +71,7 @@ export class MicroVMProcess implements SandboxProcess {
     try {
       await this.session.cancel(signal, 'kill')
     } catch (error) {
-      throw this.hooks.transport.translate(error, 'kill')
+      throw this.hooks.client.translate(error, 'kill')
     }
   }
 
@@ -106,7 +106,7 @@ export class MicroVMProcess implements SandboxProcess {
       this.hooks.onSettled(undefined)
       if (this.hooks.isDestroyed())
         throw new SandboxDestroyedError(this.hooks.sandboxId, { cause: error })
-      throw this.hooks.transport.translate(error, 'exec')
+      throw this.hooks.client.translate(error, 'exec')
     } finally {
       this.removeAbortListener()
     }

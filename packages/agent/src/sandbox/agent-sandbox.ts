@@ -1,5 +1,4 @@
 import { posix } from 'node:path'
-import { AgentStdinClosedError } from '@cordon/agent/protocol'
 import {
   concatBytes,
   ExecOutputCollector,
@@ -21,40 +20,48 @@ import {
   throwIfAborted,
   validateExecRequest,
 } from '@cordon/core'
-import type { ControlPlaneClient } from './control-plane-client.js'
-import { BACKEND_NAME } from './control-plane-client.js'
-import { MicroVMProcess } from './microvm-process.js'
-import type { VsockAgentTransport } from './vsock-agent-transport.js'
+import { AgentStdinClosedError } from '../protocol/index.js'
+import type { AgentClient } from './agent-client.js'
+import { AgentProcess } from './agent-process.js'
 
 const textEncoder = new TextEncoder()
 
-export interface MicroVMSandboxInit {
+export interface AgentSandboxInit {
   readonly id: SandboxId
   readonly rootDir: string
   /** The sandbox's environment; each command's `env` is laid over it. */
   readonly env: Readonly<Record<string, string>>
   readonly workingDirectory: string | undefined
-  readonly transport: VsockAgentTransport
-  readonly controlPlane: ControlPlaneClient
+  /** The client of the sandbox's agent, already known to answer. */
+  readonly client: AgentClient
+  /** `tier:runtime` of the backend, as events name it (e.g. `microvm:self-hosted`). */
+  readonly backend: string
   readonly emit: (event: SandboxEvent) => void
+  /**
+   * Deletes what the sandbox runs in (the guest, the container group).
+   * `destroy()` calls it once its commands are abandoned; if it throws, a
+   * later `destroy()` calls it again.
+   */
+  readonly release: (signal: AbortSignal | undefined) => Promise<void>
 }
 
 /**
- * One guest, reached through its agent. Commands and files go over the agent
- * transport (a fresh authenticated connection per operation); `destroy` asks
- * the control plane to delete the guest.
+ * A sandbox reached through the cordon agent inside it, for backends whose
+ * runtime has no exec or file API of its own. Commands and files go through
+ * the agent client (a fresh authenticated connection per operation);
+ * `destroy` abandons running commands and calls the backend's `release`.
  *
- * There is no `setNetworkPolicy`: the egress allowlist is fixed when the guest
- * is created.
+ * There is no `setNetworkPolicy`: what the backend enforces on egress is fixed
+ * when the sandbox is created.
  */
-export class MicroVMSandbox implements Sandbox {
+export class AgentSandbox implements Sandbox {
   readonly id: SandboxId
   readonly rootDir: string
   private state: SandboxStatus = 'ready'
   private destroying: Promise<void> | undefined
-  private readonly running = new Set<MicroVMProcess>()
+  private readonly running = new Set<AgentProcess>()
 
-  constructor(private readonly init: MicroVMSandboxInit) {
+  constructor(private readonly init: AgentSandboxInit) {
     this.id = init.id
     this.rootDir = init.rootDir
   }
@@ -116,7 +123,7 @@ export class MicroVMSandbox implements Sandbox {
   ): Promise<void> {
     this.assertUsable('writeFile', options.signal)
     const target = this.resolvePath(path)
-    await this.init.transport.writeFile(target, toAsyncIterable(source), {
+    await this.init.client.writeFile(target, toAsyncIterable(source), {
       ...(options.mode === undefined ? {} : { mode: options.mode }),
       ...(options.size === undefined ? {} : { size: options.size }),
       ...(options.signal ? { signal: options.signal } : {}),
@@ -128,13 +135,13 @@ export class MicroVMSandbox implements Sandbox {
     options: SandboxFileOptions = {},
   ): Promise<AsyncIterable<Uint8Array>> {
     this.assertUsable('readFile', options.signal)
-    const download = await this.init.transport.readFile(this.resolvePath(path), options.signal)
+    const download = await this.init.client.readFile(this.resolvePath(path), options.signal)
     return download.chunks
   }
 
   async listFiles(dir?: string, options: SandboxFileOptions = {}): Promise<SandboxFileEntry[]> {
     this.assertUsable('listFiles', options.signal)
-    const entries = await this.init.transport.listFiles(
+    const entries = await this.init.client.listFiles(
       this.resolvePath(dir ?? this.rootDir),
       options.signal,
     )
@@ -156,7 +163,7 @@ export class MicroVMSandbox implements Sandbox {
     this.state = 'destroying'
     for (const process of this.running) process.abandon()
     try {
-      await this.init.controlPlane.deleteSandbox(this.id, signal)
+      await this.init.release(signal)
     } catch (error) {
       // Let a later call try again.
       this.state = 'ready'
@@ -172,7 +179,7 @@ export class MicroVMSandbox implements Sandbox {
     options: Omit<SandboxExecOptions, 'stdin'>,
     openStdin: boolean,
     operation: 'exec' | 'start',
-  ): Promise<MicroVMProcess> {
+  ): Promise<AgentProcess> {
     validateExecRequest(command, args, options)
     this.assertUsable(operation, options.signal)
     const collector = new ExecOutputCollector({
@@ -185,11 +192,11 @@ export class MicroVMSandbox implements Sandbox {
       type: 'exec',
       phase: 'start',
       sandboxId: this.id,
-      backend: BACKEND_NAME,
+      backend: this.init.backend,
       timestamp: started,
       command,
     })
-    const session = await this.init.transport.startExec(
+    const session = await this.init.client.startExec(
       {
         command,
         args: [...args],
@@ -206,12 +213,12 @@ export class MicroVMSandbox implements Sandbox {
       },
       options.signal,
     )
-    const process: MicroVMProcess = new MicroVMProcess(
+    const process: AgentProcess = new AgentProcess(
       session,
       collector,
       {
         sandboxId: this.id,
-        transport: this.init.transport,
+        client: this.init.client,
         isDestroyed: () => this.state === 'destroyed' || this.state === 'destroying',
         onSettled: (result) => {
           this.running.delete(process)
@@ -219,7 +226,7 @@ export class MicroVMSandbox implements Sandbox {
             type: 'exec',
             phase: 'end',
             sandboxId: this.id,
-            backend: BACKEND_NAME,
+            backend: this.init.backend,
             timestamp: Date.now(),
             command,
             ...(result

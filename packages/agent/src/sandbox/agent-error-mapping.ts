@@ -1,11 +1,4 @@
 import {
-  AgentRemoteError,
-  ConnectionClosedError,
-  ConnectionIdleError,
-  FrameError,
-  ProtocolError,
-} from '@cordon/agent/protocol'
-import {
   SandboxAbortedError,
   SandboxError,
   SandboxFileNotFoundError,
@@ -13,6 +6,13 @@ import {
   SandboxPathError,
   SandboxTransportError,
 } from '@cordon/core'
+import {
+  AgentRemoteError,
+  ConnectionClosedError,
+  ConnectionIdleError,
+  FrameError,
+  ProtocolError,
+} from '../protocol/index.js'
 
 /**
  * Translates what the agent protocol throws into cordon's errors, at the

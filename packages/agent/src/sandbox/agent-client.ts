@@ -1,0 +1,265 @@
+import type { Duplex } from 'node:stream'
+import { SandboxAbortedError, type SandboxError, sleep } from '@cordon/core'
+import {
+  type AgentExecHandlers,
+  type AgentExecSession,
+  type AgentFileDownload,
+  AgentRemoteError,
+  authenticateToAgent,
+  type ExecRequest,
+  type FileEntryMessage,
+  FramedConnection,
+  type HealthOkMessage,
+  ProtocolError,
+  requestExec,
+  requestHealth,
+  requestListFiles,
+  requestReadFile,
+  requestWriteFile,
+} from '../protocol/index.js'
+import { toSandboxError } from './agent-error-mapping.js'
+
+/**
+ * One attempt at a byte stream to the agent (a connected socket, past any
+ * handshake of the endpoint's own). Reject with {@link RetryableDialError} for
+ * a failure worth another attempt; anything else ends the operation. `signal`
+ * fires when the caller gives up or the attempt's time runs out: release what
+ * the attempt opened.
+ */
+export type AgentDial = (signal: AbortSignal) => Promise<Duplex>
+
+/** How hard an {@link AgentClient} tries; every field has a default. */
+export interface AgentClientTuning {
+  /** Budget of one dial (default 5 s). */
+  readonly connectTimeoutMs?: number
+  /** Dial attempts per operation before giving up (default 5). */
+  readonly maxConnectAttempts?: number
+  /** First pause between attempts; doubles up to 1 s (default 50 ms). */
+  readonly retryDelayMs?: number
+  /** Heartbeat interval on a quiet connection (default 5 s); silence of 4 intervals ends it. */
+  readonly heartbeatMs?: number
+}
+
+export interface AgentClientOptions extends AgentClientTuning {
+  /** The per-sandbox secret the agent challenges for. */
+  readonly secret: string
+  /** Opens the byte stream; see {@link AgentDial}. */
+  readonly dial: AgentDial
+  /** The endpoint as errors name it, e.g. `tcp:10.0.0.4:7070`. */
+  readonly description: string
+}
+
+/** A dial failure worth another attempt: nothing listening yet, or a connection reset by a resume. */
+export class RetryableDialError extends Error {
+  constructor(message: string, options?: { cause?: unknown }) {
+    super(message, options)
+    this.name = 'RetryableDialError'
+  }
+}
+
+/**
+ * Reaches the agent in one sandbox. Every operation opens a fresh connection,
+ * proves the secret and closes the connection when the operation ends: after
+ * a snapshot resume every established connection is dead but the listener is
+ * not, so nothing is kept across calls. Dialling is retried a bounded number
+ * of times; authentication and protocol failures are never retried. Errors
+ * come out as `@cordon/core` errors naming {@link AgentClient.description}.
+ *
+ * How the stream is opened is the backend's `dial` (see `dialTcp`).
+ */
+export class AgentClient {
+  readonly description: string
+
+  constructor(private readonly options: AgentClientOptions) {
+    this.description = options.description
+  }
+
+  /** Opens an authenticated connection (the building block of every operation). */
+  async open(signal?: AbortSignal): Promise<FramedConnection> {
+    const attempts = Math.max(1, this.options.maxConnectAttempts ?? 5)
+    let delay = this.options.retryDelayMs ?? 50
+    let lastError: unknown
+    for (let attempt = 1; attempt <= attempts; attempt++) {
+      if (signal?.aborted) throw new SandboxAbortedError('agent connect', { cause: signal.reason })
+      let stream: Duplex | undefined
+      try {
+        stream = await this.dialOnce(signal)
+        const connection = new FramedConnection(stream)
+        const onAbort = (): void =>
+          connection.destroy(new SandboxAbortedError('agent connect', { cause: signal?.reason }))
+        signal?.addEventListener('abort', onAbort, { once: true })
+        try {
+          await authenticateToAgent(connection, this.options.secret, {
+            heartbeatMs: this.options.heartbeatMs ?? 5_000,
+          })
+        } catch (error) {
+          connection.destroy()
+          // A reset before the agent's hello is a dial problem (e.g. a resume in progress); anything after is not.
+          if (error instanceof AgentRemoteError || error instanceof ProtocolError) throw error
+          throw new RetryableDialError((error as Error).message, { cause: error })
+        } finally {
+          signal?.removeEventListener('abort', onAbort)
+        }
+        return connection
+      } catch (error) {
+        stream?.destroy()
+        if (!(error instanceof RetryableDialError))
+          throw this.translate(error, 'agent connect', undefined, signal)
+        lastError = error.cause ?? error
+        if (attempt === attempts) break
+        await sleep(delay, signal, 'agent connect')
+        delay = Math.min(delay * 2, 1_000)
+      }
+    }
+    throw this.translate(
+      new Error(
+        `no connection to the agent after ${attempts} attempts: ${(lastError as Error)?.message ?? lastError}`,
+        { cause: lastError },
+      ),
+      'agent connect',
+      undefined,
+      signal,
+    )
+  }
+
+  async health(signal?: AbortSignal): Promise<HealthOkMessage> {
+    return this.withConnection('health', undefined, signal, (connection) =>
+      requestHealth(connection),
+    )
+  }
+
+  async listFiles(path: string, signal?: AbortSignal): Promise<FileEntryMessage[]> {
+    return this.withConnection('listFiles', path, signal, (connection) =>
+      requestListFiles(connection, path),
+    )
+  }
+
+  async writeFile(
+    path: string,
+    source: AsyncIterable<Uint8Array>,
+    options: { mode?: number; size?: number; signal?: AbortSignal },
+  ): Promise<number> {
+    return this.withConnection('writeFile', path, options.signal, (connection) =>
+      requestWriteFile(connection, path, source, {
+        ...(options.mode === undefined ? {} : { mode: options.mode }),
+        ...(options.size === undefined ? {} : { size: options.size }),
+      }),
+    )
+  }
+
+  /** Opens a download; the returned chunks keep the connection until consumed or abandoned. */
+  async readFile(path: string, signal?: AbortSignal): Promise<AgentFileDownload> {
+    const connection = await this.open(signal)
+    const onAbort = (): void =>
+      connection.destroy(new SandboxAbortedError('readFile', { cause: signal?.reason }))
+    signal?.addEventListener('abort', onAbort, { once: true })
+    let download: AgentFileDownload
+    try {
+      download = await requestReadFile(connection, path)
+    } catch (error) {
+      signal?.removeEventListener('abort', onAbort)
+      connection.destroy()
+      throw this.translate(error, 'readFile', path, signal)
+    }
+    const translate = (error: unknown): SandboxError =>
+      this.translate(error, 'readFile', path, signal)
+    async function* chunks(): AsyncGenerator<Uint8Array> {
+      try {
+        for await (const chunk of download.chunks) yield chunk
+      } catch (error) {
+        throw translate(error)
+      } finally {
+        signal?.removeEventListener('abort', onAbort)
+      }
+    }
+    return { size: download.size, mode: download.mode, chunks: chunks() }
+  }
+
+  /** Starts a command; the session's connection lives as long as the command. */
+  async startExec(
+    request: Omit<ExecRequest, 'type'>,
+    handlers: AgentExecHandlers,
+    signal?: AbortSignal,
+  ): Promise<AgentExecSession> {
+    const connection = await this.open(signal)
+    try {
+      return await requestExec(connection, request, handlers)
+    } catch (error) {
+      connection.destroy()
+      throw this.translate(error, 'exec', undefined, signal)
+    }
+  }
+
+  /** Translates a protocol or socket error into a cordon error naming this endpoint. */
+  translate(error: unknown, operation: string, path?: string, signal?: AbortSignal): SandboxError {
+    return toSandboxError(error, {
+      operation,
+      endpoint: this.description,
+      signal,
+      ...(path === undefined ? {} : { path }),
+    })
+  }
+
+  private async withConnection<T>(
+    operation: string,
+    path: string | undefined,
+    signal: AbortSignal | undefined,
+    run: (connection: FramedConnection) => Promise<T>,
+  ): Promise<T> {
+    const connection = await this.open(signal)
+    const onAbort = (): void =>
+      connection.destroy(new SandboxAbortedError(operation, { cause: signal?.reason }))
+    signal?.addEventListener('abort', onAbort, { once: true })
+    try {
+      return await run(connection)
+    } catch (error) {
+      connection.destroy()
+      throw this.translate(error, operation, path, signal)
+    } finally {
+      signal?.removeEventListener('abort', onAbort)
+    }
+  }
+
+  /**
+   * One dial attempt within `connectTimeoutMs` and the caller's signal. When
+   * either ends the attempt, the dial's own signal fires, and a stream that
+   * still arrives afterwards is destroyed.
+   */
+  private dialOnce(signal: AbortSignal | undefined): Promise<Duplex> {
+    const timeoutMs = this.options.connectTimeoutMs ?? 5_000
+    const attempt = new AbortController()
+    return new Promise<Duplex>((resolve, reject) => {
+      let settled = false
+      const finish = (error: unknown, stream?: Duplex): void => {
+        if (settled) {
+          stream?.destroy()
+          return
+        }
+        settled = true
+        clearTimeout(timer)
+        signal?.removeEventListener('abort', onAbort)
+        if (error) {
+          attempt.abort(error)
+          reject(error)
+        } else resolve(stream!)
+      }
+      const onAbort = (): void =>
+        finish(new SandboxAbortedError('agent connect', { cause: signal?.reason }))
+      const timer = setTimeout(
+        () => finish(new RetryableDialError(`dial timed out after ${timeoutMs} ms`)),
+        timeoutMs,
+      )
+      signal?.addEventListener('abort', onAbort, { once: true })
+      let dialing: Promise<Duplex>
+      try {
+        dialing = this.options.dial(attempt.signal)
+      } catch (error) {
+        dialing = Promise.reject(error)
+      }
+      dialing.then(
+        (stream) => finish(undefined, stream),
+        (error: unknown) => finish(error ?? new Error('the dial failed')),
+      )
+    })
+  }
+}

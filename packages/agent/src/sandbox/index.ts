@@ -1,0 +1,22 @@
+/**
+ * `@cordon/agent/sandbox`: a cordon `Sandbox` implemented over the agent
+ * protocol, for every backend whose runtime has no exec or file API of its
+ * own. A backend supplies the dial (how a byte stream to the agent is opened)
+ * and the release (how the sandbox is deleted); everything between is here.
+ *
+ * Needs `@cordon/core` (a peer dependency). The agent program itself never
+ * imports this module.
+ */
+
+export {
+  AgentClient,
+  type AgentClientOptions,
+  type AgentClientTuning,
+  type AgentDial,
+  RetryableDialError,
+} from './agent-client.js'
+export { toSandboxError } from './agent-error-mapping.js'
+export { AgentProcess, type AgentProcessHooks } from './agent-process.js'
+export { AgentSandbox, type AgentSandboxInit } from './agent-sandbox.js'
+export { dialTcp, type SocketConnectOptions, socketConnected } from './socket-dial.js'
+export { isRetryableReadinessFailure, waitForAgent } from './wait-for-agent.js'

@@ -1,0 +1,46 @@
+import { SandboxError, SandboxReadinessError, SandboxTransportError, sleep } from '@cordon/core'
+import type { HealthOkMessage } from '../protocol/index.js'
+import type { AgentClient } from './agent-client.js'
+
+/**
+ * Polls the agent's health until it answers, and returns its answer.
+ * Connection failures are expected while the sandbox starts or resumes and
+ * are retried until `signal` ends the wait (the create deadline); an agent
+ * that answers but refuses the secret or speaks another protocol will not get
+ * better, so that fails at once with {@link SandboxReadinessError}.
+ */
+export async function waitForAgent(
+  client: AgentClient,
+  sandboxId: string,
+  signal: AbortSignal,
+): Promise<HealthOkMessage> {
+  let delay = 25
+  for (;;) {
+    try {
+      return await client.health(signal)
+    } catch (error) {
+      if (signal.aborted) throw signal.reason ?? error
+      if (!isRetryableReadinessFailure(error)) {
+        throw new SandboxReadinessError(
+          `the agent in sandbox ${sandboxId} at ${client.description} answered but cannot be used: ${(error as Error).message}`,
+          sandboxId,
+          { cause: error },
+        )
+      }
+    }
+    await sleep(delay, signal, 'create')
+    delay = Math.min(delay * 2, 500)
+  }
+}
+
+/**
+ * Whether a failed health check may succeed later: a transport failure that
+ * is not the agent refusing the secret or speaking another protocol, or any
+ * failure that is not a cordon error at all.
+ */
+export function isRetryableReadinessFailure(error: unknown): boolean {
+  if (!SandboxTransportError.isInstance(error)) return !SandboxError.isInstance(error)
+  const cause = (error as { cause?: unknown }).cause
+  const name = (cause as { name?: string } | undefined)?.name
+  return name !== 'AgentRemoteError' && name !== 'ProtocolError'
+}
