@@ -1,0 +1,56 @@
+import { describe, expect, it } from 'vitest'
+import {
+  createSandboxProvider,
+  SandboxBackendNotInstalledError,
+  SandboxError,
+} from '../src/index.js'
+
+/**
+ * The umbrella loads each real backend package lazily and hands it the
+ * validated config: a create against a control plane that is not there fails
+ * inside the backend with one of cordon's typed errors, never a missing-package
+ * error.
+ */
+describe('loading the real backend packages', () => {
+  it('loads @cordon/backend-microvm for the microvm tier', async () => {
+    const provider = createSandboxProvider({
+      backend: {
+        tier: 'microvm',
+        service: 'self-hosted',
+        orchestratorEndpoint: 'http://127.0.0.1:9/',
+        getToken: async () => 'token',
+        readinessTimeoutMs: 2000,
+      },
+    })
+    const error = await provider.create().catch((caught: unknown) => caught)
+    expect(SandboxError.isInstance(error)).toBe(true)
+    expect(SandboxBackendNotInstalledError.isInstance(error)).toBe(false)
+    await provider.close()
+  })
+
+  it('loads @cordon/backend-aci for the aci-standby-pool runtime', async () => {
+    const provider = createSandboxProvider({
+      backend: {
+        tier: 'container',
+        runtime: 'aci-standby-pool',
+        subscriptionId: 'sub',
+        resourceGroup: 'rg',
+        location: 'westeurope',
+        standbyPoolResourceId:
+          '/subscriptions/sub/resourceGroups/rg/providers/Microsoft.StandbyPool/standbyContainerGroupPools/pool',
+        containerGroupProfileResourceId:
+          '/subscriptions/sub/resourceGroups/rg/providers/Microsoft.ContainerInstance/containerGroupProfiles/profile',
+        getArmToken: async () => 'token',
+        subnetId:
+          '/subscriptions/sub/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/vnet/subnets/sandboxes',
+        armEndpoint: 'http://127.0.0.1:9/',
+        readinessTimeoutMs: 2000,
+      },
+      layout: { outputs: { source: { kind: 'inImage' } } },
+    })
+    const error = await provider.create().catch((caught: unknown) => caught)
+    expect(SandboxError.isInstance(error)).toBe(true)
+    expect(SandboxBackendNotInstalledError.isInstance(error)).toBe(false)
+    await provider.close()
+  })
+})
