@@ -6,6 +6,7 @@ import { Readable, Transform } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import {
   type SandboxByteSource,
+  type SandboxFileContent,
   type SandboxFileEntry,
   SandboxFileNotFoundError,
   SandboxOperationError,
@@ -175,6 +176,139 @@ export class ArchiveFiles {
     })
     await pipeline(archive, extract, { signal })
     return entries
+  }
+
+  /**
+   * Writes many in-memory files with one archive per mount root (so one engine
+   * call, not one per file), adding each missing parent directory once, owned
+   * by the sandbox user as `write` does.
+   */
+  async writeMany(
+    files: ReadonlyArray<{ target: ResolvedSandboxPath; content: Uint8Array; mode?: number }>,
+    signal?: AbortSignal,
+  ): Promise<void> {
+    const byRoot = new Map<string, typeof files>()
+    for (const file of files) {
+      if (file.target.relative === '')
+        throw new SandboxOperationError('writeFiles', `${file.target.path} is a directory`)
+      byRoot.set(file.target.root, [...(byRoot.get(file.target.root) ?? []), file])
+    }
+    const { uid, gid } = this.owner
+    for (const [root, group] of byRoot) {
+      const pack = tar.pack()
+      const mtime = new Date()
+      const directories = new Set<string>()
+      for (const file of group) {
+        const segments = file.target.relative.split('/')
+        for (let depth = 1; depth < segments.length; depth++) {
+          const directory = segments.slice(0, depth).join('/')
+          if (directories.has(directory)) continue
+          directories.add(directory)
+          pack.entry({ name: `${directory}/`, type: 'directory', mode: 0o755, uid, gid, mtime })
+        }
+        const body = Buffer.from(
+          file.content.buffer,
+          file.content.byteOffset,
+          file.content.byteLength,
+        )
+        pack.entry(
+          {
+            name: file.target.relative,
+            type: 'file',
+            size: body.byteLength,
+            mode: file.mode ?? 0o644,
+            uid,
+            gid,
+            mtime,
+          },
+          body,
+        )
+      }
+      pack.finalize()
+      await this.container.putArchive(
+        pack as unknown as NodeJS.ReadableStream,
+        { path: root, abortSignal: signal } as { path: string },
+      )
+    }
+  }
+
+  /**
+   * Every regular file under `dir` with its bytes, from one archive. The next
+   * tar entry is only parsed once the consumer has taken the previous file,
+   * so one file at a time is held in memory.
+   */
+  async readMany(
+    dir: ResolvedSandboxPath,
+    signal?: AbortSignal,
+  ): Promise<AsyncIterable<SandboxFileContent>> {
+    const archive = await this.getArchive(dir.path, signal)
+    if (!archive) return (async function* () {})()
+    const parent = posix.dirname(dir.path)
+    const extract = tar.extract()
+    const ready: SandboxFileContent[] = []
+    let continueExtract: (() => void) | undefined
+    let finished = false
+    let failure: unknown
+    let waiting:
+      | {
+          resolve: (result: IteratorResult<SandboxFileContent>) => void
+          reject: (error: unknown) => void
+        }
+      | undefined
+    const settle = () => {
+      if (!waiting) return
+      const consumer = waiting
+      if (ready.length > 0) {
+        waiting = undefined
+        consumer.resolve({ value: ready.shift()!, done: false })
+        const next = continueExtract
+        continueExtract = undefined
+        next?.()
+      } else if (failure !== undefined) {
+        waiting = undefined
+        consumer.reject(failure)
+      } else if (finished) {
+        waiting = undefined
+        consumer.resolve({ value: undefined, done: true })
+      }
+    }
+    extract.on('entry', (header, stream, next) => {
+      const chunks: Buffer[] = []
+      stream.on('data', (chunk: Buffer) => chunks.push(chunk))
+      stream.on('end', () => {
+        if (header.type !== 'file') return next()
+        ready.push({ path: posix.join(parent, header.name), content: Buffer.concat(chunks) })
+        continueExtract = next
+        settle()
+      })
+    })
+    extract.on('finish', () => {
+      finished = true
+      settle()
+    })
+    extract.on('error', (error) => {
+      failure = error
+      settle()
+    })
+    ;(archive as Readable).on('error', (error) => extract.destroy(error))
+    archive.pipe(extract)
+    const release = () => {
+      extract.destroy()
+      ;(archive as Readable).destroy?.()
+    }
+    return {
+      [Symbol.asyncIterator]: () => ({
+        next: () =>
+          new Promise<IteratorResult<SandboxFileContent>>((resolve, reject) => {
+            waiting = { resolve, reject }
+            settle()
+          }),
+        return: async () => {
+          release()
+          return { value: undefined, done: true }
+        },
+      }),
+    }
   }
 
   private async getArchive(

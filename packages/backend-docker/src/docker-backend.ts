@@ -54,6 +54,8 @@ export class DockerBackend implements SandboxBackend {
   private readonly events: EngineEvents
   private readonly user: string
   private egressGateway: EgressGateway | undefined
+  /** Image ids whose keep-alive and probe commands have been seen to run (see `waitUntilExecReady`). */
+  private readonly provenImages = new Set<string>()
 
   constructor(
     private readonly config: ContainerBackendConfig,
@@ -140,7 +142,12 @@ export class DockerBackend implements SandboxBackend {
         const [, registered] = await Promise.all([
           container.start(),
           gateway && proxiedPolicy
-            ? SandboxEgress.register(gateway, request.id, proxiedPolicy, this.context.brokeredCredentials)
+            ? SandboxEgress.register(
+                gateway,
+                request.id,
+                proxiedPolicy,
+                this.context.brokeredCredentials,
+              )
             : undefined,
         ])
         egress = registered
@@ -159,8 +166,8 @@ export class DockerBackend implements SandboxBackend {
           egress,
           remove,
         })
-        const [probe] = await Promise.all([
-          sandbox.exec('sleep', ['0'], { signal, timeout: timeoutMs }),
+        await Promise.all([
+          this.waitUntilExecReady(container, sandbox, request.id, signal, timeoutMs),
           gateway && registered
             ? startRelay({
                 docker: this.engine.docker,
@@ -174,12 +181,6 @@ export class DockerBackend implements SandboxBackend {
               })
             : undefined,
         ])
-        if (probe.exitCode !== 0) {
-          throw new SandboxReadinessError(
-            `the readiness probe (sleep 0) exited with ${probe.exitCode}: ${probe.stderr.trim() || probe.stdout.trim()}`,
-            request.id,
-          )
-        }
         return sandbox as Sandbox
       },
       {
@@ -193,6 +194,44 @@ export class DockerBackend implements SandboxBackend {
     ).catch((error: unknown) => {
       throw translateEngineError(error, this.name, this.engine.endpoint, 'create')
     })
+  }
+
+  /**
+   * Resolves once a command can run in the sandbox. Under runc a successful
+   * start means the container's processes exist, so an exec can join them at
+   * once; what a start cannot show is whether the image runs the keep-alive
+   * at all (behind the init process, a missing `sleep` fails only after the
+   * start). So the first sandbox of each image (by id) runs the probe command,
+   * and later ones only check that the container is running: one inspect
+   * instead of one exec round trip. gVisor always probes.
+   */
+  private async waitUntilExecReady(
+    container: Docker.Container,
+    sandbox: DockerSandbox,
+    sandboxId: SandboxCreateRequest['id'],
+    signal: AbortSignal,
+    timeoutMs: number,
+  ): Promise<void> {
+    let imageId: string | undefined
+    if (this.config.runtime !== 'runsc') {
+      const info = await container.inspect({ abortSignal: signal })
+      if (!info.State.Running) {
+        throw new SandboxReadinessError(
+          `the container stopped as soon as it started (exit code ${info.State.ExitCode})`,
+          sandboxId,
+        )
+      }
+      if (this.provenImages.has(info.Image)) return
+      imageId = info.Image
+    }
+    const probe = await sandbox.exec('sleep', ['0'], { signal, timeout: timeoutMs })
+    if (probe.exitCode !== 0) {
+      throw new SandboxReadinessError(
+        `the readiness probe (sleep 0) exited with ${probe.exitCode}: ${probe.stderr.trim() || probe.stdout.trim()}`,
+        sandboxId,
+      )
+    }
+    if (imageId !== undefined) this.provenImages.add(imageId)
   }
 
   private labels(request: SandboxCreateRequest, role: ResourceRole): Record<string, string> {

@@ -8,8 +8,10 @@ import {
   type SandboxDestroyOptions,
   type SandboxExecOptions,
   type SandboxExecResult,
+  type SandboxFileContent,
   type SandboxFileEntry,
   type SandboxFileOptions,
+  type SandboxFileWrite,
   type SandboxId,
   type SandboxNetworkPolicyUpdate,
   type SandboxProcess,
@@ -224,6 +226,43 @@ export class DockerSandbox implements Sandbox {
         'read',
       )
       return this.files.list(target, options.signal)
+    })
+  }
+
+  /** Many small files as one archive per mount; see `Sandbox.writeFiles`. */
+  async writeFiles(
+    files: readonly SandboxFileWrite[],
+    options: SandboxFileOptions = {},
+  ): Promise<void> {
+    await this.fileOperation('writeFiles', options.signal, async () => {
+      const resolved = files.map((file) => ({
+        target: resolveSandboxPath(
+          file.path,
+          this.rootDir,
+          this.parts.layout.writableRoots,
+          'write',
+        ),
+        content:
+          typeof file.content === 'string' ? new TextEncoder().encode(file.content) : file.content,
+        mode: file.mode,
+      }))
+      await this.files.writeMany(resolved, options.signal)
+    })
+  }
+
+  /** Every file under `dir` with its bytes, from one archive; see `Sandbox.readFiles`. */
+  async readFiles(
+    dir?: string,
+    options: SandboxFileOptions = {},
+  ): Promise<AsyncIterable<SandboxFileContent>> {
+    return this.fileOperation('readFiles', options.signal, async () => {
+      const target = resolveSandboxPath(
+        dir ?? this.rootDir,
+        this.rootDir,
+        this.parts.layout.readableRoots,
+        'read',
+      )
+      return this.files.readMany(target, options.signal)
     })
   }
 

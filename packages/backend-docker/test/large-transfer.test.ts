@@ -32,7 +32,10 @@ async function sha256(chunks: AsyncIterable<Uint8Array>): Promise<{ hash: string
 
 describe('streamed transfer of a 100 MiB file', () => {
   it('moves 100 MiB in and out byte-exact, with and without a declared size', async () => {
-    const provider = testProvider({}, { layout: { outputs: { source: { kind: 'ephemeral', sizeMb: 320 } } } })
+    const provider = testProvider(
+      {},
+      { layout: { outputs: { source: { kind: 'ephemeral', sizeMb: 320 } } } },
+    )
     try {
       const sandbox = await provider.create({ memoryLimitMb: 256 })
       const total = 100 * MIB

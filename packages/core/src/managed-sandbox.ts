@@ -6,8 +6,10 @@ import type {
   SandboxDestroyOptions,
   SandboxExecOptions,
   SandboxExecResult,
+  SandboxFileContent,
   SandboxFileEntry,
   SandboxFileOptions,
+  SandboxFileWrite,
   SandboxProcess,
   SandboxStartOptions,
   SandboxStatus,
@@ -25,6 +27,14 @@ export class ManagedSandbox implements Sandbox {
     update: SandboxNetworkPolicyUpdate,
     options?: SandboxFileOptions,
   ) => Promise<void>
+  readonly writeFiles?: (
+    files: readonly SandboxFileWrite[],
+    options?: SandboxFileOptions,
+  ) => Promise<void>
+  readonly readFiles?: (
+    dir?: string,
+    options?: SandboxFileOptions,
+  ) => Promise<AsyncIterable<SandboxFileContent>>
   private expiry: ReturnType<typeof setTimeout> | undefined
   private destroying: Promise<void> | undefined
 
@@ -40,6 +50,14 @@ export class ManagedSandbox implements Sandbox {
     if (inner.setNetworkPolicy) {
       const set = inner.setNetworkPolicy.bind(inner)
       this.setNetworkPolicy = (update, options) => set(update, options)
+    }
+    if (inner.writeFiles) {
+      const write = inner.writeFiles.bind(inner)
+      this.writeFiles = (files, options) => write(files, options)
+    }
+    if (inner.readFiles) {
+      const read = inner.readFiles.bind(inner)
+      this.readFiles = (dir, options) => read(dir, options)
     }
     if (hooks.lifetimeMs !== undefined) {
       this.expiry = setTimeout(() => {

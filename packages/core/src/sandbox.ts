@@ -94,6 +94,22 @@ export interface SandboxWriteFileOptions extends SandboxFileOptions {
   readonly size?: number
 }
 
+/** One file of a batch write (`Sandbox.writeFiles`). */
+export interface SandboxFileWrite {
+  /** Path in the sandbox; a relative path resolves against `rootDir`. */
+  readonly path: string
+  readonly content: string | Uint8Array
+  /** Permission bits of a new file (default 0o644). */
+  readonly mode?: number
+}
+
+/** One file of a batch read (`Sandbox.readFiles`). */
+export interface SandboxFileContent {
+  /** Absolute path inside the sandbox. */
+  readonly path: string
+  readonly content: Uint8Array
+}
+
 /** Bytes to stream into a sandbox file. */
 export type SandboxByteSource = AsyncIterable<Uint8Array> | ReadableStream<Uint8Array>
 
@@ -135,6 +151,23 @@ export interface Sandbox {
   readFileStream(path: string, options?: SandboxFileOptions): Promise<AsyncIterable<Uint8Array>>
   /** Every regular file under `dir` (default `rootDir`), recursively; `[]` if `dir` is missing. */
   listFiles(dir?: string, options?: SandboxFileOptions): Promise<SandboxFileEntry[]>
+  /**
+   * Writes many files as one transfer, creating missing parent directories,
+   * with `writeFile`'s path rules; the files are in memory already, so this is
+   * for many small files (use `writeFileStream` for a large one). Much faster
+   * than one `writeFile` per file where each transfer has a fixed cost (on the
+   * container tier: one archive per mount instead of one per file). Absent on
+   * backends without a batch path; hosts then call `writeFile` per file.
+   */
+  writeFiles?(files: readonly SandboxFileWrite[], options?: SandboxFileOptions): Promise<void>
+  /**
+   * Every regular file under `dir` (default `rootDir`), recursively, with its
+   * content, read as one transfer; nothing for a missing `dir`. Files are
+   * yielded one at a time and each is held in memory while yielded, so this is
+   * for many small files (use `readFileStream` for a large one). Absent on
+   * backends without a batch path; hosts then call `listFiles` and `readFile`.
+   */
+  readFiles?(dir?: string, options?: SandboxFileOptions): Promise<AsyncIterable<SandboxFileContent>>
   /**
    * Replaces the sandbox's host allowlist at run time. Absent on backends that
    * cannot change egress after creation; present but throwing

@@ -27,14 +27,24 @@ export class WarmPool {
     return this.ready.length
   }
 
-  /** Takes a ready sandbox, or `undefined` if none is ready now; starts a refill either way. */
+  /**
+   * Takes a ready sandbox, or `undefined` if none is ready now. The refill
+   * starts at once when nothing was ready; after a claim it starts
+   * `REFILL_AFTER_CLAIM_MS` later, so its engine work (a container start
+   * costs about as much CPU as several execs) does not compete with the
+   * first commands the caller runs in the sandbox it just claimed.
+   */
   claim(): Sandbox | undefined {
     const sandbox = this.ready.shift()
-    this.fill()
+    if (!sandbox) {
+      this.fill()
+      return undefined
+    }
+    setTimeout(() => this.fill(), REFILL_AFTER_CLAIM_MS).unref?.()
     return sandbox
   }
 
-  /** Starts filling and resolves when the pool is full (or closed). */
+  /** Starts filling (a refill deferred after a claim starts now) and resolves when the pool is full (or closed). */
   async warm(): Promise<void> {
     this.fill()
     while (!this.closed && this.ready.length < this.options.size) {
@@ -86,6 +96,9 @@ export class WarmPool {
     while (this.inFlight > 0) await delay(20)
   }
 }
+
+/** How long a refill waits after a claim (see `claim`). */
+export const REFILL_AFTER_CLAIM_MS = 250
 
 function delay(ms: number): Promise<void> {
   return new Promise((resolve) => setTimeout(resolve, ms).unref?.())

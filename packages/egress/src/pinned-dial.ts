@@ -6,7 +6,7 @@
  * Neither is ever given a host name to resolve, so no second lookup can
  * return a different (unscreened) address.
  */
-import { connect as netConnect, type Socket } from 'node:net'
+import { connect as netConnect, type OnReadOpts, type Socket } from 'node:net'
 import { rootCertificates } from 'node:tls'
 import { buildConnector } from 'undici'
 import type { IpLiteral } from './ip-literal.js'
@@ -20,11 +20,16 @@ export class DialError extends Error {
   }
 }
 
-/** Opens a TCP connection to the first of `addresses` that answers within `timeoutMs` overall. */
+/**
+ * Opens a TCP connection to the first of `addresses` that answers within
+ * `timeoutMs` overall. `onread` (Node's `net.connect` option) makes the
+ * socket read into the caller's buffer instead of emitting `data`.
+ */
 export function dialPinned(
   addresses: readonly IpLiteral[],
   port: number,
   timeoutMs: number,
+  onread?: OnReadOpts,
 ): Promise<Socket> {
   const deadline = Date.now() + timeoutMs
   return new Promise<Socket>((resolve, reject) => {
@@ -46,6 +51,7 @@ export function dialPinned(
         port,
         family: ip.family,
         autoSelectFamily: false,
+        ...(onread ? { onread } : {}),
       })
       const timer = setTimeout(() => {
         socket.destroy()
