@@ -1,0 +1,28 @@
+import { pathToFileURL } from 'node:url'
+import type { SandboxProvider } from '@cordon/core'
+import { BENCH_IMAGE, BENCH_LABELS } from './engine.js'
+
+/**
+ * `CORDON_BENCH_BACKEND=/path/to/backend-docker/dist/index.js` runs the bench
+ * against another build of the Docker backend (a proposed change, before it
+ * lands); by default it is the workspace's `@cordon/backend-docker`.
+ */
+const alternative = process.env.CORDON_BENCH_BACKEND
+const backend: typeof import('@cordon/backend-docker') = alternative
+  ? await import(pathToFileURL(alternative).href)
+  : await import('@cordon/backend-docker')
+
+export const CORDON_BUILD = alternative ?? '@cordon/backend-docker (workspace)'
+
+/**
+ * A cordon provider as a host would configure it: the Docker backend, the
+ * bench image, an `ephemeral` outputs mount and every default (deny-all,
+ * 512 MiB, 256 processes, one CPU).
+ */
+export function cordonProvider(options: { poolSize?: number } = {}): SandboxProvider {
+  return backend.createDockerSandboxProvider({
+    backend: { tier: 'container', image: BENCH_IMAGE, labels: BENCH_LABELS },
+    layout: { outputs: { source: { kind: 'ephemeral' } } },
+    ...(options.poolSize ? { pool: { size: options.poolSize } } : {}),
+  })
+}

@@ -1,0 +1,212 @@
+/**
+ * Scenario 1: from "give me a sandbox" to the first command (`true`) having
+ * run in it, hardened and deny-all, for cordon, the bare dockerode floor,
+ * testcontainers-node and the docker CLI.
+ */
+import type { Sandbox } from '@cordon/core'
+import { cordonProvider } from './cordon.js'
+import { docker, removeContainer, removeVolume, uniqueName } from './engine.js'
+import { traceEngineCalls } from './engine-trace.js'
+import { fingerprintDifferences, hardeningFingerprint } from './hardening-parity.js'
+import { interleave } from './interleave.js'
+import { cliExec, cliRun } from './peers/docker-cli.js'
+import {
+  bareExec,
+  createFloorSandbox,
+  type FloorSandbox,
+  removeFloorSandbox,
+} from './peers/dockerode-floor.js'
+import { type StartedTestContainer, startTestcontainer } from './peers/testcontainers.js'
+import { engineCallTable } from './profile-table.js'
+import type { Scenario } from './scenario.js'
+import { formatRatio, ratio, summarize } from './stats.js'
+
+interface Holder<T> {
+  value?: T
+}
+
+export const createToFirstExec: Scenario = async ({ quick, log }) => {
+  const provider = cordonProvider()
+  const warmup = quick ? 1 : 3
+  const iterations = quick ? 3 : 12
+  try {
+    const arms = [
+      {
+        name: 'cordon',
+        prepare: async (): Promise<Holder<Sandbox>> => ({}),
+        run: async (holder: Holder<Sandbox>) => {
+          holder.value = await provider.create()
+          const result = await holder.value.exec('true')
+          if (result.exitCode !== 0) throw new Error(`cordon: true exited ${result.exitCode}`)
+        },
+        cleanup: async (holder: Holder<Sandbox>) => {
+          await holder.value?.destroy()
+        },
+      },
+      {
+        name: 'dockerode floor',
+        prepare: async (): Promise<Holder<FloorSandbox>> => ({}),
+        run: async (holder: Holder<FloorSandbox>) => {
+          holder.value = await createFloorSandbox()
+          const code = await bareExec(holder.value.container, ['true'])
+          if (code !== 0) throw new Error(`floor: true exited ${code}`)
+        },
+        cleanup: async (holder: Holder<FloorSandbox>) => {
+          if (holder.value) await removeFloorSandbox(holder.value)
+        },
+      },
+      {
+        name: 'testcontainers',
+        prepare: async (): Promise<Holder<StartedTestContainer>> => ({}),
+        run: async (holder: Holder<StartedTestContainer>) => {
+          holder.value = await startTestcontainer()
+          const result = await holder.value.exec(['true'])
+          if (result.exitCode !== 0)
+            throw new Error(`testcontainers: true exited ${result.exitCode}`)
+        },
+        cleanup: async (holder: Holder<StartedTestContainer>) => {
+          if (!holder.value) return
+          await removeContainer(holder.value.getId())
+          await removeVolume(`${holder.value.getName().replace(/^\//, '')}-outputs`)
+        },
+      },
+      {
+        name: 'docker CLI',
+        prepare: async (): Promise<Holder<string>> => ({ value: uniqueName('cli') }),
+        run: async (holder: Holder<string>) => {
+          const id = await cliRun(holder.value!)
+          await cliExec(id, ['true'])
+        },
+        cleanup: async (holder: Holder<string>) => {
+          await removeContainer(holder.value!)
+          await removeVolume(`${holder.value!}-outputs`)
+        },
+      },
+    ]
+    const samples = await interleave(arms, {
+      warmup,
+      iterations,
+      onRun: (arm, round, ms, isWarmup) =>
+        log(`  ${arm} #${round}${isWarmup ? ' (warm-up)' : ''}: ${ms.toFixed(1)} ms`),
+    })
+    const summaries = new Map([...samples].map(([name, values]) => [name, summarize(values)]))
+    const cordon = summaries.get('cordon')!
+    const floor = summaries.get('dockerode floor')!
+    const tc = summaries.get('testcontainers')!
+    const cli = summaries.get('docker CLI')!
+
+    // Hardening parity, from the engine's side.
+    const parity = await checkParity(provider)
+
+    // Profile: one traced create-to-first-exec each for cordon and the floor.
+    let sandbox: Sandbox | undefined
+    const cordonTrace = await traceEngineCalls(async () => {
+      sandbox = await provider.create()
+      await sandbox.exec('true')
+    })
+    await sandbox?.destroy()
+    let floorSandbox: FloorSandbox | undefined
+    const floorTrace = await traceEngineCalls(async () => {
+      floorSandbox = await createFloorSandbox()
+      await bareExec(floorSandbox.container, ['true'])
+    })
+    if (floorSandbox) await removeFloorSandbox(floorSandbox)
+
+    const floorToTc = ratio(floor, tc)
+    return {
+      id: 'create-to-first-exec',
+      title: '1. Create to first exec (`true`), hardened, deny-all',
+      method: `${warmup} warm-up + ${iterations} measured rounds per arm, round-robin. Timed: from the create call to \`true\` having exited 0. Untimed: removing the container and its volume after each run.`,
+      tables: [
+        {
+          caption: 'Create to first exec',
+          arms: [
+            { name: 'cordon (`provider.create()` + `exec`)', summary: cordon, unit: 'ms' },
+            { name: 'dockerode floor (volume, create, start, exec)', summary: floor, unit: 'ms' },
+            {
+              name: 'testcontainers (`GenericContainer.start()` + `exec`)',
+              summary: tc,
+              unit: 'ms',
+            },
+            { name: 'docker CLI (`run -d` + `exec`)', summary: cli, unit: 'ms' },
+          ],
+        },
+      ],
+      comparisons: [
+        {
+          scenario: '1 create to first exec',
+          what: 'cordon / dockerode floor',
+          ratio: formatRatio(ratio(cordon, floor)),
+          target: '≤ 1.15x',
+          met: ratio(cordon, floor) <= 1.15,
+        },
+        {
+          scenario: '1 create to first exec',
+          what: 'cordon / testcontainers',
+          ratio: formatRatio(ratio(cordon, tc)),
+          target: '≤ 0.80x',
+          met: ratio(cordon, tc) <= 0.8,
+        },
+        {
+          scenario: '1 create to first exec',
+          what: 'cordon / docker CLI',
+          ratio: formatRatio(ratio(cordon, cli)),
+          target: '(report)',
+          met: undefined,
+        },
+        {
+          scenario: '1 create to first exec',
+          what: 'dockerode floor / testcontainers',
+          ratio: formatRatio(floorToTc),
+          target: '(bound: cordon cannot go below the floor)',
+          met: undefined,
+        },
+      ],
+      notes: [
+        'testcontainers runs with the reaper disabled (`TESTCONTAINERS_RYUK_DISABLED=true`: its image cannot be pulled here) and the default pull policy, which never pulls an image that exists locally; the bench removes its containers itself.',
+        'testcontainers and the CLI get the tmpfs workspace volume created inline by the engine as part of container create (`Mounts[].VolumeOptions.DriverConfig`, `--mount volume-opt=...`), one API call fewer than cordon and the floor make; this can only favour them.',
+        parity.length === 0
+          ? 'Hardening parity: the engine reports the same user, read-only rootfs, capabilities, security options, tmpfs, pids, memory, swap, CPU, init, IPC, network and workspace-volume options for the cordon, floor, testcontainers and CLI containers.'
+          : `Hardening parity differences: ${parity.join('; ')}`,
+      ],
+      sections: [
+        '#### Profile: engine calls of one create-to-first-exec',
+        engineCallTable('cordon', cordonTrace),
+        engineCallTable('dockerode floor', floorTrace),
+      ],
+    }
+  } finally {
+    await provider.close()
+  }
+}
+
+async function checkParity(provider: ReturnType<typeof cordonProvider>): Promise<string[]> {
+  const sandbox = await provider.create()
+  const floor = await createFloorSandbox()
+  const tc = await startTestcontainer()
+  const cliName = uniqueName('cli')
+  const cliId = await cliRun(cliName)
+  try {
+    const [cordonContainer] = await docker.listContainers({
+      filters: { label: [`cordon.sandbox=${sandbox.id}`] },
+    })
+    const reference = await hardeningFingerprint(cordonContainer!.Id)
+    const differences: string[] = []
+    for (const [name, id] of [
+      ['floor', floor.container.id],
+      ['testcontainers', tc.getId()],
+      ['docker CLI', cliId],
+    ] as const) {
+      for (const line of fingerprintDifferences(reference, await hardeningFingerprint(id)))
+        differences.push(`${name}: ${line}`)
+    }
+    return differences
+  } finally {
+    await sandbox.destroy()
+    await removeFloorSandbox(floor)
+    await removeContainer(tc.getId())
+    await removeVolume(`${tc.getName().replace(/^\//, '')}-outputs`)
+    await removeContainer(cliId)
+    await removeVolume(`${cliName}-outputs`)
+  }
+}

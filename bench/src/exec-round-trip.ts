@@ -1,0 +1,130 @@
+/**
+ * Scenario 3: one exec round trip (`true`, exit code read back) on a sandbox
+ * that is already running, for cordon, bare dockerode, testcontainers' `exec`
+ * and `docker exec`.
+ */
+import { cordonProvider } from './cordon.js'
+import { removeContainer, removeVolume } from './engine.js'
+import { traceEngineCalls } from './engine-trace.js'
+import { interleave } from './interleave.js'
+import { cliExec } from './peers/docker-cli.js'
+import { bareExec, createFloorSandbox, removeFloorSandbox } from './peers/dockerode-floor.js'
+import { startTestcontainer } from './peers/testcontainers.js'
+import { engineCallTable } from './profile-table.js'
+import type { Scenario } from './scenario.js'
+import { formatRatio, ratio, summarize } from './stats.js'
+
+export const execRoundTrip: Scenario = async ({ quick, log }) => {
+  const provider = cordonProvider()
+  const warmup = quick ? 3 : 5
+  const iterations = quick ? 10 : 40
+  const sandbox = await provider.create()
+  const floor = await createFloorSandbox()
+  const tc = await startTestcontainer()
+  try {
+    const arms = [
+      {
+        name: 'cordon',
+        run: async () => {
+          const result = await sandbox.exec('true')
+          if (result.exitCode !== 0) throw new Error(`cordon: true exited ${result.exitCode}`)
+        },
+      },
+      {
+        name: 'dockerode',
+        run: async () => {
+          const code = await bareExec(floor.container, ['true'])
+          if (code !== 0) throw new Error(`dockerode: true exited ${code}`)
+        },
+      },
+      {
+        name: 'testcontainers',
+        run: async () => {
+          const result = await tc.exec(['true'])
+          if (result.exitCode !== 0)
+            throw new Error(`testcontainers: true exited ${result.exitCode}`)
+        },
+      },
+      {
+        name: 'docker exec',
+        run: async () => {
+          await cliExec(floor.container.id, ['true'])
+        },
+      },
+    ]
+    const samples = await interleave(arms, {
+      warmup,
+      iterations,
+      onRun: (arm, round, ms, isWarmup) =>
+        log(`  ${arm} #${round}${isWarmup ? ' (warm-up)' : ''}: ${ms.toFixed(2)} ms`),
+    })
+    const s = (name: string) => summarize(samples.get(name)!)
+    const cordon = s('cordon')
+    const bare = s('dockerode')
+    const tcExec = s('testcontainers')
+    const cli = s('docker exec')
+    const cordonTrace = await traceEngineCalls(async () => {
+      await sandbox.exec('true')
+    })
+    const bareTrace = await traceEngineCalls(async () => {
+      await bareExec(floor.container, ['true'])
+    })
+    return {
+      id: 'exec-round-trip',
+      title: '3. Exec round trip on a running sandbox',
+      method: `${warmup} warm-up + ${iterations} measured rounds per arm, round-robin, each arm on its own running hardened container (the CLI uses the floor's). Timed: \`true\` from the call to its exit code being known.`,
+      tables: [
+        {
+          caption: 'Exec round trip',
+          arms: [
+            { name: 'cordon (`sandbox.exec`)', summary: cordon, unit: 'ms' },
+            { name: 'dockerode (exec create, start, inspect)', summary: bare, unit: 'ms' },
+            { name: 'testcontainers (`container.exec`)', summary: tcExec, unit: 'ms' },
+            { name: '`docker exec`', summary: cli, unit: 'ms' },
+          ],
+        },
+      ],
+      comparisons: [
+        {
+          scenario: '3 exec round trip',
+          what: 'cordon / bare dockerode',
+          ratio: formatRatio(ratio(cordon, bare)),
+          target: '≤ 1.10x',
+          met: ratio(cordon, bare) <= 1.1,
+        },
+        {
+          scenario: '3 exec round trip',
+          what: 'cordon / testcontainers `exec`',
+          ratio: formatRatio(ratio(cordon, tcExec)),
+          target: '≤ 0.90x',
+          met: ratio(cordon, tcExec) <= 0.9,
+        },
+        {
+          scenario: '3 exec round trip',
+          what: 'cordon / `docker exec`',
+          ratio: formatRatio(ratio(cordon, cli)),
+          target: '≤ 0.80x',
+          met: ratio(cordon, cli) <= 0.8,
+        },
+        {
+          scenario: '3 exec round trip',
+          what: 'bare dockerode / testcontainers `exec`',
+          ratio: formatRatio(ratio(bare, tcExec)),
+          target: '(bound)',
+          met: undefined,
+        },
+      ],
+      notes: [],
+      sections: [
+        '#### Profile: engine calls of one exec',
+        engineCallTable('cordon', cordonTrace),
+        engineCallTable('bare dockerode', bareTrace),
+      ],
+    }
+  } finally {
+    await provider.close()
+    await removeFloorSandbox(floor)
+    await removeContainer(tc.getId())
+    await removeVolume(`${tc.getName().replace(/^\//, '')}-outputs`)
+  }
+}

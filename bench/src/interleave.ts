@@ -1,0 +1,66 @@
+import { performance } from 'node:perf_hooks'
+
+/**
+ * One side of a comparison. `run` is the timed part; `prepare` and `cleanup`
+ * run around it untimed (removing a container, refilling a pool), so the next
+ * arm starts from the same quiet state.
+ */
+export interface Arm<Context = unknown> {
+  readonly name: string
+  readonly prepare?: () => Promise<Context>
+  readonly run: (context: Context) => Promise<void>
+  readonly cleanup?: (context: Context) => Promise<void>
+  /**
+   * Caps this arm's rounds below the run's (for an arm so slow that the full
+   * count would not fit the time budget). It then runs in the last `warmup`
+   * warm-up rounds and the first `iterations` measured rounds, still
+   * interleaved with the others.
+   */
+  readonly rounds?: { readonly warmup: number; readonly iterations: number }
+}
+
+export interface InterleaveOptions {
+  /** Rounds run first and thrown away (first-call costs, caches, JIT). */
+  readonly warmup: number
+  readonly iterations: number
+  /** Called after every run, warm-ups included, with the arm, round and elapsed ms. */
+  readonly onRun?: (arm: string, round: number, ms: number, warmup: boolean) => void
+}
+
+/**
+ * Runs the arms round-robin (A B A B ... or A B C A B C ...), so a slow drift
+ * of the machine (another process, page cache, engine state) lands on every
+ * arm alike instead of on whichever ran last. Returns each arm's measured
+ * samples in milliseconds, warm-up rounds excluded.
+ */
+export async function interleave(
+  // biome-ignore lint/suspicious/noExplicitAny: each arm has its own context type
+  arms: readonly Arm<any>[],
+  options: InterleaveOptions,
+): Promise<Map<string, number[]>> {
+  const samples = new Map<string, number[]>(arms.map((arm) => [arm.name, []]))
+  const rounds = options.warmup + options.iterations
+  for (let round = 0; round < rounds; round++) {
+    const warmup = round < options.warmup
+    for (const arm of arms) {
+      if (arm.rounds) {
+        const skip = warmup
+          ? round < options.warmup - arm.rounds.warmup
+          : round - options.warmup >= arm.rounds.iterations
+        if (skip) continue
+      }
+      const context = arm.prepare ? await arm.prepare() : undefined
+      let ms: number
+      try {
+        const started = performance.now()
+        await arm.run(context)
+        ms = performance.now() - started
+      } finally {
+        if (arm.cleanup) await arm.cleanup(context)
+      }
+      options.onRun?.(arm.name, round, ms, warmup)
+      if (!warmup) samples.get(arm.name)!.push(ms)
+    }
+  }
+  return samples
+}

@@ -1,0 +1,14 @@
+/** The `docker` command-line client, as a shell script or a host that shells out would use it. */
+import { run } from '../engine.js'
+import { dockerRunArgs } from '../hardened-spec.js'
+
+export const DOCKER_CLI = process.env.CORDON_BENCH_DOCKER_CLI ?? 'docker'
+
+/** `docker run -d` of the hardened container; returns its id. */
+export async function cliRun(name: string): Promise<string> {
+  return (await run(DOCKER_CLI, dockerRunArgs(name, `${name}-outputs`))).trim()
+}
+
+export async function cliExec(container: string, cmd: readonly string[]): Promise<void> {
+  await run(DOCKER_CLI, ['exec', container, ...cmd])
+}
