@@ -1,6 +1,6 @@
 /**
  * `pnpm bench` (or `node dist/main.js [scenario ...] [--quick] [--verbose] [--out FILE]`;
- * `node dist/main.js --render [--out FILE.md]` writes the report again from FILE.json).
+ * `node dist/main.js --render [--out FILE.md]` writes the report again from dist/FILE.json).
  *
  * Runs the scenarios in order, each side by side with its peers, and writes
  * RESULTS.md. Every container and volume made along the way carries the
@@ -9,6 +9,7 @@
  */
 import { readFile, writeFile } from 'node:fs/promises'
 import { loadavg } from 'node:os'
+import { basename } from 'node:path'
 import { performance } from 'node:perf_hooks'
 import { fileURLToPath } from 'node:url'
 import { checkEngine, removeBenchResources } from './engine.js'
@@ -109,9 +110,12 @@ async function main(): Promise<void> {
   say(`wrote ${args.out} (${totalSeconds.toFixed(0)} s)`)
 }
 
-/** The measurements behind a report: RESULTS.md → RESULTS.json. */
+/**
+ * The measurements behind a report, kept in dist/ (build output: not linted,
+ * not committed): RESULTS.md → dist/RESULTS.json.
+ */
 function recordPath(out: string): string {
-  return `${out.replace(/\.md$/, '')}.json`
+  return fileURLToPath(new URL(`${basename(out).replace(/\.md$/, '')}.json`, import.meta.url))
 }
 
 /** `--render`: writes the report again from the last run's measurements. */

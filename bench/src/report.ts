@@ -137,6 +137,7 @@ export async function writeResults(path: string, run: RunRecord): Promise<void> 
     'pnpm install',
     'pnpm bench                     # turbo builds the workspace, then bench: tsc --build && node dist/main.js',
     '# one scenario, fewer rounds:  pnpm --filter @cordon/bench exec node dist/main.js exec-round-trip --quick --out /tmp/r.md',
+    '# after editing misses.md:    pnpm --filter @cordon/bench exec node dist/main.js --render   (same measurements, from dist/RESULTS.json)',
     '```',
     '',
     `This file came from: \`${run.command}\`, in ${run.totalSeconds.toFixed(0)} s.`,
@@ -153,7 +154,7 @@ export async function writeResults(path: string, run: RunRecord): Promise<void> 
     `| engine | ${m.engine}, runc ${m.runc} |`,
     `| docker CLI | ${m.cli} |`,
     `| tinyproxy | ${m.tinyproxy.split('\n')[0]} |`,
-    `| load average (1, 5, 15 min) | before ${m.loadAverage}; after ${run.machineAfter.loadAverage} |`,
+    `| load average (1, 5, 15 min) | before ${m.loadAverage}; after ${run.machineAfter.loadAverage} (the bench's own engine work counts: scenario 6 starts 20 containers at once) |`,
     `| commit | ${m.commit} |`,
     `| cordon build measured | ${CORDON_BUILD} |`,
     `| packages | ${Object.entries(m.packages)
