@@ -19,7 +19,7 @@ import {
 } from './container-spec.js'
 import { DockerSandbox } from './docker-sandbox.js'
 import { EgressGateway } from './egress-gateway.js'
-import { RELAY_PORT, relayContainerName, startRelay } from './egress-relay.js'
+import { createRelay, RELAY_PORT, type RelayHandle, relayContainerName } from './egress-relay.js'
 import { connectEngine, type EngineConnection } from './engine-connection.js'
 import { isNotFound, translateEngineError } from './engine-errors.js'
 import { EngineEvents } from './engine-events.js'
@@ -118,6 +118,36 @@ export class DockerBackend implements SandboxBackend {
         await this.events.start()
         phase = 'creating volumes'
         for (const volume of volumes) await this.createVolume(request, volume, signal)
+        // Behind the gateway, the relay owns the sandbox's network namespace
+        // (loopback only) and the sandbox joins it. The relay is created
+        // first, so its Node start-up overlaps the sandbox's create and start,
+        // and the gateway registration overlaps both.
+        const proxiedPolicy = request.egress.kind !== 'deny-all' ? request.egress : undefined
+        let relay: RelayHandle | undefined
+        let registration: Promise<SandboxEgress> | undefined
+        if (proxiedPolicy) {
+          phase = 'starting the egress gateway'
+          const gateway = this.gateway()
+          await gateway.ensureStarted()
+          phase = 'creating the egress relay'
+          registration = SandboxEgress.register(
+            gateway,
+            request.id,
+            proxiedPolicy,
+            this.context.brokeredCredentials,
+          )
+          registration.catch(() => {})
+          relay = await createRelay({
+            docker: this.engine.docker,
+            image: this.config.gatewayImage!,
+            sandboxId: request.id,
+            socketPath: gateway.socketPathFor(request.id),
+            volumeName: gateway.volumeName,
+            labels: this.labels(request, 'relay'),
+            signal,
+          })
+          await relay.start()
+        }
         phase = 'creating the container'
         const container = await this.engine.docker.createContainer({
           ...containerSpec({
@@ -127,31 +157,17 @@ export class DockerBackend implements SandboxBackend {
             layout,
             mounts,
             labels: this.labels(request, 'sandbox'),
-            networkMode: 'none',
+            networkMode: relay ? `container:${relay.container.id}` : 'none',
             runtimeName: this.runtimeName(proxied),
             proxyEnv: proxied ? proxyEnvironment() : {},
           }),
           abortSignal: signal,
         } as Docker.ContainerCreateOptions)
         phase = 'starting the container'
-        // Registration at the gateway does not need the container running, so
-        // it overlaps the start; the relay needs the started container's
-        // network namespace, and it overlaps the readiness probe.
-        const proxiedPolicy = request.egress.kind !== 'deny-all' ? request.egress : undefined
-        const gateway = proxiedPolicy ? this.gateway() : undefined
-        const [, registered] = await Promise.all([
-          container.start(),
-          gateway && proxiedPolicy
-            ? SandboxEgress.register(
-                gateway,
-                request.id,
-                proxiedPolicy,
-                this.context.brokeredCredentials,
-              )
-            : undefined,
-        ])
-        egress = registered
+        await container.start()
         phase = 'waiting for exec readiness'
+        const [registered] = await Promise.all([registration, relay?.ready])
+        egress = registered
         const sandbox = new DockerSandbox({
           id: request.id,
           backend: this.name,
@@ -166,21 +182,7 @@ export class DockerBackend implements SandboxBackend {
           egress,
           remove,
         })
-        await Promise.all([
-          this.waitUntilExecReady(container, sandbox, request.id, signal, timeoutMs),
-          gateway && registered
-            ? startRelay({
-                docker: this.engine.docker,
-                image: this.config.gatewayImage!,
-                sandboxId: request.id,
-                sandboxContainerId: container.id,
-                socketPath: registered.socketPath,
-                volumeName: gateway.volumeName,
-                labels: this.labels(request, 'relay'),
-                signal,
-              })
-            : undefined,
-        ])
+        await this.waitUntilExecReady(container, sandbox, request.id, signal, timeoutMs)
         return sandbox as Sandbox
       },
       {
@@ -296,7 +298,7 @@ export class DockerBackend implements SandboxBackend {
     relay: string
     volumes: readonly string[]
   }): Promise<void> {
-    for (const name of [names.relay, names.container]) {
+    for (const name of [names.container, names.relay]) {
       try {
         await this.engine.docker.getContainer(name).remove({ force: true, v: true })
       } catch (error) {

@@ -82,7 +82,6 @@ export class EgressGateway {
   ): Promise<string> {
     this.clients.add(sandboxId)
     if (this.idleTimer) clearTimeout(this.idleTimer)
-    if (this.stopping) await this.stopping
     await this.ensureStarted()
     const ack = await this.send({
       op: 'add',
@@ -111,7 +110,18 @@ export class EgressGateway {
     }
   }
 
-  private ensureStarted(): Promise<void> {
+  /** Where the gateway serves a sandbox's socket (the `add` command answers with the same path). */
+  socketPathFor(sandboxId: string): string {
+    return `${EGRESS_SOCKET_DIR}/${sandboxId}.sock`
+  }
+
+  /** Starts the gateway (its network, sockets volume and container) if it is not running. */
+  async ensureStarted(): Promise<void> {
+    if (this.stopping) await this.stopping
+    await this.startOnce()
+  }
+
+  private startOnce(): Promise<void> {
     this.starting ??= this.start().catch(async (error: unknown) => {
       this.starting = undefined
       await this.removeResources().catch(() => {})

@@ -30,17 +30,27 @@ export function relayContainerName(sandboxId: string): string {
   return `cordon-relay-${sandboxId}`
 }
 
-/** Starts the relay for one sandbox and resolves once it listens. */
-export async function startRelay(options: {
+export interface RelayHandle {
+  readonly container: Docker.Container
+  /** Starts the relay's container; the sandbox may join its namespace once this resolves. */
+  start(): Promise<void>
+  /** Resolves once the relay listens on 127.0.0.1:3128. */
+  readonly ready: Promise<void>
+}
+
+/**
+ * Creates the relay for one sandbox. Its container owns the sandbox's network
+ * namespace (network mode `none`: loopback only), which the sandbox joins.
+ */
+export async function createRelay(options: {
   readonly docker: Docker
   readonly image: string
   readonly sandboxId: string
-  readonly sandboxContainerId: string
   readonly socketPath: string
   readonly volumeName: string
   readonly labels: Record<string, string>
   readonly signal: AbortSignal
-}): Promise<Docker.Container> {
+}): Promise<RelayHandle> {
   const { docker } = options
   const role: ResourceRole = 'relay'
   const container = await docker.createContainer({
@@ -52,8 +62,9 @@ export async function startRelay(options: {
     Labels: { ...options.labels, [LABEL.role]: role },
     AttachStdout: true,
     AttachStderr: true,
+    NetworkDisabled: true,
     HostConfig: {
-      NetworkMode: `container:${options.sandboxContainerId}`,
+      NetworkMode: 'none',
       CapDrop: ['ALL'],
       SecurityOpt: ['no-new-privileges:true'],
       ReadonlyRootfs: true,
@@ -75,13 +86,13 @@ export async function startRelay(options: {
     let seen = ''
     stdout.on('data', (chunk: Buffer) => {
       seen += chunk.toString()
-      if (seen.includes('ready\n')) resolve()
+      if (seen.includes('ready\n')) {
+        resolve()
+        ;(stream as unknown as { destroy?: () => void }).destroy?.()
+      }
     })
     stream.on('end', () => reject(new Error('the egress relay exited before it listened')))
   })
   ready.catch(() => {})
-  await container.start()
-  await ready
-  ;(stream as unknown as { destroy?: () => void }).destroy?.()
-  return container
+  return { container, start: () => container.start(), ready }
 }

@@ -373,9 +373,10 @@ describe('egress through the gateway (Docker backend)', () => {
     // sandbox adds one relay container and no network of its own.
     await withSandbox({ kind: 'allow-all' }, async (sandbox) => {
       const relay = await docker.getContainer(`cordon-relay-${sandbox.id}`).inspect()
-      expect(relay.HostConfig.NetworkMode).toBe(
-        `container:${(await docker.getContainer(`cordon-${sandbox.id}`).inspect()).Id}`,
-      )
+      const box = await docker.getContainer(`cordon-${sandbox.id}`).inspect()
+      // The relay owns a loopback-only namespace and the sandbox joins it.
+      expect(relay.HostConfig.NetworkMode).toBe('none')
+      expect(box.HostConfig.NetworkMode).toBe(`container:${relay.Id}`)
       const networks = await docker.listNetworks({
         filters: { label: [`cordon.sandbox=${sandbox.id}`] },
       })
