@@ -19,7 +19,7 @@ import {
 } from './container-spec.js'
 import { DockerSandbox } from './docker-sandbox.js'
 import { EgressGateway } from './egress-gateway.js'
-import { createRelay, RELAY_PORT, type RelayHandle, relayContainerName } from './egress-relay.js'
+import { RELAY_PORT, type RelayHandle, relayContainerName } from './egress-relay.js'
 import { connectEngine, type EngineConnection } from './engine-connection.js'
 import { isNotFound, translateEngineError } from './engine-errors.js'
 import { EngineEvents } from './engine-events.js'
@@ -97,7 +97,7 @@ export class DockerBackend implements SandboxBackend {
     // create request was cut off by the deadline but completed on the engine.
     const names = {
       container: `cordon-${request.id}`,
-      relay: relayContainerName(request.id),
+      relay: undefined as string | undefined,
       volumes: volumes.map((volume) => volume.name),
     }
     let egress: SandboxEgress | undefined
@@ -129,24 +129,17 @@ export class DockerBackend implements SandboxBackend {
           phase = 'starting the egress gateway'
           const gateway = this.gateway()
           await gateway.ensureStarted()
-          phase = 'creating the egress relay'
+          phase = 'taking an egress relay'
+          relay = await gateway.takeRelay(signal)
+          names.relay = relayContainerName(relay.relayId)
           registration = SandboxEgress.register(
             gateway,
             request.id,
+            relay.relayId,
             proxiedPolicy,
             this.context.brokeredCredentials,
           )
           registration.catch(() => {})
-          relay = await createRelay({
-            docker: this.engine.docker,
-            image: this.config.gatewayImage!,
-            sandboxId: request.id,
-            socketPath: gateway.socketPathFor(request.id),
-            volumeName: gateway.volumeName,
-            labels: this.labels(request, 'relay'),
-            signal,
-          })
-          await relay.start()
         }
         phase = 'creating the container'
         const container = await this.engine.docker.createContainer({
@@ -295,10 +288,11 @@ export class DockerBackend implements SandboxBackend {
 
   private async removeResources(names: {
     container: string
-    relay: string
+    relay: string | undefined
     volumes: readonly string[]
   }): Promise<void> {
     for (const name of [names.container, names.relay]) {
+      if (!name) continue
       try {
         await this.engine.docker.getContainer(name).remove({ force: true, v: true })
       } catch (error) {

@@ -15,7 +15,12 @@ import {
   type GatewaySettings,
 } from '@cordon/egress'
 import type Docker from 'dockerode'
-import { EGRESS_SOCKET_DIR } from './egress-relay.js'
+import {
+  createRelay,
+  EGRESS_SOCKET_DIR,
+  type RelayHandle,
+  relayContainerName,
+} from './egress-relay.js'
 import { isNotFound } from './engine-errors.js'
 import { LABEL, ownerLabels, type ResourceRole } from './owner-labels.js'
 
@@ -28,6 +33,8 @@ type GatewayCommandBody = GatewayCommand extends infer C
 
 /** How long an unused gateway stays up before it is removed (a new sandbox would otherwise pay its start). */
 const DEFAULT_IDLE_MS = 2000
+/** Started relays kept ready for the next sandbox behind the gateway. */
+const SPARE_RELAYS = 1
 
 /**
  * One egress gateway per provider: a container running `@cordon/egress`'s
@@ -45,6 +52,8 @@ export class EgressGateway {
   private readonly pending = new Map<string, (ack: GatewayAck) => void>()
   private readonly clients = new Set<string>()
   private idleTimer: ReturnType<typeof setTimeout> | undefined
+  private readonly spareRelays: RelayHandle[] = []
+  private refilling: Promise<void> | undefined
   private stopping: Promise<void> | undefined
 
   readonly names: { readonly container: string; readonly network: string; readonly volume: string }
@@ -75,8 +84,75 @@ export class EgressGateway {
   }
 
   /** Registers a sandbox; returns the path of its socket inside the sockets volume. */
+  /**
+   * Hands out a started relay whose loopback-only namespace a new sandbox
+   * joins. One spare is kept ready (made in the background after each take),
+   * so a sandbox behind the gateway does not wait for a relay's container and
+   * Node start-up; when none is spare, one is made on the spot.
+   */
+  async takeRelay(signal?: AbortSignal): Promise<RelayHandle> {
+    await this.ensureStarted()
+    const spare = this.spareRelays.shift()
+    this.refillRelays()
+    if (spare) return spare
+    const relay = await this.makeRelay(signal)
+    await relay.start()
+    return relay
+  }
+
+  private refillRelays(): void {
+    if (this.refilling || this.spareRelays.length >= SPARE_RELAYS) return
+    this.refilling = (async () => {
+      try {
+        while (this.spareRelays.length < SPARE_RELAYS && this.container && !this.stopping) {
+          const relay = await this.makeRelay()
+          try {
+            await relay.start()
+            await relay.ready
+          } catch (error) {
+            await this.removeRelay(relay.relayId).catch(() => {})
+            throw error
+          }
+          if (this.stopping || !this.container) {
+            await this.removeRelay(relay.relayId).catch(() => {})
+            return
+          }
+          this.spareRelays.push(relay)
+        }
+      } catch {
+        // A spare is an optimisation; the next take makes its relay on the spot.
+      } finally {
+        this.refilling = undefined
+      }
+    })()
+  }
+
+  private makeRelay(signal?: AbortSignal): Promise<RelayHandle> {
+    const relayId = `r${randomUUID().replaceAll('-', '').slice(0, 24)}`
+    return createRelay({
+      docker: this.docker,
+      image: this.options.image,
+      relayId,
+      socketPath: `${EGRESS_SOCKET_DIR}/${relayId}.sock`,
+      volumeName: this.names.volume,
+      labels: this.labels('relay'),
+      ...(signal ? { signal } : {}),
+    })
+  }
+
+  /** Removes a relay's container; tolerates one already gone. */
+  async removeRelay(relayId: string): Promise<void> {
+    try {
+      await this.docker.getContainer(relayContainerName(relayId)).remove({ force: true })
+    } catch (error) {
+      if (!isNotFound(error)) throw error
+    }
+  }
+
+  /** Registers a sandbox on the socket of the relay it joined. */
   async addClient(
     sandboxId: string,
+    relayId: string,
     policy: ProxiedPolicy,
     credentials: readonly BrokeredCredential[],
   ): Promise<string> {
@@ -86,6 +162,7 @@ export class EgressGateway {
     const ack = await this.send({
       op: 'add',
       clientId: sandboxId,
+      socketName: relayId,
       policy,
       ...(credentials.length ? { brokeredCredentials: [...credentials] } : {}),
     })
@@ -108,11 +185,6 @@ export class EgressGateway {
       }, this.options.idleMs ?? DEFAULT_IDLE_MS)
       this.idleTimer.unref()
     }
-  }
-
-  /** Where the gateway serves a sandbox's socket (the `add` command answers with the same path). */
-  socketPathFor(sandboxId: string): string {
-    return `${EGRESS_SOCKET_DIR}/${sandboxId}.sock`
   }
 
   /** Starts the gateway (its network, sockets volume and container) if it is not running. */
@@ -307,6 +379,9 @@ export class EgressGateway {
     this.stopping ??= (async () => {
       if (this.idleTimer) clearTimeout(this.idleTimer)
       this.starting = undefined
+      await this.refilling
+      const spares = this.spareRelays.splice(0)
+      await Promise.all(spares.map((relay) => this.removeRelay(relay.relayId).catch(() => {})))
       this.stdin?.end()
       await this.removeResources()
       this.onGatewayGone()

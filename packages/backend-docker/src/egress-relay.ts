@@ -26,11 +26,14 @@ const server = net.createServer((client) => {
 server.listen(${RELAY_PORT}, '127.0.0.1', () => process.stdout.write('ready\\n'))
 `
 
-export function relayContainerName(sandboxId: string): string {
-  return `cordon-relay-${sandboxId}`
+/** Relays are made ahead of the sandboxes that adopt them, so they are named for themselves. */
+export function relayContainerName(relayId: string): string {
+  return `cordon-relay-${relayId}`
 }
 
 export interface RelayHandle {
+  /** Names the relay's container and its socket at the gateway. */
+  readonly relayId: string
   readonly container: Docker.Container
   /** Starts the relay's container; the sandbox may join its namespace once this resolves. */
   start(): Promise<void>
@@ -45,16 +48,16 @@ export interface RelayHandle {
 export async function createRelay(options: {
   readonly docker: Docker
   readonly image: string
-  readonly sandboxId: string
+  readonly relayId: string
   readonly socketPath: string
   readonly volumeName: string
   readonly labels: Record<string, string>
-  readonly signal: AbortSignal
+  readonly signal?: AbortSignal
 }): Promise<RelayHandle> {
   const { docker } = options
   const role: ResourceRole = 'relay'
   const container = await docker.createContainer({
-    name: relayContainerName(options.sandboxId),
+    name: relayContainerName(options.relayId),
     Image: options.image,
     Entrypoint: ['node', '-e', RELAY_SOURCE],
     Cmd: [options.socketPath],
@@ -94,5 +97,5 @@ export async function createRelay(options: {
     stream.on('end', () => reject(new Error('the egress relay exited before it listened')))
   })
   ready.catch(() => {})
-  return { container, start: () => container.start(), ready }
+  return { relayId: options.relayId, container, start: () => container.start(), ready }
 }

@@ -34,11 +34,12 @@ export class SandboxEgress {
   static async register(
     gateway: EgressGateway,
     sandboxId: string,
+    relayId: string,
     policy: Exclude<EgressPolicy, { kind: 'deny-all' }>,
     credentials: readonly BrokeredCredential[],
   ): Promise<SandboxEgress> {
     const first = policy.kind === 'resolver' ? await resolveToStatic(policy.resolve) : policy
-    const socketPath = await gateway.addClient(sandboxId, first, credentials)
+    const socketPath = await gateway.addClient(sandboxId, relayId, first, credentials)
     const egress = new SandboxEgress(gateway, sandboxId, socketPath)
     if (policy.kind === 'resolver') {
       egress.refreshTimer = setInterval(() => {

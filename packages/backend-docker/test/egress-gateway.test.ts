@@ -372,8 +372,10 @@ describe('egress through the gateway (Docker backend)', () => {
     // Timing is measured in bench/; here only the design is checked: a proxied
     // sandbox adds one relay container and no network of its own.
     await withSandbox({ kind: 'allow-all' }, async (sandbox) => {
-      const relay = await docker.getContainer(`cordon-relay-${sandbox.id}`).inspect()
       const box = await docker.getContainer(`cordon-${sandbox.id}`).inspect()
+      const relay = await docker
+        .getContainer(box.HostConfig.NetworkMode!.slice('container:'.length))
+        .inspect()
       // The relay owns a loopback-only namespace and the sandbox joins it.
       expect(relay.HostConfig.NetworkMode).toBe('none')
       expect(box.HostConfig.NetworkMode).toBe(`container:${relay.Id}`)

@@ -17,6 +17,11 @@ export const gatewayCommandSchema = z.discriminatedUnion('op', [
     id: z.string(),
     op: z.literal('add'),
     clientId: z.string().regex(/^[a-z0-9_]{1,64}$/),
+    /** Name of the client's socket in `socketDir` (default: the client id). */
+    socketName: z
+      .string()
+      .regex(/^[a-z0-9_-]{1,64}$/)
+      .optional(),
     policy: policySchema,
     brokeredCredentials: z.array(brokeredCredentialSchema).optional(),
   }),

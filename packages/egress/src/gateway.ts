@@ -53,7 +53,7 @@ async function main(): Promise<void> {
         await remove(command.clientId)
         // A private IPv6 address per client: the key for its policy, never routed anywhere.
         const address = `fd00:c07d::${(nextClient++).toString(16)}`
-        const socketPath = `${settings.socketDir}/${command.clientId}.sock`
+        const socketPath = `${settings.socketDir}/${command.socketName ?? command.clientId}.sock`
         await rm(socketPath, { force: true })
         proxy.setClientPolicy(address, {
           clientId: command.clientId,
