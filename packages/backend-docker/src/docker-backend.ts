@@ -40,7 +40,8 @@ function proxyEnvironment(): Record<string, string> {
     no_proxy: 'localhost,127.0.0.1',
   }
 }
-const LATE_SWEEP_MS = 3000
+/** When to sweep again after a failed create: a cut-off engine call can land seconds later on a busy engine. */
+const LATE_SWEEPS_MS = [1000, 3000, 8000]
 
 /**
  * The Docker Engine backend. Each sandbox is one hardened container plus the
@@ -111,7 +112,8 @@ export class DockerBackend implements SandboxBackend {
     const removeAfterFailure = async () => {
       await remove()
       // A create call the deadline cut off may still land on the engine; sweep once more shortly after.
-      setTimeout(() => void remove().catch(() => {}), LATE_SWEEP_MS).unref()
+      for (const delay of LATE_SWEEPS_MS)
+        setTimeout(() => void remove().catch(() => {}), delay).unref()
     }
     return withDeadline(
       async (signal) => {

@@ -8,11 +8,11 @@ export default async function setup(): Promise<() => Promise<void>> {
   process.env.CORDON_TEST_RUN_ID ??= `run-${randomUUID()}`
   return async () => {
     const { leftovers } = await import('./test-run.js')
-    // Removal after a failed create is retried once a few seconds later; give it that long.
+    // Removal after a failed create is swept again up to eight seconds later; give it that long.
     let found = await leftovers()
     for (
       let attempt = 0;
-      attempt < 10 && found.containers.length + found.volumes.length + found.networks.length > 0;
+      attempt < 24 && found.containers.length + found.volumes.length + found.networks.length > 0;
       attempt++
     ) {
       await new Promise((resolve) => setTimeout(resolve, 500))

@@ -47,12 +47,18 @@ describe('create and destroy', () => {
     const error = await provider.create().catch((caught: unknown) => caught)
     expect(SandboxCreateTimeoutError.isInstance(error)).toBe(true)
     await provider.close()
-    // The late sweep removes anything whose create call was still in flight.
-    await new Promise((resolve) => setTimeout(resolve, 3500))
-    const containers = await docker.listContainers({
+    // The late sweeps remove anything whose create call was still in flight.
+    let containers = await docker.listContainers({
       all: true,
       filters: { label: [`cordon.provider=${provider.id}`] },
     })
+    for (let attempt = 0; attempt < 40 && containers.length > 0; attempt++) {
+      await new Promise((resolve) => setTimeout(resolve, 250))
+      containers = await docker.listContainers({
+        all: true,
+        filters: { label: [`cordon.provider=${provider.id}`] },
+      })
+    }
     expect(containers).toEqual([])
   })
 
