@@ -3,6 +3,7 @@ import { AgentClient, AgentSandbox, dialTcp, waitForAgent } from '@cordon/agent/
 import {
   type ACIStandbyPoolBackendConfig,
   aciStandbyPoolBackendConfigSchema,
+  cleanupFailureEvent,
   parseConfig,
   type Sandbox,
   type SandboxBackend,
@@ -193,17 +194,14 @@ export function createAciStandbyPoolBackend(
         },
         disposeLate: (late) => late.destroy(),
         onCleanupError: (error) =>
-          context.emit({
-            type: 'lifecycle',
-            phase: 'create.failed',
-            sandboxId: request.id,
-            backend: BACKEND_NAME,
-            timestamp: Date.now(),
-            error: {
-              name: 'CleanupError',
-              message: `deleting container group ${groupName} failed: ${(error as Error)?.message ?? error}`,
-            },
-          }),
+          context.emit(
+            cleanupFailureEvent(
+              request.id,
+              BACKEND_NAME,
+              `deleting container group ${groupName}`,
+              error,
+            ),
+          ),
       },
     )
   }

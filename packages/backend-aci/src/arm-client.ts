@@ -1,4 +1,5 @@
 import {
+  fetchBearerToken,
   SandboxAbortedError,
   SandboxBackendUnavailableError,
   type SandboxError,
@@ -137,18 +138,12 @@ export class ArmClient {
     url: string,
     options: ArmSendOptions,
   ): Promise<ArmResponse> {
-    let token: string
-    try {
-      token = await this.options.getToken()
-    } catch (error) {
-      throw new SandboxBackendUnavailableError(
-        BACKEND_NAME,
-        'getArmToken() failed; no bearer token for Azure Resource Manager',
-        {
-          cause: error,
-        },
-      )
-    }
+    const token = await fetchBearerToken(
+      this.options.getToken,
+      BACKEND_NAME,
+      'getArmToken',
+      'Azure Resource Manager',
+    )
     const signal = options.finishInFlight ? undefined : options.signal
     try {
       const response = await request(url, {

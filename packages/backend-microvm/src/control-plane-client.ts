@@ -1,4 +1,5 @@
 import {
+  fetchBearerToken,
   SandboxAbortedError,
   SandboxBackendUnavailableError,
   SandboxControlRefusedError,
@@ -84,18 +85,12 @@ export class ControlPlaneClient {
   ): Promise<{ status: number; payload: unknown }> {
     if (signal?.aborted)
       throw new SandboxAbortedError(`control-plane ${method}`, { cause: signal.reason })
-    let token: string
-    try {
-      token = await this.options.getToken()
-    } catch (error) {
-      throw new SandboxBackendUnavailableError(
-        BACKEND_NAME,
-        'getToken() failed; no bearer token for the control plane',
-        {
-          cause: error,
-        },
-      )
-    }
+    const token = await fetchBearerToken(
+      this.options.getToken,
+      BACKEND_NAME,
+      'getToken',
+      'the control plane',
+    )
     const url = `${this.base}${path}`
     try {
       const response = await request(url, {

@@ -1,6 +1,7 @@
 import { newAgentSecret } from '@cordon/agent/protocol'
 import { AgentSandbox, waitForAgent } from '@cordon/agent/sandbox'
 import {
+  cleanupFailureEvent,
   type MicroVMBackendConfig,
   microVMBackendConfigSchema,
   parseConfig,
@@ -118,17 +119,7 @@ export function createMicroVMBackend(
         cleanup: () => controlPlane.deleteSandbox(request.id),
         disposeLate: (late) => late.destroy(),
         onCleanupError: (error) =>
-          context.emit({
-            type: 'lifecycle',
-            phase: 'create.failed',
-            sandboxId: request.id,
-            backend: BACKEND_NAME,
-            timestamp: Date.now(),
-            error: {
-              name: 'CleanupError',
-              message: `deleting the guest failed: ${(error as Error)?.message ?? error}`,
-            },
-          }),
+          context.emit(cleanupFailureEvent(request.id, BACKEND_NAME, 'deleting the guest', error)),
       },
     )
   }

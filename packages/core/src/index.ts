@@ -1,4 +1,6 @@
 export * from './backend.js'
+export * from './bearer-token.js'
+export * from './cleanup-failure-event.js'
 export * from './config.js'
 export * from './deadline.js'
 export * from './egress-policy.js'
