@@ -14,10 +14,9 @@ import {
   policySubject,
   splitAuthority,
 } from './authority.js'
-import { buildDecisionEvent } from './decision-event.js'
 import { refuseOnSocket } from './denial.js'
+import { exchangeClient } from './exchange-client.js'
 import { DialError, dialPinned } from './pinned-dial.js'
-import { canonicalClientAddress } from './policy-state.js'
 import type { ProxyRuntime } from './proxy-runtime.js'
 
 export async function handleConnect(
@@ -26,30 +25,14 @@ export async function handleConnect(
   client: Socket,
   head: Buffer,
 ): Promise<void> {
-  const startedAt = Date.now()
   client.on('error', () => {})
   runtime.track(client)
-  const clientAddress = canonicalClientAddress(client.remoteAddress) ?? ''
+  const exchange = exchangeClient(runtime, 'connect', client.remoteAddress)
+  const { startedAt, clientAddress, found, clientId } = exchange
   let host = ''
   let port = 0
-  // Looked up first so that every event, refusals included, names the client.
-  const found = runtime.state.clientFor(clientAddress)
-  const clientId = found.ok ? found.client.clientId : undefined
   const deny = (reason: EgressReasonCode, address?: string): void => {
-    const status = refuseOnSocket(client, reason)
-    runtime.emit(
-      buildDecisionEvent({
-        kind: 'connect',
-        host,
-        port,
-        reason,
-        clientAddress,
-        clientId,
-        address,
-        startedAt,
-        status,
-      }),
-    )
+    exchange.report({ host, port, reason, address, status: refuseOnSocket(client, reason) })
   }
 
   const authority = splitAuthority(request.url ?? '')
@@ -117,22 +100,16 @@ export async function handleConnect(
   let failure: string | undefined
   const report = (): void => {
     release()
-    runtime.emit(
-      buildDecisionEvent({
-        kind: 'connect',
-        host,
-        port,
-        reason: 'allowed',
-        clientAddress,
-        clientId,
-        address,
-        bytesUp: upstream.bytesWritten,
-        bytesDown: upstream.bytesRead,
-        startedAt,
-        status: 200,
-        error: failure,
-      }),
-    )
+    exchange.report({
+      host,
+      port,
+      reason: 'allowed',
+      address,
+      bytesUp: upstream.bytesWritten,
+      bytesDown: upstream.bytesRead,
+      status: 200,
+      error: failure,
+    })
   }
 
   if (client.destroyed) {

@@ -31,10 +31,9 @@ import {
   placeholderScanner,
   secretRedactor,
 } from './credential-broker.js'
-import { buildDecisionEvent } from './decision-event.js'
 import { denialBody, EGRESS_DENIED_HEADER, statusForReason } from './denial.js'
+import { exchangeClient } from './exchange-client.js'
 import { DialError, pinnedConnector } from './pinned-dial.js'
-import { canonicalClientAddress } from './policy-state.js'
 import type { ProxyRuntime } from './proxy-runtime.js'
 
 /** Headers that describe one connection, never the message (RFC 9110 §7.6.1), plus proxy-only ones. */
@@ -71,28 +70,12 @@ export async function handleRequest(
   expectsContinue = false,
 ): Promise<void> {
   if (refusedConnections.has(request.socket)) return
-  const startedAt = Date.now()
-  const clientAddress = canonicalClientAddress(request.socket.remoteAddress) ?? ''
+  const exchange = exchangeClient(runtime, 'http', request.socket.remoteAddress)
+  const { clientAddress, found } = exchange
   let host = ''
   let port = 0
-  // Looked up first so that every event, refusals included, names the client.
-  const found = runtime.state.clientFor(clientAddress)
-  const clientId = found.ok ? found.client.clientId : undefined
   const deny = (reason: EgressReasonCode, address?: string): void => {
-    const status = refuse(response, reason)
-    runtime.emit(
-      buildDecisionEvent({
-        kind: 'http',
-        host,
-        port,
-        reason,
-        clientAddress,
-        clientId,
-        address,
-        startedAt,
-        status,
-      }),
-    )
+    exchange.report({ host, port, reason, address, status: refuse(response, reason) })
   }
 
   const match = ABSOLUTE_HTTP.exec(request.url ?? '')
@@ -192,22 +175,7 @@ export async function handleRequest(
   const finish = (reason: EgressReasonCode, status: number | undefined, error?: string): void => {
     releaseOnce()
     upstream.destroy().catch(() => {})
-    runtime.emit(
-      buildDecisionEvent({
-        kind: 'http',
-        host,
-        port,
-        reason,
-        clientAddress,
-        clientId,
-        address,
-        bytesUp,
-        bytesDown,
-        startedAt,
-        status,
-        error,
-      }),
-    )
+    exchange.report({ host, port, reason, address, bytesUp, bytesDown, status, error })
   }
 
   let answer: Awaited<ReturnType<Client['request']>>
