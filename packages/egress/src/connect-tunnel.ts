@@ -28,7 +28,7 @@ export async function handleConnect(
   client.on('error', () => {})
   runtime.track(client)
   const exchange = exchangeClient(runtime, 'connect', client.remoteAddress)
-  const { startedAt, clientAddress, found, clientId } = exchange
+  const { clientAddress, found } = exchange
   let host = ''
   let port = 0
   const deny = (reason: EgressReasonCode, address?: string): void => {
