@@ -201,3 +201,31 @@ export function containerSpec(options: {
     },
   }
 }
+
+/**
+ * The hardening of cordon's own service containers (the egress gateway and
+ * relays): non-root by the caller's `User`, no capabilities,
+ * no-new-privileges, read-only root, memory without extra swap, a pids
+ * limit, an init process and no log files. Kept in one place so a change to
+ * it reaches every service container.
+ */
+export function serviceHostConfig(options: {
+  readonly networkMode: string
+  readonly memoryMb: number
+  readonly pidsLimit: number
+  readonly mounts: MountSettings[]
+}): NonNullable<ContainerCreateOptions['HostConfig']> {
+  const memory = options.memoryMb * 1024 * 1024
+  return {
+    NetworkMode: options.networkMode,
+    CapDrop: ['ALL'],
+    SecurityOpt: ['no-new-privileges:true'],
+    ReadonlyRootfs: true,
+    Memory: memory,
+    MemorySwap: memory,
+    PidsLimit: options.pidsLimit,
+    Init: true,
+    Mounts: options.mounts,
+    LogConfig: { Type: 'none', Config: {} },
+  }
+}

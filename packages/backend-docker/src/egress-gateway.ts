@@ -15,6 +15,7 @@ import {
   type GatewaySettings,
 } from '@cordon/egress'
 import type Docker from 'dockerode'
+import { serviceHostConfig } from './container-spec.js'
 import {
   createRelay,
   EGRESS_SOCKET_DIR,
@@ -246,21 +247,22 @@ export class EgressGateway {
       StdinOnce: false,
       Tty: false,
       HostConfig: {
-        NetworkMode: this.names.network,
-        CapDrop: ['ALL'],
-        SecurityOpt: ['no-new-privileges:true'],
-        ReadonlyRootfs: true,
-        Memory: 256 * 1024 * 1024,
-        MemorySwap: 256 * 1024 * 1024,
-        PidsLimit: 128,
-        Init: true,
-        Mounts: [
-          { Type: 'volume', Source: this.names.volume, Target: EGRESS_SOCKET_DIR, ReadOnly: false },
-        ],
+        ...serviceHostConfig({
+          networkMode: this.names.network,
+          memoryMb: 256,
+          pidsLimit: 128,
+          mounts: [
+            {
+              Type: 'volume',
+              Source: this.names.volume,
+              Target: EGRESS_SOCKET_DIR,
+              ReadOnly: false,
+            },
+          ],
+        }),
         ExtraHosts: Object.entries(this.options.hosts).map(
           ([name, address]) => `${name}:${address}`,
         ),
-        LogConfig: { Type: 'none', Config: {} },
       },
     })
     this.container = container

@@ -1,5 +1,6 @@
 import { PassThrough } from 'node:stream'
 import type Docker from 'dockerode'
+import { serviceHostConfig } from './container-spec.js'
 import { LABEL, type ResourceRole } from './owner-labels.js'
 
 /** Where the sandbox's HTTP proxy listens, inside the sandbox's own network namespace. */
@@ -66,20 +67,14 @@ export async function createRelay(options: {
     AttachStdout: true,
     AttachStderr: true,
     NetworkDisabled: true,
-    HostConfig: {
-      NetworkMode: 'none',
-      CapDrop: ['ALL'],
-      SecurityOpt: ['no-new-privileges:true'],
-      ReadonlyRootfs: true,
-      Memory: 64 * 1024 * 1024,
-      MemorySwap: 64 * 1024 * 1024,
-      PidsLimit: 32,
-      Init: true,
-      Mounts: [
+    HostConfig: serviceHostConfig({
+      networkMode: 'none',
+      memoryMb: 64,
+      pidsLimit: 32,
+      mounts: [
         { Type: 'volume', Source: options.volumeName, Target: EGRESS_SOCKET_DIR, ReadOnly: true },
       ],
-      LogConfig: { Type: 'none', Config: {} },
-    },
+    }),
     abortSignal: options.signal,
   } as Docker.ContainerCreateOptions)
   const stream = await container.attach({ stream: true, stdout: true, stderr: true })

@@ -1,21 +1,12 @@
 import { execFileSync } from 'node:child_process'
-import { mkdtempSync, readdirSync, readFileSync, rmSync } from 'node:fs'
+import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { checkPackage, createPackageFromTarballData } from '@arethetypeswrong/core'
 import { afterAll, describe, expect, it } from 'vitest'
+import { publishablePackages } from './publishable-packages.js'
 
-const packagesDir = fileURLToPath(new URL('../../../packages', import.meta.url))
-const publishable = readdirSync(packagesDir)
-  .map((name) => join(packagesDir, name))
-  .filter((dir) => {
-    try {
-      return JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8')).private !== true
-    } catch {
-      return false
-    }
-  })
+const publishable = publishablePackages()
 const packDir = mkdtempSync(join(tmpdir(), 'cordon-attw-'))
 
 afterAll(() => rmSync(packDir, { recursive: true, force: true }))
@@ -26,8 +17,7 @@ afterAll(() => rmSync(packDir, { recursive: true, force: true }))
  * problem (missing types, masquerading formats, unresolvable subpaths) fails.
  */
 describe('type resolution of every publishable package (arethetypeswrong)', () => {
-  for (const dir of publishable) {
-    const manifest = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8'))
+  for (const { dir, manifest } of publishable) {
     it(`${manifest.name} resolves its types under node16 ESM and bundlers`, async () => {
       const output = execFileSync('npm', ['pack', '--json', '--pack-destination', packDir], {
         cwd: dir,
