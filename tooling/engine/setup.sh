@@ -132,8 +132,10 @@ cordon_engine_setup() {
     else
       _ce_say "starting dockerd (log: $dockerd_log)"
       # No systemd here. dockerd starts and supervises its own containerd when no
-      # system containerd socket answers.
-      (cd / && exec setsid nohup dockerd >>"$dockerd_log" 2>&1 </dev/null) &
+      # system containerd socket answers. It must not inherit the set-up lock's
+      # descriptor (fd 9): it outlives this script, and would hold the lock for
+      # as long as it runs, so the next set-up would wait on it in vain.
+      (cd / && exec setsid nohup dockerd >>"$dockerd_log" 2>&1 </dev/null 9>&-) &
       disown 2>/dev/null || true
       _ce_started=1
     fi
