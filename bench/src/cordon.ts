@@ -1,5 +1,5 @@
 import { pathToFileURL } from 'node:url'
-import type { SandboxProvider } from '@cordon/core'
+import type { CordonSandboxProvider } from '@cordon/core'
 import { BENCH_IMAGE, BENCH_LABELS } from './engine.js'
 
 /**
@@ -17,12 +17,12 @@ export const CORDON_BUILD = alternative ?? '@cordon/backend-docker (workspace)'
 /**
  * A cordon provider as a host would configure it: the Docker backend, the
  * bench image, an `ephemeral` outputs mount and every default (deny-all,
- * 512 MiB, 256 processes, one CPU).
+ * 512 MiB, 32 processes, one CPU).
  */
-export function cordonProvider(options: { poolSize?: number } = {}): SandboxProvider {
+export function cordonProvider(options: { poolSize?: number } = {}): CordonSandboxProvider {
   return backend.createDockerSandboxProvider({
     backend: { tier: 'container', image: BENCH_IMAGE, labels: BENCH_LABELS },
-    layout: { outputs: { source: { kind: 'ephemeral' } } },
+    layout: { outputs: { source: { type: 'ephemeral' } } },
     ...(options.poolSize ? { pool: { size: options.poolSize } } : {}),
   })
 }

@@ -11,7 +11,7 @@ import { tmpdir } from 'node:os'
 import { dirname, join, posix, relative } from 'node:path'
 import { Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
-import type { Sandbox } from '@cordon/core'
+import type { CordonSandbox } from '@cordon/core'
 import { cordonProvider } from './cordon.js'
 import { removeContainer, removeVolume, runQuiet } from './engine.js'
 import { OUTPUTS_PATH } from './hardened-spec.js'
@@ -118,7 +118,7 @@ export const fileTransfer: Scenario = async ({ quick, log }) => {
   const provider = cordonProvider()
   const bigRounds = quick ? { warmup: 1, iterations: 2 } : { warmup: 1, iterations: 7 }
   const smallRounds = quick ? { warmup: 0, iterations: 1 } : { warmup: 1, iterations: 3 }
-  let sandbox: Sandbox | undefined
+  let sandbox: CordonSandbox | undefined
   let floor: Awaited<ReturnType<typeof createFloorSandbox>> | undefined
   let tc: Awaited<ReturnType<typeof startTestcontainer>> | undefined
   try {
@@ -127,7 +127,7 @@ export const fileTransfer: Scenario = async ({ quick, log }) => {
     floor = await createFloorSandbox()
     tc = await startTestcontainer()
     const cordonSandbox = sandbox
-    const batch = sandbox as Sandbox & BatchFiles
+    const batch = sandbox as CordonSandbox & BatchFiles
     const batchWrite = typeof batch.writeFiles === 'function'
     const batchRead = typeof batch.readFiles === 'function'
     // Without batch calls cordon moves small files one archive call each,

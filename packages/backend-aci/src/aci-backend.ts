@@ -2,20 +2,22 @@ import { newAgentSecret } from '@cordon/agent/protocol'
 import { AgentClient, AgentSandbox, dialTcp, waitForAgent } from '@cordon/agent/sandbox'
 import {
   type ACIStandbyPoolBackendConfig,
-  aciStandbyPoolBackendConfigSchema,
-  cleanupFailureEvent,
-  parseConfig,
-  type Sandbox,
-  type SandboxBackend,
-  type SandboxBackendContext,
-  type SandboxBackendFactory,
+  type SandboxBackendOptions,
   SandboxConfigValidationError,
   SandboxControlRefusedError,
-  type SandboxCreateRequest,
   SandboxCreateTimeoutError,
   SandboxReadinessError,
-  withDeadline,
 } from '@cordon/core'
+import {
+  type CordonSandboxBackend,
+  cleanupFailureEvent,
+  parseBackendConfig,
+  resolveBackendOptions,
+  type SandboxBackendContext,
+  type SandboxBackendFactory,
+  withDeadline,
+  writableRoots,
+} from '@cordon/core/backend'
 import {
   BACKEND_NAME,
   DEFAULT_AGENT_PORT,
@@ -60,12 +62,8 @@ export const createBackend: SandboxBackendFactory<ACIStandbyPoolBackendConfig> =
 export function createAciStandbyPoolBackend(
   input: ACIStandbyPoolBackendConfig,
   context: SandboxBackendContext,
-): SandboxBackend {
-  const config = parseConfig(
-    aciStandbyPoolBackendConfigSchema,
-    input,
-    `${BACKEND_NAME} backend config`,
-  )
+): CordonSandboxBackend {
+  const config = parseBackendConfig(input)
   const prefix = config.containerNamePrefix ?? DEFAULT_NAME_PREFIX
   const problems = namePrefixProblems(prefix)
   if (!context.layout)
@@ -85,8 +83,8 @@ export function createAciStandbyPoolBackend(
     )
   }
 
-  const readinessTimeoutMs = config.readinessTimeoutMs ?? DEFAULT_READINESS_TIMEOUT_MS
-  const agentPort = config.agentPort ?? DEFAULT_AGENT_PORT
+  const readyTimeoutMs = config.readyTimeoutMs ?? DEFAULT_READINESS_TIMEOUT_MS
+  const agentPort = config.workerPort ?? DEFAULT_AGENT_PORT
   const client = new ArmClient({
     endpoint: config.armEndpoint ?? DEFAULT_ARM_ENDPOINT,
     getToken: config.getArmToken,
@@ -120,7 +118,8 @@ export function createAciStandbyPoolBackend(
     return untilAborted(profile.facts, signal, 'create')
   }
 
-  const create = async (request: SandboxCreateRequest): Promise<Sandbox> => {
+  const create = async (options: SandboxBackendOptions): Promise<AgentSandbox> => {
+    const request = resolveBackendOptions(options)
     // Refused before any request to Azure: nothing about the pool can change these.
     refuseUncontrollableEgress(request.egress, config.subnetId)
     const groupName = groupNameFor(prefix, request.id)
@@ -156,8 +155,8 @@ export function createAciStandbyPoolBackend(
           dial: dialTcp(group.address, agentPort),
           description: `tcp:${group.address}:${agentPort}`,
         })
-        const health = await waitForAgent(agent, request.id, signal)
-        const missing = layout.writableRoots.filter((root) => !health.writeRoots.includes(root))
+        const health = await waitForAgent(agent, request.id, signal, config.readyPollIntervalMs)
+        const missing = writableRoots(layout).filter((root) => !health.writeRoots.includes(root))
         if (missing.length > 0) {
           throw new SandboxReadinessError(
             `the agent in sandbox ${request.id} may not write ${missing.join(', ')}; the profile's CORDON_AGENT_WRITE_ROOTS must list the layout's writable paths`,
@@ -167,9 +166,10 @@ export function createAciStandbyPoolBackend(
         phase = 'ready'
         return new AgentSandbox({
           id: request.id,
-          rootDir: layout.outputsPath,
+          rootDir: layout.outputs.containerPath,
           env: request.env,
           workingDirectory: request.workingDirectory,
+          execTimeoutMs: request.execTimeoutMs,
           client: agent,
           backend: BACKEND_NAME,
           emit: context.emit,
@@ -177,12 +177,12 @@ export function createAciStandbyPoolBackend(
         })
       },
       {
-        timeoutMs: readinessTimeoutMs,
+        timeoutMs: readyTimeoutMs,
         signal: request.signal,
         operation: 'create',
         onTimeout: () =>
           new SandboxCreateTimeoutError(
-            readinessTimeoutMs,
+            readyTimeoutMs,
             phase,
             setback ? { cause: setback } : {},
           ),
@@ -207,6 +207,7 @@ export function createAciStandbyPoolBackend(
   }
 
   return {
+    tier: 'container',
     name: BACKEND_NAME,
     create,
     async close() {

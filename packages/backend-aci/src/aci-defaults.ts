@@ -13,7 +13,7 @@ export const STANDBY_POOL_API_VERSION = '2025-10-01'
 /** Budget of `create()`: claim, address, and the agent answering. */
 export const DEFAULT_READINESS_TIMEOUT_MS = 60_000
 /** TCP port the agent listens on in the container (the profile must expose it). */
-export const DEFAULT_AGENT_PORT = 7070
+export const DEFAULT_AGENT_PORT = 2024
 export const DEFAULT_NAME_PREFIX = 'cordon'
 /** The config-map key a claim delivers the agent secret under. */
 export const SECRET_CONFIG_MAP_KEY = 'cordon-agent-secret'

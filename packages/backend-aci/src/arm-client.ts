@@ -1,12 +1,11 @@
 import {
-  fetchBearerToken,
   SandboxAbortedError,
   SandboxBackendUnavailableError,
   type SandboxError,
   SandboxOperationError,
   SandboxTransportError,
-  sleep,
 } from '@cordon/core'
+import { fetchBearerToken, sleep } from '@cordon/core/backend'
 import { Agent, request } from 'undici'
 import { BACKEND_NAME } from './aci-defaults.js'
 import { ArmAuthorizationError, ArmConflictError, ArmRequestFailure } from './arm-errors.js'

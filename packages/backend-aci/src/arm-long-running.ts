@@ -1,4 +1,5 @@
-import { SandboxOperationError, sleep } from '@cordon/core'
+import { SandboxOperationError } from '@cordon/core'
+import { sleep } from '@cordon/core/backend'
 import type { ArmClient, ArmResponse, ArmSendOptions } from './arm-client.js'
 import { ArmRequestFailure } from './arm-errors.js'
 import { parseRetryAfter } from './arm-retry.js'

@@ -2,8 +2,8 @@ import {
   type EgressPolicy,
   type ResolvedContainerSandboxLayout,
   SandboxControlRefusedError,
-  type SandboxCreateRequest,
 } from '@cordon/core'
+import { type LayoutMountPlan, planLayoutMounts, type SandboxCreateRequest } from '@cordon/core/backend'
 import { BACKEND_NAME } from './aci-defaults.js'
 import type { ProfileFacts } from './profile-facts.js'
 
@@ -77,8 +77,8 @@ export function refuseLimitMismatch(
  * taken as it is; an `azureFileShare` must already be mounted by the profile.
  */
 export function refuseUnmountableLayout(layout: ResolvedContainerSandboxLayout): void {
-  for (const mount of layout.mounts) {
-    const { kind } = mount.source
+  for (const mount of planLayoutMounts(layout)) {
+    const kind = mount.source.type
     if (kind === 'inImage' || kind === 'azureFileShare') continue
     refuse(
       `layout.${mountName(mount)}.${kind}`,
@@ -94,9 +94,9 @@ export function refuseLayoutProfileMismatch(
   layout: ResolvedContainerSandboxLayout,
   profile: ProfileFacts,
 ): void {
-  for (const mount of layout.mounts) {
+  for (const mount of planLayoutMounts(layout)) {
     const source = mount.source
-    if (source.kind !== 'azureFileShare') continue
+    if (source.type !== 'azureFileShare') continue
     const found = profile.mounts.find((candidate) => candidate.mountPath === mount.containerPath)
     const matches =
       found?.source.kind === 'azureFile' &&
@@ -117,6 +117,6 @@ export function refuseLayoutProfileMismatch(
   }
 }
 
-function mountName(mount: ResolvedContainerSandboxLayout['mounts'][number]): string {
+function mountName(mount: LayoutMountPlan): string {
   return mount.role === 'skill' ? `skills.${mount.skillId}` : mount.role
 }

@@ -1,4 +1,5 @@
-import { SandboxBackendUnavailableError, SandboxOperationError, sleep } from '@cordon/core'
+import { SandboxBackendUnavailableError, SandboxOperationError } from '@cordon/core'
+import { sleep } from '@cordon/core/backend'
 import { BACKEND_NAME, SECRET_CONFIG_MAP_KEY, STANDBY_POOL_API_VERSION } from './aci-defaults.js'
 import type { ArmClient, ArmResponse } from './arm-client.js'
 import { followLongRunningOperation, provisioningStateOf } from './arm-long-running.js'

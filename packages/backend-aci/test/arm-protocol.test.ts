@@ -1,9 +1,4 @@
-import {
-  SandboxAbortedError,
-  SandboxBackendUnavailableError,
-  SandboxCreateTimeoutError,
-  SandboxOperationError,
-} from '@cordon/core'
+import { SandboxAbortedError, SandboxBackendUnavailableError, SandboxCreateTimeoutError, SandboxOperationError } from '@cordon/core'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { ArmAuthorizationError, ArmConflictError, ArmRequestFailure } from '../src/index.js'
 import {
@@ -128,7 +123,7 @@ describe('ARM protocol (Azure-AsyncOperation)', () => {
       { kind: 'throttle', retryAfterSeconds: 1 },
       { count: 100, method: 'PUT' },
     )
-    const { backend } = testBackend(standin!, { readinessTimeoutMs: 2_500 })
+    const { backend } = testBackend(standin!, { readyTimeoutMs: 2_500 })
     const error = await rejectionOf(backend.create(createRequest(standin!)))
     await backend.close()
     expect(SandboxCreateTimeoutError.isInstance(error)).toBe(true)
@@ -201,7 +196,7 @@ describe('ARM protocol (Azure-AsyncOperation)', () => {
 
   it('deletes a group whose provisioning outlasts the budget', async () => {
     standin!.faults.slowProvisioning(5_000)
-    const { backend } = testBackend(standin!, { readinessTimeoutMs: 1_500 })
+    const { backend } = testBackend(standin!, { readyTimeoutMs: 1_500 })
     const error = await rejectionOf(backend.create(createRequest(standin!)))
     await backend.close()
     expect(SandboxCreateTimeoutError.isInstance(error)).toBe(true)
@@ -252,7 +247,7 @@ describe('ARM protocol (Azure-AsyncOperation)', () => {
 
   it('times out on a pool that stays empty, saying what the pool reported', async () => {
     standin!.faults.inject({ kind: 'pool-empty' }, { count: 100 })
-    const { backend } = testBackend(standin!, { readinessTimeoutMs: 2_000 })
+    const { backend } = testBackend(standin!, { readyTimeoutMs: 2_000 })
     const error = await rejectionOf(backend.create(createRequest(standin!)))
     await backend.close()
     expect(SandboxCreateTimeoutError.isInstance(error)).toBe(true)

@@ -1,13 +1,10 @@
+import { type ACIStandbyPoolBackendConfig, resolveLayout, type SandboxBackend, type SandboxEvent } from '@cordon/core'
 import {
-  type ACIStandbyPoolBackendConfig,
   DENY_ALL,
   newSandboxId,
-  resolveLayout,
-  type SandboxBackend,
   type SandboxBackendContext,
   type SandboxCreateRequest,
-  type SandboxEvent,
-} from '@cordon/core'
+} from '@cordon/core/backend'
 import { createAciStandbyPoolBackend } from '../src/index.js'
 import { backendConfig, OUTPUTS_IN_IMAGE, type TestStandin } from './standin-fixture.js'
 

@@ -146,7 +146,7 @@ async function readGroup(standin: TestStandin, name: string): Promise<ClaimedGro
 }
 
 async function healthWith(ip: string, secret: string) {
-  const connection = new FramedConnection(connect(7070, ip))
+  const connection = new FramedConnection(connect(2024, ip))
   try {
     await authenticateToAgent(connection, secret)
     return await requestHealth(connection)

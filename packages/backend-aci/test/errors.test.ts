@@ -1,9 +1,4 @@
-import {
-  SandboxBackendUnavailableError,
-  SandboxError,
-  SandboxOperationError,
-  serializeSandboxError,
-} from '@cordon/core'
+import { SandboxBackendUnavailableError, SandboxError, SandboxOperationError, serializeSandboxError } from '@cordon/core'
 import { describe, expect, it } from 'vitest'
 import { ArmAuthorizationError, ArmConflictError, ArmRequestFailure } from '../src/index.js'
 

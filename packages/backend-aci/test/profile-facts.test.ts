@@ -12,7 +12,7 @@ function profile(
 ) {
   const env = {
     CORDON_ACI_SECRET_FILE: '/mnt/configmap/sandbox/cordon-agent-secret',
-    CORDON_AGENT_LISTEN: 'tcp:0.0.0.0:7070',
+    CORDON_AGENT_LISTEN: 'tcp:0.0.0.0:2024',
     CORDON_MAX_PROCESSES: '256',
     ...overrides.env,
   }
@@ -38,7 +38,7 @@ function profile(
       ],
       ipAddress: {
         type: 'Private',
-        ports: (overrides.ports ?? [7070]).map((port) => ({ port, protocol: 'TCP' })),
+        ports: (overrides.ports ?? [2024]).map((port) => ({ port, protocol: 'TCP' })),
       },
     },
   }
@@ -46,7 +46,7 @@ function profile(
 
 function problemsOf(document: unknown): string[] {
   try {
-    parseProfileDocument(document, 7070)
+    parseProfileDocument(document, 2024)
   } catch (error) {
     expect(SandboxConfigValidationError.isInstance(error)).toBe(true)
     return (error as SandboxConfigValidationError).issues.map((issue) => issue.path)
@@ -56,7 +56,7 @@ function problemsOf(document: unknown): string[] {
 
 describe('container group profile', () => {
   it('reads the envelope every claim inherits', () => {
-    expect(parseProfileDocument(profile(), 7070)).toEqual({
+    expect(parseProfileDocument(profile(), 2024)).toEqual({
       revision: 3,
       containerName: 'sandbox',
       memoryLimitMb: 1536,
@@ -82,7 +82,7 @@ describe('container group profile', () => {
     container.properties.environmentVariables = container.properties.environmentVariables.filter(
       (v) => v.name !== 'CORDON_MAX_PROCESSES',
     )
-    expect(parseProfileDocument(document, 7070)).toMatchObject({
+    expect(parseProfileDocument(document, 2024)).toMatchObject({
       memoryLimitMb: 1024,
       maxProcesses: undefined,
     })

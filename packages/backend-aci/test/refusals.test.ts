@@ -1,10 +1,4 @@
-import {
-  type ContainerSandboxLayout,
-  type EgressPolicy,
-  resolveLayout,
-  SandboxConfigValidationError,
-  SandboxControlRefusedError,
-} from '@cordon/core'
+import { type ContainerSandboxLayout, type EgressPolicy, resolveLayout, SandboxConfigValidationError, SandboxControlRefusedError } from '@cordon/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createAciStandbyPoolBackend } from '../src/index.js'
 import { createRequest, groupsGone, requestsSince, testBackend } from './backend-fixture.js'

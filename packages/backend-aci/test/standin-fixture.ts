@@ -1,14 +1,11 @@
 import { randomBytes } from 'node:crypto'
 import { type ArmStandin, type ArmStandinOptions, startArmStandin } from '@cordon/arm-standin'
+import { type ACIStandbyPoolBackendConfig, type ContainerSandboxLayout, type SandboxProvider, type SandboxProviderConfig } from '@cordon/core'
 import {
-  type ACIStandbyPoolBackendConfig,
-  type ContainerSandboxLayout,
   composeProvider,
   prepareProviderConfig,
   type SandboxBackendContext,
-  type SandboxProvider,
-  type SandboxProviderConfig,
-} from '@cordon/core'
+} from '@cordon/core/backend'
 import { aciEntrypointPath, createBackend } from '../src/index.js'
 import { TEST_RUN_ID, TEST_RUN_LABEL } from './test-run.js'
 
@@ -50,7 +47,7 @@ export function backendConfig(
   return {
     ...standin.backendConfig(),
     getArmToken: async () => token,
-    readinessTimeoutMs: 30_000,
+    readyTimeoutMs: 30_000,
     ...overrides,
   }
 }

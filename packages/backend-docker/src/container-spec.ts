@@ -2,8 +2,8 @@ import {
   type ContainerBackendConfig,
   type ResolvedContainerSandboxLayout,
   SandboxControlRefusedError,
-  type SandboxCreateRequest,
 } from '@cordon/core'
+import { type LayoutMountPlan, planLayoutMounts, type SandboxCreateRequest } from '@cordon/core/backend'
 import type { ContainerCreateOptions, MountSettings } from 'dockerode'
 
 export const DEFAULT_USER = '1000:1000'
@@ -32,14 +32,14 @@ export function workspaceVolumes(
   sandboxId: string,
   layout: ResolvedContainerSandboxLayout,
 ): WorkspaceVolume[] {
-  return layout.mounts
-    .filter((mount) => mount.source.kind === 'ephemeral')
+  return planLayoutMounts(layout)
+    .filter((mount) => mount.source.type === 'ephemeral')
     .map((mount) => ({
       name: workspaceVolumeName(sandboxId, mount.containerPath),
       containerPath: mount.containerPath,
       readOnly: mount.readOnly,
       sizeMb:
-        (mount.source.kind === 'ephemeral' ? mount.source.sizeMb : undefined) ??
+        (mount.source.type === 'ephemeral' ? mount.source.sizeMb : undefined) ??
         DEFAULT_EPHEMERAL_SIZE_MB,
     }))
 }
@@ -55,33 +55,33 @@ export function layoutMounts(
   backend: string,
   engineSocketPath: string | undefined,
 ): MountSettings[] {
-  return layout.mounts.map((mount) => engineMount(sandboxId, mount, backend, engineSocketPath))
+  return planLayoutMounts(layout).map((mount) => engineMount(sandboxId, mount, backend, engineSocketPath))
 }
 
 function engineMount(
   sandboxId: string,
-  mount: ResolvedContainerSandboxLayout['mounts'][number],
+  mount: LayoutMountPlan,
   backend: string,
   engineSocketPath: string | undefined,
 ): MountSettings {
   {
     const source = mount.source
-    switch (source.kind) {
+    switch (source.type) {
       case 'hostDir': {
         if (
           engineSocketPath &&
-          (engineSocketPath === source.path ||
-            engineSocketPath.startsWith(`${source.path.replace(/\/$/, '')}/`))
+          (engineSocketPath === source.hostPath ||
+            engineSocketPath.startsWith(`${source.hostPath.replace(/\/$/, '')}/`))
         ) {
           throw new SandboxControlRefusedError(
             `layout.${mount.role}.source`,
             backend,
-            `host directory ${source.path} contains the engine socket ${engineSocketPath}; mounting it would hand the sandbox the engine`,
+            `host directory ${source.hostPath} contains the engine socket ${engineSocketPath}; mounting it would hand the sandbox the engine`,
           )
         }
         return {
           Type: 'bind',
-          Source: source.path,
+          Source: source.hostPath,
           Target: mount.containerPath,
           ReadOnly: mount.readOnly,
         }
@@ -167,7 +167,7 @@ export function containerSpec(options: {
     Entrypoint: [...KEEP_ALIVE],
     Cmd: [],
     User: config.user ?? DEFAULT_USER,
-    WorkingDir: request.workingDirectory ?? layout.outputsPath,
+    WorkingDir: request.workingDirectory,
     Env: Object.entries({ ...request.env, ...options.proxyEnv }).map(
       ([key, value]) => `${key}=${value}`,
     ),

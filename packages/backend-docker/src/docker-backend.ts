@@ -1,14 +1,18 @@
 import {
   type ContainerBackendConfig,
-  type Sandbox,
-  type SandboxBackend,
-  type SandboxBackendContext,
+  type CordonSandbox,
+  type SandboxBackendOptions,
   SandboxControlRefusedError,
-  type SandboxCreateRequest,
   SandboxCreateTimeoutError,
   SandboxReadinessError,
-  withDeadline,
 } from '@cordon/core'
+import {
+  type CordonSandboxBackend,
+  resolveBackendOptions,
+  type SandboxBackendContext,
+  type SandboxCreateRequest,
+  withDeadline,
+} from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import {
   containerSpec,
@@ -23,7 +27,7 @@ import { RELAY_PORT, type RelayHandle, relayContainerName } from './egress-relay
 import { connectEngine, type EngineConnection } from './engine-connection.js'
 import { isNotFound, translateEngineError } from './engine-errors.js'
 import { EngineEvents } from './engine-events.js'
-import { LABEL, ownerLabels, type ResourceRole } from './owner-labels.js'
+import { LABEL, ownerLabels, type ResourceRole } from '@cordon/core/backend'
 import { SandboxEgress } from './sandbox-egress.js'
 
 export const DEFAULT_READINESS_TIMEOUT_MS = 30_000
@@ -49,7 +53,8 @@ const LATE_SWEEPS_MS = [1000, 3000, 8000]
  * run in it, and removes everything it made if any step fails or the signal
  * aborts.
  */
-export class DockerBackend implements SandboxBackend {
+export class DockerBackend implements CordonSandboxBackend {
+  readonly tier = 'container' as const
   readonly name: string
   private readonly engine: EngineConnection
   private readonly events: EngineEvents
@@ -68,7 +73,8 @@ export class DockerBackend implements SandboxBackend {
     this.user = config.user ?? DEFAULT_USER
   }
 
-  async create(request: SandboxCreateRequest): Promise<Sandbox> {
+  async create(options: SandboxBackendOptions): Promise<CordonSandbox> {
+    const request = resolveBackendOptions(options)
     const layout = this.context.layout
     if (!layout) {
       throw new SandboxControlRefusedError(
@@ -102,7 +108,7 @@ export class DockerBackend implements SandboxBackend {
       volumes: volumes.map((volume) => volume.name),
     }
     let egress: SandboxEgress | undefined
-    const timeoutMs = this.config.readinessTimeoutMs ?? DEFAULT_READINESS_TIMEOUT_MS
+    const timeoutMs = this.config.readyTimeoutMs ?? DEFAULT_READINESS_TIMEOUT_MS
     let phase = 'starting'
 
     const remove = async () => {
@@ -172,13 +178,14 @@ export class DockerBackend implements SandboxBackend {
           user: this.user,
           owner: parseOwner(this.user),
           layout,
-          workingDirectory: request.workingDirectory ?? layout.outputsPath,
+          workingDirectory: request.workingDirectory,
+          execTimeoutMs: request.execTimeoutMs,
           events: this.events,
           egress,
           remove,
         })
         await this.waitUntilExecReady(container, sandbox, request.id, signal, timeoutMs)
-        return sandbox as Sandbox
+        return sandbox
       },
       {
         timeoutMs,
@@ -237,8 +244,8 @@ export class DockerBackend implements SandboxBackend {
       ...ownerLabels(this.context.providerId),
       [LABEL.sandbox]: request.id,
       [LABEL.role]: role,
-      ...(request.timeoutMs !== undefined
-        ? { [LABEL.expires]: String(Date.now() + request.timeoutMs) }
+      ...(request.lifetimeMs !== undefined
+        ? { [LABEL.expires]: String(Date.now() + request.lifetimeMs) }
         : {}),
     }
   }

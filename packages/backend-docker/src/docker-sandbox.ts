@@ -1,26 +1,5 @@
-import {
-  concatBytes,
-  type ResolvedContainerSandboxLayout,
-  type Sandbox,
-  type SandboxByteSource,
-  SandboxControlRefusedError,
-  SandboxDestroyedError,
-  type SandboxDestroyOptions,
-  type SandboxExecOptions,
-  type SandboxExecResult,
-  type SandboxFileContent,
-  type SandboxFileEntry,
-  type SandboxFileOptions,
-  type SandboxFileWrite,
-  type SandboxId,
-  type SandboxNetworkPolicyUpdate,
-  type SandboxProcess,
-  type SandboxStartOptions,
-  type SandboxStatus,
-  type SandboxWriteFileOptions,
-  throwIfAborted,
-  validateExecRequest,
-} from '@cordon/core'
+import { type ResolvedContainerSandboxLayout, type CordonSandbox, type SandboxEnvironment, type SandboxByteSource, SandboxControlRefusedError, SandboxDestroyedError, type SandboxDestroyOptions, type SandboxExecOptions, type SandboxExecResult, type SandboxFileContent, type SandboxFileEntry, type SandboxFileOptions, type SandboxFileWrite, type SandboxId, type SandboxNetworkPolicy, type SandboxProcess, type SandboxStartOptions, type SandboxStatus, type SandboxWriteFileOptions } from '@cordon/core'
+import { readableRoots, throwIfAborted, validateExecRequest, writableRoots } from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import { ArchiveFiles, type FileOwner } from './archive-files.js'
 import { translateEngineError } from './engine-errors.js'
@@ -39,6 +18,8 @@ export interface DockerSandboxParts {
   readonly owner: FileOwner
   readonly layout: ResolvedContainerSandboxLayout
   readonly workingDirectory: string
+  /** Timeout of an exec that names none, in ms. */
+  readonly execTimeoutMs: number
   readonly events: EngineEvents
   /** The sandbox's registration at the egress gateway; absent under `deny-all`. */
   readonly egress: SandboxEgress | undefined
@@ -47,17 +28,22 @@ export interface DockerSandboxParts {
 }
 
 /** A sandbox backed by one hardened container. */
-export class DockerSandbox implements Sandbox {
+export class DockerSandbox implements CordonSandbox {
   readonly id: SandboxId
   readonly rootDir: string
-  private currentStatus: SandboxStatus = 'ready'
+  readonly environment: SandboxEnvironment = 'linux-namespace'
+  private currentStatus: 'ready' | 'destroying' | 'failed' | 'destroyed' = 'ready'
+  private readonly writable: readonly string[]
+  private readonly readable: readonly string[]
   private destroying: Promise<void> | undefined
   private readonly files: ArchiveFiles
   private readonly live = new Set<ExecSession>()
 
   constructor(private readonly parts: DockerSandboxParts) {
     this.id = parts.id
-    this.rootDir = parts.layout.outputsPath
+    this.rootDir = parts.layout.outputs.containerPath
+    this.writable = writableRoots(parts.layout)
+    this.readable = readableRoots(parts.layout)
     this.files = new ArchiveFiles(parts.container, parts.owner)
     // A container that stops on its own (under gVisor, an out-of-memory kill
     // ends the whole sandbox) leaves a sandbox that can run nothing more.
@@ -76,7 +62,12 @@ export class DockerSandbox implements Sandbox {
   }
 
   get status(): SandboxStatus {
-    return this.currentStatus
+    if (this.currentStatus !== 'ready') return 'destroyed'
+    return this.live.size > 0 ? 'busy' : 'ready'
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.destroy()
   }
 
   async exec(
@@ -88,7 +79,7 @@ export class DockerSandbox implements Sandbox {
     const session = await this.startSession(
       command,
       args,
-      options,
+      { ...options, timeout: options.timeout ?? this.parts.execTimeoutMs },
       options.stdin !== undefined ? 'open' : 'none',
     )
     if (options.stdin !== undefined) {
@@ -112,11 +103,25 @@ export class DockerSandbox implements Sandbox {
     const session = await this.startSession(command, args, options, openStdin ? 'open' : 'none')
     const result = this.awaitSession(session)
     result.catch(() => {})
+    let ended = false
+    result.then(
+      () => {
+        ended = true
+      },
+      () => {
+        ended = true
+      },
+    )
     return {
       write: (data) => session.write(data),
       closeStdin: () => session.closeStdin(),
       kill: () => session.kill('kill'),
       wait: () => result,
+      [Symbol.asyncDispose]: async () => {
+        if (ended) return
+        await session.kill('kill').catch(() => {})
+        await result.catch(() => {})
+      },
     }
   }
 
@@ -175,7 +180,7 @@ export class DockerSandbox implements Sandbox {
       const target = resolveSandboxPath(
         path,
         this.rootDir,
-        this.parts.layout.writableRoots,
+        this.writable,
         'write',
       )
       await this.files.write(target, bytes, options)
@@ -191,19 +196,19 @@ export class DockerSandbox implements Sandbox {
       const target = resolveSandboxPath(
         path,
         this.rootDir,
-        this.parts.layout.writableRoots,
+        this.writable,
         'write',
       )
       await this.files.write(target, source, options)
     })
   }
 
-  async readFile(path: string, options: SandboxFileOptions = {}): Promise<Uint8Array> {
+  async readFile(path: string, options: SandboxFileOptions = {}): Promise<Buffer> {
     return this.fileOperation('readFile', options.signal, async () => {
-      const target = resolveSandboxPath(path, this.rootDir, this.parts.layout.readableRoots, 'read')
+      const target = resolveSandboxPath(path, this.rootDir, this.readable, 'read')
       const chunks: Uint8Array[] = []
       for await (const chunk of await this.files.read(target, options.signal)) chunks.push(chunk)
-      return Buffer.from(concatBytes(chunks))
+      return Buffer.concat(chunks)
     })
   }
 
@@ -212,7 +217,7 @@ export class DockerSandbox implements Sandbox {
     options: SandboxFileOptions = {},
   ): Promise<AsyncIterable<Uint8Array>> {
     return this.fileOperation('readFileStream', options.signal, async () => {
-      const target = resolveSandboxPath(path, this.rootDir, this.parts.layout.readableRoots, 'read')
+      const target = resolveSandboxPath(path, this.rootDir, this.readable, 'read')
       return this.files.read(target, options.signal)
     })
   }
@@ -222,7 +227,7 @@ export class DockerSandbox implements Sandbox {
       const target = resolveSandboxPath(
         dir ?? this.rootDir,
         this.rootDir,
-        this.parts.layout.readableRoots,
+        this.readable,
         'read',
       )
       return this.files.list(target, options.signal)
@@ -239,7 +244,7 @@ export class DockerSandbox implements Sandbox {
         target: resolveSandboxPath(
           file.path,
           this.rootDir,
-          this.parts.layout.writableRoots,
+          this.writable,
           'write',
         ),
         content:
@@ -259,7 +264,7 @@ export class DockerSandbox implements Sandbox {
       const target = resolveSandboxPath(
         dir ?? this.rootDir,
         this.rootDir,
-        this.parts.layout.readableRoots,
+        this.readable,
         'read',
       )
       return this.files.readMany(target, options.signal)
@@ -270,7 +275,7 @@ export class DockerSandbox implements Sandbox {
    * Replaces the allowlist at the gateway for the sandbox's new connections.
    * A sandbox created under `deny-all` has no gateway and no network: refused.
    */
-  async setNetworkPolicy(update: SandboxNetworkPolicyUpdate): Promise<void> {
+  async setNetworkPolicy(update: SandboxNetworkPolicy): Promise<void> {
     this.assertUsable()
     if (this.parts.egress) {
       await this.parts.egress.setAllowedHosts(update)

@@ -5,9 +5,9 @@ import {
   type EgressPolicy,
   type EgressReasonCode,
   isSandboxId,
-  type SandboxBackendContext,
   SandboxOperationError,
 } from '@cordon/core'
+import { type SandboxBackendContext } from '@cordon/core/backend'
 import {
   GATEWAY_SETTINGS_ENV,
   type GatewayAck,
@@ -23,7 +23,7 @@ import {
   relayContainerName,
 } from './egress-relay.js'
 import { isNotFound } from './engine-errors.js'
-import { LABEL, ownerLabels, type ResourceRole } from './owner-labels.js'
+import { LABEL, ownerLabels, type ResourceRole } from '@cordon/core/backend'
 
 type ProxiedPolicy = Exclude<EgressPolicy, { kind: 'deny-all' } | { kind: 'resolver' }>
 type GatewayCommandBody = GatewayCommand extends infer C

@@ -1,5 +1,5 @@
 import type Docker from 'dockerode'
-import { LABEL } from './owner-labels.js'
+import { LABEL } from '@cordon/core/backend'
 
 type DeathListener = () => void
 

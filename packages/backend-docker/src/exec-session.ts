@@ -1,11 +1,7 @@
 import type { Duplex } from 'node:stream'
 import { Writable } from 'node:stream'
-import {
-  ExecOutputCollector,
-  newSandboxId,
-  type SandboxExecResult,
-  type SandboxOutputChunk,
-} from '@cordon/core'
+import { type SandboxExecResult, type SandboxOutputChunk } from '@cordon/core'
+import { ExecOutputCollector, newSandboxId } from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import { EXEC_TAG_VARIABLE, killExecTree } from './process-tree-kill.js'
 
@@ -212,7 +208,7 @@ export class ExecSession {
     return {
       exitCode,
       ...output,
-      signal: killedByUs || oomKilled ? 'SIGKILL' : null,
+      ...(killedByUs || oomKilled ? { signal: 'SIGKILL' } : {}),
       timedOut: this.endReason === 'timeout',
       aborted: this.endReason === 'abort',
       oomKilled,

@@ -1,14 +1,15 @@
-import {
-  type ContainerBackendConfig,
-  composeProvider,
-  containerBackendConfigSchema,
-  parseConfig,
-  prepareProviderConfig,
-  type SandboxBackend,
-  type SandboxBackendContext,
-  type SandboxProvider,
-  type SandboxProviderConfig,
+import type {
+  ContainerBackendConfig,
+  CordonSandboxProvider,
+  SandboxProviderConfig,
 } from '@cordon/core'
+import {
+  type CordonSandboxBackend,
+  composeProvider,
+  parseBackendConfig,
+  prepareProviderConfig,
+  type SandboxBackendContext,
+} from '@cordon/core/backend'
 import { DockerBackend } from './docker-backend.js'
 
 export type { ContainerBackendConfig as DockerBackendConfig } from '@cordon/core'
@@ -23,17 +24,14 @@ export {
 } from '@cordon/core'
 export { connectEngine } from './engine-connection.js'
 export { collectGarbage, type GarbageReport } from './garbage-collect.js'
-export { LABEL as CORDON_LABELS } from './owner-labels.js'
+export { LABEL as CORDON_LABELS } from '@cordon/core/backend'
 
 /** The backend factory the umbrella (`@cordon/sandbox`) loads for `tier: 'container'`. */
 export function createBackend(
   config: ContainerBackendConfig,
   context: SandboxBackendContext,
-): SandboxBackend {
-  return new DockerBackend(
-    parseConfig(containerBackendConfigSchema, config, 'container backend config'),
-    context,
-  )
+): CordonSandboxBackend {
+  return new DockerBackend(parseBackendConfig(config), context)
 }
 
 /**
@@ -42,7 +40,7 @@ export function createBackend(
  */
 export function createDockerSandboxProvider(
   config: SandboxProviderConfig & { backend: ContainerBackendConfig },
-): SandboxProvider {
+): CordonSandboxProvider {
   const prepared = prepareProviderConfig(config)
   return composeProvider({
     config: prepared.config,

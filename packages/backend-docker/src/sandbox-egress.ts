@@ -1,11 +1,6 @@
-import {
-  type BrokeredCredential,
-  type EgressPolicy,
-  networkPolicyUpdateSchema,
-  parseAllowlistEntry,
-  parseConfig,
-  type SandboxNetworkPolicyUpdate,
-} from '@cordon/core'
+import { type BrokeredCredential, type EgressPolicy, type SandboxNetworkPolicy } from '@cordon/core'
+import { networkPolicySchema } from '@cordon/core/backend'
+import { parseAllowlistEntry, parseConfig } from '@cordon/core/backend'
 import type { EgressGateway } from './egress-gateway.js'
 
 /** How often a `resolver` policy's closure is asked again while its sandbox lives. */
@@ -53,8 +48,8 @@ export class SandboxEgress {
   }
 
   /** Replaces the allowlist for new connections; stops any resolver refresh. */
-  async setAllowedHosts(update: SandboxNetworkPolicyUpdate): Promise<void> {
-    const parsed = parseConfig(networkPolicyUpdateSchema, update, 'network policy update')
+  async setAllowedHosts(update: SandboxNetworkPolicy): Promise<void> {
+    const parsed = parseConfig(networkPolicySchema, update, 'network policy update')
     if (this.refreshTimer) clearInterval(this.refreshTimer)
     await this.gateway.setPolicy(this.sandboxId, {
       kind: 'static',

@@ -5,13 +5,7 @@ import { createServer as createHttpsServer } from 'node:https'
 import type { AddressInfo } from 'node:net'
 import { networkInterfaces, tmpdir } from 'node:os'
 import { join } from 'node:path'
-import type {
-  EgressPolicy,
-  Sandbox,
-  SandboxEgressEvent,
-  SandboxEvent,
-  SandboxProvider,
-} from '@cordon/core'
+import type { EgressPolicy, Sandbox, SandboxEgressEvent, SandboxEvent, SandboxProvider } from '@cordon/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { buildGatewayImage, createDockerSandboxProvider } from '../src/index.js'
 import { BUSYBOX_IMAGE, NODE_IMAGE } from './test-images.js'

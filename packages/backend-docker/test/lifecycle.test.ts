@@ -3,13 +3,7 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import {
-  SandboxBackendUnavailableError,
-  SandboxControlRefusedError,
-  SandboxCreateTimeoutError,
-  type SandboxEvent,
-  SandboxPathError,
-} from '@cordon/core'
+import { SandboxBackendUnavailableError, SandboxControlRefusedError, SandboxCreateTimeoutError, type SandboxEvent, SandboxPathError } from '@cordon/core'
 import { describe, expect, it } from 'vitest'
 import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
 import { BUSYBOX_IMAGE } from './test-images.js'
@@ -43,7 +37,7 @@ describe('create and destroy', () => {
   })
 
   it('cleans up when the readiness budget runs out', async () => {
-    const provider = testProvider({ readinessTimeoutMs: 1 })
+    const provider = testProvider({ readyTimeoutMs: 1 })
     const error = await provider.create().catch((caught: unknown) => caught)
     expect(SandboxCreateTimeoutError.isInstance(error)).toBe(true)
     await provider.close()

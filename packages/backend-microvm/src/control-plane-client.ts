@@ -1,13 +1,5 @@
-import {
-  fetchBearerToken,
-  SandboxAbortedError,
-  SandboxBackendUnavailableError,
-  SandboxControlRefusedError,
-  type SandboxError,
-  SandboxOperationError,
-  SandboxTransportError,
-  type TlsClientConfig,
-} from '@cordon/core'
+import { SandboxAbortedError, SandboxBackendUnavailableError, SandboxControlRefusedError, type SandboxError, SandboxOperationError, SandboxTransportError, type TlsClientMaterial } from '@cordon/core'
+import { fetchBearerToken } from '@cordon/core/backend'
 import { Agent, request } from 'undici'
 import type {
   ControlPlaneErrorBody,
@@ -23,7 +15,7 @@ export interface ControlPlaneClientOptions {
   /** Called before every request, so a long-lived backend follows token rotation. */
   readonly getToken: () => Promise<string>
   /** Client certificate (and CA) for a control plane that requires mutual TLS. */
-  readonly tls?: TlsClientConfig
+  readonly tls?: TlsClientMaterial
 }
 
 /**

@@ -1,4 +1,5 @@
-import { type EgressPolicy, parseAllowlistEntry, SandboxAbortedError } from '@cordon/core'
+import { type EgressPolicy, SandboxAbortedError } from '@cordon/core'
+import { parseAllowlistEntry } from '@cordon/core/backend'
 
 /**
  * Encodes an egress policy as the control plane's `egressAllowlist`:

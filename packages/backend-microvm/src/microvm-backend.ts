@@ -1,17 +1,15 @@
 import { newAgentSecret } from '@cordon/agent/protocol'
 import { AgentSandbox, waitForAgent } from '@cordon/agent/sandbox'
+import { type MicroVMBackendConfig, type SandboxBackendOptions, SandboxCreateTimeoutError } from '@cordon/core'
 import {
+  type CordonSandboxBackend,
   cleanupFailureEvent,
-  type MicroVMBackendConfig,
-  microVMBackendConfigSchema,
-  parseConfig,
-  type SandboxBackend,
+  parseBackendConfig,
+  resolveBackendOptions,
   type SandboxBackendContext,
   type SandboxBackendFactory,
-  type SandboxCreateRequest,
-  SandboxCreateTimeoutError,
   withDeadline,
-} from '@cordon/core'
+} from '@cordon/core/backend'
 import { BACKEND_NAME, ControlPlaneClient } from './control-plane-client.js'
 import { encodeEgressAllowlist } from './egress-allowlist.js'
 import {
@@ -47,9 +45,9 @@ export function createMicroVMBackend(
   input: MicroVMBackendConfig,
   context: SandboxBackendContext,
   options: MicroVMBackendOptions = {},
-): SandboxBackend {
-  const config = parseConfig(microVMBackendConfigSchema, input, `${BACKEND_NAME} backend config`)
-  const readinessTimeoutMs = config.readinessTimeoutMs ?? DEFAULT_READINESS_TIMEOUT_MS
+): CordonSandboxBackend {
+  const config = parseBackendConfig(input)
+  const readyTimeoutMs = config.readyTimeoutMs ?? DEFAULT_READINESS_TIMEOUT_MS
   const vsockPort = config.agentVsockPort ?? DEFAULT_AGENT_VSOCK_PORT
   const controlPlane = new ControlPlaneClient({
     endpoint: config.orchestratorEndpoint,
@@ -57,7 +55,8 @@ export function createMicroVMBackend(
     ...(config.controlPlaneMtls ? { tls: config.controlPlaneMtls } : {}),
   })
 
-  const create = async (request: SandboxCreateRequest): Promise<AgentSandbox> => {
+  const create = async (backendOptions: SandboxBackendOptions): Promise<AgentSandbox> => {
+    const request = resolveBackendOptions(backendOptions)
     // Named in SandboxCreateTimeoutError when the budget runs out.
     let phase = 'egress.resolve'
     const mark = (next: string): void => {
@@ -75,7 +74,7 @@ export function createMicroVMBackend(
             ...(config.agentSnapshot === undefined ? {} : { agentSnapshot: config.agentSnapshot }),
             memoryLimitMb: request.memoryLimitMb,
             maxProcesses: request.maxProcesses,
-            ...(request.timeoutMs === undefined ? {} : { timeoutMs: request.timeoutMs }),
+            ...(request.lifetimeMs === undefined ? {} : { timeoutMs: request.lifetimeMs }),
             ...(egressAllowlist === undefined ? {} : { egressAllowlist }),
             agentVsockPort: vsockPort,
             agentSecret: secret,
@@ -98,13 +97,14 @@ export function createMicroVMBackend(
           vsockPort,
           ...(config.mtls ? { tls: config.mtls } : {}),
         })
-        await waitForAgent(transport, request.id, signal)
+        await waitForAgent(transport, request.id, signal, config.readyPollIntervalMs)
         mark('ready')
         return new AgentSandbox({
           id: request.id,
           rootDir: created.rootDir,
           env: request.env,
           workingDirectory: request.workingDirectory,
+          execTimeoutMs: request.execTimeoutMs,
           client: transport,
           backend: BACKEND_NAME,
           emit: context.emit,
@@ -112,10 +112,10 @@ export function createMicroVMBackend(
         })
       },
       {
-        timeoutMs: readinessTimeoutMs,
+        timeoutMs: readyTimeoutMs,
         signal: request.signal,
         operation: 'create',
-        onTimeout: () => new SandboxCreateTimeoutError(readinessTimeoutMs, phase),
+        onTimeout: () => new SandboxCreateTimeoutError(readyTimeoutMs, phase),
         cleanup: () => controlPlane.deleteSandbox(request.id),
         disposeLate: (late) => late.destroy(),
         onCleanupError: (error) =>
@@ -125,6 +125,7 @@ export function createMicroVMBackend(
   }
 
   return {
+    tier: 'microvm',
     name: BACKEND_NAME,
     create,
     async close() {

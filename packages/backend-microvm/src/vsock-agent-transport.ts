@@ -7,7 +7,7 @@ import {
   RetryableDialError,
   socketConnected,
 } from '@cordon/agent/sandbox'
-import type { TlsClientConfig } from '@cordon/core'
+import type { TlsClientMaterial } from '@cordon/core'
 import type { SandboxAgentEndpoint } from './control-plane-types.js'
 import { vsockConnect } from './vsock-handshake.js'
 
@@ -17,7 +17,7 @@ export interface VsockTransportOptions extends AgentClientTuning {
   /** The per-sandbox secret the agent challenges for. */
   readonly secret: string
   /** Client certificate for a `tls` endpoint (the backend's `mtls`). Required for that kind. */
-  readonly tls?: TlsClientConfig
+  readonly tls?: TlsClientMaterial
   /** Guest port for a `vsock` endpoint that names none (default 1024). */
   readonly vsockPort?: number
 }
@@ -49,7 +49,7 @@ export class VsockAgentTransport extends AgentClient {
 /** One dial attempt, including the vsock handshake or the TLS handshake. */
 async function dialEndpoint(
   endpoint: SandboxAgentEndpoint,
-  options: { tls: TlsClientConfig | undefined; vsockPort: number },
+  options: { tls: TlsClientMaterial | undefined; vsockPort: number },
   signal: AbortSignal,
 ): Promise<Socket> {
   if (endpoint.kind === 'tls') {

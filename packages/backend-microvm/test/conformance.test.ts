@@ -1,5 +1,5 @@
 import { ALL_CAPABILITIES, describeSandboxConformance } from '@cordon/conformance'
-import { composeProvider, prepareProviderConfig } from '@cordon/core'
+import { composeProvider, prepareProviderConfig } from '@cordon/core/backend'
 import { afterAll, beforeAll } from 'vitest'
 import { createBackend } from '../src/index.js'
 import { startTestStandin } from './standin-fixture.js'

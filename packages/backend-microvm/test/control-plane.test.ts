@@ -1,19 +1,6 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
-import {
-  type EgressPolicy,
-  type MicroVMBackendConfig,
-  newSandboxId,
-  SandboxAbortedError,
-  type SandboxBackend,
-  SandboxBackendUnavailableError,
-  SandboxControlRefusedError,
-  type SandboxCreateRequest,
-  SandboxCreateTimeoutError,
-  SandboxDestroyedError,
-  SandboxOperationError,
-  SandboxReadinessError,
-  SandboxTransportError,
-} from '@cordon/core'
+import { type EgressPolicy, type MicroVMBackendConfig, SandboxAbortedError, type SandboxBackend, SandboxBackendUnavailableError, SandboxControlRefusedError, SandboxCreateTimeoutError, SandboxDestroyedError, SandboxOperationError, SandboxReadinessError, SandboxTransportError } from '@cordon/core'
+import { newSandboxId, type SandboxCreateRequest } from '@cordon/core/backend'
 import Dockerode from 'dockerode'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createMicroVMBackend, encodeEgressAllowlist } from '../src/index.js'
@@ -293,7 +280,7 @@ describe('create failure handling (scripted control plane)', () => {
     const backend = backendFor({
       orchestratorEndpoint: plane.url,
       getToken: async () => 't',
-      readinessTimeoutMs: 500,
+      readyTimeoutMs: 500,
     })
     try {
       const wanted = request()
@@ -318,7 +305,7 @@ describe('create failure handling (scripted control plane)', () => {
     const backend = backendFor({
       orchestratorEndpoint: plane.url,
       getToken: async () => 't',
-      readinessTimeoutMs: 700,
+      readyTimeoutMs: 700,
     })
     try {
       const error = await backend.create(request()).catch((caught: unknown) => caught)

@@ -129,7 +129,7 @@ export function fileCases(options: SandboxConformanceOptions, sandboxes: Sandbox
           [`${sandboxes.sandbox.rootDir}/tree/a.txt`, 3],
           [`${sandboxes.sandbox.rootDir}/tree/sub/b.txt`, 5],
         ])
-        expect(entries.every((entry) => entry.modifiedMs > 0)).toBe(true)
+        expect(entries.every((entry) => (entry.modifiedMs ?? 0) > 0)).toBe(true)
       },
       timeout,
     )

@@ -1,4 +1,5 @@
-import { SANDBOX_ID_PATTERN, SandboxAbortedError, SandboxDestroyedError } from '@cordon/core'
+import { SandboxAbortedError, SandboxDestroyedError } from '@cordon/core'
+import { SANDBOX_ID_PATTERN } from '@cordon/core/backend'
 import { describe, expect, it } from 'vitest'
 import type { SandboxesUnderTest } from './shared-sandbox.js'
 import type { SandboxConformanceOptions } from './suite-options.js'

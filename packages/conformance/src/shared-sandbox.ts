@@ -1,4 +1,4 @@
-import type { Sandbox, SandboxCreateConfig, SandboxProvider } from '@cordon/core'
+import type { CordonSandbox, CordonSandboxProvider, SandboxCreateConfig } from '@cordon/core'
 import { afterAll, beforeAll } from 'vitest'
 import type { SandboxConformanceOptions } from './suite-options.js'
 
@@ -7,8 +7,8 @@ import type { SandboxConformanceOptions } from './suite-options.js'
  * change it, and helpers that destroy every extra sandbox a case makes.
  */
 export function useSandboxes(options: SandboxConformanceOptions) {
-  let provider: SandboxProvider | undefined
-  let shared: Sandbox | undefined
+  let provider: CordonSandboxProvider | undefined
+  let shared: CordonSandbox | undefined
   beforeAll(async () => {
     provider = options.createProvider()
     shared = await provider.create()
@@ -17,18 +17,18 @@ export function useSandboxes(options: SandboxConformanceOptions) {
     await provider?.close()
   }, options.timeoutMs ?? 60_000)
   return {
-    get provider(): SandboxProvider {
+    get provider(): CordonSandboxProvider {
       if (!provider) throw new Error('provider not created yet')
       return provider
     },
-    get sandbox(): Sandbox {
+    get sandbox(): CordonSandbox {
       if (!shared) throw new Error('sandbox not created yet')
       return shared
     },
     /** Creates a fresh sandbox, passes it to `use`, and always destroys it. */
     async withFresh<T>(
       config: SandboxCreateConfig,
-      use: (sandbox: Sandbox) => Promise<T>,
+      use: (sandbox: CordonSandbox) => Promise<T>,
     ): Promise<T> {
       if (!provider) throw new Error('provider not created yet')
       const sandbox = await provider.create(config)

@@ -1,4 +1,4 @@
-import type { SandboxProvider } from '@cordon/core'
+import type { CordonSandboxProvider } from '@cordon/core'
 import type { SandboxConformanceCapabilities } from './capabilities.js'
 
 export interface SandboxConformanceOptions {
@@ -10,7 +10,7 @@ export interface SandboxConformanceOptions {
    * `dd`, `wc`, `env`, `pwd`, `ls`, `printf`) and, for the network cases,
    * `nslookup`, `wget` and `nc`. The suite closes every provider it makes.
    */
-  readonly createProvider: () => SandboxProvider
+  readonly createProvider: () => CordonSandboxProvider
   readonly capabilities: SandboxConformanceCapabilities
   /** Budget of each case; sandbox creation included (default 60 s). */
   readonly timeoutMs?: number

@@ -1,44 +1,96 @@
-import type { BrokeredCredential } from './config.js'
-import type { EgressPolicy } from './egress-policy.js'
+import type { BrokeredCredential, SandboxBackendConfig, SandboxTier } from './config.js'
+import {
+  SANDBOX_DEFAULT_MAX_PROCESSES,
+  SANDBOX_DEFAULT_MEMORY_LIMIT_MB,
+  SANDBOX_DEFAULT_TIMEOUT_MS,
+} from './constants.js'
+import { DENY_ALL, type EgressPolicy } from './egress-policy.js'
 import type { SandboxEvent } from './events.js'
 import type { ResolvedContainerSandboxLayout } from './layout.js'
-import type { Sandbox } from './sandbox.js'
-import type { SandboxId } from './sandbox-id.js'
+import type { CordonSandbox, Sandbox } from './sandbox.js'
+import { newSandboxId, type SandboxId } from './sandbox-id.js'
 
 /**
- * The contract a backend package implements. A backend package's entry point
- * exports `createBackend` (a {@link SandboxBackendFactory}) plus its config type
- * and errors; the provider in core does validation, defaults, pooling,
- * lifetimes and events, so a backend only turns a fully resolved request into
- * an exec-ready {@link Sandbox}.
+ * What a backend's `create()` takes, with the reference's fields. cordon's
+ * provider fills every field; a host calling a backend directly may leave the
+ * optional ones out and gets the same defaults.
+ */
+export interface SandboxBackendOptions {
+  /** Aborts the creation; everything made so far is removed. */
+  readonly signal?: AbortSignal
+  /** Default working directory of the sandbox's commands. */
+  readonly workingDirectory: string
+  readonly egress?: EgressPolicy
+  /** Default timeout of each exec, in ms. */
+  readonly timeoutMs?: number
+  readonly memoryLimitMb?: number
+  readonly maxProcesses?: number
+  readonly env?: Readonly<Record<string, string>>
+  /** The id the sandbox gets (default: a new one). */
+  readonly sandboxId?: SandboxId
+  /**
+   * How long the sandbox may live, in ms, enforced on the engine's side too
+   * where the backend can (so it ends even if its host dies first).
+   */
+  readonly lifetimeMs?: number
+}
+
+/**
+ * A backend, in the reference's shape: `tier`, `name` and `create`. Every
+ * cordon backend package's `createBackend()` returns one (with `close()`,
+ * which releases what the backend shares between sandboxes).
  */
 export interface SandboxBackend {
+  readonly tier: SandboxTier
   /** `tier:runtime`, e.g. `container:docker`; used in errors and events. */
   readonly name: string
   /**
    * Creates a sandbox and resolves only when it can run a command. On failure
    * or abort it removes everything it made before rejecting.
    */
-  create(request: SandboxCreateRequest): Promise<Sandbox>
-  /** Releases shared resources (connections, gateways). Sandboxes are destroyed by the provider. */
+  create(options: SandboxBackendOptions): Promise<Sandbox>
+  /** Releases shared resources (connections, gateways). Sandboxes are destroyed by their owner. */
+  close?(): Promise<void>
+}
+
+/** What cordon's own backends are: a {@link SandboxBackend} whose sandboxes have every member. */
+export interface CordonSandboxBackend extends SandboxBackend {
+  create(options: SandboxBackendOptions): Promise<CordonSandbox>
   close(): Promise<void>
 }
 
-/** A create request with every default already applied. */
+/** {@link SandboxBackendOptions} with every default applied, as a backend works with them. */
 export interface SandboxCreateRequest {
   readonly id: SandboxId
   readonly env: Readonly<Record<string, string>>
   readonly memoryLimitMb: number
   readonly maxProcesses: number
-  /** Lifetime in ms after which the provider destroys the sandbox; undefined means none. */
-  readonly timeoutMs: number | undefined
-  readonly workingDirectory: string | undefined
+  /** Default timeout of each exec, in ms. */
+  readonly execTimeoutMs: number
+  /** Lifetime in ms, or undefined for none. */
+  readonly lifetimeMs: number | undefined
+  readonly workingDirectory: string
   readonly egress: EgressPolicy
   readonly signal: AbortSignal | undefined
 }
 
+/** Applies the defaults to what a backend's `create()` was given. */
+export function resolveBackendOptions(options: SandboxBackendOptions): SandboxCreateRequest {
+  return {
+    id: options.sandboxId ?? newSandboxId(),
+    env: options.env ?? {},
+    memoryLimitMb: options.memoryLimitMb ?? SANDBOX_DEFAULT_MEMORY_LIMIT_MB,
+    maxProcesses: options.maxProcesses ?? SANDBOX_DEFAULT_MAX_PROCESSES,
+    execTimeoutMs: options.timeoutMs ?? SANDBOX_DEFAULT_TIMEOUT_MS,
+    lifetimeMs: options.lifetimeMs,
+    workingDirectory: options.workingDirectory,
+    egress: options.egress ?? DENY_ALL,
+    signal: options.signal,
+  }
+}
+
 export interface SandboxBackendContext {
-  /** Identifies the provider that owns everything this backend creates. */
+  /** Identifies the provider instance that owns everything this backend creates (owner labels). */
   readonly providerId: string
   /** The provider's resolved layout (container tier). */
   readonly layout: ResolvedContainerSandboxLayout | undefined
@@ -48,16 +100,12 @@ export interface SandboxBackendContext {
   readonly emit: (event: SandboxEvent) => void
 }
 
-export type SandboxBackendFactory<Config> = (
+export type SandboxBackendFactory<Config = SandboxBackendConfig> = (
   config: Config,
   context: SandboxBackendContext,
-) => SandboxBackend
+) => CordonSandboxBackend
 
 /** What a backend package's module exports; the umbrella imports it lazily. */
-export interface SandboxBackendModule<Config> {
+export interface SandboxBackendModule<Config = SandboxBackendConfig> {
   readonly createBackend: SandboxBackendFactory<Config>
 }
-
-/** Defaults used when neither the provider nor the call sets a limit. */
-export const DEFAULT_MEMORY_LIMIT_MB = 512
-export const DEFAULT_MAX_PROCESSES = 256

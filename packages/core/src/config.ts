@@ -1,11 +1,225 @@
+import type { Buffer } from 'node:buffer'
 import { z } from 'zod'
-import { egressPolicySchema } from './egress-policy.js'
+import { type EgressPolicy, egressPolicySchema } from './egress-policy.js'
 import { SandboxConfigValidationError } from './errors.js'
 import type { SandboxEventListener } from './events.js'
-import { containerSandboxLayoutSchema } from './layout.js'
+import { type ContainerSandboxLayout, containerSandboxLayoutSchema } from './layout.js'
+
+/** Client certificate material for TLS (engine, control plane, agent relay): PEM text or bytes. */
+export interface TlsClientMaterial {
+  /** CA that signs the server's certificate; default: Node's bundled roots. */
+  readonly ca?: string | Buffer
+  readonly cert: string | Buffer
+  readonly key: string | Buffer
+  readonly servername?: string
+}
+
+/**
+ * `container` tier on a Docker Engine, with runc (`docker`, the default) or
+ * gVisor (`runsc`). The first six fields are the reference's.
+ */
+export interface ContainerBackendConfig {
+  readonly tier: 'container'
+  readonly runtime?: 'docker' | 'runsc'
+  /** Image to start per sandbox. It needs only the commands you will run in it. */
+  readonly image: string
+  /**
+   * The reference's choice of how the host reached its in-container worker.
+   * cordon reaches every sandbox through the engine's API and needs no network
+   * path to it, so any value is refused with `SandboxControlRefusedError`:
+   * remove the field.
+   */
+  readonly hostReachability?: 'host-port' | 'container-network'
+  /**
+   * The container network. `none` is what cordon always does (the sandbox has
+   * no interface but loopback; egress goes through the gateway). Any other
+   * network would give the sandbox a route of its own, so it is refused with
+   * `SandboxControlRefusedError`: choose an egress policy instead.
+   */
+  readonly network?: 'none' | 'bridge' | (string & {})
+  /** Extra labels on every resource this backend creates. `cordon.*` keys are reserved. */
+  readonly labels?: Readonly<Record<string, string>>
+  /** How long `create()` may take to reach exec-ready (default 30 s). */
+  readonly readyTimeoutMs?: number
+  /** Engine unix socket; default `DOCKER_HOST` if set, else `/var/run/docker.sock`. */
+  readonly socketPath?: string
+  /** Engine TCP address instead of a socket. */
+  readonly host?: string
+  readonly port?: number
+  readonly tls?: TlsClientMaterial
+  /** `uid:gid` the sandbox's commands run as (default `1000:1000`). Root (`0`) is refused. */
+  readonly user?: string
+  /** CPU limit in cores (default 1). */
+  readonly cpus?: number
+  /** Size of the writable `/tmp` tmpfs in MiB (default 64). */
+  readonly tmpfsSizeMb?: number
+  /**
+   * Image of the egress gateway that `static`, `resolver` and `allow-all`
+   * policies need (build one with `buildGatewayImage()` from
+   * `@cordon/backend-docker`). Without it those policies are refused.
+   */
+  readonly gatewayImage?: string
+  /**
+   * Fixed name-to-address entries for the gateway's resolver, for internal
+   * services a policy names (pair them with the provider's `allowInwardFor`).
+   */
+  readonly gatewayHosts?: Readonly<Record<string, string>>
+  /** Ports the gateway lets sandboxes reach (default 80 and 443). */
+  readonly gatewayAllowedPorts?: readonly number[]
+  /** Extra CA certificates (PEM) the gateway trusts for upstream HTTPS, e.g. an internal CA. */
+  readonly gatewayUpstreamCa?: string
+  /**
+   * Engine runtime for gVisor sandboxes behind the gateway: a runsc runtime
+   * registered with `--network=host` (inside the sandbox's own, loopback-only
+   * namespace). Without it, gVisor sandboxes accept only `deny-all`.
+   */
+  readonly runscProxiedRuntime?: string
+}
+
+/** `container` tier claimed from an Azure Container Instances standby pool (the reference's fields first). */
+export interface ACIStandbyPoolBackendConfig {
+  readonly tier: 'container'
+  readonly runtime: 'aci-standby-pool'
+  readonly subscriptionId: string
+  readonly resourceGroup: string
+  readonly location: string
+  readonly standbyPoolResourceId: string
+  readonly containerGroupProfileResourceId: string
+  readonly containerGroupProfileRevision?: number
+  /** Returns a bearer token for Azure Resource Manager; called before every request. */
+  readonly getArmToken: () => Promise<string>
+  /** Delegated subnet the claimed groups join; required unless `allowPublicAddress` is set. */
+  readonly subnetId?: string
+  /** Delay between the agent health probes while a claim comes up (default 500 ms). */
+  readonly readyPollIntervalMs?: number
+  /** Budget for a claim to become exec-ready (default 60 s). */
+  readonly readyTimeoutMs?: number
+  /** Port the cordon agent in each group listens on (default 2024). */
+  readonly workerPort?: number
+  readonly armApiVersion?: string
+  /** Prefix of the claimed group names (default `cordon`). */
+  readonly containerNamePrefix?: string
+  /** Opt in to a public IP for claimed groups when no subnet is given. */
+  readonly allowPublicAddress?: boolean
+  /** Azure Resource Manager's base URL (default the public cloud's). */
+  readonly armEndpoint?: string
+}
+
+/** A per-agent snapshot the orchestrator resumes instead of a fresh template. */
+export interface AgentSnapshotRef {
+  readonly orgId: string
+  readonly agentId: string
+  readonly version: string
+}
+
+/** `microvm` tier against a guest orchestrator's control plane (the reference's fields). */
+export interface MicroVMBackendConfig {
+  readonly tier: 'microvm'
+  readonly service: 'self-hosted'
+  readonly orchestratorEndpoint: string
+  /** Returns the control plane's bearer token; called before every request. */
+  readonly getToken: () => Promise<string>
+  /** Template (golden snapshot) to resume. */
+  readonly template?: string
+  readonly agentSnapshot?: AgentSnapshotRef
+  /** Guest vsock port of the agent when the control plane names none (default 1024). */
+  readonly agentVsockPort?: number
+  /** Budget for a guest to become exec-ready after the claim (default 60 s). */
+  readonly readyTimeoutMs?: number
+  /** Delay between the agent health probes while a guest comes up (default 250 ms). */
+  readonly readyPollIntervalMs?: number
+  /** Client certificate for a `tls` (mTLS relay) agent endpoint. */
+  readonly mtls?: TlsClientMaterial
+  /** Client certificate for the control plane itself. */
+  readonly controlPlaneMtls?: TlsClientMaterial
+}
+
+export type SandboxTier = 'container' | 'microvm'
+export type SandboxBackendConfig =
+  | ContainerBackendConfig
+  | ACIStandbyPoolBackendConfig
+  | MicroVMBackendConfig
+
+/** A credential the egress gateway injects upstream; the sandbox never holds `value`. */
+export interface BrokeredCredential {
+  /** Exact host the credential is bound to. */
+  readonly host: string
+  /** Request header that carries it, e.g. `authorization`. */
+  readonly header: string
+  readonly value: string
+  /**
+   * If set, the sandbox sends this string and the gateway swaps it for `value`
+   * on requests to `host` only; a request carrying it anywhere else is refused.
+   * Without it, the gateway adds the header to every request to `host`.
+   */
+  readonly placeholder?: string
+}
+
+/** Settings every provider takes, whatever the backend. The first four are the reference's. */
+export interface SandboxProviderConfigBase {
+  /** Egress policy of a sandbox whose `create()` names none (default `deny-all`). */
+  readonly defaultEgress?: EgressPolicy
+  /** Default timeout of each `exec`, in ms, when neither the call nor the sandbox sets one (default 30 s). */
+  readonly defaultTimeoutMs?: number
+  readonly defaultMemoryLimitMb?: number
+  readonly defaultMaxProcesses?: number
+  /** Default lifetime of a sandbox, in ms; it is destroyed when this runs out (default: none). */
+  readonly defaultLifetimeMs?: number
+  /** Keep this many exec-ready sandboxes started; `create()` claims one. */
+  readonly pool?: { readonly size: number }
+  /** Structured lifecycle, exec and egress events. Must not throw. */
+  readonly onEvent?: SandboxEventListener
+  /** Credentials the egress gateway injects; never visible inside the sandbox. */
+  readonly brokeredCredentials?: readonly BrokeredCredential[]
+  /** Host names whose private or loopback addresses the gateway may dial. */
+  readonly allowInwardFor?: readonly string[]
+}
+
+export type SandboxProviderConfig =
+  | (SandboxProviderConfigBase & {
+      readonly backend: ContainerBackendConfig | ACIStandbyPoolBackendConfig
+      readonly layout: ContainerSandboxLayout
+    })
+  | (SandboxProviderConfigBase & {
+      readonly backend: MicroVMBackendConfig
+      readonly layout?: undefined
+    })
+
+/** Per-sandbox settings for `provider.create()`; each falls back to the provider's default. */
+export interface SandboxCreateConfig {
+  /** Default working directory of the sandbox's commands (absolute; default: the outputs path). */
+  readonly workingDirectory?: string
+  /** Environment every command of the sandbox gets. */
+  readonly env?: Readonly<Record<string, string>>
+  /**
+   * Default timeout of each `exec` in this sandbox, in ms (the reference's
+   * meaning). It is not a lifetime: see `lifetimeMs`.
+   */
+  readonly timeoutMs?: number
+  readonly memoryLimitMb?: number
+  readonly maxProcesses?: number
+  /** Aborts the creation; everything made so far is removed. */
+  readonly signal?: AbortSignal
+  /** Egress policy of this sandbox (default: the provider's `defaultEgress`). */
+  readonly egress?: EgressPolicy
+  /** Destroy the sandbox this many ms after it was handed out (default: the provider's `defaultLifetimeMs`). */
+  readonly lifetimeMs?: number
+}
 
 const fn = <T>(message: string) => z.custom<T>((value) => typeof value === 'function', { message })
+/** A duration Node's timers can hold. */
+const durationMs = () => z.number().int().positive().max(2_147_483_647)
 const positiveInt = () => z.number().int().positive()
+const tcpPort = () => z.number().int().min(1).max(65535)
+const pem = () =>
+  z.union([
+    z.string().min(1),
+    z.custom<Buffer>(
+      (value) => value instanceof Uint8Array && value.byteLength > 0,
+      'expected PEM text or a non-empty Buffer',
+    ),
+  ])
+
 const labelsSchema = z
   .record(
     z
@@ -15,74 +229,48 @@ const labelsSchema = z
   )
   .readonly()
 
-/** PEM material for a TLS client (engine, control plane, agent relay). */
-export const tlsClientSchema = z
+export const tlsClientSchema: z.ZodType<TlsClientMaterial> = z
   .object({
-    ca: z.string().min(1).optional(),
-    cert: z.string().min(1),
-    key: z.string().min(1),
+    ca: pem().optional(),
+    cert: pem(),
+    key: pem(),
     servername: z.string().optional(),
   })
+  .strict()
   .readonly()
-export type TlsClientConfig = z.input<typeof tlsClientSchema>
 
-/** `container` tier on a Docker Engine, with runc (`docker`, the default) or gVisor (`runsc`). */
-export const containerBackendConfigSchema = z
+export const containerBackendConfigSchema: z.ZodType<ContainerBackendConfig> = z
   .object({
     tier: z.literal('container'),
     runtime: z.enum(['docker', 'runsc']).optional(),
-    /** Image to start per sandbox. It needs only the commands you will run in it. */
     image: z.string().min(1),
-    /** Engine unix socket; default `DOCKER_HOST` if set, else `/var/run/docker.sock`. */
-    socketPath: z.string().min(1).optional(),
-    /** Engine TCP address instead of a socket. */
-    host: z.string().min(1).optional(),
-    port: z.number().int().min(1).max(65535).optional(),
-    tls: tlsClientSchema.optional(),
-    /** `uid:gid` the sandbox runs as (default `1000:1000`). Root (`0`) is refused. */
-    user: z
-      .string()
-      .regex(/^\d+(:\d+)?$/, 'user must be numeric "uid" or "uid:gid"')
-      .refine((user) => !/^0+(:|$)/.test(user), 'running the sandbox as root is refused')
-      .optional(),
-    /** Extra labels on every resource this backend creates. `cordon.*` keys are reserved. */
+    hostReachability: z.enum(['host-port', 'container-network']).optional(),
+    network: z.string().min(1).optional(),
     labels: labelsSchema
       .refine(
         (labels) => Object.keys(labels).every((key) => !key.startsWith('cordon.')),
         'label keys starting with "cordon." are reserved',
       )
       .optional(),
-    /** How long `create()` may take to reach exec-ready (default 30 s). */
-    readinessTimeoutMs: positiveInt().optional(),
-    /** CPU limit in cores (default 1). */
+    readyTimeoutMs: durationMs().optional(),
+    socketPath: z.string().min(1).optional(),
+    host: z.string().min(1).optional(),
+    port: tcpPort().optional(),
+    tls: tlsClientSchema.optional(),
+    user: z
+      .string()
+      .regex(/^\d+(:\d+)?$/, 'user must be numeric "uid" or "uid:gid"')
+      .refine((user) => !/^0+(:|$)/.test(user), 'running the sandbox as root is refused')
+      .optional(),
     cpus: z.number().positive().max(1024).optional(),
-    /** Size of the writable `/tmp` tmpfs in MiB (default 64). */
     tmpfsSizeMb: positiveInt().optional(),
-    /**
-     * Image of the egress gateway that `static`, `resolver` and `allow-all`
-     * policies need (build one with `buildGatewayImage()` from
-     * `@cordon/backend-docker`). Without it those policies are refused.
-     */
     gatewayImage: z.string().min(1).optional(),
-    /**
-     * Fixed name-to-address entries for the gateway's resolver, for internal
-     * services a policy names (pair them with the provider's `allowInwardFor`).
-     */
     gatewayHosts: z.record(z.string().min(1), z.string().min(1)).readonly().optional(),
-    /** Ports the gateway lets sandboxes reach (default 80 and 443). */
-    gatewayAllowedPorts: z.array(z.number().int().min(1).max(65535)).readonly().optional(),
-    /** Extra CA certificates (PEM) the gateway trusts for upstream HTTPS, e.g. an internal CA. */
+    gatewayAllowedPorts: z.array(tcpPort()).readonly().optional(),
     gatewayUpstreamCa: z.string().min(1).optional(),
-    /**
-     * Engine runtime for gVisor sandboxes behind the gateway. gVisor's own
-     * network stack cannot reach the relay that shares the sandbox's network
-     * namespace, so these sandboxes use a runsc runtime registered with
-     * `--network=host` (inside the sandbox's own, loopback-only namespace).
-     * Without it, gVisor sandboxes accept only `deny-all` and refuse the other
-     * policies.
-     */
     runscProxiedRuntime: z.string().min(1).optional(),
   })
+  .strict()
   .readonly()
   .superRefine((config, ctx) => {
     if (config.socketPath && config.host) {
@@ -96,34 +284,33 @@ export const containerBackendConfigSchema = z
       ctx.addIssue({ code: 'custom', path: ['tls'], message: 'tls needs a TCP host' })
     }
   })
-export type ContainerBackendConfig = z.input<typeof containerBackendConfigSchema>
 
-/** `container` tier claimed from an Azure Container Instances standby pool. */
-export const aciStandbyPoolBackendConfigSchema = z
+const azureResourceId = () => z.string().startsWith('/subscriptions/')
+
+export const aciStandbyPoolBackendConfigSchema: z.ZodType<ACIStandbyPoolBackendConfig> = z
   .object({
     tier: z.literal('container'),
     runtime: z.literal('aci-standby-pool'),
     subscriptionId: z.string().min(1),
     resourceGroup: z.string().min(1),
     location: z.string().min(1),
-    standbyPoolResourceId: z.string().startsWith('/subscriptions/'),
-    containerGroupProfileResourceId: z.string().startsWith('/subscriptions/'),
+    standbyPoolResourceId: azureResourceId(),
+    containerGroupProfileResourceId: azureResourceId(),
     containerGroupProfileRevision: z.number().int().nonnegative().optional(),
-    /** Returns a bearer token for Azure Resource Manager; called before every request. */
     getArmToken: fn<() => Promise<string>>('getArmToken must be a function returning a token'),
-    /** Delegated subnet the claimed groups join; required unless allowPublicAddress is set. */
-    subnetId: z.string().startsWith('/subscriptions/').optional(),
-    /** Opt in to a public IP for claimed groups when no subnet is given. */
-    allowPublicAddress: z.boolean().optional(),
-    readinessTimeoutMs: positiveInt().optional(),
-    agentPort: z.number().int().min(1).max(65535).optional(),
+    subnetId: azureResourceId().optional(),
+    readyPollIntervalMs: durationMs().optional(),
+    readyTimeoutMs: durationMs().optional(),
+    workerPort: tcpPort().optional(),
     armApiVersion: z.string().min(1).optional(),
-    armEndpoint: z.string().url().optional(),
     containerNamePrefix: z
       .string()
-      .regex(/^[a-z0-9-]{1,40}$/)
+      .regex(/^[a-z0-9-]{1,40}$/, 'lowercase letters, digits and "-", at most 40')
       .optional(),
+    allowPublicAddress: z.boolean().optional(),
+    armEndpoint: z.string().url().optional(),
   })
+  .strict()
   .readonly()
   .superRefine((config, ctx) => {
     if (!config.subnetId && config.allowPublicAddress !== true) {
@@ -135,71 +322,52 @@ export const aciStandbyPoolBackendConfigSchema = z
       })
     }
   })
-export type ACIStandbyPoolBackendConfig = z.input<typeof aciStandbyPoolBackendConfigSchema>
 
-export const agentSnapshotRefSchema = z
+export const agentSnapshotRefSchema: z.ZodType<AgentSnapshotRef> = z
   .object({ orgId: z.string().min(1), agentId: z.string().min(1), version: z.string().min(1) })
+  .strict()
   .readonly()
-export type AgentSnapshotRef = z.input<typeof agentSnapshotRefSchema>
 
-/** `microvm` tier against a guest orchestrator's control plane. */
-export const microVMBackendConfigSchema = z
+export const microVMBackendConfigSchema: z.ZodType<MicroVMBackendConfig> = z
   .object({
     tier: z.literal('microvm'),
     service: z.literal('self-hosted'),
     orchestratorEndpoint: z.string().url(),
-    /** Returns the control plane's bearer token; called before every request. */
     getToken: fn<() => Promise<string>>('getToken must be a function returning a token'),
     template: z.string().min(1).optional(),
     agentSnapshot: agentSnapshotRefSchema.optional(),
     agentVsockPort: z.number().int().min(1).max(0xffffffff).optional(),
-    readinessTimeoutMs: positiveInt().optional(),
+    readyTimeoutMs: durationMs().optional(),
+    readyPollIntervalMs: durationMs().optional(),
     mtls: tlsClientSchema.optional(),
     controlPlaneMtls: tlsClientSchema.optional(),
   })
+  .strict()
   .readonly()
-export type MicroVMBackendConfig = z.input<typeof microVMBackendConfigSchema>
 
-export type SandboxTier = 'container' | 'microvm'
-export type SandboxBackendConfig =
-  | ContainerBackendConfig
-  | ACIStandbyPoolBackendConfig
-  | MicroVMBackendConfig
-
-/** A credential the egress gateway injects upstream; the sandbox never holds `value`. */
-export const brokeredCredentialSchema = z
+export const brokeredCredentialSchema: z.ZodType<BrokeredCredential> = z
   .object({
-    /** Exact host the credential is bound to. */
     host: z.string().min(1),
-    /** Request header that carries it, e.g. `authorization`. */
     header: z.string().regex(/^[A-Za-z0-9-]+$/, 'header must be a plain header name'),
     value: z.string().min(1),
-    /**
-     * If set, the sandbox sends this string and the gateway swaps it for `value`
-     * on requests to `host` only; a request carrying it anywhere else is refused.
-     * Without it, the gateway adds the header to every request to `host`.
-     */
     placeholder: z.string().min(8).optional(),
   })
+  .strict()
   .readonly()
-export type BrokeredCredential = z.input<typeof brokeredCredentialSchema>
 
 const providerBaseShape = {
   defaultEgress: egressPolicySchema.optional(),
-  /** Default lifetime of a sandbox in ms; it is destroyed when this runs out. */
-  defaultTimeoutMs: positiveInt().optional(),
+  defaultTimeoutMs: durationMs().optional(),
   defaultMemoryLimitMb: positiveInt().optional(),
   defaultMaxProcesses: positiveInt().optional(),
-  /** Keep this many exec-ready sandboxes started; `create()` claims one. */
+  defaultLifetimeMs: durationMs().optional(),
   pool: z
     .object({ size: z.number().int().min(0).max(64) })
+    .strict()
     .readonly()
     .optional(),
-  /** Structured lifecycle, exec and egress events. Must not throw. */
   onEvent: fn<SandboxEventListener>('onEvent must be a function').optional(),
-  /** Credentials the egress gateway injects; never visible inside the sandbox. */
   brokeredCredentials: z.array(brokeredCredentialSchema).readonly().optional(),
-  /** Host names whose private or loopback addresses the gateway may dial. */
   allowInwardFor: z.array(z.string().min(1)).readonly().optional(),
 }
 
@@ -210,61 +378,53 @@ export const containerProviderConfigSchema = z
     backend: z.union([containerBackendConfigSchema, aciStandbyPoolBackendConfigSchema]),
     layout: containerSandboxLayoutSchema,
   })
+  .strict()
   .readonly()
 
+/** Provider config for the microvm tier: the guest's files are the orchestrator's business. */
 export const microVMProviderConfigSchema = z
   .object({
     ...providerBaseShape,
     backend: microVMBackendConfigSchema,
     layout: z.undefined().optional(),
   })
+  .strict()
   .readonly()
 
-type ProviderBase = z.input<z.ZodObject<typeof providerBaseShape>>
+const envSchema = z
+  .record(
+    z
+      .string()
+      .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'environment variable names are letters, digits and "_"'),
+    z.string().refine((value) => !value.includes('\0'), 'environment values cannot contain NUL'),
+  )
+  .readonly()
 
-export type SandboxProviderConfig =
-  | (ProviderBase & {
-      readonly backend: ContainerBackendConfig | ACIStandbyPoolBackendConfig
-      readonly layout: z.input<typeof containerSandboxLayoutSchema>
-    })
-  | (ProviderBase & { readonly backend: MicroVMBackendConfig; readonly layout?: undefined })
+/** Validates one environment map (names and values); shared by create and exec. */
+export const environmentSchema = envSchema
 
-/** Per-sandbox settings for `provider.create()`; each falls back to the provider's default. */
-export const sandboxCreateConfigSchema = z
+export const sandboxCreateConfigSchema: z.ZodType<SandboxCreateConfig> = z
   .object({
+    workingDirectory: z.string().startsWith('/', 'must be an absolute path').optional(),
+    env: envSchema.optional(),
+    timeoutMs: durationMs().optional(),
+    memoryLimitMb: positiveInt().optional(),
+    maxProcesses: positiveInt().optional(),
     signal: z
       .custom<AbortSignal>((value) => value instanceof AbortSignal, 'signal must be an AbortSignal')
       .optional(),
-    env: z
-      .record(
-        z
-          .string()
-          .regex(
-            /^[A-Za-z_][A-Za-z0-9_]*$/,
-            'environment variable names are letters, digits and "_"',
-          ),
-        z.string(),
-      )
-      .readonly()
-      .optional(),
-    timeoutMs: positiveInt().optional(),
-    memoryLimitMb: positiveInt().optional(),
-    maxProcesses: positiveInt().optional(),
-    workingDirectory: z.string().startsWith('/').optional(),
     egress: egressPolicySchema.optional(),
+    lifetimeMs: durationMs().optional(),
   })
+  .strict()
   .readonly()
-export type SandboxCreateConfig = z.input<typeof sandboxCreateConfigSchema>
 
 /**
  * Parses `input` with `schema`; on failure throws one
- * {@link SandboxConfigValidationError} listing every problem.
+ * {@link SandboxConfigValidationError} listing every problem (an unknown key
+ * is a problem too).
  */
-export function parseConfig<S extends z.ZodType>(
-  schema: S,
-  input: unknown,
-  subject: string,
-): z.output<S> {
+export function parseConfig<T>(schema: z.ZodType<T>, input: unknown, subject: string): T {
   const result = schema.safeParse(input)
   if (result.success) return result.data
   throw new SandboxConfigValidationError(

@@ -168,18 +168,50 @@ export class SandboxConfigValidationError extends SandboxError {
   }
 }
 
-const layoutMarker = markerFor('SandboxLayoutValidationError')
+const layoutMarker = markerFor('ContainerSandboxLayoutValidationError')
 
-/** A container layout is unusable; every problem is listed at once. */
-export class SandboxLayoutValidationError extends SandboxConfigValidationError {
+/**
+ * A container layout is unusable. `reasons` lists every problem (one line
+ * each, `path: message`), as the reference's error did, so a host fixes them
+ * all in one round; `issues` has the same problems as structured data.
+ */
+export class ContainerSandboxLayoutValidationError extends SandboxConfigValidationError {
   protected readonly [layoutMarker] = true
+  readonly reasons: readonly string[]
 
-  constructor(issues: readonly SandboxConfigIssue[], options: SandboxErrorOptions = {}) {
-    super('container sandbox layout', issues, { ...options, code: 'LAYOUT_INVALID' })
-    this.name = 'SandboxLayoutValidationError'
+  constructor(
+    reasons: readonly string[],
+    options: SandboxErrorOptions & { issues?: readonly SandboxConfigIssue[] } = {},
+  ) {
+    super(
+      'ContainerSandboxLayout',
+      options.issues ?? reasons.map((reason) => ({ path: '', message: reason })),
+      { ...(options.cause === undefined ? {} : { cause: options.cause }), code: 'LAYOUT_INVALID' },
+    )
+    this.name = 'ContainerSandboxLayoutValidationError'
+    this.reasons = [...reasons]
+    this.message = `Invalid ContainerSandboxLayout: ${reasons.join('; ')}`
   }
 
-  static override isInstance(value: unknown): value is SandboxLayoutValidationError {
+  /** One error for every problem found, each reason `path: message`. */
+  static fromIssues(issues: readonly SandboxConfigIssue[]): ContainerSandboxLayoutValidationError {
+    return new ContainerSandboxLayoutValidationError(
+      issues.map((issue) => (issue.path ? `${issue.path}: ${issue.message}` : issue.message)),
+      { issues },
+    )
+  }
+
+  /** What `JSON.stringify` writes: the reasons survive, unlike an Error's own fields. */
+  toJSON(): { name: string; message: string; reasons: readonly string[]; cause?: unknown } {
+    return {
+      name: this.name,
+      message: this.message,
+      reasons: this.reasons,
+      ...(this.cause === undefined ? {} : { cause: this.cause }),
+    }
+  }
+
+  static override isInstance(value: unknown): value is ContainerSandboxLayoutValidationError {
     return hasMarker(value, layoutMarker)
   }
 }

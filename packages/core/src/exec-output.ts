@@ -1,6 +1,5 @@
+import { SANDBOX_MAX_OUTPUT_BYTES } from './constants.js'
 import type { SandboxOutputChunk } from './sandbox.js'
-
-export const DEFAULT_MAX_OUTPUT_BYTES = 10 * 1024 * 1024
 
 interface StreamState {
   readonly decoder: InstanceType<typeof TextDecoder>
@@ -27,7 +26,7 @@ export class ExecOutputCollector {
     maxOutputBytes?: number
     onOutput?: (chunk: SandboxOutputChunk) => void
   }) {
-    this.limit = options.maxOutputBytes ?? DEFAULT_MAX_OUTPUT_BYTES
+    this.limit = options.maxOutputBytes ?? SANDBOX_MAX_OUTPUT_BYTES
     this.onOutput = options.onOutput
   }
 

@@ -1,29 +1,21 @@
 import { z } from 'zod'
-import { parseConfig } from './config.js'
+import { environmentSchema, parseConfig } from './config.js'
 import type { SandboxExecOptions, SandboxStartOptions } from './sandbox.js'
 
-const envSchema = z
-  .record(
-    z
-      .string()
-      .regex(/^[A-Za-z_][A-Za-z0-9_]*$/, 'environment variable names are letters, digits and "_"'),
-    z.string().refine((value) => !value.includes('\0'), 'environment values cannot contain NUL'),
-  )
-  .optional()
+const noNul = (what: string) =>
+  z.string().refine((value) => !value.includes('\0'), `${what} cannot contain NUL`)
 
 const execRequestSchema = z.object({
   command: z
     .string()
     .min(1, 'command must not be empty')
     .refine((value) => !value.includes('\0'), 'command cannot contain NUL'),
-  args: z.array(
-    z.string().refine((value) => !value.includes('\0'), 'arguments cannot contain NUL'),
-  ),
+  args: z.array(noNul('arguments')),
   options: z
     .object({
-      timeout: z.number().positive().optional(),
-      env: envSchema,
-      cwd: z.string().startsWith('/', 'cwd must be an absolute path').optional(),
+      timeout: z.number().positive().max(2_147_483_647).optional(),
+      env: environmentSchema.optional(),
+      cwd: noNul('cwd').startsWith('/', 'cwd must be an absolute path').optional(),
       onOutput: z
         .custom<(chunk: unknown) => void>(
           (value) => typeof value === 'function',
@@ -40,12 +32,13 @@ const execRequestSchema = z.object({
       maxOutputBytes: z.number().int().positive().optional(),
       openStdin: z.boolean().optional(),
     })
-    .passthrough(),
+    .strict(),
 })
 
 /**
  * Validates an exec or start call before anything is sent to a sandbox. Every
- * problem is reported in one `SandboxConfigValidationError`.
+ * problem (an unknown option among them) is reported in one
+ * `SandboxConfigValidationError`.
  */
 export function validateExecRequest(
   command: unknown,

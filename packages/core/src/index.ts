@@ -1,19 +1,108 @@
-export * from './backend.js'
-export * from './bearer-token.js'
-export * from './cleanup-failure-event.js'
-export * from './config.js'
-export * from './deadline.js'
-export * from './egress-policy.js'
-export * from './errors.js'
-export * from './events.js'
-export * from './exec-output.js'
-export * from './exec-request.js'
-export * from './host-allowlist.js'
-export * from './layout.js'
-export * from './managed-sandbox.js'
-export * from './provider.js'
-export * from './provider-config.js'
-export * from './sandbox.js'
-export * from './sandbox-id.js'
-export * from './serialize-error.js'
-export * from './warm-pool.js'
+/**
+ * `@cordon/core`: the contract hosts program against. Types, errors, config
+ * schemas and constants; nothing here starts anything. Backend authors import
+ * the runtime they build on from `@cordon/core/backend`.
+ *
+ * The list is explicit on purpose (a test pins it): what is exported here is
+ * public API.
+ */
+export type {
+  CordonSandboxBackend,
+  SandboxBackend,
+  SandboxBackendOptions,
+} from './backend.js'
+export {
+  type ACIStandbyPoolBackendConfig,
+  type AgentSnapshotRef,
+  aciStandbyPoolBackendConfigSchema,
+  type BrokeredCredential,
+  brokeredCredentialSchema,
+  type ContainerBackendConfig,
+  containerBackendConfigSchema,
+  type MicroVMBackendConfig,
+  microVMBackendConfigSchema,
+  type SandboxBackendConfig,
+  type SandboxCreateConfig,
+  type SandboxProviderConfig,
+  type SandboxProviderConfigBase,
+  type SandboxTier,
+  sandboxCreateConfigSchema,
+  type TlsClientMaterial,
+} from './config.js'
+export {
+  SANDBOX_DEFAULT_MAX_PROCESSES,
+  SANDBOX_DEFAULT_MEMORY_LIMIT_MB,
+  SANDBOX_DEFAULT_TIMEOUT_MS,
+  SANDBOX_MAX_OUTPUT_BYTES,
+} from './constants.js'
+export { type EgressPolicy, type EgressPolicyKind, egressPolicySchema } from './egress-policy.js'
+export {
+  ContainerSandboxLayoutValidationError,
+  SandboxAbortedError,
+  SandboxBackendNotImplementedError,
+  SandboxBackendNotInstalledError,
+  SandboxBackendUnavailableError,
+  type SandboxConfigIssue,
+  SandboxConfigValidationError,
+  SandboxControlRefusedError,
+  SandboxCreateTimeoutError,
+  SandboxDestroyedError,
+  SandboxError,
+  type SandboxErrorCode,
+  type SandboxErrorOptions,
+  SandboxFileNotFoundError,
+  SandboxOperationError,
+  SandboxPathError,
+  SandboxReadinessError,
+  SandboxTransportError,
+} from './errors.js'
+export type {
+  EgressReasonCode,
+  SandboxEgressEvent,
+  SandboxEvent,
+  SandboxEventListener,
+  SandboxExecEvent,
+  SandboxLifecycleEvent,
+  SandboxLifecyclePhase,
+} from './events.js'
+export { isHostAllowed } from './host-allowlist.js'
+export {
+  type ContainerSandboxLayout,
+  type ContainerSandboxLayoutMount,
+  type ContainerSandboxMountSource,
+  type ContainerSandboxSkillMount,
+  containerSandboxLayoutSchema,
+  type ResolvedContainerSandboxLayout,
+  type ResolvedContainerSandboxMount,
+  resolveLayout,
+  SANDBOX_DEFAULT_OUTPUTS_PATH,
+  SANDBOX_DEFAULT_SCRATCH_PATH,
+  SANDBOX_DEFAULT_SKILLS_PARENT,
+  SANDBOX_DEFAULT_TOOL_RESULTS_PATH,
+  SANDBOX_DEFAULT_TRANSCRIPTS_PATH,
+  SANDBOX_DEFAULT_UPLOADS_PATH,
+  SKILL_ID_PATTERN,
+} from './layout.js'
+export type { CordonSandboxProvider, SandboxProvider } from './provider.js'
+export type { SandboxBackendName } from './provider-config.js'
+export type {
+  CordonSandbox,
+  Sandbox,
+  SandboxByteSource,
+  SandboxDestroyOptions,
+  SandboxEnvironment,
+  SandboxExecOptions,
+  SandboxExecResult,
+  SandboxFileContent,
+  SandboxFileEntry,
+  SandboxFileOptions,
+  SandboxFileWrite,
+  SandboxNetworkPolicy,
+  SandboxOutputChunk,
+  SandboxProcess,
+  SandboxStartOptions,
+  SandboxStatus,
+  SandboxWriteFileOptions,
+} from './sandbox.js'
+export { isSandboxId, type SandboxId } from './sandbox-id.js'
+export { type SerializedSandboxError, serializeSandboxError } from './serialize-error.js'

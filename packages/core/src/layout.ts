@@ -1,183 +1,274 @@
 import { z } from 'zod'
-import { type SandboxConfigIssue, SandboxLayoutValidationError } from './errors.js'
+import { ContainerSandboxLayoutValidationError, type SandboxConfigIssue } from './errors.js'
 
-/** Default container paths, the same as the reference's so hosts can switch. */
+/** Default container paths, the reference's, so hosts and their prompts keep them. */
 export const SANDBOX_DEFAULT_OUTPUTS_PATH = '/mnt/user-data/outputs'
 export const SANDBOX_DEFAULT_UPLOADS_PATH = '/mnt/user-data/uploads'
+export const SANDBOX_DEFAULT_SCRATCH_PATH = '/mnt/user-data/scratch'
 export const SANDBOX_DEFAULT_TOOL_RESULTS_PATH = '/mnt/user-data/tool_results'
 export const SANDBOX_DEFAULT_TRANSCRIPTS_PATH = '/mnt/transcripts'
-export const SANDBOX_DEFAULT_SCRATCH_PATH = '/mnt/scratch'
 export const SANDBOX_DEFAULT_SKILLS_PARENT = '/mnt/skills'
 
-/** Skill ids become path segments, so they are restricted to a safe alphabet. */
-export const SKILL_ID_PATTERN = /^[a-z0-9][a-z0-9_-]{0,63}$/
+/**
+ * Skill ids become a path segment under `/mnt/skills` unless the skill names
+ * its own `containerPath`: letters, digits, `.`, `_` and `-`, starting with a
+ * letter or digit (so never `.` or `..`), at most 64 characters.
+ */
+export const SKILL_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/
 
 /**
  * Where a mount's content comes from.
  * - `hostDir`: a directory on the engine's host (bind mount).
- * - `ephemeral`: storage the backend creates for this sandbox and removes with it.
- * - `inImage`: the path already exists in the image; nothing is mounted.
  * - `azureFileShare`: an Azure Files share (ACI).
+ * - `inImage`: the path already exists in the image; nothing is mounted.
+ * - `ephemeral` (cordon): storage the backend creates for this sandbox, capped
+ *   at `sizeMb` (default 256), and removes with it.
  */
-export const containerSandboxMountSourceSchema = z.discriminatedUnion('kind', [
-  z.object({ kind: z.literal('hostDir'), path: z.string() }).readonly(),
-  z
-    .object({ kind: z.literal('ephemeral'), sizeMb: z.number().int().positive().optional() })
-    .readonly(),
-  z.object({ kind: z.literal('inImage') }).readonly(),
-  z
-    .object({
-      kind: z.literal('azureFileShare'),
-      storageAccountName: z.string().min(1),
-      shareName: z.string().min(1),
-      storageAccountKey: z.string().min(1).optional(),
-    })
-    .readonly(),
-])
-export type ContainerSandboxMountSource = z.input<typeof containerSandboxMountSourceSchema>
+export type ContainerSandboxMountSource =
+  | { readonly type: 'hostDir'; readonly hostPath: string }
+  | {
+      readonly type: 'azureFileShare'
+      readonly storageAccountName: string
+      readonly shareName: string
+      readonly storageAccountKey: string
+    }
+  | { readonly type: 'inImage' }
+  | { readonly type: 'ephemeral'; readonly sizeMb?: number }
 
-export const containerSandboxLayoutMountSchema = z
-  .object({
-    source: containerSandboxMountSourceSchema,
-    /** Path inside the sandbox; defaults to the role's default path. */
-    path: z.string().optional(),
-  })
-  .readonly()
-export type ContainerSandboxLayoutMount = z.input<typeof containerSandboxLayoutMountSchema>
+/** One mount of a layout: where its content comes from and where it appears (default: the role's path). */
+export interface ContainerSandboxLayoutMount {
+  readonly source: ContainerSandboxMountSource
+  readonly containerPath?: string
+}
 
-export const containerSandboxSkillMountSchema = z
-  .object({ id: z.string(), source: containerSandboxMountSourceSchema })
-  .readonly()
-export type ContainerSandboxSkillMount = z.input<typeof containerSandboxSkillMountSchema>
+/** A read-only skill bundle, mounted at `/mnt/skills/<id>` unless `containerPath` says otherwise. */
+export interface ContainerSandboxSkillMount {
+  readonly id: string
+  readonly source: ContainerSandboxMountSource
+  readonly containerPath?: string
+}
 
 /**
- * What a container sandbox sees on disk. `outputs` is required and writable and
- * is the sandbox's `rootDir`; uploads, tool results and transcripts are mounted
- * read-only; scratch is writable; each skill is mounted read-only at
- * `/mnt/skills/<id>`.
+ * What a container sandbox sees on disk. `outputs` is required and writable
+ * and is the sandbox's `rootDir`; uploads, tool results and transcripts are
+ * read-only; scratch is writable; each skill is read-only.
  */
-export const containerSandboxLayoutSchema = z
-  .object({
-    outputs: containerSandboxLayoutMountSchema,
-    uploads: containerSandboxLayoutMountSchema.optional(),
-    toolResults: containerSandboxLayoutMountSchema.optional(),
-    transcripts: containerSandboxLayoutMountSchema.optional(),
-    scratch: containerSandboxLayoutMountSchema.optional(),
-    skills: z.array(containerSandboxSkillMountSchema).readonly().optional(),
-  })
-  .readonly()
-export type ContainerSandboxLayout = z.input<typeof containerSandboxLayoutSchema>
+export interface ContainerSandboxLayout {
+  readonly outputs: ContainerSandboxLayoutMount
+  readonly uploads?: ContainerSandboxLayoutMount
+  readonly scratch?: ContainerSandboxLayoutMount
+  readonly toolResults?: ContainerSandboxLayoutMount
+  readonly skills?: readonly ContainerSandboxSkillMount[]
+  readonly transcripts?: ContainerSandboxLayoutMount
+}
 
+/** A mount with its container path filled in. */
+export interface ResolvedContainerSandboxMount {
+  readonly source: ContainerSandboxMountSource
+  readonly containerPath: string
+}
+
+/**
+ * A layout with every container path filled in (normalized, absolute): what
+ * the model will see, for prompt generators and backends.
+ */
+export interface ResolvedContainerSandboxLayout {
+  readonly outputs: ResolvedContainerSandboxMount
+  readonly uploads?: ResolvedContainerSandboxMount
+  readonly scratch?: ResolvedContainerSandboxMount
+  readonly toolResults?: ResolvedContainerSandboxMount
+  readonly skills?: readonly (ResolvedContainerSandboxMount & { readonly id: string })[]
+  readonly transcripts?: ResolvedContainerSandboxMount
+}
+
+const mountSourceSchema = z.discriminatedUnion('type', [
+  z
+    .object({ type: z.literal('hostDir'), hostPath: z.string() })
+    .strict()
+    .readonly(),
+  z
+    .object({
+      type: z.literal('azureFileShare'),
+      storageAccountName: z.string().min(1),
+      shareName: z.string().min(1),
+      storageAccountKey: z.string().min(1),
+    })
+    .strict()
+    .readonly(),
+  z
+    .object({ type: z.literal('inImage') })
+    .strict()
+    .readonly(),
+  z
+    .object({
+      type: z.literal('ephemeral'),
+      sizeMb: z.number().int().positive().max(1_048_576).optional(),
+    })
+    .strict()
+    .readonly(),
+])
+
+const mountSchema = z
+  .object({ source: mountSourceSchema, containerPath: z.string().optional() })
+  .strict()
+  .readonly()
+
+const skillSchema = z
+  .object({ id: z.string(), source: mountSourceSchema, containerPath: z.string().optional() })
+  .strict()
+  .readonly()
+
+/** Validates a {@link ContainerSandboxLayout}'s fields; unknown keys are refused. */
+export const containerSandboxLayoutSchema: z.ZodType<ContainerSandboxLayout> = z
+  .object({
+    outputs: mountSchema,
+    uploads: mountSchema.optional(),
+    scratch: mountSchema.optional(),
+    toolResults: mountSchema.optional(),
+    skills: z.array(skillSchema).readonly().optional(),
+    transcripts: mountSchema.optional(),
+  })
+  .strict()
+  .readonly()
+
+/** The part a mount plays; decides whether it is writable. */
 export type ContainerSandboxMountRole =
   | 'outputs'
   | 'uploads'
+  | 'scratch'
   | 'toolResults'
   | 'transcripts'
-  | 'scratch'
   | 'skill'
 
-export interface ResolvedContainerSandboxMount {
+/** One mount of a resolved layout, flattened, as backends mount it. */
+export interface LayoutMountPlan {
   readonly role: ContainerSandboxMountRole
   /** Set for `role: 'skill'`. */
   readonly skillId?: string
-  /** Absolute, normalized path inside the sandbox. */
   readonly containerPath: string
   readonly readOnly: boolean
   readonly source: ContainerSandboxMountSource
 }
 
-export interface ResolvedContainerSandboxLayout {
-  /** The outputs path: the sandbox's `rootDir` and the default working directory. */
-  readonly outputsPath: string
-  readonly mounts: readonly ResolvedContainerSandboxMount[]
-  /** Container paths the host may write through the file API. */
-  readonly writableRoots: readonly string[]
-  /** Container paths the host may read through the file API (includes the writable ones). */
-  readonly readableRoots: readonly string[]
-}
-
-const ROLE_DEFAULTS: ReadonlyArray<
+const ROLES: ReadonlyArray<
   readonly [Exclude<ContainerSandboxMountRole, 'skill'>, string, boolean]
 > = [
   ['outputs', SANDBOX_DEFAULT_OUTPUTS_PATH, false],
   ['uploads', SANDBOX_DEFAULT_UPLOADS_PATH, true],
+  ['scratch', SANDBOX_DEFAULT_SCRATCH_PATH, false],
   ['toolResults', SANDBOX_DEFAULT_TOOL_RESULTS_PATH, true],
   ['transcripts', SANDBOX_DEFAULT_TRANSCRIPTS_PATH, true],
-  ['scratch', SANDBOX_DEFAULT_SCRATCH_PATH, false],
 ]
 
 /**
- * Validates a layout and resolves it to concrete mounts. Every problem is
- * collected and thrown together as one {@link SandboxLayoutValidationError}:
- * malformed fields, skill ids outside {@link SKILL_ID_PATTERN}, paths that are
- * relative or contain `..`, duplicate skill ids, and two mounts on one path.
+ * Validates a layout and fills in every container path. Every problem is
+ * collected and thrown together as one {@link ContainerSandboxLayoutValidationError}:
+ * malformed or unknown fields, skill ids outside {@link SKILL_ID_PATTERN},
+ * relative paths or paths with `..`, duplicate skill ids, and two mounts on
+ * one path.
  */
 export function resolveLayout(layout: ContainerSandboxLayout): ResolvedContainerSandboxLayout {
   const parsed = containerSandboxLayoutSchema.safeParse(layout)
   if (!parsed.success) {
-    throw new SandboxLayoutValidationError(
+    throw ContainerSandboxLayoutValidationError.fromIssues(
       parsed.error.issues.map((issue) => ({ path: issue.path.join('.'), message: issue.message })),
     )
   }
   const input = parsed.data
   const problems: SandboxConfigIssue[] = []
-  const mounts: ResolvedContainerSandboxMount[] = []
+  const resolved: Record<string, unknown> = {}
 
-  for (const [role, defaultPath, readOnly] of ROLE_DEFAULTS) {
+  for (const [role, defaultPath] of ROLES) {
     const mount = input[role]
     if (!mount) continue
-    const containerPath = checkContainerPath(mount.path ?? defaultPath, `${role}.path`, problems)
     checkSource(mount.source, `${role}.source`, problems)
-    mounts.push({ role, containerPath, readOnly, source: mount.source })
+    resolved[role] = {
+      source: mount.source,
+      containerPath: checkContainerPath(
+        mount.containerPath ?? defaultPath,
+        `${role}.containerPath`,
+        problems,
+      ),
+    }
   }
 
-  const seenSkillIds = new Set<string>()
-  input.skills?.forEach((skill, index) => {
-    const at = `skills.${index}`
-    if (!SKILL_ID_PATTERN.test(skill.id)) {
-      problems.push({
-        path: `${at}.id`,
-        message: `skill id "${skill.id}" must match ${SKILL_ID_PATTERN} (lowercase letters, digits, "-" and "_", at most 64)`,
-      })
-    } else if (seenSkillIds.has(skill.id)) {
-      problems.push({ path: `${at}.id`, message: `duplicate skill id "${skill.id}"` })
-    }
-    seenSkillIds.add(skill.id)
-    checkSource(skill.source, `${at}.source`, problems)
-    mounts.push({
+  if (input.skills) {
+    const seen = new Set<string>()
+    resolved.skills = input.skills.map((skill, index) => {
+      const at = `skills.${index}`
+      if (!SKILL_ID_PATTERN.test(skill.id)) {
+        problems.push({
+          path: `${at}.id`,
+          message: `skill id "${skill.id}" must be 1 to 64 letters, digits, ".", "_" or "-", starting with a letter or digit`,
+        })
+      } else if (seen.has(skill.id)) {
+        problems.push({ path: `${at}.id`, message: `duplicate skill id "${skill.id}"` })
+      }
+      seen.add(skill.id)
+      checkSource(skill.source, `${at}.source`, problems)
+      return {
+        id: skill.id,
+        source: skill.source,
+        containerPath: checkContainerPath(
+          skill.containerPath ?? `${SANDBOX_DEFAULT_SKILLS_PARENT}/${skill.id}`,
+          `${at}.containerPath`,
+          problems,
+        ),
+      }
+    })
+  }
+
+  const result = resolved as unknown as ResolvedContainerSandboxLayout
+  checkOverlaps(planLayoutMounts(result), problems)
+  if (problems.length > 0) throw ContainerSandboxLayoutValidationError.fromIssues(problems)
+  return result
+}
+
+/** The mounts of a resolved layout, flattened, with whether each is writable. */
+export function planLayoutMounts(layout: ResolvedContainerSandboxLayout): LayoutMountPlan[] {
+  const plans: LayoutMountPlan[] = []
+  for (const [role, , readOnly] of ROLES) {
+    const mount = layout[role]
+    if (mount)
+      plans.push({ role, containerPath: mount.containerPath, readOnly, source: mount.source })
+  }
+  for (const skill of layout.skills ?? []) {
+    plans.push({
       role: 'skill',
       skillId: skill.id,
-      containerPath: `${SANDBOX_DEFAULT_SKILLS_PARENT}/${skill.id}`,
+      containerPath: skill.containerPath,
       readOnly: true,
       source: skill.source,
     })
-  })
-
-  const byPath = new Map<string, string>()
-  for (const mount of mounts) {
-    const name = mount.role === 'skill' ? `skill "${mount.skillId}"` : mount.role
-    const other = byPath.get(mount.containerPath)
-    if (other) {
-      problems.push({
-        path: mount.role === 'skill' ? 'skills' : mount.role,
-        message: `${name} and ${other} are both mounted at ${mount.containerPath}`,
-      })
-    } else {
-      byPath.set(mount.containerPath, name)
-    }
   }
+  return plans
+}
 
-  if (problems.length > 0) throw new SandboxLayoutValidationError(problems)
-
-  const outputsPath = mounts.find((mount) => mount.role === 'outputs')!.containerPath
-  const writableRoots = mounts
+/** Container paths the host may write through the file API. */
+export function writableRoots(layout: ResolvedContainerSandboxLayout): string[] {
+  return planLayoutMounts(layout)
     .filter((mount) => !mount.readOnly)
     .map((mount) => mount.containerPath)
-  return {
-    outputsPath,
-    mounts,
-    writableRoots,
-    readableRoots: mounts.map((mount) => mount.containerPath),
+}
+
+/** Container paths the host may read through the file API (the writable ones included). */
+export function readableRoots(layout: ResolvedContainerSandboxLayout): string[] {
+  return planLayoutMounts(layout).map((mount) => mount.containerPath)
+}
+
+function checkOverlaps(plans: readonly LayoutMountPlan[], problems: SandboxConfigIssue[]): void {
+  const byPath = new Map<string, string>()
+  for (const plan of plans) {
+    const name = plan.role === 'skill' ? `skill "${plan.skillId}"` : plan.role
+    const other = byPath.get(plan.containerPath)
+    if (other) {
+      problems.push({
+        path: plan.role === 'skill' ? 'skills' : plan.role,
+        message: `${name} and ${other} are both mounted at ${plan.containerPath}`,
+      })
+    } else {
+      byPath.set(plan.containerPath, name)
+    }
   }
 }
 
@@ -199,17 +290,17 @@ function checkSource(
   at: string,
   problems: SandboxConfigIssue[],
 ): void {
-  if (source.kind !== 'hostDir') return
-  if (!source.path.startsWith('/')) {
+  if (source.type !== 'hostDir') return
+  if (!source.hostPath.startsWith('/')) {
     problems.push({
-      path: `${at}.path`,
-      message: `host directory "${source.path}" must be an absolute path`,
+      path: `${at}.hostPath`,
+      message: `host directory "${source.hostPath}" must be an absolute path`,
     })
   }
-  if (source.path.split('/').includes('..')) {
+  if (source.hostPath.split('/').includes('..')) {
     problems.push({
-      path: `${at}.path`,
-      message: `host directory "${source.path}" must not contain ".."`,
+      path: `${at}.hostPath`,
+      message: `host directory "${source.hostPath}" must not contain ".."`,
     })
   }
 }

@@ -1,15 +1,17 @@
-import type { SandboxNetworkPolicyUpdate } from './egress-policy.js'
+import type { Buffer } from 'node:buffer'
 import type { SandboxEvent } from './events.js'
 import type {
-  Sandbox,
+  CordonSandbox,
   SandboxByteSource,
   SandboxDestroyOptions,
+  SandboxEnvironment,
   SandboxExecOptions,
   SandboxExecResult,
   SandboxFileContent,
   SandboxFileEntry,
   SandboxFileOptions,
   SandboxFileWrite,
+  SandboxNetworkPolicy,
   SandboxProcess,
   SandboxStartOptions,
   SandboxStatus,
@@ -17,14 +19,25 @@ import type {
 } from './sandbox.js'
 import type { SandboxId } from './sandbox-id.js'
 
+export interface ManagedSandboxHooks {
+  readonly backend: string
+  /** Destroy the sandbox this long after it was handed out; undefined for never. */
+  readonly lifetimeMs: number | undefined
+  /** The timeout of an `exec` that names none. */
+  readonly execTimeoutMs: number
+  readonly emit: (event: SandboxEvent) => void
+  readonly onDestroyed: (sandbox: ManagedSandbox) => void
+}
+
 /**
  * The sandbox a provider hands out: the backend's sandbox plus what the
- * provider owns for every backend, namely the lifetime timer, destroy events
- * and the provider's record of live sandboxes.
+ * provider owns for every backend, namely the default exec timeout, the
+ * lifetime timer, the `busy` status while commands run, destroy events, and
+ * the provider's record of live sandboxes.
  */
-export class ManagedSandbox implements Sandbox {
+export class ManagedSandbox implements CordonSandbox {
   readonly setNetworkPolicy?: (
-    update: SandboxNetworkPolicyUpdate,
+    policy: SandboxNetworkPolicy,
     options?: SandboxFileOptions,
   ) => Promise<void>
   readonly writeFiles?: (
@@ -37,19 +50,16 @@ export class ManagedSandbox implements Sandbox {
   ) => Promise<AsyncIterable<SandboxFileContent>>
   private expiry: ReturnType<typeof setTimeout> | undefined
   private destroying: Promise<void> | undefined
+  /** Commands started through this sandbox that have not ended. */
+  private running = 0
 
   constructor(
-    private readonly inner: Sandbox,
-    private readonly hooks: {
-      readonly backend: string
-      readonly lifetimeMs: number | undefined
-      readonly emit: (event: SandboxEvent) => void
-      readonly onDestroyed: (sandbox: ManagedSandbox) => void
-    },
+    private readonly inner: CordonSandbox,
+    private readonly hooks: ManagedSandboxHooks,
   ) {
     if (inner.setNetworkPolicy) {
       const set = inner.setNetworkPolicy.bind(inner)
-      this.setNetworkPolicy = (update, options) => set(update, options)
+      this.setNetworkPolicy = (policy, options) => set(policy, options)
     }
     if (inner.writeFiles) {
       const write = inner.writeFiles.bind(inner)
@@ -79,27 +89,48 @@ export class ManagedSandbox implements Sandbox {
   }
 
   get status(): SandboxStatus {
-    return this.inner.status
+    const status = this.inner.status
+    return status === 'ready' && this.running > 0 ? 'busy' : status
   }
 
   get rootDir(): string {
     return this.inner.rootDir
   }
 
-  exec(
-    command: string,
-    args?: readonly string[],
-    options?: SandboxExecOptions,
-  ): Promise<SandboxExecResult> {
-    return this.inner.exec(command, args, options)
+  get environment(): SandboxEnvironment {
+    return this.inner.environment
   }
 
-  start(
+  async exec(
+    command: string,
+    args?: readonly string[],
+    options: SandboxExecOptions = {},
+  ): Promise<SandboxExecResult> {
+    this.running++
+    try {
+      return await this.inner.exec(command, args, {
+        ...options,
+        timeout: options.timeout ?? this.hooks.execTimeoutMs,
+      })
+    } finally {
+      this.running--
+    }
+  }
+
+  async start(
     command: string,
     args?: readonly string[],
     options?: SandboxStartOptions,
   ): Promise<SandboxProcess> {
-    return this.inner.start(command, args, options)
+    const process = await this.inner.start(command, args, options)
+    this.running++
+    let counted = true
+    const settle = (): void => {
+      if (counted) this.running--
+      counted = false
+    }
+    process.wait().then(settle, settle)
+    return process
   }
 
   writeFile(
@@ -110,7 +141,7 @@ export class ManagedSandbox implements Sandbox {
     return this.inner.writeFile(path, content, options)
   }
 
-  readFile(path: string, options?: SandboxFileOptions): Promise<Uint8Array> {
+  readFile(path: string, options?: SandboxFileOptions): Promise<Buffer> {
     return this.inner.readFile(path, options)
   }
 
@@ -126,14 +157,18 @@ export class ManagedSandbox implements Sandbox {
     return this.inner.readFileStream(path, options)
   }
 
-  listFiles(dir?: string, options?: SandboxFileOptions): Promise<SandboxFileEntry[]> {
-    return this.inner.listFiles(dir, options)
+  listFiles(rootPath?: string, options?: SandboxFileOptions): Promise<readonly SandboxFileEntry[]> {
+    return this.inner.listFiles(rootPath, options)
   }
 
   destroy(options?: SandboxDestroyOptions): Promise<void> {
     if (this.expiry) clearTimeout(this.expiry)
     this.destroying ??= this.runDestroy(options)
     return this.destroying
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.destroy()
   }
 
   private async runDestroy(options: SandboxDestroyOptions | undefined): Promise<void> {

@@ -1,5 +1,6 @@
 import {
   aciStandbyPoolBackendConfigSchema,
+  type ContainerBackendConfig,
   containerBackendConfigSchema,
   containerProviderConfigSchema,
   microVMBackendConfigSchema,
@@ -8,7 +9,11 @@ import {
   type SandboxBackendConfig,
   type SandboxProviderConfig,
 } from './config.js'
-import { SandboxBackendNotImplementedError, SandboxConfigValidationError } from './errors.js'
+import {
+  SandboxBackendNotImplementedError,
+  SandboxConfigValidationError,
+  SandboxControlRefusedError,
+} from './errors.js'
 import { type ResolvedContainerSandboxLayout, resolveLayout } from './layout.js'
 
 /** The backends cordon knows, by `tier:runtime` name. */
@@ -28,8 +33,10 @@ export interface PreparedProviderConfig {
  * Validates a provider config synchronously and without I/O: picks the backend
  * from `tier` and `runtime`/`service` (an unknown one, which only untyped
  * JavaScript can produce, raises {@link SandboxBackendNotImplementedError}),
- * checks every field with that backend's schema, and resolves the layout. All
- * problems are reported together.
+ * checks every field with that backend's schema (an unknown key is an error),
+ * resolves the layout, and refuses the reference's fields that cordon cannot
+ * honour with {@link SandboxControlRefusedError}. Every validation problem is
+ * reported together.
  */
 export function prepareProviderConfig(input: SandboxProviderConfig): PreparedProviderConfig {
   if (typeof input !== 'object' || input === null) {
@@ -38,17 +45,17 @@ export function prepareProviderConfig(input: SandboxProviderConfig): PreparedPro
     ])
   }
   const backendName = backendNameOf((input as { backend?: unknown }).backend)
-  const schema =
+  const config: SandboxProviderConfig =
     backendName === 'microvm:self-hosted'
-      ? microVMProviderConfigSchema
-      : containerProviderConfigSchema
-  const config = parseConfig(schema, input, 'sandbox provider config') as SandboxProviderConfig
+      ? parseConfig(microVMProviderConfigSchema, input, 'sandbox provider config')
+      : parseConfig(containerProviderConfigSchema, input, 'sandbox provider config')
+  refuseUnhonourableFields(backendName, config.backend)
   const layout = config.layout ? resolveLayout(config.layout) : undefined
   return { backendName, config, layout }
 }
 
 /** Validates just a backend config (for backends used without a provider). */
-export function parseBackendConfig(input: SandboxBackendConfig): SandboxBackendConfig {
+export function parseBackendConfig<C extends SandboxBackendConfig>(input: C): C {
   const name = backendNameOf(input)
   const schema =
     name === 'microvm:self-hosted'
@@ -56,7 +63,33 @@ export function parseBackendConfig(input: SandboxBackendConfig): SandboxBackendC
       : name === 'container:aci-standby-pool'
         ? aciStandbyPoolBackendConfigSchema
         : containerBackendConfigSchema
-  return parseConfig(schema, input, `${name} backend config`) as SandboxBackendConfig
+  const config = parseConfig<SandboxBackendConfig>(schema, input, `${name} backend config`)
+  refuseUnhonourableFields(name, config)
+  return config as C
+}
+
+/**
+ * The reference's container fields that describe a network path cordon never
+ * creates. They are accepted by the types, so a switched host compiles, and
+ * refused here, so a host does not believe they took effect.
+ */
+function refuseUnhonourableFields(name: SandboxBackendName, backend: SandboxBackendConfig): void {
+  if (name !== 'container:docker' && name !== 'container:runsc') return
+  const config = backend as ContainerBackendConfig
+  if (config.hostReachability !== undefined) {
+    throw new SandboxControlRefusedError(
+      'hostReachability',
+      name,
+      'cordon reaches every sandbox through the engine API and needs no network path to it; remove hostReachability',
+    )
+  }
+  if (config.network !== undefined && config.network !== 'none') {
+    throw new SandboxControlRefusedError(
+      'network',
+      name,
+      `a sandbox never joins a routable network ("${config.network}"): its only way out is the egress gateway. Remove network (or set "none") and choose an egress policy such as { kind: 'allow-all' } or { kind: 'static', allowedHosts }`,
+    )
+  }
 }
 
 /** `tier:runtime` of a backend config, e.g. `container:runsc`. */

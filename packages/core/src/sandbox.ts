@@ -1,11 +1,22 @@
-import type { SandboxNetworkPolicyUpdate } from './egress-policy.js'
+import type { Buffer } from 'node:buffer'
 import type { SandboxId } from './sandbox-id.js'
 
 /**
- * Where a sandbox is in its life. `ready` means a command can run now, never
- * merely that an API accepted a request.
+ * Where a sandbox is in its life, with the reference's four values. `ready`
+ * means a command can run now, never merely that an API accepted a request;
+ * `busy` means at least one exec or started process is running; `destroyed`
+ * covers a sandbox being torn down and one that was lost (its `endReason`,
+ * where the backend reports one, says which).
  */
-export type SandboxStatus = 'creating' | 'ready' | 'destroying' | 'destroyed' | 'failed'
+export type SandboxStatus = 'creating' | 'ready' | 'busy' | 'destroyed'
+
+/**
+ * The isolation primitive a sandbox runs under, with the reference's values.
+ * Every cordon backend runs commands in Linux namespaces (inside a gVisor
+ * sandbox, a microVM guest or an ACI group for the stronger tiers), so all of
+ * them report `linux-namespace`.
+ */
+export type SandboxEnvironment = 'linux-namespace' | 'macos-seatbelt' | 'basic'
 
 /** One piece of streamed output, decoded as UTF-8 without splitting characters. */
 export interface SandboxOutputChunk {
@@ -14,16 +25,20 @@ export interface SandboxOutputChunk {
 }
 
 export interface SandboxExecOptions {
-  /** Kill the command's whole process tree after this many milliseconds. */
+  /**
+   * Kill the command's whole process tree after this many milliseconds.
+   * Default: the sandbox's `timeoutMs`, else the provider's
+   * `defaultTimeoutMs`, else `SANDBOX_DEFAULT_TIMEOUT_MS` (30 s).
+   */
   readonly timeout?: number
   /** Extra environment for this command; the sandbox's own environment is the base. */
   readonly env?: Readonly<Record<string, string>>
-  /** Working directory; defaults to the sandbox's `rootDir`. */
+  /** Working directory; defaults to the sandbox's working directory. */
   readonly cwd?: string
-  /** Called for each piece of output, in order, while the command runs. */
-  readonly onOutput?: (chunk: SandboxOutputChunk) => void
   /** Aborting kills the command's whole process tree; the result has `aborted: true`. */
   readonly signal?: AbortSignal
+  /** Called for each piece of output, in order, while the command runs. */
+  readonly onOutput?: (chunk: SandboxOutputChunk) => void
   /** Bytes written to the command's stdin, which is then closed. Without it stdin is empty. */
   readonly stdin?: string | Uint8Array
   /**
@@ -34,21 +49,26 @@ export interface SandboxExecOptions {
   readonly maxOutputBytes?: number
 }
 
+/**
+ * How a command ended. cordon's backends always fill the optional fields
+ * (`stdoutTruncated`, `stderrTruncated`, `aborted`, `oomKilled`); they are
+ * optional in the type so that any object of the reference's shape is one.
+ */
 export interface SandboxExecResult {
   /** The exit code reported by the sandbox; -1 only when it is truly unknown. */
   readonly exitCode: number
   readonly stdout: string
   readonly stderr: string
-  /** Name of the signal that ended the command (`SIGKILL` after a timeout or abort), or null. */
-  readonly signal: string | null
+  /** Name of the signal that ended the command (`SIGKILL` after a timeout or abort); absent otherwise. */
+  readonly signal?: string
   readonly timedOut: boolean
-  /** The caller's AbortSignal ended the command. */
-  readonly aborted: boolean
-  /** The sandbox ran out of memory while the command ran. */
-  readonly oomKilled: boolean
   readonly durationMs: number
-  readonly stdoutTruncated: boolean
-  readonly stderrTruncated: boolean
+  readonly stdoutTruncated?: boolean
+  readonly stderrTruncated?: boolean
+  /** The caller's AbortSignal ended the command. */
+  readonly aborted?: boolean
+  /** The sandbox ran out of memory while the command ran. */
+  readonly oomKilled?: boolean
 }
 
 /** Options of a background process: those of exec, but stdin stays open for writing. */
@@ -57,8 +77,13 @@ export interface SandboxStartOptions extends Omit<SandboxExecOptions, 'stdin'> {
   readonly openStdin?: boolean
 }
 
-/** A command running in the background. `exec` is `start` followed by `wait`. */
-export interface SandboxProcess {
+/**
+ * A command running in the background. `exec` is `start` followed by `wait`.
+ * A started process has no default timeout: it runs until it ends, is killed,
+ * or its `timeout` (if given) runs out. Disposing it (`await using`) kills it
+ * if it is still running.
+ */
+export interface SandboxProcess extends AsyncDisposable {
   /** Write to the command's stdin. */
   write(data: string | Uint8Array): Promise<void>
   /** Close the command's stdin (end of input). */
@@ -74,8 +99,8 @@ export interface SandboxFileEntry {
   /** Absolute path inside the sandbox. */
   readonly path: string
   readonly size: number
-  /** Last modification time, milliseconds since the epoch. */
-  readonly modifiedMs: number
+  /** Last modification time, milliseconds since the epoch (always set by cordon's backends). */
+  readonly modifiedMs?: number
 }
 
 export interface SandboxFileOptions {
@@ -86,10 +111,9 @@ export interface SandboxWriteFileOptions extends SandboxFileOptions {
   /** Permission bits of a new file (default 0o644). */
   readonly mode?: number
   /**
-   * Total bytes a streamed write will deliver, when known. Lets a backend whose
-   * transfer format needs the size up front stream straight through instead of
-   * spooling to a temporary file first. A source that delivers a different
-   * number of bytes fails the write.
+   * Total bytes a streamed write will deliver, when known. A source that
+   * delivers a different number of bytes fails the write and leaves the
+   * target untouched.
    */
   readonly size?: number
 }
@@ -107,7 +131,7 @@ export interface SandboxFileWrite {
 export interface SandboxFileContent {
   /** Absolute path inside the sandbox. */
   readonly path: string
-  readonly content: Uint8Array
+  readonly content: Buffer
 }
 
 /** Bytes to stream into a sandbox file. */
@@ -117,64 +141,101 @@ export interface SandboxDestroyOptions {
   readonly signal?: AbortSignal
 }
 
+/**
+ * The run-time egress change `Sandbox.setNetworkPolicy` accepts: the host
+ * allowlist that replaces the sandbox's current one (an empty list denies
+ * everything).
+ */
+export interface SandboxNetworkPolicy {
+  readonly allowedHosts: readonly string[]
+}
+
+/**
+ * The contract every sandbox meets, with the reference's members and
+ * meanings. cordon's own additions are optional here, so any object with the
+ * reference's members is a `Sandbox`; what a cordon provider hands out is a
+ * {@link CordonSandbox}, which has them all.
+ */
 export interface Sandbox {
   readonly id: SandboxId
   readonly status: SandboxStatus
   /** The writable outputs directory; relative file paths resolve against it. */
   readonly rootDir: string
+  readonly environment: SandboxEnvironment
   /** Run `command` with `args` as an argv (never through a shell) and wait for it. */
   exec(
     command: string,
     args?: readonly string[],
     options?: SandboxExecOptions,
   ): Promise<SandboxExecResult>
-  /** Start `command` in the background. */
-  start(
-    command: string,
-    args?: readonly string[],
-    options?: SandboxStartOptions,
-  ): Promise<SandboxProcess>
-  writeFile(
-    path: string,
-    content: string | Uint8Array,
-    options?: SandboxWriteFileOptions,
-  ): Promise<void>
-  /** Reads a whole file. For large files prefer `readFileStream`. */
-  readFile(path: string, options?: SandboxFileOptions): Promise<Uint8Array>
-  /** Streams bytes into a file without holding them all in memory. */
-  writeFileStream(
-    path: string,
-    source: SandboxByteSource,
-    options?: SandboxWriteFileOptions,
-  ): Promise<void>
-  /** Streams a file's bytes out without holding them all in memory. */
-  readFileStream(path: string, options?: SandboxFileOptions): Promise<AsyncIterable<Uint8Array>>
-  /** Every regular file under `dir` (default `rootDir`), recursively; `[]` if `dir` is missing. */
-  listFiles(dir?: string, options?: SandboxFileOptions): Promise<SandboxFileEntry[]>
-  /**
-   * Writes many files as one transfer, creating missing parent directories,
-   * with `writeFile`'s path rules; the files are in memory already, so this is
-   * for many small files (use `writeFileStream` for a large one). Much faster
-   * than one `writeFile` per file where each transfer has a fixed cost (on the
-   * container tier: one archive per mount instead of one per file). Absent on
-   * backends without a batch path; hosts then call `writeFile` per file.
-   */
-  writeFiles?(files: readonly SandboxFileWrite[], options?: SandboxFileOptions): Promise<void>
-  /**
-   * Every regular file under `dir` (default `rootDir`), recursively, with its
-   * content, read as one transfer; nothing for a missing `dir`. Files are
-   * yielded one at a time and each is held in memory while yielded, so this is
-   * for many small files (use `readFileStream` for a large one). Absent on
-   * backends without a batch path; hosts then call `listFiles` and `readFile`.
-   */
-  readFiles?(dir?: string, options?: SandboxFileOptions): Promise<AsyncIterable<SandboxFileContent>>
   /**
    * Replaces the sandbox's host allowlist at run time. Absent on backends that
    * cannot change egress after creation; present but throwing
    * `SandboxControlRefusedError` when the sandbox was created with a policy that
    * has no gateway (`deny-all`).
    */
-  setNetworkPolicy?(update: SandboxNetworkPolicyUpdate, options?: SandboxFileOptions): Promise<void>
+  setNetworkPolicy?(policy: SandboxNetworkPolicy, options?: SandboxFileOptions): Promise<void>
+  /** Writes a whole file, creating missing parent directories. */
+  writeFile(
+    path: string,
+    content: string | Uint8Array,
+    options?: SandboxWriteFileOptions,
+  ): Promise<void>
+  /** Reads a whole file into a `Buffer`. For large files prefer `readFileStream`. */
+  readFile(path: string, options?: SandboxFileOptions): Promise<Buffer>
+  /** Every regular file under `rootPath` (default `rootDir`), recursively; `[]` if it is missing. */
+  listFiles(rootPath?: string, options?: SandboxFileOptions): Promise<readonly SandboxFileEntry[]>
   /** Removes the sandbox and everything made for it. Idempotent. */
   destroy(options?: SandboxDestroyOptions): Promise<void>
+  /** Starts `command` in the background (always present on a {@link CordonSandbox}). */
+  start?(
+    command: string,
+    args?: readonly string[],
+    options?: SandboxStartOptions,
+  ): Promise<SandboxProcess>
+  /** Streams bytes into a file in bounded memory (always present on a {@link CordonSandbox}). */
+  writeFileStream?(
+    path: string,
+    source: SandboxByteSource,
+    options?: SandboxWriteFileOptions,
+  ): Promise<void>
+  /** Streams a file's bytes out in bounded memory (always present on a {@link CordonSandbox}). */
+  readFileStream?(path: string, options?: SandboxFileOptions): Promise<AsyncIterable<Uint8Array>>
+  /**
+   * Writes many files as one transfer, creating missing parent directories,
+   * with `writeFile`'s path rules; for many small files. Absent on backends
+   * without a batch path; hosts then call `writeFile` per file.
+   */
+  writeFiles?(files: readonly SandboxFileWrite[], options?: SandboxFileOptions): Promise<void>
+  /**
+   * Every regular file under `dir` (default `rootDir`), recursively, with its
+   * content, read as one transfer; nothing for a missing `dir`. Each file is
+   * held in memory while yielded, so this is for many small files. Absent on
+   * backends without a batch path; hosts then call `listFiles` and `readFile`.
+   */
+  readFiles?(dir?: string, options?: SandboxFileOptions): Promise<AsyncIterable<SandboxFileContent>>
+}
+
+/**
+ * What a cordon provider's `create()` resolves with: a {@link Sandbox} with
+ * every member cordon's backends implement. `await using sandbox = await
+ * provider.create()` destroys it when the scope ends.
+ */
+export interface CordonSandbox extends Sandbox, AsyncDisposable {
+  exec(
+    command: string,
+    args?: readonly string[],
+    options?: SandboxExecOptions,
+  ): Promise<SandboxExecResult>
+  start(
+    command: string,
+    args?: readonly string[],
+    options?: SandboxStartOptions,
+  ): Promise<SandboxProcess>
+  writeFileStream(
+    path: string,
+    source: SandboxByteSource,
+    options?: SandboxWriteFileOptions,
+  ): Promise<void>
+  readFileStream(path: string, options?: SandboxFileOptions): Promise<AsyncIterable<Uint8Array>>
 }

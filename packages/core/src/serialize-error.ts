@@ -1,76 +1,83 @@
 /**
- * Turns any thrown value into plain data that survives `JSON.stringify` and
- * `structuredClone` (for logs, worker messages and RPC replies). Structured fields
- * of cordon errors are kept; the `cause` chain is followed; cycles and values
- * that cannot be cloned (functions, symbols, bigints, class instances) are
- * replaced by descriptions rather than throwing.
+ * Any thrown value as plain data that survives `JSON.stringify`,
+ * `structuredClone` and `postMessage` (logs, worker messages, RPC replies),
+ * in the reference's envelope: `name`, `message`, `stack`, the layout error's
+ * `reasons`, and `cause` serialised the same way, all the way down.
+ *
+ * cordon's errors also keep their `code` and structured fields (`control`,
+ * `backend`, `path`, `issues`, ...), made safe for cloning.
  */
 export interface SerializedSandboxError {
   readonly name: string
   readonly message: string
-  readonly code?: string
   readonly stack?: string
-  readonly cause?: SerializedSandboxError | SerializedValue
+  readonly reasons?: readonly string[]
+  readonly cause?: SerializedSandboxError
+  /** The stable code of a cordon error. */
+  readonly code?: string
+  /** Further structured fields of a cordon error, as plain data. */
   readonly [field: string]: unknown
 }
 
-export type SerializedValue =
-  | string
-  | number
-  | boolean
-  | null
-  | readonly SerializedValue[]
-  | { readonly [key: string]: SerializedValue }
-
-const MAX_DEPTH = 8
-const SKIPPED_FIELDS = new Set(['name', 'message', 'stack', 'cause'])
+const ENVELOPE_FIELDS = new Set(['name', 'message', 'stack', 'cause', 'reasons'])
 
 export function serializeSandboxError(error: unknown): SerializedSandboxError {
-  const seen = new WeakSet<object>()
-  const result = serializeThrown(error, seen, 0)
-  if (typeof result === 'object' && result !== null && 'message' in result) {
-    return result as SerializedSandboxError
-  }
-  return { name: 'NonError', message: describe(error), value: result }
+  return serializeThrown(error, new WeakSet())
 }
 
-function serializeThrown(
-  value: unknown,
-  seen: WeakSet<object>,
-  depth: number,
-): SerializedValue | SerializedSandboxError {
-  if (!(value instanceof Error) && !looksLikeError(value)) return toPlain(value, seen, depth)
+function serializeThrown(value: unknown, seen: WeakSet<object>): SerializedSandboxError {
+  if (typeof value === 'object' && value !== null) {
+    // The cycle guard, not a depth cap, bounds the walk down the cause chain.
+    if (seen.has(value)) return { name: 'CircularReference', message: '[circular]' }
+    seen.add(value)
+  }
+  if (!(value instanceof Error)) return nonError(value)
   const error = value as Error & Record<string, unknown>
-  if (seen.has(error)) return { name: 'CircularReference', message: '[circular cause]' }
-  seen.add(error)
   const out: Record<string, unknown> = {
     name: typeof error.name === 'string' ? error.name : 'Error',
-    message: typeof error.message === 'string' ? error.message : describe(error.message),
+    message: typeof error.message === 'string' ? error.message : safeString(error.message),
   }
   if (typeof error.stack === 'string') out.stack = error.stack
+  const reasons = error.reasons
+  if (Array.isArray(reasons) && reasons.every((reason) => typeof reason === 'string')) {
+    out.reasons = [...reasons]
+  }
   for (const key of Object.keys(error)) {
-    if (SKIPPED_FIELDS.has(key)) continue
-    out[key] = toPlain(error[key], seen, depth + 1)
+    if (ENVELOPE_FIELDS.has(key)) continue
+    out[key] = toPlain(error[key], new WeakSet(), 0)
   }
-  if ('cause' in error && error.cause !== undefined) {
-    out.cause =
-      depth >= MAX_DEPTH
-        ? { name: 'Truncated', message: '[cause chain too deep]' }
-        : serializeThrown(error.cause, seen, depth + 1)
-  }
+  if ('cause' in error && error.cause !== undefined) out.cause = serializeThrown(error.cause, seen)
   return out as SerializedSandboxError
 }
 
-function looksLikeError(value: unknown): boolean {
-  return (
-    typeof value === 'object' &&
-    value !== null &&
-    typeof (value as { message?: unknown }).message === 'string' &&
-    typeof (value as { name?: unknown }).name === 'string'
-  )
+/** A thrown or cause value that is not an Error, as a typed envelope. */
+function nonError(value: unknown): SerializedSandboxError {
+  switch (typeof value) {
+    case 'function':
+      return { name: 'Function', message: `[function ${value.name || 'anonymous'}]` }
+    case 'symbol':
+      return { name: 'Symbol', message: value.toString() }
+    case 'bigint':
+      return { name: 'BigInt', message: value.toString() }
+    case 'number':
+      return Number.isFinite(value)
+        ? { name: 'NonError', message: String(value) }
+        : { name: 'NonFiniteNumber', message: String(value) }
+    case 'string':
+      return { name: 'NonError', message: value }
+    case 'object':
+      return { name: 'NonError', message: value === null ? 'null' : safeJson(value) }
+    default:
+      return { name: 'NonError', message: String(value) }
+  }
 }
 
-function toPlain(value: unknown, seen: WeakSet<object>, depth: number): SerializedValue {
+type Plain = string | number | boolean | null | Plain[] | { [key: string]: Plain }
+
+const MAX_FIELD_DEPTH = 8
+
+/** A structured field of an error as clone-safe data. */
+function toPlain(value: unknown, seen: WeakSet<object>, depth: number): Plain {
   switch (typeof value) {
     case 'string':
     case 'boolean':
@@ -87,18 +94,16 @@ function toPlain(value: unknown, seen: WeakSet<object>, depth: number): Serializ
       return `[function ${value.name || 'anonymous'}]`
   }
   if (value === null) return null
-  if (value instanceof Error || looksLikeError(value)) {
-    return serializeThrown(value, seen, depth) as SerializedValue
-  }
   const object = value as object
   if (seen.has(object)) return '[circular]'
-  if (depth >= MAX_DEPTH) return '[too deep]'
+  if (depth >= MAX_FIELD_DEPTH) return '[too deep]'
   seen.add(object)
   try {
+    if (object instanceof Error) return serializeThrown(object, new WeakSet()) as Plain
     if (Array.isArray(object)) return object.map((item) => toPlain(item, seen, depth + 1))
     if (object instanceof Date) return object.toISOString()
     if (ArrayBuffer.isView(object)) return `[${object.constructor.name} ${object.byteLength} bytes]`
-    const out: Record<string, SerializedValue> = {}
+    const out: Record<string, Plain> = {}
     for (const [key, item] of Object.entries(object)) out[key] = toPlain(item, seen, depth + 1)
     return out
   } finally {
@@ -106,9 +111,19 @@ function toPlain(value: unknown, seen: WeakSet<object>, depth: number): Serializ
   }
 }
 
-function describe(value: unknown): string {
+function safeJson(value: object): string {
   try {
-    return typeof value === 'string' ? value : String(value)
+    return JSON.stringify(value, (_key, item: unknown) =>
+      typeof item === 'bigint' ? `${item}n` : item,
+    )
+  } catch {
+    return safeString(value)
+  }
+}
+
+function safeString(value: unknown): string {
+  try {
+    return String(value)
   } catch {
     return Object.prototype.toString.call(value)
   }

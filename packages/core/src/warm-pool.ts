@@ -1,10 +1,10 @@
 import type { Sandbox } from './sandbox.js'
 
-export interface WarmPoolOptions {
+export interface WarmPoolOptions<S extends Sandbox = Sandbox> {
   readonly size: number
   /** Creates one fresh, exec-ready sandbox for the pool. */
-  readonly create: () => Promise<Sandbox>
-  readonly onRefill?: (durationMs: number, sandbox: Sandbox) => void
+  readonly create: () => Promise<S>
+  readonly onRefill?: (durationMs: number, sandbox: S) => void
   readonly onRefillError?: (error: unknown) => void
 }
 
@@ -14,14 +14,14 @@ export interface WarmPoolOptions {
  * state. Refills run in the background, one at a time per missing slot;
  * repeated failures back off so a broken engine is not hammered.
  */
-export class WarmPool {
-  private readonly ready: Sandbox[] = []
+export class WarmPool<S extends Sandbox = Sandbox> {
+  private readonly ready: S[] = []
   private inFlight = 0
   private closed = false
   private failures = 0
   private readonly waiters = new Set<() => void>()
 
-  constructor(private readonly options: WarmPoolOptions) {}
+  constructor(private readonly options: WarmPoolOptions<S>) {}
 
   get available(): number {
     return this.ready.length
@@ -34,7 +34,7 @@ export class WarmPool {
    * costs about as much CPU as several execs) does not compete with the
    * first commands the caller runs in the sandbox it just claimed.
    */
-  claim(): Sandbox | undefined {
+  claim(): S | undefined {
     const sandbox = this.ready.shift()
     if (!sandbox) {
       this.fill()

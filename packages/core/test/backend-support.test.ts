@@ -1,10 +1,6 @@
 import { describe, expect, it } from 'vitest'
-import {
-  cleanupFailureEvent,
-  fetchBearerToken,
-  newSandboxId,
-  SandboxBackendUnavailableError,
-} from '../src/index.js'
+import { cleanupFailureEvent, fetchBearerToken, newSandboxId } from '../src/backend-kit.js'
+import { SandboxBackendUnavailableError } from '../src/index.js'
 
 describe('fetchBearerToken', () => {
   it('returns the token the host closure gives', async () => {

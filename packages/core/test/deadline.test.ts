@@ -1,10 +1,6 @@
 import { describe, expect, it, vi } from 'vitest'
-import {
-  SandboxAbortedError,
-  SandboxCreateTimeoutError,
-  sleep,
-  withDeadline,
-} from '../src/index.js'
+import { sleep, withDeadline } from '../src/backend-kit.js'
+import { SandboxAbortedError, SandboxCreateTimeoutError } from '../src/index.js'
 
 const timeoutError = () => new SandboxCreateTimeoutError(50, 'test')
 

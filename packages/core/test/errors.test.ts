@@ -1,5 +1,7 @@
 import { describe, expect, it } from 'vitest'
+import { throwIfAborted } from '../src/backend-kit.js'
 import {
+  ContainerSandboxLayoutValidationError,
   SandboxAbortedError,
   SandboxBackendNotImplementedError,
   SandboxBackendNotInstalledError,
@@ -10,12 +12,10 @@ import {
   SandboxDestroyedError,
   SandboxError,
   SandboxFileNotFoundError,
-  SandboxLayoutValidationError,
   SandboxOperationError,
   SandboxPathError,
   SandboxReadinessError,
   SandboxTransportError,
-  throwIfAborted,
 } from '../src/index.js'
 
 const cause = new Error('vendor said no')
@@ -60,11 +60,11 @@ const cases: Case[] = [
     fields: { issues: [{ path: 'a.b', message: 'bad' }] },
   },
   {
-    make: () => new SandboxLayoutValidationError([{ path: 'outputs', message: 'bad' }], { cause }),
-    klass: SandboxLayoutValidationError,
+    make: () => new ContainerSandboxLayoutValidationError(['outputs: bad'], { cause }),
+    klass: ContainerSandboxLayoutValidationError,
     parent: SandboxConfigValidationError,
     code: 'LAYOUT_INVALID',
-    fields: { issues: [{ path: 'outputs', message: 'bad' }] },
+    fields: { reasons: ['outputs: bad'] },
   },
   {
     make: () =>
@@ -218,5 +218,27 @@ describe('error hierarchy', () => {
     } catch (error) {
       expect((error as SandboxAbortedError).cause).toBe('stop')
     }
+  })
+})
+
+describe("the reference's layout error", () => {
+  it('has its name, message, reasons and toJSON', () => {
+    const error = new ContainerSandboxLayoutValidationError(
+      ['outputs: missing', 'skills.0.id: bad'],
+      {
+        cause,
+      },
+    )
+    expect(error).toBeInstanceOf(Error)
+    expect(error.name).toBe('ContainerSandboxLayoutValidationError')
+    expect(error.message).toBe('Invalid ContainerSandboxLayout: outputs: missing; skills.0.id: bad')
+    expect(error.reasons).toEqual(['outputs: missing', 'skills.0.id: bad'])
+    expect(JSON.parse(JSON.stringify(error))).toEqual({
+      name: 'ContainerSandboxLayoutValidationError',
+      message: error.message,
+      reasons: ['outputs: missing', 'skills.0.id: bad'],
+      cause: {},
+    })
+    expect(new ContainerSandboxLayoutValidationError(['x']).toJSON()).not.toHaveProperty('cause')
   })
 })

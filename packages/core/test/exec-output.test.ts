@@ -1,9 +1,6 @@
 import { describe, expect, it } from 'vitest'
-import {
-  ExecOutputCollector,
-  type SandboxOutputChunk,
-  utf8BoundaryAtOrBefore,
-} from '../src/index.js'
+import { ExecOutputCollector, utf8BoundaryAtOrBefore } from '../src/backend-kit.js'
+import type { SandboxOutputChunk } from '../src/index.js'
 
 const bytes = (text: string) => new TextEncoder().encode(text)
 

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest'
-import { isHostAllowed, normalizeHostname, parseAllowlistEntry } from '../src/index.js'
+import { normalizeHostname, parseAllowlistEntry } from '../src/backend-kit.js'
+import { isHostAllowed } from '../src/index.js'
 
 describe('host allowlist', () => {
   it('matches exact hosts and leading-dot domains', () => {

@@ -1,6 +1,8 @@
 import { describe, expect, it } from 'vitest'
+import { planLayoutMounts, readableRoots, writableRoots } from '../src/backend-kit.js'
 import {
   type ContainerSandboxLayout,
+  ContainerSandboxLayoutValidationError,
   resolveLayout,
   SANDBOX_DEFAULT_OUTPUTS_PATH,
   SANDBOX_DEFAULT_SCRATCH_PATH,
@@ -8,89 +10,141 @@ import {
   SANDBOX_DEFAULT_TOOL_RESULTS_PATH,
   SANDBOX_DEFAULT_TRANSCRIPTS_PATH,
   SANDBOX_DEFAULT_UPLOADS_PATH,
-  SandboxLayoutValidationError,
 } from '../src/index.js'
 
-const host = (path: string) => ({ kind: 'hostDir' as const, path })
+const host = (hostPath: string) => ({ type: 'hostDir' as const, hostPath })
+
+function layoutError(layout: unknown): ContainerSandboxLayoutValidationError {
+  try {
+    resolveLayout(layout as ContainerSandboxLayout)
+  } catch (error) {
+    if (ContainerSandboxLayoutValidationError.isInstance(error)) return error
+    throw error
+  }
+  throw new Error('expected a layout error')
+}
 
 describe('resolveLayout', () => {
-  it('uses the default paths and modes for every role', () => {
+  it("fills the reference's default paths, and keeps the reference's resolved shape", () => {
     const resolved = resolveLayout({
       outputs: { source: host('/data/out') },
       uploads: { source: host('/data/up') },
       toolResults: { source: host('/data/tools') },
       transcripts: { source: host('/data/tx') },
-      scratch: { source: { kind: 'ephemeral' } },
+      scratch: { source: { type: 'ephemeral' } },
       skills: [{ id: 'pdf-tools', source: host('/skills/pdf') }],
     })
-    expect(resolved.outputsPath).toBe(SANDBOX_DEFAULT_OUTPUTS_PATH)
+    expect(resolved).toEqual({
+      outputs: { source: host('/data/out'), containerPath: SANDBOX_DEFAULT_OUTPUTS_PATH },
+      uploads: { source: host('/data/up'), containerPath: SANDBOX_DEFAULT_UPLOADS_PATH },
+      toolResults: {
+        source: host('/data/tools'),
+        containerPath: SANDBOX_DEFAULT_TOOL_RESULTS_PATH,
+      },
+      transcripts: { source: host('/data/tx'), containerPath: SANDBOX_DEFAULT_TRANSCRIPTS_PATH },
+      scratch: { source: { type: 'ephemeral' }, containerPath: '/mnt/user-data/scratch' },
+      skills: [
+        {
+          id: 'pdf-tools',
+          source: host('/skills/pdf'),
+          containerPath: `${SANDBOX_DEFAULT_SKILLS_PARENT}/pdf-tools`,
+        },
+      ],
+    })
+    expect(SANDBOX_DEFAULT_SCRATCH_PATH).toBe('/mnt/user-data/scratch')
     expect(
-      resolved.mounts.map((mount) => [mount.role, mount.containerPath, mount.readOnly]),
+      planLayoutMounts(resolved).map((mount) => [mount.role, mount.containerPath, mount.readOnly]),
     ).toEqual([
       ['outputs', SANDBOX_DEFAULT_OUTPUTS_PATH, false],
       ['uploads', SANDBOX_DEFAULT_UPLOADS_PATH, true],
+      ['scratch', SANDBOX_DEFAULT_SCRATCH_PATH, false],
       ['toolResults', SANDBOX_DEFAULT_TOOL_RESULTS_PATH, true],
       ['transcripts', SANDBOX_DEFAULT_TRANSCRIPTS_PATH, true],
-      ['scratch', SANDBOX_DEFAULT_SCRATCH_PATH, false],
       ['skill', `${SANDBOX_DEFAULT_SKILLS_PARENT}/pdf-tools`, true],
     ])
-    expect(resolved.writableRoots).toEqual([
+    expect(writableRoots(resolved)).toEqual([
       SANDBOX_DEFAULT_OUTPUTS_PATH,
       SANDBOX_DEFAULT_SCRATCH_PATH,
     ])
-    expect(resolved.readableRoots).toHaveLength(6)
+    expect(readableRoots(resolved)).toHaveLength(6)
   })
 
-  it('honours custom paths and normalizes them', () => {
+  it('honours custom container paths (skills too) and normalizes them', () => {
     const resolved = resolveLayout({
-      outputs: { source: { kind: 'ephemeral' }, path: '/work//out/' },
+      outputs: { source: { type: 'ephemeral' }, containerPath: '/work//out/' },
+      skills: [
+        { id: 'pdf-tools.v2', source: { type: 'inImage' }, containerPath: '/opt/skills/pdf' },
+      ],
     })
-    expect(resolved.outputsPath).toBe('/work/out')
+    expect(resolved.outputs.containerPath).toBe('/work/out')
+    expect(resolved.skills?.[0]).toEqual({
+      id: 'pdf-tools.v2',
+      source: { type: 'inImage' },
+      containerPath: '/opt/skills/pdf',
+    })
   })
 
-  it('reports every problem at once', () => {
-    const layout: ContainerSandboxLayout = {
-      outputs: { source: host('relative/dir'), path: '/mnt/../etc' },
-      uploads: { source: host('/a'), path: '/mnt/shared' },
-      scratch: { source: host('/b/../c'), path: '/mnt/shared' },
+  it("accepts the reference's skill ids with dots and capitals, never . or ..", () => {
+    for (const id of ['pdf-tools.v2', 'Data_Analysis', 'a', '1.0']) {
+      expect(
+        resolveLayout({ outputs: { source: host('/o') }, skills: [{ id, source: host('/s') }] })
+          .skills?.[0]?.containerPath,
+      ).toBe(`/mnt/skills/${id}`)
+    }
+    for (const id of ['.', '..', '.hidden', 'a/b', 'a b', '']) {
+      expect(
+        layoutError({ outputs: { source: host('/o') }, skills: [{ id, source: host('/s') }] })
+          .reasons[0],
+      ).toContain(`skill id "${id}"`)
+    }
+  })
+
+  it('reports every problem at once, as reasons and as issues', () => {
+    const error = layoutError({
+      outputs: { source: host('relative/dir'), containerPath: '/mnt/../etc' },
+      uploads: { source: host('/a'), containerPath: '/mnt/shared' },
+      scratch: { source: host('/b/../c'), containerPath: '/mnt/shared' },
       skills: [
         { id: 'Bad Id', source: host('/s1') },
         { id: 'dup', source: host('/s2') },
         { id: 'dup', source: host('/s3') },
         { id: '../escape', source: host('/s4') },
       ],
-    }
-    let caught: unknown
-    try {
-      resolveLayout(layout)
-    } catch (error) {
-      caught = error
-    }
-    expect(SandboxLayoutValidationError.isInstance(caught)).toBe(true)
-    const issues = (caught as SandboxLayoutValidationError).issues
-    const text = issues.map((issue) => `${issue.path}: ${issue.message}`).join('\n')
-    expect(text).toContain('outputs.path: "/mnt/../etc" must not contain ".."')
+    })
+    const text = error.reasons.join('\n')
+    expect(text).toContain('outputs.containerPath: "/mnt/../etc" must not contain ".."')
     expect(text).toContain(
-      'outputs.source.path: host directory "relative/dir" must be an absolute path',
+      'outputs.source.hostPath: host directory "relative/dir" must be an absolute path',
     )
-    expect(text).toContain('scratch.source.path: host directory "/b/../c" must not contain ".."')
+    expect(text).toContain(
+      'scratch.source.hostPath: host directory "/b/../c" must not contain ".."',
+    )
     expect(text).toContain('skill id "Bad Id"')
     expect(text).toContain('skill id "../escape"')
     expect(text).toContain('duplicate skill id "dup"')
     expect(text).toContain('scratch and uploads are both mounted at /mnt/shared')
-    expect(issues.length).toBeGreaterThanOrEqual(7)
+    expect(error.reasons.length).toBeGreaterThanOrEqual(7)
+    expect(error.issues).toHaveLength(error.reasons.length)
+    expect(error.message).toBe(`Invalid ContainerSandboxLayout: ${error.reasons.join('; ')}`)
+    expect(error.code).toBe('LAYOUT_INVALID')
   })
 
-  it('requires outputs and rejects malformed sources with a layout error', () => {
-    expect(() => resolveLayout({} as ContainerSandboxLayout)).toThrow(SandboxLayoutValidationError)
-    expect(() =>
-      resolveLayout({ outputs: { source: { kind: 'nfs' } } } as unknown as ContainerSandboxLayout),
-    ).toThrow(SandboxLayoutValidationError)
+  it('refuses a missing outputs mount, unknown source types and unknown keys', () => {
+    expect(layoutError({}).reasons.join()).toContain('outputs')
+    expect(layoutError({ outputs: { source: { type: 'nfs' } } }).reasons.join()).toContain(
+      'outputs.source',
+    )
+    expect(layoutError({ outputs: { source: host('/o'), path: '/x' } }).reasons.join()).toContain(
+      'path',
+    )
+    expect(
+      layoutError({ outputs: { source: { kind: 'hostDir', path: '/o' } } }).reasons.length,
+    ).toBeGreaterThan(0)
   })
 
   it('refuses a mount over the root directory', () => {
-    expect(() => resolveLayout({ outputs: { source: { kind: 'ephemeral' }, path: '/' } })).toThrow(
-      /root directory/,
-    )
+    expect(() =>
+      resolveLayout({ outputs: { source: { type: 'ephemeral' }, containerPath: '/' } }),
+    ).toThrow(/root directory/)
   })
 })

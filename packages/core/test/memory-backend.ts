@@ -1,46 +1,55 @@
+import { Buffer } from 'node:buffer'
+import type { CordonSandboxBackend } from '../src/backend-kit.js'
+import { ExecOutputCollector, resolveBackendOptions } from '../src/backend-kit.js'
 import {
-  ExecOutputCollector,
-  type Sandbox,
-  type SandboxBackend,
-  type SandboxCreateRequest,
+  type CordonSandbox,
+  type SandboxBackendOptions,
   SandboxDestroyedError,
-  type SandboxStatus,
+  type SandboxExecOptions,
 } from '../src/index.js'
 
 /**
  * A test double of a backend, for the provider's own logic (defaults, pool,
- * lifetimes, events). Real behaviour is tested against real backends through
- * @cordon/conformance.
+ * lifetimes, events, status). Real behaviour is tested against real backends
+ * through @cordon/conformance.
  */
-export class RecordingBackend implements SandboxBackend {
+export class RecordingBackend implements CordonSandboxBackend {
+  readonly tier = 'container' as const
   readonly name = 'test:recording'
-  readonly requests: SandboxCreateRequest[] = []
+  readonly requests: SandboxBackendOptions[] = []
+  readonly execOptions: SandboxExecOptions[] = []
   readonly destroyed: string[] = []
   createDelayMs = 0
+  /** How long each exec takes. */
+  execDelayMs = 0
   failNext = false
 
-  async create(request: SandboxCreateRequest): Promise<Sandbox> {
-    this.requests.push(request)
+  async create(options: SandboxBackendOptions): Promise<CordonSandbox> {
+    this.requests.push(options)
+    const request = resolveBackendOptions(options)
     if (this.createDelayMs) await new Promise((resolve) => setTimeout(resolve, this.createDelayMs))
     if (this.failNext) {
       this.failNext = false
       throw new Error('create failed')
     }
-    let status: SandboxStatus = 'ready'
-    const destroyed = this.destroyed
-    const sandbox: Sandbox = {
+    let destroyedFlag = false
+    const backend = this
+    const sandbox: CordonSandbox = {
       id: request.id,
       get status() {
-        return status
+        return destroyedFlag ? ('destroyed' as const) : ('ready' as const)
       },
       rootDir: '/out',
-      async exec(command) {
-        if (status === 'destroyed') throw new SandboxDestroyedError(request.id)
+      environment: 'linux-namespace',
+      async exec(command, _args, execOptions = {}) {
+        if (destroyedFlag) throw new SandboxDestroyedError(request.id)
+        backend.execOptions.push(execOptions)
+        if (backend.execDelayMs)
+          await new Promise((resolve) => setTimeout(resolve, backend.execDelayMs))
         const collector = new ExecOutputCollector({})
         collector.push('stdout', new TextEncoder().encode(command))
         return {
           exitCode: 0,
-          signal: null,
           timedOut: false,
           aborted: false,
           oomKilled: false,
@@ -52,13 +61,16 @@ export class RecordingBackend implements SandboxBackend {
         throw new Error('not used')
       },
       writeFile: async () => {},
-      readFile: async () => new Uint8Array(),
+      readFile: async () => Buffer.alloc(0),
       writeFileStream: async () => {},
       readFileStream: async () => (async function* () {})(),
       listFiles: async () => [],
       async destroy() {
-        if (status !== 'destroyed') destroyed.push(request.id)
-        status = 'destroyed'
+        if (!destroyedFlag) backend.destroyed.push(request.id)
+        destroyedFlag = true
+      },
+      async [Symbol.asyncDispose]() {
+        await this.destroy()
       },
     }
     return sandbox

@@ -1,14 +1,13 @@
 import { describe, expect, it } from 'vitest'
+import { backendNameOf, parseBackendConfig, prepareProviderConfig } from '../src/backend-kit.js'
 import {
-  backendNameOf,
-  parseBackendConfig,
-  prepareProviderConfig,
   SandboxBackendNotImplementedError,
   SandboxConfigValidationError,
+  SandboxControlRefusedError,
   type SandboxProviderConfig,
 } from '../src/index.js'
 
-const layout = { outputs: { source: { kind: 'ephemeral' as const } } }
+const layout = { outputs: { source: { type: 'ephemeral' as const } } }
 
 function issuesOf(run: () => unknown): string[] {
   try {
@@ -28,7 +27,7 @@ describe('prepareProviderConfig', () => {
       layout,
     })
     expect(prepared.backendName).toBe('container:docker')
-    expect(prepared.layout?.outputsPath).toBe('/mnt/user-data/outputs')
+    expect(prepared.layout?.outputs.containerPath).toBe('/mnt/user-data/outputs')
   })
 
   it('names each backend by tier and runtime', () => {
@@ -120,5 +119,81 @@ describe('prepareProviderConfig', () => {
     expect(() => prepareProviderConfig({} as unknown as SandboxProviderConfig)).toThrow(
       SandboxConfigValidationError,
     )
+  })
+
+  it("refuses the reference's container fields that describe a network path, naming them", () => {
+    const refusal = (backend: Record<string, unknown>) => {
+      try {
+        prepareProviderConfig({ backend, layout } as unknown as SandboxProviderConfig)
+      } catch (error) {
+        if (SandboxControlRefusedError.isInstance(error)) return error
+        throw error
+      }
+      throw new Error('expected a refusal')
+    }
+    const reach = refusal({ tier: 'container', image: 'x', hostReachability: 'host-port' })
+    expect(reach).toMatchObject({ control: 'hostReachability', backend: 'container:docker' })
+    expect(reach.message).toContain('remove hostReachability')
+    const bridge = refusal({ tier: 'container', runtime: 'runsc', image: 'x', network: 'bridge' })
+    expect(bridge).toMatchObject({ control: 'network', backend: 'container:runsc' })
+    expect(bridge.message).toContain('egress policy')
+    expect(
+      prepareProviderConfig({
+        backend: { tier: 'container', image: 'x', network: 'none' },
+        layout,
+      }).backendName,
+    ).toBe('container:docker')
+  })
+
+  it('refuses unknown keys at every level, naming each', () => {
+    const text = issuesOf(() =>
+      prepareProviderConfig({
+        backend: { tier: 'container', image: 'x', readyPollIntervalMs: 10, workerPort: 1 },
+        layout: { outputs: { source: { type: 'ephemeral', size: 3 } }, extra: true },
+        defaultLifetime: 5,
+      } as unknown as SandboxProviderConfig),
+    ).join('\n')
+    for (const key of ['readyPollIntervalMs', 'workerPort', 'defaultLifetime']) {
+      expect(text).toContain(key)
+    }
+    expect(() =>
+      prepareProviderConfig({
+        backend: { tier: 'container', image: 'x' },
+        layout: { outputs: { source: { type: 'ephemeral', size: 3 } } },
+      } as unknown as SandboxProviderConfig),
+    ).toThrow(/size/)
+  })
+
+  it("accepts the reference's microVM and ACI fields, mTLS material as text or bytes", () => {
+    const pem = Buffer.from('-----BEGIN CERTIFICATE-----\n')
+    expect(
+      parseBackendConfig({
+        tier: 'microvm',
+        service: 'self-hosted',
+        orchestratorEndpoint: 'https://orchestrator.example/',
+        getToken: async () => 't',
+        readyTimeoutMs: 1000,
+        readyPollIntervalMs: 50,
+        mtls: { ca: pem, cert: pem, key: 'KEY' },
+        controlPlaneMtls: { ca: 'CA', cert: pem, key: pem, servername: 'cp' },
+      }),
+    ).toMatchObject({ readyPollIntervalMs: 50 })
+    expect(
+      parseBackendConfig({
+        tier: 'container',
+        runtime: 'aci-standby-pool',
+        subscriptionId: 's',
+        resourceGroup: 'rg',
+        location: 'westeurope',
+        standbyPoolResourceId: '/subscriptions/s/pool',
+        containerGroupProfileResourceId: '/subscriptions/s/profile',
+        getArmToken: async () => 't',
+        subnetId: '/subscriptions/s/subnet',
+        workerPort: 2024,
+        readyTimeoutMs: 60_000,
+        readyPollIntervalMs: 500,
+        containerNamePrefix: 'namzu-task',
+      }),
+    ).toMatchObject({ workerPort: 2024 })
   })
 })

@@ -1,12 +1,10 @@
 import { describe, expect, it } from 'vitest'
+import { composeProvider, prepareProviderConfig, sleep } from '../src/backend-kit.js'
 import {
-  composeProvider,
-  prepareProviderConfig,
   SandboxAbortedError,
   SandboxConfigValidationError,
   type SandboxEvent,
   type SandboxProviderConfig,
-  sleep,
 } from '../src/index.js'
 import { RecordingBackend } from './memory-backend.js'
 
@@ -15,7 +13,7 @@ function makeProvider(extra: Partial<SandboxProviderConfig> = {}) {
   const events: SandboxEvent[] = []
   const prepared = prepareProviderConfig({
     backend: { tier: 'container', image: 'img' },
-    layout: { outputs: { source: { kind: 'ephemeral' } } },
+    layout: { outputs: { source: { type: 'ephemeral' } } },
     onEvent: (event) => events.push(event),
     ...extra,
   } as SandboxProviderConfig)
@@ -39,8 +37,12 @@ describe('composeProvider', () => {
     await provider.create()
     await provider.create()
     expect(loads()).toBe(1)
-    expect(provider.id).toMatch(/^prv_/)
-    expect(provider.name).toBe('container:docker')
+    // The reference's provider naming; the instance id is what owner labels carry.
+    expect(provider.id).toBe('cordon-container-docker')
+    expect(provider.name).toBe('@cordon/sandbox: container:docker')
+    expect(provider.environment).toBe('linux-namespace')
+    expect(provider.backend).toBe('container:docker')
+    expect(provider.instanceId).toMatch(/^prv_/)
     await provider.close()
   })
 
@@ -64,7 +66,7 @@ describe('composeProvider', () => {
       egress: { kind: 'deny-all' },
       env: { A: '1' },
     })
-    expect(backend.requests[0]?.id).not.toBe(backend.requests[1]?.id)
+    expect(backend.requests[0]?.sandboxId).not.toBe(backend.requests[1]?.sandboxId)
     await provider.close()
   })
 
@@ -113,9 +115,64 @@ describe('composeProvider', () => {
     expect(ready?.type === 'lifecycle' && typeof ready.durationMs === 'number').toBe(true)
   })
 
+  it("reads create's timeoutMs as the default exec timeout (the reference's meaning), not a lifetime", async () => {
+    const { provider, backend } = makeProvider({ defaultTimeoutMs: 7_000 })
+    const sandbox = await provider.create({ timeoutMs: 30 })
+    await sleep(120)
+    expect(sandbox.status).toBe('ready')
+    await sandbox.exec('a')
+    await sandbox.exec('b', [], { timeout: 5 })
+    const plain = await provider.create()
+    await plain.exec('c')
+    expect(backend.execOptions.map((options) => options.timeout)).toEqual([30, 5, 7_000])
+    const fallback = makeProvider()
+    await (await fallback.provider.create()).exec('d')
+    expect(fallback.backend.execOptions[0]?.timeout).toBe(30_000)
+    await provider.close()
+    await fallback.provider.close()
+  })
+
+  it('reports busy while an exec runs', async () => {
+    const { provider, backend } = makeProvider()
+    backend.execDelayMs = 50
+    const sandbox = await provider.create()
+    expect(sandbox.status).toBe('ready')
+    const running = sandbox.exec('slow')
+    expect(sandbox.status).toBe('busy')
+    await running
+    expect(sandbox.status).toBe('ready')
+    await provider.close()
+  })
+
+  it('refuses unknown keys in provider and create config', async () => {
+    expect(() =>
+      prepareProviderConfig({
+        backend: { tier: 'container', image: 'img' },
+        layout: { outputs: { source: { type: 'ephemeral' } } },
+        readyTimeout: 5,
+      } as unknown as SandboxProviderConfig),
+    ).toThrow(/readyTimeout/)
+    const { provider } = makeProvider()
+    await expect(
+      provider.create({ lifetime: 5 } as unknown as Parameters<typeof provider.create>[0]),
+    ).rejects.toThrow(/lifetime/)
+  })
+
+  it('closes on scope exit with await using', async () => {
+    const { provider, backend } = makeProvider()
+    let id = ''
+    {
+      await using scoped = provider
+      await using sandbox = await scoped.create()
+      id = sandbox.id
+    }
+    expect(backend.destroyed).toEqual([id])
+    await expect(provider.create()).rejects.toThrow('closed')
+  })
+
   it('destroys a sandbox when its lifetime runs out', async () => {
     const { provider, backend, events } = makeProvider()
-    const sandbox = await provider.create({ timeoutMs: 30 })
+    const sandbox = await provider.create({ lifetimeMs: 30 })
     await sleep(120)
     expect(backend.destroyed).toEqual([sandbox.id])
     expect(sandbox.status).toBe('destroyed')
@@ -129,7 +186,7 @@ describe('composeProvider', () => {
     await provider.warm()
     expect(backend.requests).toHaveLength(2)
     const first = await provider.create()
-    expect(backend.requests.map((request) => request.id)).toContain(first.id)
+    expect(backend.requests.map((request) => request.sandboxId)).toContain(first.id)
     expect(events.some((event) => event.type === 'lifecycle' && event.phase === 'pool.claim')).toBe(
       true,
     )
@@ -139,10 +196,10 @@ describe('composeProvider', () => {
     expect(second.id).not.toBe(first.id)
     // A per-call setting bypasses the pool rather than handing out a sandbox made for other settings.
     const custom = await provider.create({ env: { X: '1' } })
-    expect(backend.requests.at(-1)?.id).toBe(custom.id)
+    expect(backend.requests.at(-1)?.sandboxId).toBe(custom.id)
     await provider.close()
     expect(new Set(backend.destroyed)).toEqual(
-      new Set(backend.requests.map((request) => request.id)),
+      new Set(backend.requests.map((request) => request.sandboxId)),
     )
   })
 

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest'
-import { isSandboxId, newSandboxId, SANDBOX_ID_PATTERN } from '../src/index.js'
+import { newSandboxId, SANDBOX_ID_PATTERN } from '../src/backend-kit.js'
+import { isSandboxId } from '../src/index.js'
 
 describe('sandbox ids', () => {
   it('are sbx_ plus 26 base-32 characters and do not repeat', () => {

@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest'
 import {
+  ContainerSandboxLayoutValidationError,
   SandboxControlRefusedError,
   SandboxTransportError,
   serializeSandboxError,
@@ -59,26 +60,46 @@ describe('serializeSandboxError', () => {
     expect(viaJson.cause.name).toBe('CircularReference')
   })
 
-  it('describes thrown non-errors', () => {
-    expect(serializeSandboxError('boom')).toMatchObject({
-      name: 'NonError',
-      message: 'boom',
-      value: 'boom',
-    })
-    expect(serializeSandboxError(undefined)).toMatchObject({
-      name: 'NonError',
-      message: 'undefined',
-    })
-    expect(serializeSandboxError({ name: 'Custom', message: 'duck typed' })).toMatchObject({
-      name: 'Custom',
-      message: 'duck typed',
-    })
+  it("describes thrown non-errors and non-error causes in the reference's typed envelopes", () => {
+    expect(serializeSandboxError('boom')).toEqual({ name: 'NonError', message: 'boom' })
+    expect(serializeSandboxError(undefined)).toEqual({ name: 'NonError', message: 'undefined' })
+    expect(serializeSandboxError(null)).toEqual({ name: 'NonError', message: 'null' })
+    expect(serializeSandboxError(42)).toEqual({ name: 'NonError', message: '42' })
+    expect(serializeSandboxError({ a: 1 })).toEqual({ name: 'NonError', message: '{"a":1}' })
+    const causes: Array<[unknown, string]> = [
+      [() => 1, 'Function'],
+      [Symbol('s'), 'Symbol'],
+      [10n, 'BigInt'],
+      [Number.NaN, 'NonFiniteNumber'],
+      [Number.POSITIVE_INFINITY, 'NonFiniteNumber'],
+      ['text', 'NonError'],
+    ]
+    for (const [cause, name] of causes) {
+      const out = serializeSandboxError(new Error('outer', { cause }))
+      expect(out.cause?.name).toBe(name)
+      expect(typeof out.cause?.message).toBe('string')
+      expect(structuredClone(out)).toEqual(JSON.parse(JSON.stringify(out)))
+    }
   })
 
-  it('bounds very deep cause chains', () => {
+  it("copies the layout error's reasons", () => {
+    const out = serializeSandboxError(new ContainerSandboxLayoutValidationError(['outputs: bad']))
+    expect(out.reasons).toEqual(['outputs: bad'])
+    expect(out.name).toBe('ContainerSandboxLayoutValidationError')
+  })
+
+  it('walks a deep cause chain in full and replaces a cycle at any depth', () => {
     let error: Error = new Error('root')
     for (let i = 0; i < 50; i++) error = new Error(`level ${i}`, { cause: error })
-    const text = JSON.stringify(serializeSandboxError(error))
-    expect(text).toContain('cause chain too deep')
+    let depth = 0
+    for (let node = serializeSandboxError(error); node.cause; node = node.cause) depth++
+    expect(depth).toBe(50)
+    const a = new Error('a')
+    const b = new Error('b', { cause: a })
+    ;(a as { cause?: unknown }).cause = b
+    expect(serializeSandboxError(a).cause?.cause).toEqual({
+      name: 'CircularReference',
+      message: '[circular]',
+    })
   })
 })

@@ -1,85 +1,152 @@
+import { Buffer } from 'node:buffer'
 import { describe, expectTypeOf, it } from 'vitest'
 import type {
   ACIStandbyPoolBackendConfig,
   ContainerBackendConfig,
   ContainerSandboxLayout,
+  ContainerSandboxMountSource,
+  CordonSandbox,
+  CordonSandboxProvider,
   EgressPolicy,
   MicroVMBackendConfig,
+  ResolvedContainerSandboxLayout,
   Sandbox,
   SandboxBackend,
   SandboxBackendConfig,
+  SandboxBackendOptions,
+  SandboxEnvironment,
   SandboxExecOptions,
   SandboxExecResult,
   SandboxFileEntry,
   SandboxId,
+  SandboxNetworkPolicy,
   SandboxProcess,
   SandboxProvider,
   SandboxProviderConfig,
   SandboxStatus,
 } from '../src/index.js'
 
-describe('public shapes', () => {
+describe("the reference's shapes", () => {
   it('SandboxId is sbx_-prefixed', () => {
     expectTypeOf<'sbx_abc'>().toMatchTypeOf<SandboxId>()
     expectTypeOf<'abc'>().not.toMatchTypeOf<SandboxId>()
   })
 
-  it('SandboxStatus', () => {
-    expectTypeOf<SandboxStatus>().toEqualTypeOf<
-      'creating' | 'ready' | 'destroying' | 'destroyed' | 'failed'
+  it('status and environment are exactly the reference unions', () => {
+    expectTypeOf<SandboxStatus>().toEqualTypeOf<'creating' | 'ready' | 'busy' | 'destroyed'>()
+    expectTypeOf<SandboxEnvironment>().toEqualTypeOf<
+      'linux-namespace' | 'macos-seatbelt' | 'basic'
     >()
   })
 
-  it('Sandbox keeps the reference members', () => {
-    expectTypeOf<Sandbox['id']>().toEqualTypeOf<SandboxId>()
-    expectTypeOf<Sandbox['rootDir']>().toEqualTypeOf<string>()
-    expectTypeOf<Sandbox['exec']>().parameters.toEqualTypeOf<
-      [string, (readonly string[])?, SandboxExecOptions?]
-    >()
-    expectTypeOf<Sandbox['exec']>().returns.toEqualTypeOf<Promise<SandboxExecResult>>()
-    expectTypeOf<Sandbox['listFiles']>().returns.toEqualTypeOf<Promise<SandboxFileEntry[]>>()
-    expectTypeOf<Sandbox['readFile']>().returns.toEqualTypeOf<Promise<Uint8Array>>()
-    expectTypeOf<Sandbox['start']>().returns.toEqualTypeOf<Promise<SandboxProcess>>()
-    expectTypeOf<Sandbox['setNetworkPolicy']>().toEqualTypeOf<Sandbox['setNetworkPolicy']>()
-    expectTypeOf<Sandbox>().toHaveProperty('destroy')
+  it('an object with only the reference members is a Sandbox', () => {
+    const seedSandbox = {
+      id: 'sbx_x' as SandboxId,
+      status: 'ready' as SandboxStatus,
+      rootDir: '/mnt/user-data/outputs',
+      environment: 'linux-namespace' as SandboxEnvironment,
+      exec: async (_command: string, _args?: string[], _opts?: { timeout?: number }) => ({
+        exitCode: 0,
+        stdout: '',
+        stderr: '',
+        timedOut: false,
+        durationMs: 1,
+      }),
+      writeFile: async (_path: string, _content: string | Buffer) => {},
+      readFile: async (_path: string): Promise<Buffer> => Buffer.alloc(0),
+      listFiles: async (_rootPath: string): Promise<readonly SandboxFileEntry[]> => [],
+      destroy: async () => {},
+    }
+    expectTypeOf(seedSandbox).toMatchTypeOf<Sandbox>()
   })
 
-  it('SandboxExecResult fills the truncation and cancellation fields', () => {
-    expectTypeOf<SandboxExecResult>().toEqualTypeOf<{
-      readonly exitCode: number
-      readonly stdout: string
-      readonly stderr: string
-      readonly signal: string | null
-      readonly timedOut: boolean
-      readonly aborted: boolean
-      readonly oomKilled: boolean
-      readonly durationMs: number
-      readonly stdoutTruncated: boolean
-      readonly stderrTruncated: boolean
+  it('Sandbox keeps the reference members and types', () => {
+    expectTypeOf<Sandbox['readFile']>().returns.toEqualTypeOf<Promise<Buffer>>()
+    expectTypeOf<Sandbox['listFiles']>().returns.toEqualTypeOf<
+      Promise<readonly SandboxFileEntry[]>
+    >()
+    expectTypeOf<Sandbox['environment']>().toEqualTypeOf<SandboxEnvironment>()
+    expectTypeOf<NonNullable<Sandbox['setNetworkPolicy']>>().parameters.toMatchTypeOf<
+      [SandboxNetworkPolicy, ...unknown[]]
+    >()
+    expectTypeOf<SandboxNetworkPolicy>().toEqualTypeOf<{
+      readonly allowedHosts: readonly string[]
     }>()
   })
 
-  it('EgressPolicy is a discriminated union', () => {
-    expectTypeOf<EgressPolicy['kind']>().toEqualTypeOf<
-      'deny-all' | 'allow-all' | 'static' | 'resolver'
-    >()
-    expectTypeOf<Extract<EgressPolicy, { kind: 'static' }>['allowedHosts']>().toEqualTypeOf<
-      readonly string[]
-    >()
-    expectTypeOf<Extract<EgressPolicy, { kind: 'resolver' }>['resolve']>().toEqualTypeOf<
-      () => Promise<readonly string[]>
+  it('what cordon hands out is a Sandbox with every member', () => {
+    expectTypeOf<CordonSandbox>().toMatchTypeOf<Sandbox>()
+    expectTypeOf<CordonSandbox['start']>().returns.toEqualTypeOf<Promise<SandboxProcess>>()
+    expectTypeOf<CordonSandbox>().toHaveProperty(Symbol.asyncDispose)
+    expectTypeOf<SandboxProcess>().toHaveProperty(Symbol.asyncDispose)
+  })
+
+  it('exec options and result have the reference fields; signal is absent, not null', () => {
+    expectTypeOf<SandboxExecResult['signal']>().toEqualTypeOf<string | undefined>()
+    expectTypeOf<{
+      exitCode: number
+      stdout: string
+      stderr: string
+      timedOut: boolean
+      durationMs: number
+    }>().toMatchTypeOf<SandboxExecResult>()
+    expectTypeOf<{
+      timeout: number
+      env: Record<string, string>
+      cwd: string
+      signal: AbortSignal
+    }>().toMatchTypeOf<SandboxExecOptions>()
+  })
+
+  it('layouts use type/hostPath/containerPath and resolve to the reference shape', () => {
+    expectTypeOf<{
+      type: 'hostDir'
+      hostPath: string
+    }>().toMatchTypeOf<ContainerSandboxMountSource>()
+    expectTypeOf<{
+      type: 'azureFileShare'
+      storageAccountName: string
+      shareName: string
+      storageAccountKey: string
+    }>().toMatchTypeOf<ContainerSandboxMountSource>()
+    expectTypeOf<ResolvedContainerSandboxLayout['outputs']>().toEqualTypeOf<{
+      readonly source: ContainerSandboxMountSource
+      readonly containerPath: string
+    }>()
+    expectTypeOf<{
+      outputs: { source: { type: 'hostDir'; hostPath: string }; containerPath: string }
+      skills: { id: string; source: { type: 'inImage' }; containerPath: string }[]
+    }>().toMatchTypeOf<ContainerSandboxLayout>()
+  })
+
+  it('EgressPolicy is the reference union', () => {
+    expectTypeOf<EgressPolicy>().toEqualTypeOf<
+      | { readonly kind: 'deny-all' }
+      | { readonly kind: 'allow-all' }
+      | { readonly kind: 'static'; readonly allowedHosts: readonly string[] }
+      | { readonly kind: 'resolver'; readonly resolve: () => Promise<readonly string[]> }
     >()
   })
 
-  it('the backend config union has three real members', () => {
+  it("backend configs accept the reference's fields", () => {
     expectTypeOf<SandboxBackendConfig>().toEqualTypeOf<
       ContainerBackendConfig | ACIStandbyPoolBackendConfig | MicroVMBackendConfig
     >()
-    expectTypeOf<ContainerBackendConfig['runtime']>().toEqualTypeOf<
-      'docker' | 'runsc' | undefined
+    expectTypeOf<{
+      tier: 'container'
+      runtime: 'docker'
+      image: string
+      hostReachability: 'host-port'
+      network: 'none'
+      labels: Record<string, string>
+    }>().toMatchTypeOf<ContainerBackendConfig>()
+    expectTypeOf<ACIStandbyPoolBackendConfig['workerPort']>().toEqualTypeOf<number | undefined>()
+    expectTypeOf<ACIStandbyPoolBackendConfig['readyPollIntervalMs']>().toEqualTypeOf<
+      number | undefined
     >()
-    expectTypeOf<ACIStandbyPoolBackendConfig['runtime']>().toEqualTypeOf<'aci-standby-pool'>()
-    expectTypeOf<MicroVMBackendConfig['orchestratorEndpoint']>().toEqualTypeOf<string>()
+    expectTypeOf<NonNullable<MicroVMBackendConfig['mtls']>['cert']>().toEqualTypeOf<
+      string | Buffer
+    >()
     expectTypeOf<MicroVMBackendConfig['getToken']>().toEqualTypeOf<() => Promise<string>>()
   })
 
@@ -88,13 +155,21 @@ describe('public shapes', () => {
     expectTypeOf<{
       backend: ContainerBackendConfig
       layout: ContainerSandboxLayout
+      defaultEgress: EgressPolicy
+      defaultTimeoutMs: number
+      defaultMemoryLimitMb: number
+      defaultMaxProcesses: number
     }>().toMatchTypeOf<SandboxProviderConfig>()
     expectTypeOf<{ backend: MicroVMBackendConfig }>().toMatchTypeOf<SandboxProviderConfig>()
   })
 
   it('provider and backend contracts', () => {
     expectTypeOf<SandboxProvider['create']>().returns.toEqualTypeOf<Promise<Sandbox>>()
+    expectTypeOf<SandboxProvider['environment']>().toEqualTypeOf<SandboxEnvironment>()
+    expectTypeOf<CordonSandboxProvider>().toMatchTypeOf<SandboxProvider>()
+    expectTypeOf<CordonSandboxProvider['create']>().returns.toEqualTypeOf<Promise<CordonSandbox>>()
+    expectTypeOf<SandboxBackend['create']>().parameters.toEqualTypeOf<[SandboxBackendOptions]>()
     expectTypeOf<SandboxBackend['create']>().returns.toEqualTypeOf<Promise<Sandbox>>()
-    expectTypeOf<SandboxProvider['id']>().toEqualTypeOf<string>()
+    expectTypeOf<SandboxBackendOptions['workingDirectory']>().toEqualTypeOf<string>()
   })
 })

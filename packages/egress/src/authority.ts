@@ -6,7 +6,7 @@
  * (the URL class, the resolver, the upstream client) whose different reading
  * of an odd string could be dialled instead.
  */
-import { normalizeHostname } from '@cordon/core'
+import { normalizeHostname } from '@cordon/core/backend'
 import {
   type IpLiteral,
   looksLikeIpLiteral,

@@ -3,7 +3,8 @@
  * JSON file can express of `EgressProxyOptions` (a `resolver` policy cannot:
  * it is a function), plus where to listen and the control endpoint.
  */
-import { egressPolicySchema, parseConfig, SandboxConfigValidationError } from '@cordon/core'
+import { egressPolicySchema, SandboxConfigValidationError } from '@cordon/core'
+import { parseConfig } from '@cordon/core/backend'
 import { z } from 'zod'
 import { credentialListSchema, egressProxyOptionsSchema } from './options.js'
 

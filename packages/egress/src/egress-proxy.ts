@@ -14,13 +14,8 @@ import {
   type Server as NetServer,
   type Socket,
 } from 'node:net'
-import {
-  type EgressPolicy,
-  type EgressReasonCode,
-  parseConfig,
-  SandboxAbortedError,
-  throwIfAborted,
-} from '@cordon/core'
+import { type EgressPolicy, type EgressReasonCode, SandboxAbortedError } from '@cordon/core'
+import { parseConfig, throwIfAborted } from '@cordon/core/backend'
 import { TunnelSlots } from './admission.js'
 import { handleConnect } from './connect-tunnel.js'
 import { CredentialBroker } from './credential-broker.js'

@@ -10,7 +10,7 @@
  */
 import { rm } from 'node:fs/promises'
 import { createInterface } from 'node:readline'
-import { parseConfig } from '@cordon/core'
+import { parseConfig } from '@cordon/core/backend'
 import { EgressProxy } from './egress-proxy.js'
 import {
   GATEWAY_SETTINGS_ENV,

@@ -5,12 +5,10 @@
 import {
   type BrokeredCredential,
   brokeredCredentialSchema,
-  DENY_ALL,
   type EgressPolicy,
   egressPolicySchema,
-  parseAllowlistEntry,
-  parseConfig,
 } from '@cordon/core'
+import { DENY_ALL, parseAllowlistEntry, parseConfig } from '@cordon/core/backend'
 import { z } from 'zod'
 import { checkCredentials } from './credential-broker.js'
 import type { EgressDecisionListener } from './decision-event.js'

@@ -1,9 +1,5 @@
-import {
-  composeProvider,
-  prepareProviderConfig,
-  type SandboxProvider,
-  type SandboxProviderConfig,
-} from '@cordon/core'
+import type { CordonSandboxProvider, SandboxProviderConfig } from '@cordon/core'
+import { composeProvider, prepareProviderConfig } from '@cordon/core/backend'
 import { BACKEND_PACKAGES } from './backend-packages.js'
 import { loadBackendModule, type ModuleImporter } from './load-backend.js'
 
@@ -13,7 +9,7 @@ export interface CreateSandboxProviderOptions {
 }
 
 /**
- * Builds a {@link SandboxProvider} for the backend the config names.
+ * Builds a {@link CordonSandboxProvider} for the backend the config names.
  *
  * The config is validated here, synchronously and without I/O; every problem
  * is reported at once as `SandboxConfigValidationError`. The backend package is
@@ -25,7 +21,7 @@ export interface CreateSandboxProviderOptions {
 export function createSandboxProvider(
   config: SandboxProviderConfig,
   options: CreateSandboxProviderOptions = {},
-): SandboxProvider {
+): CordonSandboxProvider {
   const prepared = prepareProviderConfig(config)
   const packageName = BACKEND_PACKAGES[prepared.backendName]
   return composeProvider({

@@ -1,8 +1,5 @@
-import {
-  type SandboxBackendModule,
-  SandboxBackendNotInstalledError,
-  SandboxBackendUnavailableError,
-} from '@cordon/core'
+import { SandboxBackendNotInstalledError, SandboxBackendUnavailableError } from '@cordon/core'
+import { type SandboxBackendModule } from '@cordon/core/backend'
 
 export type ModuleImporter = (specifier: string) => Promise<unknown>
 

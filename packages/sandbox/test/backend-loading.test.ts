@@ -19,7 +19,7 @@ describe('loading the real backend packages', () => {
         service: 'self-hosted',
         orchestratorEndpoint: 'http://127.0.0.1:9/',
         getToken: async () => 'token',
-        readinessTimeoutMs: 2000,
+        readyTimeoutMs: 2000,
       },
     })
     const error = await provider.create().catch((caught: unknown) => caught)
@@ -44,7 +44,7 @@ describe('loading the real backend packages', () => {
         subnetId:
           '/subscriptions/sub/resourceGroups/rg/providers/Microsoft.Network/virtualNetworks/vnet/subnets/sandboxes',
         armEndpoint: 'http://127.0.0.1:9/',
-        readinessTimeoutMs: 2000,
+        readyTimeoutMs: 2000,
       },
       layout: { outputs: { source: { kind: 'inImage' } } },
     })

@@ -35,7 +35,7 @@ export const DEFAULT_PROFILE: StandinProfileSpec = {
   memoryMb: 256,
   cpus: 1,
   maxProcesses: 128,
-  agentPort: 7070,
+  agentPort: 2024,
   emptyDirs: ['/mnt/user-data/outputs'],
   ipAddressType: 'Private',
 }

@@ -1,5 +1,6 @@
 import type { Duplex } from 'node:stream'
-import { SandboxAbortedError, type SandboxError, sleep } from '@cordon/core'
+import { SandboxAbortedError, type SandboxError } from '@cordon/core'
+import { sleep } from '@cordon/core/backend'
 import {
   type AgentExecHandlers,
   type AgentExecSession,

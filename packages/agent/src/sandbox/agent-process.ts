@@ -1,10 +1,10 @@
 import {
-  type ExecOutputCollector,
   SandboxDestroyedError,
   type SandboxExecResult,
   SandboxOperationError,
   type SandboxProcess,
 } from '@cordon/core'
+import type { ExecOutputCollector } from '@cordon/core/backend'
 import { type AgentExecSession, AgentStdinClosedError } from '../protocol/index.js'
 import type { AgentClient } from './agent-client.js'
 
@@ -25,6 +25,7 @@ export interface AgentProcessHooks {
 export class AgentProcess implements SandboxProcess {
   private readonly settled: Promise<SandboxExecResult>
   private removeAbortListener = (): void => {}
+  private finished = false
 
   constructor(
     private readonly session: AgentExecSession,
@@ -79,6 +80,13 @@ export class AgentProcess implements SandboxProcess {
     return this.settled
   }
 
+  /** Kills the command if it is still running (for `await using`). */
+  async [Symbol.asyncDispose](): Promise<void> {
+    if (this.finished || this.hooks.isDestroyed()) return
+    await this.kill('SIGKILL').catch(() => {})
+    await this.settled.catch(() => {})
+  }
+
   /** Drops the connection (the agent then kills the command). */
   abandon(): void {
     this.session.abandon()
@@ -92,7 +100,7 @@ export class AgentProcess implements SandboxProcess {
         exitCode: exit.exitCode,
         stdout: output.stdout,
         stderr: output.stderr,
-        signal: exit.signal,
+        ...(exit.signal === null ? {} : { signal: exit.signal }),
         timedOut: exit.timedOut,
         aborted: exit.aborted,
         oomKilled: exit.oomKilled,
@@ -108,6 +116,7 @@ export class AgentProcess implements SandboxProcess {
         throw new SandboxDestroyedError(this.hooks.sandboxId, { cause: error })
       throw this.hooks.client.translate(error, 'exec')
     } finally {
+      this.finished = true
       this.removeAbortListener()
     }
   }

@@ -1,11 +1,11 @@
 import { posix } from 'node:path'
+import { Buffer } from 'node:buffer'
 import {
-  concatBytes,
-  ExecOutputCollector,
-  type Sandbox,
+  type CordonSandbox,
   type SandboxByteSource,
   SandboxDestroyedError,
   type SandboxDestroyOptions,
+  type SandboxEnvironment,
   type SandboxEvent,
   type SandboxExecOptions,
   type SandboxExecResult,
@@ -17,9 +17,8 @@ import {
   type SandboxStartOptions,
   type SandboxStatus,
   type SandboxWriteFileOptions,
-  throwIfAborted,
-  validateExecRequest,
 } from '@cordon/core'
+import { ExecOutputCollector, throwIfAborted, validateExecRequest } from '@cordon/core/backend'
 import { AgentStdinClosedError } from '../protocol/index.js'
 import type { AgentClient } from './agent-client.js'
 import { AgentProcess } from './agent-process.js'
@@ -32,6 +31,8 @@ export interface AgentSandboxInit {
   /** The sandbox's environment; each command's `env` is laid over it. */
   readonly env: Readonly<Record<string, string>>
   readonly workingDirectory: string | undefined
+  /** Timeout of an exec that names none, in ms (default: none). */
+  readonly execTimeoutMs?: number
   /** The client of the sandbox's agent, already known to answer. */
   readonly client: AgentClient
   /** `tier:runtime` of the backend, as events name it (e.g. `microvm:self-hosted`). */
@@ -54,10 +55,11 @@ export interface AgentSandboxInit {
  * There is no `setNetworkPolicy`: what the backend enforces on egress is fixed
  * when the sandbox is created.
  */
-export class AgentSandbox implements Sandbox {
+export class AgentSandbox implements CordonSandbox {
   readonly id: SandboxId
   readonly rootDir: string
-  private state: SandboxStatus = 'ready'
+  readonly environment: SandboxEnvironment = 'linux-namespace'
+  private state: 'ready' | 'destroying' | 'destroyed' = 'ready'
   private destroying: Promise<void> | undefined
   private readonly running = new Set<AgentProcess>()
 
@@ -67,7 +69,8 @@ export class AgentSandbox implements Sandbox {
   }
 
   get status(): SandboxStatus {
-    return this.state
+    if (this.state !== 'ready') return 'destroyed'
+    return this.running.size > 0 ? 'busy' : 'ready'
   }
 
   async exec(
@@ -76,7 +79,14 @@ export class AgentSandbox implements Sandbox {
     options: SandboxExecOptions = {},
   ): Promise<SandboxExecResult> {
     const { stdin, ...rest } = options
-    const process = await this.launch(command, args, rest, stdin !== undefined, 'exec')
+    const timeout = rest.timeout ?? this.init.execTimeoutMs
+    const process = await this.launch(
+      command,
+      args,
+      timeout === undefined ? rest : { ...rest, timeout },
+      stdin !== undefined,
+      'exec',
+    )
     if (stdin !== undefined) {
       try {
         await process.write(typeof stdin === 'string' ? textEncoder.encode(stdin) : stdin)
@@ -110,10 +120,10 @@ export class AgentSandbox implements Sandbox {
     await this.writeFileStream(path, singleChunk(bytes), { ...options, size: bytes.byteLength })
   }
 
-  async readFile(path: string, options: SandboxFileOptions = {}): Promise<Uint8Array> {
+  async readFile(path: string, options: SandboxFileOptions = {}): Promise<Buffer> {
     const chunks: Uint8Array[] = []
     for await (const chunk of await this.readFileStream(path, options)) chunks.push(chunk)
-    return concatBytes(chunks)
+    return Buffer.concat(chunks)
   }
 
   async writeFileStream(
@@ -150,6 +160,10 @@ export class AgentSandbox implements Sandbox {
       size: entry.size,
       modifiedMs: entry.modifiedMs,
     }))
+  }
+
+  [Symbol.asyncDispose](): Promise<void> {
+    return this.destroy()
   }
 
   destroy(options: SandboxDestroyOptions = {}): Promise<void> {

@@ -39,17 +39,18 @@ export async function demoCommand(argv: readonly string[], io: RunIo): Promise<n
   const provider = createSandboxProvider({
     backend: {
       tier: 'container',
-      runtime: values.runtime,
+      // Checked by the provider's config validation, which names a bad value.
+      runtime: values.runtime as 'docker' | 'runsc',
       image: values.image,
       gatewayImage,
       gatewayHosts: { 'demo.upstream': upstreamAddress },
       gatewayAllowedPorts: [upstream.port],
     },
-    layout: { outputs: { source: { kind: 'ephemeral' } } },
+    layout: { outputs: { source: { type: 'ephemeral' } } },
     // The demo's upstream lives on the host, a private address the gateway refuses unless exempted by name.
     allowInwardFor: ['demo.upstream'],
     onEvent: (event) => events.push(event),
-  } as SandboxProviderConfig)
+  })
   const step = async <T>(label: string, run: () => Promise<T>): Promise<T> => {
     const started = performance.now()
     const value = await run()

@@ -38,14 +38,17 @@ export async function runCommand(argv: readonly string[], io: RunIo): Promise<nu
     io.stderr(`${RUN_USAGE}\n`)
     return EXIT_USAGE
   }
-  const config = {
-    backend: { tier: 'container', runtime: values.runtime, image: values.image },
+  const config: SandboxProviderConfig = {
+    backend: { tier: 'container', // Checked by the provider's config validation, which names a bad value.
+      runtime: values.runtime as 'docker' | 'runsc', image: values.image },
     layout: {
       outputs: {
-        source: values.outputs ? { kind: 'hostDir', path: values.outputs } : { kind: 'ephemeral' },
+        source: values.outputs
+          ? { type: 'hostDir', hostPath: values.outputs }
+          : { type: 'ephemeral' },
       },
     },
-  } as SandboxProviderConfig
+  }
   const env = Object.fromEntries(
     (values.env ?? []).map((pair) => [
       pair.slice(0, pair.indexOf('=')),

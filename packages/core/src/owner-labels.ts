@@ -1,3 +1,4 @@
+/** Label keys and owner identity cordon puts on every engine resource it creates, so a dead host's leftovers can be found and a live one's never touched. */
 import { readFileSync } from 'node:fs'
 import { hostname } from 'node:os'
 

@@ -1,0 +1,65 @@
+/**
+ * `@cordon/core/backend`: what backend authors build on. The provider
+ * runtime (validation, defaults, warm pool, lifetimes, events), deadlines,
+ * output collection, layout planning, owner labels and the shared egress
+ * rules. Hosts do not need any of it; the list is explicit and pinned by a
+ * test.
+ */
+export {
+  type CordonSandboxBackend,
+  resolveBackendOptions,
+  type SandboxBackendContext,
+  type SandboxBackendFactory,
+  type SandboxBackendModule,
+  type SandboxCreateRequest,
+} from './backend.js'
+export { fetchBearerToken } from './bearer-token.js'
+export { cleanupFailureEvent } from './cleanup-failure-event.js'
+export { type ComposeProviderOptions, composeProvider } from './compose-provider.js'
+export {
+  containerProviderConfigSchema,
+  environmentSchema,
+  microVMProviderConfigSchema,
+  parseConfig,
+  tlsClientSchema,
+} from './config.js'
+export {
+  DEFAULT_CLEANUP_GRACE_MS,
+  type DeadlineOptions,
+  sleep,
+  withDeadline,
+} from './deadline.js'
+export { DENY_ALL, networkPolicySchema } from './egress-policy.js'
+export { throwIfAborted } from './errors.js'
+export { concatBytes, ExecOutputCollector, utf8BoundaryAtOrBefore } from './exec-output.js'
+export { validateExecRequest } from './exec-request.js'
+export { type AllowlistEntry, normalizeHostname, parseAllowlistEntry } from './host-allowlist.js'
+export {
+  type ContainerSandboxMountRole,
+  type LayoutMountPlan,
+  normalizeAbsolutePath,
+  planLayoutMounts,
+  readableRoots,
+  writableRoots,
+} from './layout.js'
+export {
+  LABEL,
+  type OwnerState,
+  ownerLabels,
+  ownerState,
+  processStartToken,
+  type ResourceRole,
+} from './owner-labels.js'
+export {
+  backendNameOf,
+  type PreparedProviderConfig,
+  parseBackendConfig,
+  prepareProviderConfig,
+} from './provider-config.js'
+export {
+  askResolver,
+  DEFAULT_RESOLVER_TIMEOUT_MS,
+  judgeResolverAnswer,
+  type ResolverAnswer,
+} from './resolver-answer.js'
+export { newSandboxId, SANDBOX_ID_PATTERN } from './sandbox-id.js'

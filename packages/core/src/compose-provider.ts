@@ -1,0 +1,222 @@
+import type {
+  CordonSandboxBackend,
+  SandboxBackendContext,
+  SandboxBackendOptions,
+} from './backend.js'
+import {
+  parseConfig,
+  type SandboxCreateConfig,
+  type SandboxProviderConfig,
+  sandboxCreateConfigSchema,
+} from './config.js'
+import {
+  SANDBOX_DEFAULT_MAX_PROCESSES,
+  SANDBOX_DEFAULT_MEMORY_LIMIT_MB,
+  SANDBOX_DEFAULT_TIMEOUT_MS,
+} from './constants.js'
+import { DENY_ALL } from './egress-policy.js'
+import { SandboxError, throwIfAborted } from './errors.js'
+import type { SandboxEvent, SandboxEventListener } from './events.js'
+import { type ResolvedContainerSandboxLayout, SANDBOX_DEFAULT_OUTPUTS_PATH } from './layout.js'
+import { ManagedSandbox } from './managed-sandbox.js'
+import type { CordonSandboxProvider } from './provider.js'
+import type { SandboxBackendName } from './provider-config.js'
+import type { CordonSandbox } from './sandbox.js'
+import { newSandboxId } from './sandbox-id.js'
+import { WarmPool } from './warm-pool.js'
+
+export interface ComposeProviderOptions {
+  readonly config: SandboxProviderConfig
+  /** `tier:runtime`, known before the backend is loaded. */
+  readonly backendName: SandboxBackendName
+  readonly layout: ResolvedContainerSandboxLayout | undefined
+  /** Loads and constructs the backend; called once, on first use. */
+  readonly loadBackend: (context: SandboxBackendContext) => Promise<CordonSandboxBackend>
+}
+
+/**
+ * Builds a provider around a lazily loaded backend. The provider owns what
+ * every backend shares: per-call validation and defaults, the warm pool,
+ * sandbox lifetimes, `busy` status, and events. Construction does no I/O.
+ */
+export function composeProvider(options: ComposeProviderOptions): CordonSandboxProvider {
+  const { config, backendName, layout } = options
+  const instanceId = `prv_${newSandboxId().slice(4)}`
+  const listener: SandboxEventListener | undefined = config.onEvent
+  const emit = (event: SandboxEvent): void => {
+    try {
+      listener?.(event)
+    } catch {
+      // A host's event hook must never break sandbox operations.
+    }
+  }
+  const context: SandboxBackendContext = {
+    providerId: instanceId,
+    layout,
+    brokeredCredentials: config.brokeredCredentials ?? [],
+    allowInwardFor: config.allowInwardFor ?? [],
+    emit,
+  }
+  let backendPromise: Promise<CordonSandboxBackend> | undefined
+  const backend = (): Promise<CordonSandboxBackend> => {
+    backendPromise ??= options.loadBackend(context).catch((error: unknown) => {
+      backendPromise = undefined
+      throw error
+    })
+    return backendPromise
+  }
+  const live = new Set<ManagedSandbox>()
+  let closed = false
+  const defaultWorkingDirectory = layout?.outputs.containerPath ?? SANDBOX_DEFAULT_OUTPUTS_PATH
+
+  /** What the backend is asked for; the exec timeout and lifetime are applied around it. */
+  const backendOptions = (call: SandboxCreateConfig): SandboxBackendOptions => ({
+    sandboxId: newSandboxId(),
+    env: call.env ?? {},
+    memoryLimitMb:
+      call.memoryLimitMb ?? config.defaultMemoryLimitMb ?? SANDBOX_DEFAULT_MEMORY_LIMIT_MB,
+    maxProcesses: call.maxProcesses ?? config.defaultMaxProcesses ?? SANDBOX_DEFAULT_MAX_PROCESSES,
+    timeoutMs: call.timeoutMs ?? config.defaultTimeoutMs ?? SANDBOX_DEFAULT_TIMEOUT_MS,
+    lifetimeMs: call.lifetimeMs ?? config.defaultLifetimeMs,
+    workingDirectory: call.workingDirectory ?? defaultWorkingDirectory,
+    egress: call.egress ?? config.defaultEgress ?? DENY_ALL,
+    ...(call.signal ? { signal: call.signal } : {}),
+  })
+
+  const createFresh = async (request: SandboxBackendOptions): Promise<CordonSandbox> => {
+    const started = performance.now()
+    const sandboxId = request.sandboxId
+    emit({
+      type: 'lifecycle',
+      phase: 'create.start',
+      ...(sandboxId ? { sandboxId } : {}),
+      backend: backendName,
+      timestamp: Date.now(),
+    })
+    try {
+      const sandbox = await (await backend()).create(request)
+      emit({
+        type: 'lifecycle',
+        phase: 'create.ready',
+        sandboxId: sandbox.id,
+        backend: backendName,
+        timestamp: Date.now(),
+        durationMs: performance.now() - started,
+      })
+      return sandbox
+    } catch (error) {
+      emit({
+        type: 'lifecycle',
+        phase: 'create.failed',
+        ...(sandboxId ? { sandboxId } : {}),
+        backend: backendName,
+        timestamp: Date.now(),
+        durationMs: performance.now() - started,
+        error: describeError(error),
+      })
+      throw error
+    }
+  }
+
+  const pool =
+    config.pool && config.pool.size > 0
+      ? new WarmPool<CordonSandbox>({
+          size: config.pool.size,
+          create: () => createFresh(backendOptions({})),
+          onRefill: (durationMs, sandbox) =>
+            emit({
+              type: 'lifecycle',
+              phase: 'pool.refill',
+              sandboxId: sandbox.id,
+              backend: backendName,
+              timestamp: Date.now(),
+              durationMs,
+            }),
+          onRefillError: (error) =>
+            emit({
+              type: 'lifecycle',
+              phase: 'pool.refill.failed',
+              backend: backendName,
+              timestamp: Date.now(),
+              error: describeError(error),
+            }),
+        })
+      : undefined
+
+  const adopt = (sandbox: CordonSandbox, request: SandboxBackendOptions): CordonSandbox => {
+    const managed = new ManagedSandbox(sandbox, {
+      backend: backendName,
+      lifetimeMs: request.lifetimeMs,
+      execTimeoutMs: request.timeoutMs ?? SANDBOX_DEFAULT_TIMEOUT_MS,
+      emit,
+      onDestroyed: (done) => live.delete(done),
+    })
+    live.add(managed)
+    return managed
+  }
+
+  const close = async (): Promise<void> => {
+    closed = true
+    await pool?.close()
+    await Promise.allSettled([...live].map((sandbox) => sandbox.destroy()))
+    live.clear()
+    if (backendPromise) await (await backendPromise.catch(() => undefined))?.close()
+  }
+
+  return {
+    id: `cordon-${backendName.replace(':', '-')}`,
+    name: `@cordon/sandbox: ${backendName}`,
+    environment: 'linux-namespace',
+    backend: backendName,
+    instanceId,
+    async create(callConfig: SandboxCreateConfig = {}): Promise<CordonSandbox> {
+      const call = parseConfig(sandboxCreateConfigSchema, callConfig, 'sandbox create config')
+      throwIfAborted(call.signal, 'create')
+      if (closed) throw new SandboxError('provider is closed')
+      const request = backendOptions(call)
+      if (pool && canUsePooled(call)) {
+        const claimed = pool.claim()
+        if (claimed) {
+          emit({
+            type: 'lifecycle',
+            phase: 'pool.claim',
+            sandboxId: claimed.id,
+            backend: backendName,
+            timestamp: Date.now(),
+          })
+          return adopt(claimed, request)
+        }
+      }
+      return adopt(await createFresh(request), request)
+    },
+    async warm(warmOptions = {}): Promise<void> {
+      throwIfAborted(warmOptions.signal, 'warm')
+      if (!pool) return
+      await pool.warm()
+    },
+    close,
+    [Symbol.asyncDispose]: close,
+  }
+}
+
+/**
+ * Pooled sandboxes are made with the provider's defaults. The exec timeout and
+ * the lifetime are applied around the sandbox, so a call that sets only those
+ * can still take one; any other per-call setting needs a fresh sandbox.
+ */
+function canUsePooled(call: SandboxCreateConfig): boolean {
+  return (
+    call.env === undefined &&
+    call.memoryLimitMb === undefined &&
+    call.maxProcesses === undefined &&
+    call.workingDirectory === undefined &&
+    call.egress === undefined
+  )
+}
+
+function describeError(error: unknown): { name: string; code?: string; message: string } {
+  if (SandboxError.isInstance(error))
+    return { name: error.name, code: error.code, message: error.message }
+  if (error instanceof Error) return { name: error.name, message: error.message }
+  return { name: 'Error', message: String(error) }
+}

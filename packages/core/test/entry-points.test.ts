@@ -1,0 +1,99 @@
+import { describe, expect, it } from 'vitest'
+import * as kit from '../src/backend-kit.js'
+import * as host from '../src/index.js'
+
+/**
+ * What each entry point exports at run time is public API: a change here is a
+ * deliberate change of the contract (and of a changeset), never an accident
+ * of an `export *`.
+ */
+describe('entry points', () => {
+  it('@cordon/core exports the host contract and nothing else', () => {
+    expect(Object.keys(host).sort()).toEqual([
+      'ContainerSandboxLayoutValidationError',
+      'SANDBOX_DEFAULT_MAX_PROCESSES',
+      'SANDBOX_DEFAULT_MEMORY_LIMIT_MB',
+      'SANDBOX_DEFAULT_OUTPUTS_PATH',
+      'SANDBOX_DEFAULT_SCRATCH_PATH',
+      'SANDBOX_DEFAULT_SKILLS_PARENT',
+      'SANDBOX_DEFAULT_TIMEOUT_MS',
+      'SANDBOX_DEFAULT_TOOL_RESULTS_PATH',
+      'SANDBOX_DEFAULT_TRANSCRIPTS_PATH',
+      'SANDBOX_DEFAULT_UPLOADS_PATH',
+      'SANDBOX_MAX_OUTPUT_BYTES',
+      'SKILL_ID_PATTERN',
+      'SandboxAbortedError',
+      'SandboxBackendNotImplementedError',
+      'SandboxBackendNotInstalledError',
+      'SandboxBackendUnavailableError',
+      'SandboxConfigValidationError',
+      'SandboxControlRefusedError',
+      'SandboxCreateTimeoutError',
+      'SandboxDestroyedError',
+      'SandboxError',
+      'SandboxFileNotFoundError',
+      'SandboxOperationError',
+      'SandboxPathError',
+      'SandboxReadinessError',
+      'SandboxTransportError',
+      'aciStandbyPoolBackendConfigSchema',
+      'brokeredCredentialSchema',
+      'containerBackendConfigSchema',
+      'containerSandboxLayoutSchema',
+      'egressPolicySchema',
+      'isHostAllowed',
+      'isSandboxId',
+      'microVMBackendConfigSchema',
+      'resolveLayout',
+      'sandboxCreateConfigSchema',
+      'serializeSandboxError',
+    ])
+  })
+
+  it('@cordon/core/backend exports the backend kit', () => {
+    expect(Object.keys(kit).sort()).toEqual([
+      'DEFAULT_CLEANUP_GRACE_MS',
+      'DEFAULT_RESOLVER_TIMEOUT_MS',
+      'DENY_ALL',
+      'ExecOutputCollector',
+      'LABEL',
+      'SANDBOX_ID_PATTERN',
+      'askResolver',
+      'backendNameOf',
+      'cleanupFailureEvent',
+      'composeProvider',
+      'concatBytes',
+      'containerProviderConfigSchema',
+      'environmentSchema',
+      'fetchBearerToken',
+      'judgeResolverAnswer',
+      'microVMProviderConfigSchema',
+      'networkPolicySchema',
+      'newSandboxId',
+      'normalizeAbsolutePath',
+      'normalizeHostname',
+      'ownerLabels',
+      'ownerState',
+      'parseAllowlistEntry',
+      'parseBackendConfig',
+      'parseConfig',
+      'planLayoutMounts',
+      'prepareProviderConfig',
+      'processStartToken',
+      'readableRoots',
+      'resolveBackendOptions',
+      'sleep',
+      'throwIfAborted',
+      'tlsClientSchema',
+      'utf8BoundaryAtOrBefore',
+      'validateExecRequest',
+      'withDeadline',
+      'writableRoots',
+    ])
+  })
+
+  it('the two entry points do not overlap', () => {
+    const shared = Object.keys(host).filter((name) => name in kit)
+    expect(shared).toEqual([])
+  })
+})
