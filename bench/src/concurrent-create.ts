@@ -3,7 +3,7 @@
  * engine-bound floor (the same 20 bare dockerode sequences at once).
  */
 import { performance } from 'node:perf_hooks'
-import type { Sandbox } from '@cordon/core'
+import type { CordonSandbox } from '@cordon/core'
 import { cordonProvider } from './cordon.js'
 import { interleave } from './interleave.js'
 import {
@@ -26,8 +26,8 @@ export const concurrentCreate: Scenario = async ({ quick, log }) => {
     const arms = [
       {
         name: 'cordon',
-        prepare: async () => ({ sandboxes: [] as Sandbox[] }),
-        run: async (holder: { sandboxes: Sandbox[] }) => {
+        prepare: async () => ({ sandboxes: [] as CordonSandbox[] }),
+        run: async (holder: { sandboxes: CordonSandbox[] }) => {
           const started = performance.now()
           const settled = await Promise.allSettled(
             Array.from({ length: COUNT }, async () => {
@@ -41,7 +41,7 @@ export const concurrentCreate: Scenario = async ({ quick, log }) => {
           const failed = settled.find((outcome) => outcome.status === 'rejected')
           if (failed) throw (failed as PromiseRejectedResult).reason
         },
-        cleanup: async (holder: { sandboxes: Sandbox[] }) => {
+        cleanup: async (holder: { sandboxes: CordonSandbox[] }) => {
           await Promise.all(holder.sandboxes.map((sandbox) => sandbox.destroy()))
         },
       },

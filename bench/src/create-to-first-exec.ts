@@ -3,7 +3,7 @@
  * run in it, hardened and deny-all, for cordon, the bare dockerode floor,
  * testcontainers-node and the docker CLI.
  */
-import type { Sandbox } from '@cordon/core'
+import type { CordonSandbox } from '@cordon/core'
 import { cordonProvider } from './cordon.js'
 import { docker, removeContainer, removeVolume, uniqueName } from './engine.js'
 import { traceEngineCalls } from './engine-trace.js'
@@ -33,13 +33,13 @@ export const createToFirstExec: Scenario = async ({ quick, log }) => {
     const arms = [
       {
         name: 'cordon',
-        prepare: async (): Promise<Holder<Sandbox>> => ({}),
-        run: async (holder: Holder<Sandbox>) => {
+        prepare: async (): Promise<Holder<CordonSandbox>> => ({}),
+        run: async (holder: Holder<CordonSandbox>) => {
           holder.value = await provider.create()
           const result = await holder.value.exec('true')
           if (result.exitCode !== 0) throw new Error(`cordon: true exited ${result.exitCode}`)
         },
-        cleanup: async (holder: Holder<Sandbox>) => {
+        cleanup: async (holder: Holder<CordonSandbox>) => {
           await holder.value?.destroy()
         },
       },
@@ -99,7 +99,7 @@ export const createToFirstExec: Scenario = async ({ quick, log }) => {
     const parity = await checkParity(provider)
 
     // Profile: one traced create-to-first-exec each for cordon and the floor.
-    let sandbox: Sandbox | undefined
+    let sandbox: CordonSandbox | undefined
     const cordonTrace = await traceEngineCalls(async () => {
       sandbox = await provider.create()
       await sandbox.exec('true')

@@ -3,7 +3,7 @@
  * command, against one bare exec round trip (the least any "first command"
  * can cost on this engine).
  */
-import type { Sandbox } from '@cordon/core'
+import type { CordonSandbox } from '@cordon/core'
 import { cordonProvider } from './cordon.js'
 import { traceEngineCalls } from './engine-trace.js'
 import { interleave } from './interleave.js'
@@ -13,7 +13,7 @@ import type { Scenario } from './scenario.js'
 import { formatRatio, ratio, summarize } from './stats.js'
 
 interface Holder {
-  sandbox?: Sandbox
+  sandbox?: CordonSandbox
 }
 
 export const warmPoolClaim: Scenario = async ({ quick, log }) => {
@@ -59,7 +59,7 @@ export const warmPoolClaim: Scenario = async ({ quick, log }) => {
     const claim = summarize(samples.get('cordon claim')!)
     const bare = summarize(samples.get('bare exec')!)
     await provider.warm()
-    let claimed: Sandbox | undefined
+    let claimed: CordonSandbox | undefined
     const trace = await traceEngineCalls(async () => {
       claimed = await provider.create()
       await claimed.exec('true')

@@ -1,7 +1,14 @@
 import { createServer } from 'node:net'
 import { join } from 'node:path'
 import { type Duplex, PassThrough } from 'node:stream'
-import { SandboxAbortedError, SandboxDestroyedError, type SandboxEvent, SandboxPathError, SandboxReadinessError, SandboxTransportError } from '@cordon/core'
+import {
+  SandboxAbortedError,
+  SandboxDestroyedError,
+  type SandboxEvent,
+  SandboxPathError,
+  SandboxReadinessError,
+  SandboxTransportError,
+} from '@cordon/core'
 import { newSandboxId } from '@cordon/core/backend'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import {

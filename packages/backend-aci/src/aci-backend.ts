@@ -181,11 +181,7 @@ export function createAciStandbyPoolBackend(
         signal: request.signal,
         operation: 'create',
         onTimeout: () =>
-          new SandboxCreateTimeoutError(
-            readyTimeoutMs,
-            phase,
-            setback ? { cause: setback } : {},
-          ),
+          new SandboxCreateTimeoutError(readyTimeoutMs, phase, setback ? { cause: setback } : {}),
         cleanup: async () => {
           if (!putOnWire) return
           // A PUT still on the wire may yet create the group: let it land, then delete.

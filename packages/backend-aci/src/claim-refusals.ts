@@ -3,7 +3,11 @@ import {
   type ResolvedContainerSandboxLayout,
   SandboxControlRefusedError,
 } from '@cordon/core'
-import { type LayoutMountPlan, planLayoutMounts, type SandboxCreateRequest } from '@cordon/core/backend'
+import {
+  type LayoutMountPlan,
+  planLayoutMounts,
+  type SandboxCreateRequest,
+} from '@cordon/core/backend'
 import { BACKEND_NAME } from './aci-defaults.js'
 import type { ProfileFacts } from './profile-facts.js'
 

@@ -1,4 +1,9 @@
-import { SandboxAbortedError, SandboxBackendUnavailableError, SandboxCreateTimeoutError, SandboxOperationError } from '@cordon/core'
+import {
+  SandboxAbortedError,
+  SandboxBackendUnavailableError,
+  SandboxCreateTimeoutError,
+  SandboxOperationError,
+} from '@cordon/core'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { ArmAuthorizationError, ArmConflictError, ArmRequestFailure } from '../src/index.js'
 import {

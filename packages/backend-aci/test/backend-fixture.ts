@@ -1,9 +1,16 @@
-import { type ACIStandbyPoolBackendConfig, resolveLayout, type SandboxBackend, type SandboxEvent } from '@cordon/core'
 import {
+  type ACIStandbyPoolBackendConfig,
+  resolveLayout,
+  SANDBOX_DEFAULT_OUTPUTS_PATH,
+  type SandboxBackendOptions,
+  type SandboxEvent,
+  type SandboxId,
+} from '@cordon/core'
+import {
+  type CordonSandboxBackend,
   DENY_ALL,
   newSandboxId,
   type SandboxBackendContext,
-  type SandboxCreateRequest,
 } from '@cordon/core/backend'
 import { createAciStandbyPoolBackend } from '../src/index.js'
 import { backendConfig, OUTPUTS_IN_IMAGE, type TestStandin } from './standin-fixture.js'
@@ -13,7 +20,7 @@ export function testBackend(
   standin: TestStandin,
   overrides: Partial<ACIStandbyPoolBackendConfig> = {},
   context: Partial<SandboxBackendContext> = {},
-): { backend: SandboxBackend; events: SandboxEvent[] } {
+): { backend: CordonSandboxBackend; events: SandboxEvent[] } {
   const events: SandboxEvent[] = []
   const backend = createAciStandbyPoolBackend(backendConfig(standin, overrides), {
     providerId: 'prv_acitest',
@@ -29,17 +36,17 @@ export function testBackend(
 /** A create request with the stand-in profile's limits and deny-all. */
 export function createRequest(
   standin: TestStandin,
-  overrides: Partial<SandboxCreateRequest> = {},
-): SandboxCreateRequest {
+  overrides: Partial<SandboxBackendOptions> = {},
+): SandboxBackendOptions & { readonly id: SandboxId } {
+  const id = overrides.sandboxId ?? newSandboxId()
   return {
-    id: newSandboxId(),
+    id,
+    sandboxId: id,
     env: {},
     memoryLimitMb: standin.profile.memoryMb,
     maxProcesses: standin.profile.maxProcesses,
-    timeoutMs: undefined,
-    workingDirectory: undefined,
+    workingDirectory: SANDBOX_DEFAULT_OUTPUTS_PATH,
     egress: DENY_ALL,
-    signal: undefined,
     ...overrides,
   }
 }

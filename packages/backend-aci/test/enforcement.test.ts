@@ -5,7 +5,7 @@ import {
   FramedConnection,
   requestHealth,
 } from '@cordon/agent/protocol'
-import type { Sandbox, SandboxProvider } from '@cordon/core'
+import type { CordonSandbox, CordonSandboxProvider } from '@cordon/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { SECRET_CONFIG_MAP_KEY } from '../src/index.js'
 import {
@@ -23,8 +23,8 @@ import {
  */
 describe('enforced from inside a claimed sandbox', () => {
   let standin: TestStandin | undefined
-  let provider: SandboxProvider | undefined
-  let sandbox: Sandbox | undefined
+  let provider: CordonSandboxProvider | undefined
+  let sandbox: CordonSandbox | undefined
   beforeAll(async () => {
     // Small limits keep the memory and fork bombs quick on a shared machine.
     standin = await startTestStandin({ poolSize: 2, profile: { memoryMb: 128, maxProcesses: 48 } })

@@ -1,4 +1,9 @@
-import { SandboxBackendUnavailableError, SandboxError, SandboxOperationError, serializeSandboxError } from '@cordon/core'
+import {
+  SandboxBackendUnavailableError,
+  SandboxError,
+  SandboxOperationError,
+  serializeSandboxError,
+} from '@cordon/core'
 import { describe, expect, it } from 'vitest'
 import { ArmAuthorizationError, ArmConflictError, ArmRequestFailure } from '../src/index.js'
 

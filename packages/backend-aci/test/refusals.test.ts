@@ -1,4 +1,10 @@
-import { type ContainerSandboxLayout, type EgressPolicy, resolveLayout, SandboxConfigValidationError, SandboxControlRefusedError } from '@cordon/core'
+import {
+  type ContainerSandboxLayout,
+  type EgressPolicy,
+  resolveLayout,
+  SandboxConfigValidationError,
+  SandboxControlRefusedError,
+} from '@cordon/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createAciStandbyPoolBackend } from '../src/index.js'
 import { createRequest, groupsGone, requestsSince, testBackend } from './backend-fixture.js'
@@ -108,14 +114,14 @@ describe('refusals', () => {
   it('refuses layout sources a claim cannot mount, at construction', () => {
     const layouts: Array<[ContainerSandboxLayout, string]> = [
       [
-        { outputs: { source: { kind: 'hostDir', path: '/srv/outputs' } } },
+        { outputs: { source: { type: 'hostDir', hostPath: '/srv/outputs' } } },
         'layout.outputs.hostDir',
       ],
-      [{ outputs: { source: { kind: 'ephemeral' } } }, 'layout.outputs.ephemeral'],
+      [{ outputs: { source: { type: 'ephemeral' } } }, 'layout.outputs.ephemeral'],
       [
         {
-          outputs: { source: { kind: 'inImage' } },
-          skills: [{ id: 'pdf', source: { kind: 'ephemeral', sizeMb: 10 } }],
+          outputs: { source: { type: 'inImage' } },
+          skills: [{ id: 'pdf', source: { type: 'ephemeral', sizeMb: 10 } }],
         },
         'layout.skills.pdf.ephemeral',
       ],
@@ -130,9 +136,14 @@ describe('refusals', () => {
 
   it('refuses an Azure file share the profile does not mount, before claiming', async () => {
     const layout = resolveLayout({
-      outputs: { source: { kind: 'inImage' } },
+      outputs: { source: { type: 'inImage' } },
       uploads: {
-        source: { kind: 'azureFileShare', storageAccountName: 'cordondata', shareName: 'uploads' },
+        source: {
+          type: 'azureFileShare',
+          storageAccountName: 'cordondata',
+          shareName: 'uploads',
+          storageAccountKey: 'not-used-by-a-claim',
+        },
       },
     })
     const { backend } = testBackend(standin!, {}, { layout })
@@ -168,7 +179,7 @@ describe('refusals', () => {
 
   it('reports every problem of a profile that cannot carry a sandbox at once, and claims nothing', async () => {
     // The stand-in's profile has the agent on 7070; a backend expecting 7171 finds two problems.
-    const { backend } = testBackend(standin!, { agentPort: 7171 })
+    const { backend } = testBackend(standin!, { workerPort: 7171 })
     const mark = standin!.requests().length
     const error = await rejectionOf(backend.create(createRequest(standin!)))
     await backend.close()
@@ -185,7 +196,7 @@ describe('refusals', () => {
       const error = caught(() =>
         createAciStandbyPoolBackend(backendConfig(standin!, { containerNamePrefix }), {
           providerId: 'prv_x',
-          layout: resolveLayout({ outputs: { source: { kind: 'inImage' } } }),
+          layout: resolveLayout({ outputs: { source: { type: 'inImage' } } }),
           brokeredCredentials: [],
           allowInwardFor: [],
           emit: () => {},

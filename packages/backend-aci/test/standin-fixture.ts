@@ -1,6 +1,11 @@
 import { randomBytes } from 'node:crypto'
 import { type ArmStandin, type ArmStandinOptions, startArmStandin } from '@cordon/arm-standin'
-import { type ACIStandbyPoolBackendConfig, type ContainerSandboxLayout, type SandboxProvider, type SandboxProviderConfig } from '@cordon/core'
+import type {
+  ACIStandbyPoolBackendConfig,
+  ContainerSandboxLayout,
+  CordonSandboxProvider,
+  SandboxProviderConfig,
+} from '@cordon/core'
 import {
   composeProvider,
   prepareProviderConfig,
@@ -52,7 +57,7 @@ export function backendConfig(
   }
 }
 
-export const OUTPUTS_IN_IMAGE: ContainerSandboxLayout = { outputs: { source: { kind: 'inImage' } } }
+export const OUTPUTS_IN_IMAGE: ContainerSandboxLayout = { outputs: { source: { type: 'inImage' } } }
 
 /** A provider whose defaults are the stand-in profile's limits, as an operator would set them. */
 export function testProvider(
@@ -62,7 +67,7 @@ export function testProvider(
     provider?: Partial<Omit<SandboxProviderConfig, 'backend'>>
     onContext?: (context: SandboxBackendContext) => void
   } = {},
-): SandboxProvider {
+): CordonSandboxProvider {
   const prepared = prepareProviderConfig({
     layout: OUTPUTS_IN_IMAGE,
     defaultMemoryLimitMb: standin.profile.memoryMb,

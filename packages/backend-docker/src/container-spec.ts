@@ -3,7 +3,11 @@ import {
   type ResolvedContainerSandboxLayout,
   SandboxControlRefusedError,
 } from '@cordon/core'
-import { type LayoutMountPlan, planLayoutMounts, type SandboxCreateRequest } from '@cordon/core/backend'
+import {
+  type LayoutMountPlan,
+  planLayoutMounts,
+  type SandboxCreateRequest,
+} from '@cordon/core/backend'
 import type { ContainerCreateOptions, MountSettings } from 'dockerode'
 
 export const DEFAULT_USER = '1000:1000'
@@ -55,7 +59,9 @@ export function layoutMounts(
   backend: string,
   engineSocketPath: string | undefined,
 ): MountSettings[] {
-  return planLayoutMounts(layout).map((mount) => engineMount(sandboxId, mount, backend, engineSocketPath))
+  return planLayoutMounts(layout).map((mount) =>
+    engineMount(sandboxId, mount, backend, engineSocketPath),
+  )
 }
 
 function engineMount(

@@ -8,6 +8,9 @@ import {
 } from '@cordon/core'
 import {
   type CordonSandboxBackend,
+  LABEL,
+  ownerLabels,
+  type ResourceRole,
   resolveBackendOptions,
   type SandboxBackendContext,
   type SandboxCreateRequest,
@@ -27,7 +30,6 @@ import { RELAY_PORT, type RelayHandle, relayContainerName } from './egress-relay
 import { connectEngine, type EngineConnection } from './engine-connection.js'
 import { isNotFound, translateEngineError } from './engine-errors.js'
 import { EngineEvents } from './engine-events.js'
-import { LABEL, ownerLabels, type ResourceRole } from '@cordon/core/backend'
 import { SandboxEgress } from './sandbox-egress.js'
 
 export const DEFAULT_READINESS_TIMEOUT_MS = 30_000

@@ -1,5 +1,30 @@
-import { type ResolvedContainerSandboxLayout, type CordonSandbox, type SandboxEnvironment, type SandboxByteSource, SandboxControlRefusedError, SandboxDestroyedError, type SandboxDestroyOptions, type SandboxExecOptions, type SandboxExecResult, type SandboxFileContent, type SandboxFileEntry, type SandboxFileOptions, type SandboxFileWrite, type SandboxId, type SandboxNetworkPolicy, type SandboxProcess, type SandboxStartOptions, type SandboxStatus, type SandboxWriteFileOptions } from '@cordon/core'
-import { readableRoots, throwIfAborted, validateExecRequest, writableRoots } from '@cordon/core/backend'
+import {
+  type CordonSandbox,
+  type ResolvedContainerSandboxLayout,
+  type SandboxByteSource,
+  SandboxControlRefusedError,
+  SandboxDestroyedError,
+  type SandboxDestroyOptions,
+  type SandboxEnvironment,
+  type SandboxExecOptions,
+  type SandboxExecResult,
+  type SandboxFileContent,
+  type SandboxFileEntry,
+  type SandboxFileOptions,
+  type SandboxFileWrite,
+  type SandboxId,
+  type SandboxNetworkPolicy,
+  type SandboxProcess,
+  type SandboxStartOptions,
+  type SandboxStatus,
+  type SandboxWriteFileOptions,
+} from '@cordon/core'
+import {
+  readableRoots,
+  throwIfAborted,
+  validateExecRequest,
+  writableRoots,
+} from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import { ArchiveFiles, type FileOwner } from './archive-files.js'
 import { translateEngineError } from './engine-errors.js'
@@ -177,12 +202,7 @@ export class DockerSandbox implements CordonSandbox {
   ): Promise<void> {
     const bytes = typeof content === 'string' ? new TextEncoder().encode(content) : content
     await this.fileOperation('writeFile', options.signal, async () => {
-      const target = resolveSandboxPath(
-        path,
-        this.rootDir,
-        this.writable,
-        'write',
-      )
+      const target = resolveSandboxPath(path, this.rootDir, this.writable, 'write')
       await this.files.write(target, bytes, options)
     })
   }
@@ -193,12 +213,7 @@ export class DockerSandbox implements CordonSandbox {
     options: SandboxWriteFileOptions = {},
   ): Promise<void> {
     await this.fileOperation('writeFileStream', options.signal, async () => {
-      const target = resolveSandboxPath(
-        path,
-        this.rootDir,
-        this.writable,
-        'write',
-      )
+      const target = resolveSandboxPath(path, this.rootDir, this.writable, 'write')
       await this.files.write(target, source, options)
     })
   }
@@ -224,12 +239,7 @@ export class DockerSandbox implements CordonSandbox {
 
   async listFiles(dir?: string, options: SandboxFileOptions = {}): Promise<SandboxFileEntry[]> {
     return this.fileOperation('listFiles', options.signal, async () => {
-      const target = resolveSandboxPath(
-        dir ?? this.rootDir,
-        this.rootDir,
-        this.readable,
-        'read',
-      )
+      const target = resolveSandboxPath(dir ?? this.rootDir, this.rootDir, this.readable, 'read')
       return this.files.list(target, options.signal)
     })
   }
@@ -241,12 +251,7 @@ export class DockerSandbox implements CordonSandbox {
   ): Promise<void> {
     await this.fileOperation('writeFiles', options.signal, async () => {
       const resolved = files.map((file) => ({
-        target: resolveSandboxPath(
-          file.path,
-          this.rootDir,
-          this.writable,
-          'write',
-        ),
+        target: resolveSandboxPath(file.path, this.rootDir, this.writable, 'write'),
         content:
           typeof file.content === 'string' ? new TextEncoder().encode(file.content) : file.content,
         mode: file.mode,
@@ -261,12 +266,7 @@ export class DockerSandbox implements CordonSandbox {
     options: SandboxFileOptions = {},
   ): Promise<AsyncIterable<SandboxFileContent>> {
     return this.fileOperation('readFiles', options.signal, async () => {
-      const target = resolveSandboxPath(
-        dir ?? this.rootDir,
-        this.rootDir,
-        this.readable,
-        'read',
-      )
+      const target = resolveSandboxPath(dir ?? this.rootDir, this.rootDir, this.readable, 'read')
       return this.files.readMany(target, options.signal)
     })
   }

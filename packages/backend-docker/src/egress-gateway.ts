@@ -7,7 +7,12 @@ import {
   isSandboxId,
   SandboxOperationError,
 } from '@cordon/core'
-import { type SandboxBackendContext } from '@cordon/core/backend'
+import {
+  LABEL,
+  ownerLabels,
+  type ResourceRole,
+  type SandboxBackendContext,
+} from '@cordon/core/backend'
 import {
   GATEWAY_SETTINGS_ENV,
   type GatewayAck,
@@ -23,7 +28,6 @@ import {
   relayContainerName,
 } from './egress-relay.js'
 import { isNotFound } from './engine-errors.js'
-import { LABEL, ownerLabels, type ResourceRole } from '@cordon/core/backend'
 
 type ProxiedPolicy = Exclude<EgressPolicy, { kind: 'deny-all' } | { kind: 'resolver' }>
 type GatewayCommandBody = GatewayCommand extends infer C

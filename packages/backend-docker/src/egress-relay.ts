@@ -1,7 +1,7 @@
 import { PassThrough } from 'node:stream'
+import { LABEL, type ResourceRole } from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import { serviceHostConfig } from './container-spec.js'
-import { LABEL, type ResourceRole } from '@cordon/core/backend'
 
 /** Where the sandbox's HTTP proxy listens, inside the sandbox's own network namespace. */
 export const RELAY_PORT = 3128

@@ -1,5 +1,5 @@
-import type Docker from 'dockerode'
 import { LABEL } from '@cordon/core/backend'
+import type Docker from 'dockerode'
 
 type DeathListener = () => void
 

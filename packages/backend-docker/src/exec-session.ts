@@ -1,6 +1,6 @@
 import type { Duplex } from 'node:stream'
 import { Writable } from 'node:stream'
-import { type SandboxExecResult, type SandboxOutputChunk } from '@cordon/core'
+import type { SandboxExecResult, SandboxOutputChunk } from '@cordon/core'
 import { ExecOutputCollector, newSandboxId } from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import { EXEC_TAG_VARIABLE, killExecTree } from './process-tree-kill.js'

@@ -1,6 +1,6 @@
+import { LABEL, type OwnerState, ownerState } from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import { isNotFound } from './engine-errors.js'
-import { LABEL, type OwnerState, ownerState } from '@cordon/core/backend'
 
 export interface GarbageReport {
   readonly containers: string[]

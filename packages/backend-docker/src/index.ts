@@ -22,9 +22,9 @@ export {
   SandboxPathError,
   SandboxReadinessError,
 } from '@cordon/core'
+export { LABEL as CORDON_LABELS } from '@cordon/core/backend'
 export { connectEngine } from './engine-connection.js'
 export { collectGarbage, type GarbageReport } from './garbage-collect.js'
-export { LABEL as CORDON_LABELS } from '@cordon/core/backend'
 
 /** The backend factory the umbrella (`@cordon/sandbox`) loads for `tier: 'container'`. */
 export function createBackend(

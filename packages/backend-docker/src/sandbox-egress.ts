@@ -1,6 +1,5 @@
-import { type BrokeredCredential, type EgressPolicy, type SandboxNetworkPolicy } from '@cordon/core'
-import { networkPolicySchema } from '@cordon/core/backend'
-import { parseAllowlistEntry, parseConfig } from '@cordon/core/backend'
+import type { BrokeredCredential, EgressPolicy, SandboxNetworkPolicy } from '@cordon/core'
+import { networkPolicySchema, parseAllowlistEntry, parseConfig } from '@cordon/core/backend'
 import type { EgressGateway } from './egress-gateway.js'
 
 /** How often a `resolver` policy's closure is asked again while its sandbox lives. */

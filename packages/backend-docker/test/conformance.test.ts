@@ -14,7 +14,7 @@ for (const runtime of ['docker', 'runsc'] as const) {
           image: BUSYBOX_IMAGE,
           labels: { [TEST_RUN_LABEL]: TEST_RUN_ID },
         },
-        layout: { outputs: { source: { kind: 'ephemeral' } } },
+        layout: { outputs: { source: { type: 'ephemeral' } } },
       }),
     // Under gVisor the host's OOM killer sees the whole sandbox as one process.
     capabilities: { ...ALL_CAPABILITIES, survivesOutOfMemory: runtime === 'docker' },

@@ -5,7 +5,13 @@ import { createServer as createHttpsServer } from 'node:https'
 import type { AddressInfo } from 'node:net'
 import { networkInterfaces, tmpdir } from 'node:os'
 import { join } from 'node:path'
-import type { EgressPolicy, Sandbox, SandboxEgressEvent, SandboxEvent, SandboxProvider } from '@cordon/core'
+import type {
+  CordonSandbox,
+  CordonSandboxProvider,
+  EgressPolicy,
+  SandboxEgressEvent,
+  SandboxEvent,
+} from '@cordon/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { buildGatewayImage, createDockerSandboxProvider } from '../src/index.js'
 import { BUSYBOX_IMAGE, NODE_IMAGE } from './test-images.js'
@@ -37,7 +43,7 @@ function listen(server: Server): Promise<number> {
 }
 
 /** A raw HTTP exchange with the sandbox's proxy, from inside the sandbox. */
-async function rawThroughProxy(sandbox: Sandbox, request: string): Promise<string> {
+async function rawThroughProxy(sandbox: CordonSandbox, request: string): Promise<string> {
   // busybox nc stops reading the reply once its stdin ends, so stdin stays open a moment.
   const result = await sandbox.exec('sh', ['-c', '(cat; sleep 1.5) | nc -w 3 127.0.0.1 3128'], {
     stdin: request,
@@ -66,13 +72,16 @@ describe('egress through the gateway (Docker backend)', () => {
   let httpsServer: Server
   let httpPort: number
   let httpsPort: number
-  let provider: SandboxProvider
+  let provider: CordonSandboxProvider
   let gatewayImage: string
   let certDir: string
 
   const egressEvents = () =>
     events.filter((event): event is SandboxEgressEvent => event.type === 'egress')
-  const withSandbox = async (egress: EgressPolicy, use: (sandbox: Sandbox) => Promise<void>) => {
+  const withSandbox = async (
+    egress: EgressPolicy,
+    use: (sandbox: CordonSandbox) => Promise<void>,
+  ) => {
     const sandbox = await provider.create({ egress })
     try {
       await use(sandbox)
@@ -134,7 +143,7 @@ describe('egress through the gateway (Docker backend)', () => {
         gatewayAllowedPorts: [httpPort, httpsPort],
         gatewayUpstreamCa: readFileSync(join(certDir, 'cert.pem'), 'utf8'),
       },
-      layout: { outputs: { source: { kind: 'ephemeral' } } },
+      layout: { outputs: { source: { type: 'ephemeral' } } },
       allowInwardFor: ['upstream.test', 'secure.test'],
       brokeredCredentials: [{ host: 'secure.test', header: 'authorization', value: SECRET }],
       onEvent: (event) => events.push(event),
@@ -333,13 +342,13 @@ describe('egress through the gateway (Docker backend)', () => {
   })
 
   it('labels the gateway and removes it, its network and volume when its last sandbox goes', async () => {
-    const name = `cordon-gateway-${provider.id}`
+    const name = `cordon-gateway-${provider.instanceId}`
     await withSandbox({ kind: 'allow-all' }, async () => {
       const info = await docker.getContainer(name).inspect()
       expect(info.Config.Labels).toMatchObject({
         'cordon.managed': '1',
         'cordon.role': 'gateway',
-        'cordon.provider': provider.id,
+        'cordon.provider': provider.instanceId,
       })
       expect(info.HostConfig.CapDrop).toEqual(['ALL'])
       expect(info.HostConfig.ReadonlyRootfs).toBe(true)
@@ -357,7 +366,7 @@ describe('egress through the gateway (Docker backend)', () => {
     }
     expect(gone).toBe(true)
     const networks = await docker.listNetworks({
-      filters: { label: [`cordon.provider=${provider.id}`] },
+      filters: { label: [`cordon.provider=${provider.instanceId}`] },
     })
     expect(networks).toEqual([])
   })

@@ -1,22 +1,22 @@
 import { hostname } from 'node:os'
-import type { Sandbox, SandboxProvider } from '@cordon/core'
+import type { CordonSandbox, CordonSandboxProvider } from '@cordon/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { docker, testProvider } from './test-run.js'
 
 /** Reads one field of /proc/self/status as seen by a process inside the sandbox. */
-async function statusField(sandbox: Sandbox, field: string): Promise<string> {
+async function statusField(sandbox: CordonSandbox, field: string): Promise<string> {
   const result = await sandbox.exec('grep', [`^${field}:`, '/proc/self/status'])
   return result.stdout.split(':')[1]?.trim() ?? ''
 }
 
-async function containerOf(sandbox: Sandbox) {
+async function containerOf(sandbox: CordonSandbox) {
   return docker.getContainer(`cordon-${sandbox.id}`).inspect()
 }
 
 for (const runtime of ['docker', 'runsc'] as const) {
   describe(`hardened by default (${runtime})`, () => {
-    let provider: SandboxProvider
-    let sandbox: Sandbox
+    let provider: CordonSandboxProvider
+    let sandbox: CordonSandbox
 
     beforeAll(async () => {
       provider = testProvider({ runtime, cpus: 1 })
@@ -113,7 +113,7 @@ for (const runtime of ['docker', 'runsc'] as const) {
         'cordon.sandbox': sandbox.id,
         'cordon.role': 'sandbox',
       })
-      expect(info.Config.Labels['cordon.provider']).toBe(provider.id)
+      expect(info.Config.Labels['cordon.provider']).toBe(provider.instanceId)
     })
 
     it('runs under the requested runtime', async () => {

@@ -34,7 +34,7 @@ describe('streamed transfer of a 100 MiB file', () => {
   it('moves 100 MiB in and out byte-exact, with and without a declared size', async () => {
     const provider = testProvider(
       {},
-      { layout: { outputs: { source: { kind: 'ephemeral', sizeMb: 320 } } } },
+      { layout: { outputs: { source: { type: 'ephemeral', sizeMb: 320 } } } },
     )
     try {
       const sandbox = await provider.create({ memoryLimitMb: 256 })

@@ -3,7 +3,13 @@ import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { SandboxBackendUnavailableError, SandboxControlRefusedError, SandboxCreateTimeoutError, type SandboxEvent, SandboxPathError } from '@cordon/core'
+import {
+  SandboxBackendUnavailableError,
+  SandboxControlRefusedError,
+  SandboxCreateTimeoutError,
+  type SandboxEvent,
+  SandboxPathError,
+} from '@cordon/core'
 import { describe, expect, it } from 'vitest'
 import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
 import { BUSYBOX_IMAGE } from './test-images.js'
@@ -31,7 +37,7 @@ describe('create and destroy', () => {
     expect((error as Error).message).toMatch(/image/i)
     await provider.close()
     const volumes =
-      (await docker.listVolumes({ filters: { label: [`cordon.provider=${provider.id}`] } }))
+      (await docker.listVolumes({ filters: { label: [`cordon.provider=${provider.instanceId}`] } }))
         .Volumes ?? []
     expect(volumes).toEqual([])
   })
@@ -44,13 +50,13 @@ describe('create and destroy', () => {
     // The late sweeps remove anything whose create call was still in flight.
     let containers = await docker.listContainers({
       all: true,
-      filters: { label: [`cordon.provider=${provider.id}`] },
+      filters: { label: [`cordon.provider=${provider.instanceId}`] },
     })
     for (let attempt = 0; attempt < 40 && containers.length > 0; attempt++) {
       await new Promise((resolve) => setTimeout(resolve, 250))
       containers = await docker.listContainers({
         all: true,
-        filters: { label: [`cordon.provider=${provider.id}`] },
+        filters: { label: [`cordon.provider=${provider.instanceId}`] },
       })
     }
     expect(containers).toEqual([])
@@ -106,7 +112,7 @@ describe('create and destroy', () => {
         image: BUSYBOX_IMAGE,
         labels: { [TEST_RUN_LABEL]: TEST_RUN_ID },
       },
-      layout: { outputs: { source: { kind: 'ephemeral' } } },
+      layout: { outputs: { source: { type: 'ephemeral' } } },
       onEvent: (event) => events.push(event),
     })
     const sandbox = await provider.create()
@@ -141,10 +147,10 @@ describe('layout', () => {
         {},
         {
           layout: {
-            outputs: { source: { kind: 'hostDir', path: dirs.outputs } },
-            uploads: { source: { kind: 'hostDir', path: dirs.uploads } },
-            scratch: { source: { kind: 'ephemeral', sizeMb: 8 } },
-            skills: [{ id: 'csv-tools', source: { kind: 'hostDir', path: dirs.skill } }],
+            outputs: { source: { type: 'hostDir', hostPath: dirs.outputs } },
+            uploads: { source: { type: 'hostDir', hostPath: dirs.uploads } },
+            scratch: { source: { type: 'ephemeral', sizeMb: 8 } },
+            skills: [{ id: 'csv-tools', source: { type: 'hostDir', hostPath: dirs.skill } }],
           },
         },
       )
@@ -168,10 +174,10 @@ describe('layout', () => {
       expect(
         new TextDecoder().decode(await sandbox.readFile('/mnt/user-data/uploads/input.csv')),
       ).toBe('a,b\n')
-      await sandbox.writeFile('/mnt/scratch/tmp.txt', 'scratch')
+      await sandbox.writeFile('/mnt/user-data/scratch/tmp.txt', 'scratch')
       const scratchFill = await sandbox.exec('dd', [
         'if=/dev/zero',
-        'of=/mnt/scratch/fill',
+        'of=/mnt/user-data/scratch/fill',
         'bs=1M',
         'count=20',
       ])
@@ -185,7 +191,7 @@ describe('layout', () => {
   it('refuses a host directory that holds the engine socket', async () => {
     const provider = testProvider(
       {},
-      { layout: { outputs: { source: { kind: 'hostDir', path: '/var/run' } } } },
+      { layout: { outputs: { source: { type: 'hostDir', hostPath: '/var/run' } } } },
     )
     const error = await provider.create().catch((caught: unknown) => caught)
     expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
@@ -209,7 +215,7 @@ describe('warm pool', () => {
     await provider.close()
     const containers = await docker.listContainers({
       all: true,
-      filters: { label: [`cordon.provider=${provider.id}`] },
+      filters: { label: [`cordon.provider=${provider.instanceId}`] },
     })
     expect(containers).toEqual([])
   })

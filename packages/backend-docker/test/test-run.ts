@@ -1,4 +1,8 @@
-import type { ContainerBackendConfig, ContainerSandboxLayout, SandboxProvider } from '@cordon/core'
+import type {
+  ContainerBackendConfig,
+  ContainerSandboxLayout,
+  CordonSandboxProvider,
+} from '@cordon/core'
 import Docker from 'dockerode'
 import { createDockerSandboxProvider } from '../src/index.js'
 import { BUSYBOX_IMAGE } from './test-images.js'
@@ -16,7 +20,7 @@ export function testProvider(
     pool?: { size: number }
     defaultMemoryLimitMb?: number
   } = {},
-): SandboxProvider {
+): CordonSandboxProvider {
   return createDockerSandboxProvider({
     backend: {
       tier: 'container',
@@ -24,7 +28,7 @@ export function testProvider(
       ...backend,
       labels: { [TEST_RUN_LABEL]: TEST_RUN_ID, ...backend.labels },
     },
-    layout: extra.layout ?? { outputs: { source: { kind: 'ephemeral' } } },
+    layout: extra.layout ?? { outputs: { source: { type: 'ephemeral' } } },
     ...(extra.pool ? { pool: extra.pool } : {}),
     ...(extra.defaultMemoryLimitMb ? { defaultMemoryLimitMb: extra.defaultMemoryLimitMb } : {}),
   })

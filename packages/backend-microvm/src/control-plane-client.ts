@@ -1,4 +1,12 @@
-import { SandboxAbortedError, SandboxBackendUnavailableError, SandboxControlRefusedError, type SandboxError, SandboxOperationError, SandboxTransportError, type TlsClientMaterial } from '@cordon/core'
+import {
+  SandboxAbortedError,
+  SandboxBackendUnavailableError,
+  SandboxControlRefusedError,
+  type SandboxError,
+  SandboxOperationError,
+  SandboxTransportError,
+  type TlsClientMaterial,
+} from '@cordon/core'
 import { fetchBearerToken } from '@cordon/core/backend'
 import { Agent, request } from 'undici'
 import type {

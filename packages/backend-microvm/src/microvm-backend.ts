@@ -1,6 +1,10 @@
 import { newAgentSecret } from '@cordon/agent/protocol'
 import { AgentSandbox, waitForAgent } from '@cordon/agent/sandbox'
-import { type MicroVMBackendConfig, type SandboxBackendOptions, SandboxCreateTimeoutError } from '@cordon/core'
+import {
+  type MicroVMBackendConfig,
+  type SandboxBackendOptions,
+  SandboxCreateTimeoutError,
+} from '@cordon/core'
 import {
   type CordonSandboxBackend,
   cleanupFailureEvent,

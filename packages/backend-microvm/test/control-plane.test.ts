@@ -1,6 +1,20 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
-import { type EgressPolicy, type MicroVMBackendConfig, SandboxAbortedError, type SandboxBackend, SandboxBackendUnavailableError, SandboxControlRefusedError, SandboxCreateTimeoutError, SandboxDestroyedError, SandboxOperationError, SandboxReadinessError, SandboxTransportError } from '@cordon/core'
-import { newSandboxId, type SandboxCreateRequest } from '@cordon/core/backend'
+import {
+  type EgressPolicy,
+  type MicroVMBackendConfig,
+  SANDBOX_DEFAULT_OUTPUTS_PATH,
+  SandboxAbortedError,
+  type SandboxBackendOptions,
+  SandboxBackendUnavailableError,
+  SandboxControlRefusedError,
+  SandboxCreateTimeoutError,
+  SandboxDestroyedError,
+  type SandboxId,
+  SandboxOperationError,
+  SandboxReadinessError,
+  SandboxTransportError,
+} from '@cordon/core'
+import { type CordonSandboxBackend, newSandboxId } from '@cordon/core/backend'
 import Dockerode from 'dockerode'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createMicroVMBackend, encodeEgressAllowlist } from '../src/index.js'
@@ -17,16 +31,18 @@ const context = {
   emit: () => {},
 }
 
-function request(overrides: Partial<SandboxCreateRequest> = {}): SandboxCreateRequest {
+function request(
+  overrides: Partial<SandboxBackendOptions> = {},
+): SandboxBackendOptions & { readonly id: SandboxId } {
+  const id = overrides.sandboxId ?? newSandboxId()
   return {
-    id: newSandboxId(),
+    id,
+    sandboxId: id,
     env: {},
     memoryLimitMb: 256,
     maxProcesses: 64,
-    timeoutMs: undefined,
-    workingDirectory: undefined,
+    workingDirectory: SANDBOX_DEFAULT_OUTPUTS_PATH,
     egress: { kind: 'deny-all' },
-    signal: undefined,
     ...overrides,
   }
 }
@@ -36,7 +52,7 @@ function backendFor(
     orchestratorEndpoint: string
     getToken: () => Promise<string>
   },
-): SandboxBackend {
+): CordonSandboxBackend {
   return createMicroVMBackend({ tier: 'microvm', service: 'self-hosted', ...config }, context)
 }
 
@@ -379,7 +395,7 @@ describe('create failure handling (scripted control plane)', () => {
     try {
       const wanted = request({
         egress: { kind: 'static', allowedHosts: ['pypi.org'] },
-        timeoutMs: 60_000,
+        lifetimeMs: 60_000,
         memoryLimitMb: 300,
         maxProcesses: 50,
       })

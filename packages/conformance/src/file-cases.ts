@@ -59,6 +59,17 @@ export function fileCases(options: SandboxConformanceOptions, sandboxes: Sandbox
     )
 
     it(
+      "reads into a Buffer, as the reference's hosts expect (toString('utf8') gives the text)",
+      async () => {
+        await sandboxes.sandbox.writeFile('text.txt', Buffer.from('# héllo\n'))
+        const read = await sandboxes.sandbox.readFile('text.txt')
+        expect(Buffer.isBuffer(read)).toBe(true)
+        expect(read.toString('utf8')).toBe('# héllo\n')
+      },
+      timeout,
+    )
+
+    it(
       'writes text as UTF-8 and the command inside sees it',
       async () => {
         await sandboxes.sandbox.writeFile('notes/hello.txt', 'grüße 👋\n')

@@ -17,6 +17,7 @@ export function lifecycleCases(
         const sandbox = sandboxes.sandbox
         expect(sandbox.id).toMatch(SANDBOX_ID_PATTERN)
         expect(sandbox.status).toBe('ready')
+        expect(sandbox.environment).toBe('linux-namespace')
         expect(sandbox.rootDir.startsWith('/')).toBe(true)
       },
       timeout,
@@ -57,9 +58,40 @@ export function lifecycleCases(
     )
 
     it(
-      'destroys a sandbox when its lifetime (timeoutMs) runs out',
+      "reads create's timeoutMs as the default exec timeout, as the reference does, not as a lifetime",
       async () => {
-        const sandbox = await sandboxes.provider.create({ timeoutMs: 1500 })
+        await sandboxes.withFresh({ timeoutMs: 1500 }, async (sandbox) => {
+          const started = performance.now()
+          const slow = await sandbox.exec('sleep', ['30'])
+          expect(slow.timedOut).toBe(true)
+          expect(performance.now() - started).toBeLessThan(15_000)
+          // Past the 1.5 s, the sandbox itself lives on, and a call may still ask for longer.
+          await new Promise((resolve) => setTimeout(resolve, 500))
+          expect((await sandbox.exec('true')).exitCode).toBe(0)
+          const longer = await sandbox.exec('sleep', ['2'], { timeout: 20_000 })
+          expect(longer).toMatchObject({ exitCode: 0, timedOut: false })
+          expect(sandbox.status).toBe('ready')
+        })
+      },
+      timeout,
+    )
+
+    it(
+      'reports busy while a command runs',
+      async () => {
+        const running = sandboxes.sandbox.exec('sleep', ['1'])
+        await new Promise((resolve) => setTimeout(resolve, 200))
+        expect(sandboxes.sandbox.status).toBe('busy')
+        await running
+        expect(sandboxes.sandbox.status).toBe('ready')
+      },
+      timeout,
+    )
+
+    it(
+      'destroys a sandbox when its lifetime (lifetimeMs) runs out',
+      async () => {
+        const sandbox = await sandboxes.provider.create({ lifetimeMs: 1500 })
         expect((await sandbox.exec('true')).exitCode).toBe(0)
         await new Promise((resolve) => setTimeout(resolve, 3000))
         const error = await sandbox.exec('true').catch((caught: unknown) => caught)

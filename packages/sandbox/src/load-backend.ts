@@ -1,5 +1,5 @@
 import { SandboxBackendNotInstalledError, SandboxBackendUnavailableError } from '@cordon/core'
-import { type SandboxBackendModule } from '@cordon/core/backend'
+import type { SandboxBackendModule } from '@cordon/core/backend'
 
 export type ModuleImporter = (specifier: string) => Promise<unknown>
 

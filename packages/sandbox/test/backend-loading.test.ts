@@ -46,7 +46,7 @@ describe('loading the real backend packages', () => {
         armEndpoint: 'http://127.0.0.1:9/',
         readyTimeoutMs: 2000,
       },
-      layout: { outputs: { source: { kind: 'inImage' } } },
+      layout: { outputs: { source: { type: 'inImage' } } },
     })
     const error = await provider.create().catch((caught: unknown) => caught)
     expect(SandboxError.isInstance(error)).toBe(true)

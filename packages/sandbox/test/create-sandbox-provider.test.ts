@@ -2,15 +2,15 @@ import { describe, expect, it } from 'vitest'
 import {
   BACKEND_PACKAGES,
   createSandboxProvider,
-  loadBackendModule,
   SandboxBackendNotImplementedError,
   SandboxBackendNotInstalledError,
   SandboxBackendUnavailableError,
   SandboxConfigValidationError,
   type SandboxProviderConfig,
 } from '../src/index.js'
+import { loadBackendModule } from '../src/load-backend.js'
 
-const layout = { outputs: { source: { kind: 'ephemeral' as const } } }
+const layout = { outputs: { source: { type: 'ephemeral' as const } } }
 
 describe('createSandboxProvider', () => {
   it('validates synchronously and reports every problem before any I/O', () => {
@@ -19,7 +19,7 @@ describe('createSandboxProvider', () => {
       createSandboxProvider(
         {
           backend: { tier: 'container', image: '' },
-          layout: { outputs: { source: { kind: 'hostDir', path: 'rel' } } },
+          layout: { outputs: { source: { type: 'hostDir', hostPath: 'rel' } } },
           defaultMaxProcesses: 0,
         },
         {
@@ -61,7 +61,8 @@ describe('createSandboxProvider', () => {
       },
     )
     expect(imports).toEqual([])
-    expect(provider.name).toBe('container:runsc')
+    expect(provider.name).toBe('@cordon/sandbox: container:runsc')
+    expect(provider.backend).toBe('container:runsc')
     const error = await provider.create().catch((caught: unknown) => caught)
     expect(imports).toEqual(['@cordon/backend-docker'])
     expect(SandboxBackendNotInstalledError.isInstance(error)).toBe(true)

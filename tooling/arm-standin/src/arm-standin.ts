@@ -48,7 +48,7 @@ export interface StandinBackendConfig extends StandinResourceIds {
   readonly tier: 'container'
   readonly runtime: 'aci-standby-pool'
   readonly armEndpoint: string
-  readonly agentPort: number
+  readonly workerPort: number
 }
 
 export interface RecordedArmRequest {
@@ -306,7 +306,7 @@ export async function startArmStandin(options: ArmStandinOptions): Promise<ArmSt
       runtime: 'aci-standby-pool',
       armEndpoint: baseUrl,
       ...ids,
-      agentPort: profile.agentPort,
+      workerPort: profile.agentPort,
     }),
     requests: () => recorded,
     groups: () => groups.names(),

@@ -1,5 +1,5 @@
-import { posix } from 'node:path'
 import { Buffer } from 'node:buffer'
+import { posix } from 'node:path'
 import {
   type CordonSandbox,
   type SandboxByteSource,

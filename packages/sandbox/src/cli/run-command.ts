@@ -39,8 +39,11 @@ export async function runCommand(argv: readonly string[], io: RunIo): Promise<nu
     return EXIT_USAGE
   }
   const config: SandboxProviderConfig = {
-    backend: { tier: 'container', // Checked by the provider's config validation, which names a bad value.
-      runtime: values.runtime as 'docker' | 'runsc', image: values.image },
+    backend: {
+      tier: 'container', // Checked by the provider's config validation, which names a bad value.
+      runtime: values.runtime as 'docker' | 'runsc',
+      image: values.image,
+    },
     layout: {
       outputs: {
         source: values.outputs
