@@ -213,7 +213,18 @@ function parseAgentEndpoint(value: unknown, bad: (problem: string) => never): Sa
         port: port(agent.port, 'port', 65535),
         ...(typeof agent.servername === 'string' ? { servername: agent.servername } : {}),
       }
+    case 'mtls':
+      if (typeof agent.host !== 'string' || agent.host.length === 0)
+        bad('agent.host must be a host name')
+      if (typeof agent.sandboxId !== 'string' || agent.sandboxId.length === 0)
+        bad('agent.sandboxId must name the guest for the relay')
+      return {
+        kind: 'mtls',
+        host: agent.host as string,
+        port: port(agent.port, 'port', 65535),
+        sandboxId: agent.sandboxId as string,
+      }
     default:
-      return bad(`agent.kind ${String(agent.kind)} is not unix, vsock or tls`)
+      return bad(`agent.kind ${String(agent.kind)} is not unix, vsock, tls or mtls`)
   }
 }

@@ -20,6 +20,17 @@ export type SandboxAgentEndpoint =
       readonly port: number
       readonly servername?: string
     }
+  /**
+   * A per-host mutual-TLS relay in front of many guests (the backend's
+   * `mtls` certificate): the client's first line `SANDBOX <sandboxId>` picks
+   * the guest, then the relay only moves bytes.
+   */
+  | {
+      readonly kind: 'mtls'
+      readonly host: string
+      readonly port: number
+      readonly sandboxId: string
+    }
 
 export interface CreateSandboxRequestBody {
   /** Chosen by the client, so it can delete a guest whose create it abandoned. */

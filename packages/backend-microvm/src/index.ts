@@ -25,9 +25,16 @@ export {
   DEFAULT_READINESS_TIMEOUT_MS,
   type MicroVMBackendOptions,
 } from './microvm-backend.js'
+export type {
+  FirecrackerBackendInternalConfig,
+  OrchestratorTokenProvider,
+} from './reference-types.js'
 export {
+  type AgentAddress,
   DEFAULT_AGENT_VSOCK_PORT,
+  type SandboxAgentHandle,
   VsockAgentTransport,
+  type VsockExecuteRequest,
   type VsockTransportOptions,
 } from './vsock-agent-transport.js'
 export { VsockHandshakeError, vsockConnect } from './vsock-handshake.js'

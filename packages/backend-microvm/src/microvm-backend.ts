@@ -101,7 +101,7 @@ export function createMicroVMBackend(
           vsockPort,
           ...(config.mtls ? { tls: config.mtls } : {}),
         })
-        await waitForAgent(transport, request.id, signal, config.readyPollIntervalMs)
+        await waitForAgent(transport.client, request.id, signal, config.readyPollIntervalMs)
         mark('ready')
         return new AgentSandbox({
           id: request.id,
@@ -109,7 +109,7 @@ export function createMicroVMBackend(
           env: request.env,
           workingDirectory: request.workingDirectory,
           execTimeoutMs: request.execTimeoutMs,
-          client: transport,
+          client: transport.client,
           backend: BACKEND_NAME,
           emit: context.emit,
           release: (releaseSignal) => controlPlane.deleteSandbox(request.id, releaseSignal),

@@ -1,74 +1,226 @@
+import { Buffer } from 'node:buffer'
 import { connect as netConnect, type Socket } from 'node:net'
 import { connect as tlsConnect } from 'node:tls'
-import { ProtocolError } from '@cordon/agent/protocol'
+import { type HealthOkMessage, ProtocolError } from '@cordon/agent/protocol'
 import {
   AgentClient,
   type AgentClientTuning,
+  AgentProcess,
   RetryableDialError,
   socketConnected,
+  waitForAgent,
 } from '@cordon/agent/sandbox'
-import type { TlsClientMaterial } from '@cordon/core'
+import {
+  SandboxConfigValidationError,
+  SandboxCreateTimeoutError,
+  type SandboxExecResult,
+  type TlsClientMaterial,
+} from '@cordon/core'
+import { ExecOutputCollector } from '@cordon/core/backend'
 import type { SandboxAgentEndpoint } from './control-plane-types.js'
 import { vsockConnect } from './vsock-handshake.js'
 
 export const DEFAULT_AGENT_VSOCK_PORT = 1024
 
+/**
+ * How one guest's agent is addressed, in the reference's shape:
+ * - `unix`: a host unix socket the agent (or a relay to it) listens on;
+ * - `vsock`: Firecracker's host-side vsock socket, then `CONNECT <port>`;
+ * - `mtls`: a per-host relay reached over mutual TLS, told which guest by a
+ *   first line `SANDBOX <sandboxId>`, after which it only moves bytes.
+ */
+export type SandboxAgentHandle =
+  | { readonly kind: 'unix'; readonly path: string }
+  | { readonly kind: 'vsock'; readonly udsPath: string; readonly port: number }
+  | {
+      readonly kind: 'mtls'
+      readonly host: string
+      readonly port: number
+      readonly sandboxId: string
+      readonly tls: TlsClientMaterial
+    }
+
+/** Where an agent is: a handle in the reference's shape, or an endpoint as the control plane returns it. */
+export type AgentAddress = SandboxAgentHandle | SandboxAgentEndpoint
+
 export interface VsockTransportOptions extends AgentClientTuning {
-  /** The per-sandbox secret the agent challenges for. */
-  readonly secret: string
-  /** Client certificate for a `tls` endpoint (the backend's `mtls`). Required for that kind. */
+  /**
+   * The per-guest secret the agent challenges for. Required: cordon's agent
+   * authenticates every connection (the reference's did not), so a transport
+   * without one is refused with `SandboxConfigValidationError`.
+   */
+  readonly secret?: string
+  /** Client certificate for a `tls` endpoint. Required for that kind. */
   readonly tls?: TlsClientMaterial
   /** Guest port for a `vsock` endpoint that names none (default 1024). */
   readonly vsockPort?: number
+  /**
+   * The reference's bound on a quiet connection, in ms. cordon's agent and
+   * client exchange heartbeats, so a silent command is never mistaken for a
+   * dead connection; this sets the heartbeat to a quarter of it (four missed
+   * heartbeats end the connection).
+   */
+  readonly readIdleTimeoutMs?: number
+}
+
+/** One command for {@link VsockAgentTransport.execute}. */
+export interface VsockExecuteRequest {
+  readonly command: string
+  readonly args?: readonly string[]
+  readonly cwd?: string
+  readonly env?: Readonly<Record<string, string>>
+  readonly timeoutMs?: number
+  readonly stdin?: string | Uint8Array
+  readonly signal?: AbortSignal
 }
 
 /**
- * Reaches the agent in one guest: an {@link AgentClient} (a fresh
- * authenticated connection per operation, bounded dial retries) that dials
- * the endpoint the control plane returned.
- *
- * Endpoints: a unix socket; Firecracker's vsock unix socket (with its
- * `CONNECT <port>` / `OK` handshake); a TLS relay that requires a client
- * certificate.
+ * Reaches the agent in one guest, with the reference's methods (`healthz`,
+ * `waitForReady`, `execute`, `readFile`, `writeFile`). Underneath is an
+ * {@link AgentClient} (`client`): a fresh authenticated connection per
+ * operation, bounded dial retries, which is what the microVM backend's
+ * sandboxes use.
  */
-export class VsockAgentTransport extends AgentClient {
+export class VsockAgentTransport {
+  readonly client: AgentClient
+  readonly description: string
+
   constructor(
-    readonly endpoint: SandboxAgentEndpoint,
-    options: VsockTransportOptions,
+    readonly handle: AgentAddress,
+    options: VsockTransportOptions = {},
   ) {
-    const { tls, vsockPort, ...client } = options
+    const { tls, vsockPort, secret, readIdleTimeoutMs, ...tuning } = options
+    if (typeof secret !== 'string' || secret.length < 16) {
+      throw new SandboxConfigValidationError('VsockAgentTransport options', [
+        {
+          path: 'secret',
+          message:
+            "cordon's agent authenticates every connection: give the per-guest secret (16 characters or more) the orchestrator delivered to the guest",
+        },
+      ])
+    }
     const port = vsockPort ?? DEFAULT_AGENT_VSOCK_PORT
-    super({
-      ...client,
-      description: describeEndpoint(endpoint, port),
-      dial: (signal) => dialEndpoint(endpoint, { tls, vsockPort: port }, signal),
+    this.description = describeAddress(handle, port)
+    this.client = new AgentClient({
+      ...tuning,
+      ...(readIdleTimeoutMs === undefined
+        ? {}
+        : { heartbeatMs: Math.max(250, Math.floor(readIdleTimeoutMs / 4)) }),
+      secret,
+      description: this.description,
+      dial: (signal) => dialAddress(handle, { tls, vsockPort: port }, signal),
     })
+  }
+
+  /** One health round trip over an authenticated connection: the agent's answer (its roots, its resumes). */
+  healthz(signal?: AbortSignal): Promise<HealthOkMessage> {
+    return this.client.health(signal)
+  }
+
+  /**
+   * Polls health every `pollIntervalMs` until the agent answers; rejects with
+   * `SandboxCreateTimeoutError` after `timeoutMs`, or at once with
+   * `SandboxReadinessError` if the agent answers but cannot be used.
+   */
+  async waitForReady(timeoutMs: number, pollIntervalMs = 250): Promise<HealthOkMessage> {
+    const deadline = AbortSignal.timeout(timeoutMs)
+    try {
+      return await waitForAgent(this.client, this.description, deadline, pollIntervalMs)
+    } catch (error) {
+      if (deadline.aborted) {
+        throw new SandboxCreateTimeoutError(timeoutMs, 'agent.health', { cause: error })
+      }
+      throw error
+    }
+  }
+
+  /** Runs one command to its end (argv, never a shell) and returns its result. */
+  async execute(request: VsockExecuteRequest): Promise<SandboxExecResult> {
+    const collector = new ExecOutputCollector({})
+    const session = await this.client.startExec(
+      {
+        command: request.command,
+        args: [...(request.args ?? [])],
+        env: { ...request.env },
+        ...(request.cwd === undefined ? {} : { cwd: request.cwd }),
+        stdin: request.stdin !== undefined,
+        ...(request.timeoutMs === undefined
+          ? {}
+          : { timeoutMs: Math.max(1, Math.ceil(request.timeoutMs)) }),
+      },
+      {
+        onStdout: (bytes) => collector.push('stdout', bytes),
+        onStderr: (bytes) => collector.push('stderr', bytes),
+      },
+      request.signal,
+    )
+    const process = new AgentProcess(
+      session,
+      collector,
+      {
+        sandboxId: this.description,
+        client: this.client,
+        isDestroyed: () => false,
+        onSettled: () => {},
+      },
+      request.signal,
+    )
+    if (request.stdin !== undefined) {
+      await process
+        .write(request.stdin)
+        .then(() => process.closeStdin())
+        // A command that exits without reading its input still has a result.
+        .catch(() => {})
+    }
+    return process.wait()
+  }
+
+  /** Writes a whole file (creating parent directories), streamed in 64 KiB frames. */
+  async writeFile(path: string, content: string | Uint8Array, signal?: AbortSignal): Promise<void> {
+    const bytes = typeof content === 'string' ? Buffer.from(content) : content
+    await this.client.writeFile(path, oneChunk(bytes), {
+      size: bytes.byteLength,
+      ...(signal ? { signal } : {}),
+    })
+  }
+
+  /** Reads a whole file into a `Buffer`. */
+  async readFile(path: string, signal?: AbortSignal): Promise<Buffer> {
+    const download = await this.client.readFile(path, signal)
+    const chunks: Uint8Array[] = []
+    for await (const chunk of download.chunks) chunks.push(chunk)
+    return Buffer.concat(chunks)
   }
 }
 
-/** One dial attempt, including the vsock handshake or the TLS handshake. */
-async function dialEndpoint(
-  endpoint: SandboxAgentEndpoint,
+async function* oneChunk(bytes: Uint8Array): AsyncGenerator<Uint8Array> {
+  if (bytes.byteLength > 0) yield bytes
+}
+
+/** One dial attempt, including the vsock, TLS and relay-routing handshakes. */
+async function dialAddress(
+  address: AgentAddress,
   options: { tls: TlsClientMaterial | undefined; vsockPort: number },
   signal: AbortSignal,
 ): Promise<Socket> {
-  if (endpoint.kind === 'tls') {
-    const tls = options.tls
+  if (address.kind === 'tls' || address.kind === 'mtls') {
+    const tls = 'tls' in address && address.tls ? address.tls : options.tls
     if (!tls) {
       throw new ProtocolError(
         'the agent endpoint is a TLS relay but the backend has no `mtls` client certificate',
       )
     }
     const socket = tlsConnect({
-      host: endpoint.host,
-      port: endpoint.port,
+      host: address.host,
+      port: address.port,
       cert: tls.cert,
       key: tls.key,
       ...(tls.ca ? { ca: tls.ca } : {}),
-      servername: endpoint.servername ?? tls.servername ?? endpoint.host,
+      servername:
+        (address.kind === 'tls' ? address.servername : undefined) ?? tls.servername ?? address.host,
       rejectUnauthorized: true,
     })
-    return socketConnected(socket, signal, {
+    const connected = await socketConnected(socket, signal, {
       event: 'secureConnect',
       // A certificate the relay or we reject will not get better by retrying.
       classify: (error) =>
@@ -76,18 +228,21 @@ async function dialEndpoint(
           ? new ProtocolError(`TLS to the agent relay failed: ${error.message}`)
           : new RetryableDialError(error.message, { cause: error }),
     })
+    // A per-host relay learns which guest from one line, then only moves bytes.
+    if (address.kind === 'mtls') connected.write(`SANDBOX ${address.sandboxId}\n`)
+    return connected
   }
   const socket = await socketConnected(
-    netConnect(endpoint.kind === 'unix' ? endpoint.path : endpoint.udsPath),
+    netConnect(address.kind === 'unix' ? address.path : address.udsPath),
     signal,
   )
-  if (endpoint.kind === 'unix') return socket
+  if (address.kind === 'unix') return socket
   const onAbort = (): void => {
     socket.destroy()
   }
   signal.addEventListener('abort', onAbort, { once: true })
   try {
-    await vsockConnect(socket, endpoint.port ?? options.vsockPort)
+    await vsockConnect(socket, address.port ?? options.vsockPort)
     return socket
   } catch (error) {
     socket.destroy()
@@ -97,13 +252,15 @@ async function dialEndpoint(
   }
 }
 
-function describeEndpoint(endpoint: SandboxAgentEndpoint, defaultPort: number): string {
-  switch (endpoint.kind) {
+function describeAddress(address: AgentAddress, defaultPort: number): string {
+  switch (address.kind) {
     case 'unix':
-      return `unix:${endpoint.path}`
+      return `unix:${address.path}`
     case 'vsock':
-      return `vsock:${endpoint.udsPath}#${endpoint.port ?? defaultPort}`
+      return `vsock:${address.udsPath}#${address.port ?? defaultPort}`
     case 'tls':
-      return `tls:${endpoint.host}:${endpoint.port}`
+      return `tls:${address.host}:${address.port}`
+    case 'mtls':
+      return `mtls:${address.host}:${address.port}/${address.sandboxId}`
   }
 }

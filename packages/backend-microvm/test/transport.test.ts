@@ -1,6 +1,10 @@
 import { createServer, type Server } from 'node:net'
 import { join } from 'node:path'
-import { SandboxTransportError } from '@cordon/core'
+import {
+  SandboxConfigValidationError,
+  SandboxCreateTimeoutError,
+  SandboxTransportError,
+} from '@cordon/core'
 import { startMtlsRelay, startVsockRelay } from '@cordon/orchestrator-standin'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { VsockAgentTransport } from '../src/index.js'
@@ -36,7 +40,7 @@ describe('VsockAgentTransport', () => {
       { kind: 'unix', path: agent.socketPath },
       { secret: agent.secret, ...fast },
     )
-    expect((await transport.health()).type).toBe('health-ok')
+    expect((await transport.healthz()).type).toBe('health-ok')
   })
 
   it("completes Firecracker's CONNECT/OK handshake, then runs commands and moves files", async () => {
@@ -46,7 +50,7 @@ describe('VsockAgentTransport', () => {
     )
     expect(transport.description).toBe(`vsock:${vsockPath}#1024`)
     let out = ''
-    const session = await transport.startExec(
+    const session = await transport.client.startExec(
       { command: 'echo', args: ['through vsock'], env: {}, stdin: false },
       {
         onStdout: (chunk) => (out += Buffer.from(chunk).toString()),
@@ -55,14 +59,55 @@ describe('VsockAgentTransport', () => {
     expect((await session.result).exitCode).toBe(0)
     expect(out).toBe('through vsock\n')
     const path = join(agent.dir, 'out/hello.txt')
-    await transport.writeFile(path, bytes('hi'), {})
-    const download = await transport.readFile(path)
+    await transport.client.writeFile(path, bytes('hi'), {})
+    const download = await transport.client.readFile(path)
     const chunks: Uint8Array[] = []
     for await (const chunk of download.chunks) chunks.push(chunk)
     expect(Buffer.concat(chunks).toString()).toBe('hi')
     expect(
-      (await transport.listFiles(join(agent.dir, 'out'))).map((entry) => entry.path),
+      (await transport.client.listFiles(join(agent.dir, 'out'))).map((entry) => entry.path),
     ).toContain(path)
+  })
+
+  it("has the reference's methods: healthz, waitForReady, execute, writeFile(Buffer), readFile -> Buffer", async () => {
+    const transport = new VsockAgentTransport(
+      { kind: 'vsock', udsPath: vsockPath, port: 1024 },
+      {
+        secret: agent.secret,
+        connectTimeoutMs: 2_000,
+        connectRetryBudgetMs: 1_000,
+        connectRetryIntervalMs: 50,
+        readIdleTimeoutMs: 4_000,
+      },
+    )
+    expect((await transport.waitForReady(5_000, 50)).type).toBe('health-ok')
+    const path = join(agent.dir, 'out/reference.txt')
+    await transport.writeFile(path, Buffer.from('from the host'))
+    const read = await transport.readFile(path)
+    expect(Buffer.isBuffer(read)).toBe(true)
+    expect(read.toString('utf8')).toBe('from the host')
+    const result = await transport.execute({ command: 'cat', args: [path], timeoutMs: 5_000 })
+    expect(result).toMatchObject({ exitCode: 0, stdout: 'from the host', timedOut: false })
+    expect(result).not.toHaveProperty('signal')
+    const piped = await transport.execute({ command: 'cat', stdin: 'piped' })
+    expect(piped.stdout).toBe('piped')
+    const slow = await transport.execute({ command: 'sleep', args: ['5'], timeoutMs: 200 })
+    expect(slow).toMatchObject({ timedOut: true, signal: 'SIGKILL' })
+  })
+
+  it('waitForReady gives up after its timeout with a typed error', async () => {
+    const transport = new VsockAgentTransport(
+      { kind: 'unix', path: join(agent.dir, 'nobody.sock') },
+      { secret: agent.secret, ...fast },
+    )
+    const error = await transport.waitForReady(400, 50).catch((caught: unknown) => caught)
+    expect(SandboxCreateTimeoutError.isInstance(error)).toBe(true)
+  })
+
+  it("refuses to be built without the agent's secret, saying why", () => {
+    const build = () => new VsockAgentTransport({ kind: 'unix', path: agent.socketPath })
+    expect(build).toThrow(SandboxConfigValidationError)
+    expect(build).toThrow(/authenticates every connection/)
   })
 
   it('gives up after a bounded number of attempts when the device closes without OK (no listener on the port)', async () => {
@@ -71,7 +116,7 @@ describe('VsockAgentTransport', () => {
       { secret: agent.secret, ...fast },
     )
     const started = Date.now()
-    const error = await transport.health().catch((caught: unknown) => caught)
+    const error = await transport.healthz().catch((caught: unknown) => caught)
     expect(SandboxTransportError.isInstance(error)).toBe(true)
     expect((error as Error).message).toMatch(/after 3 attempts.*CONNECT 9999/)
     expect(Date.now() - started).toBeLessThan(2_000)
@@ -86,7 +131,7 @@ describe('VsockAgentTransport', () => {
         { kind: 'vsock', udsPath: path, port: 1024 },
         { secret: agent.secret, ...fast },
       )
-      await expect(transport.health()).rejects.toThrow(/answered "NOPE"/)
+      await expect(transport.healthz()).rejects.toThrow(/answered "NOPE"/)
     } finally {
       liar.close()
     }
@@ -97,12 +142,12 @@ describe('VsockAgentTransport', () => {
       { kind: 'vsock', udsPath: vsockPath },
       { secret: agent.secret, ...fast, maxConnectAttempts: 10 },
     )
-    expect((await transport.health()).resumes).toBe(0)
+    expect((await transport.healthz()).resumes).toBe(0)
     agent.child.kill('SIGHUP')
     const until = Date.now() + 5_000
     let resumes = 0
     while (resumes === 0 && Date.now() < until) {
-      resumes = (await transport.health().catch(() => ({ resumes: 0 }))).resumes
+      resumes = (await transport.healthz().catch(() => ({ resumes: 0 }))).resumes
       if (resumes === 0) await new Promise((resolve) => setTimeout(resolve, 50))
     }
     expect(resumes).toBe(1)
@@ -146,7 +191,7 @@ describe('VsockAgentTransport over an mTLS relay', () => {
       ...fast,
       tls: client({ cert: pki.clientCert, key: pki.clientKey, ca: pki.ca }),
     })
-    expect((await transport.health()).type).toBe('health-ok')
+    expect((await transport.healthz()).type).toBe('health-ok')
   })
 
   it('is refused with a certificate from another CA, and refuses a relay it cannot verify', async () => {
@@ -156,20 +201,79 @@ describe('VsockAgentTransport over an mTLS relay', () => {
       tls: client({ cert: pki.strangerCert, key: pki.strangerKey, ca: pki.ca }),
     })
     expect(
-      SandboxTransportError.isInstance(await stranger.health().catch((caught: unknown) => caught)),
+      SandboxTransportError.isInstance(await stranger.healthz().catch((caught: unknown) => caught)),
     ).toBe(true)
     const distrusting = new VsockAgentTransport(endpoint(), {
       secret: agent.secret,
       ...fast,
       tls: client({ cert: pki.clientCert, key: pki.clientKey, ca: pki.strangerCa }),
     })
-    const error = await distrusting.health().catch((caught: unknown) => caught)
+    const error = await distrusting.healthz().catch((caught: unknown) => caught)
     expect(SandboxTransportError.isInstance(error)).toBe(true)
     expect((error as Error).message).toMatch(/TLS|certificate/i)
   })
 
   it('needs the backend mtls config for a TLS endpoint', async () => {
     const transport = new VsockAgentTransport(endpoint(), { secret: agent.secret, ...fast })
-    await expect(transport.health()).rejects.toThrow(/mtls/)
+    await expect(transport.healthz()).rejects.toThrow(/mtls/)
+  })
+})
+
+describe("VsockAgentTransport through a per-host relay (the reference's mtls handle)", () => {
+  let agents: HostAgent[]
+  let pki: Awaited<ReturnType<typeof makeTestPki>>
+  let relay: { port: number; close(): Promise<void> }
+  beforeAll(async () => {
+    agents = [await startHostAgent(), await startHostAgent()]
+    pki = await makeTestPki()
+    relay = await startMtlsRelay({
+      host: '127.0.0.1',
+      credentials: { cert: pki.serverCert, key: pki.serverKey, ca: pki.ca },
+      route: (sandboxId) => agents[Number(sandboxId.slice(-1))]?.socketPath,
+    })
+  })
+  afterAll(async () => {
+    await relay?.close()
+    for (const agent of agents ?? []) await agent.stop()
+    await pki?.cleanup()
+  })
+
+  it('names the guest in its first line, and reaches that guest only', async () => {
+    for (const index of [0, 1]) {
+      const transport = new VsockAgentTransport(
+        {
+          kind: 'mtls',
+          host: '127.0.0.1',
+          port: relay.port,
+          sandboxId: `sbx-${index}`,
+          tls: {
+            ca: pki.ca,
+            cert: Buffer.from(pki.clientCert),
+            key: pki.clientKey,
+            servername: 'localhost',
+          },
+        },
+        { secret: agents[index]!.secret, ...fast },
+      )
+      const result = await transport.execute({
+        command: 'pwd',
+        cwd: join(agents[index]!.dir, 'out'),
+      })
+      expect(result.stdout.trim()).toBe(join(agents[index]!.dir, 'out'))
+    }
+    // A guest's secret does not open another guest's agent.
+    const crossed = new VsockAgentTransport(
+      {
+        kind: 'mtls',
+        host: '127.0.0.1',
+        port: relay.port,
+        sandboxId: 'sbx-1',
+        tls: { ca: pki.ca, cert: pki.clientCert, key: pki.clientKey, servername: 'localhost' },
+      },
+      { secret: agents[0]!.secret, ...fast },
+    )
+    expect(
+      SandboxTransportError.isInstance(await crossed.healthz().catch((caught: unknown) => caught)),
+    ).toBe(true)
   })
 })

@@ -22,17 +22,32 @@ export interface Authority {
 }
 
 /**
- * Splits `host[:port]` or `[ipv6][:port]`. Returns `undefined` for anything
+ * The reference's `splitAuthority`: `host[:port]` or `[ipv6][:port]` as
+ * `{ host, port? }`, never `undefined`. An authority that is not plain (user
+ * info, whitespace, a bad port, an unbracketed IPv6 address) gives an empty
+ * host, which no allowlist matches, rather than a best guess that one might.
+ * The proxy itself uses the stricter {@link parseAuthority}.
+ */
+export function splitAuthority(authority: string): { host: string; port?: number } {
+  const parsed = parseAuthority(authority)
+  if (parsed === undefined) return { host: '' }
+  return parsed.port === undefined
+    ? { host: parsed.host }
+    : { host: parsed.host, port: parsed.port }
+}
+
+/**
+ * Parses `host[:port]` or `[ipv6][:port]`. Returns `undefined` for anything
  * that is not a plain authority: user info (`user@host`), an empty host, an
  * unbracketed IPv6 address, an empty or non-decimal port, a port outside
  * 1..65535, whitespace or control characters.
  */
-export function splitAuthority(authority: string): Authority | undefined
-export function splitAuthority(
+export function parseAuthority(authority: string): Authority | undefined
+export function parseAuthority(
   authority: string,
   defaultPort: number,
 ): (Authority & { readonly port: number }) | undefined
-export function splitAuthority(authority: string, defaultPort?: number): Authority | undefined {
+export function parseAuthority(authority: string, defaultPort?: number): Authority | undefined {
   if (typeof authority !== 'string' || authority.length === 0 || authority.length > 1024) {
     return undefined
   }
@@ -127,7 +142,7 @@ export function checkHostHeaders(
   }
   if (values.length === 0) return 'ok'
   if (values.length > 1) return 'host-mismatch'
-  const authority = splitAuthority(values[0]!.trim(), defaultPort)
+  const authority = parseAuthority(values[0]!.trim(), defaultPort)
   if (authority === undefined) return 'bad-request'
   const named = normalizeTargetHost(authority.host)
   if (named === undefined) return 'bad-request'

@@ -11,8 +11,8 @@ import { admit } from './admission.js'
 import {
   checkHostHeaders,
   normalizeTargetHost,
+  parseAuthority,
   policySubject,
-  splitAuthority,
 } from './authority.js'
 import { refuseOnSocket } from './denial.js'
 import { exchangeClient } from './exchange-client.js'
@@ -35,7 +35,7 @@ export async function handleConnect(
     exchange.report({ host, port, reason, address, status: refuseOnSocket(client, reason) })
   }
 
-  const authority = splitAuthority(request.url ?? '')
+  const authority = parseAuthority(request.url ?? '')
   if (authority === undefined || authority.port === undefined) return deny('bad-request')
   host = authority.host
   port = authority.port

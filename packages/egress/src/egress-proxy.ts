@@ -47,6 +47,11 @@ export interface RunningEgressProxy {
   readonly port: number
   /** `http://host:port`, what a client puts in `HTTP_PROXY`/`HTTPS_PROXY`. */
   readonly url: string
+  /**
+   * The reference's way to change the policy: the allowlist closure asked for
+   * connections that start afterwards (`setPolicy` with a `resolver`).
+   */
+  setAllowedHosts(resolve: () => Promise<readonly string[]>): void
   /** Stops accepting, ends every open tunnel and exchange; idempotent. */
   close(): Promise<void>
 }
@@ -130,8 +135,14 @@ export class EgressProxy {
     return this.#server
   }
 
-  /** Binds and starts serving. A proxy listens once; build another for a second address. */
-  async listen(options: EgressListenOptions = {}): Promise<RunningEgressProxy> {
+  /**
+   * Binds and starts serving. A proxy listens once; build another for a
+   * second address. `listen(port)` is the reference's form: 127.0.0.1 on that
+   * port (0, the default, picks a free one).
+   */
+  async listen(portOrOptions: number | EgressListenOptions = {}): Promise<RunningEgressProxy> {
+    const options: EgressListenOptions =
+      typeof portOrOptions === 'number' ? { port: portOrOptions } : portOrOptions
     throwIfAborted(options.signal, 'EgressProxy.listen')
     if (this.#server?.listening)
       throw new Error('EgressProxy.listen: this proxy is already listening')
@@ -163,7 +174,13 @@ export class EgressProxy {
     for (const endpoint of this.#options.protectedEndpoints) this.#self.add(endpoint)
     const host = address.address
     const url = `http://${host.includes(':') ? `[${host}]` : host}:${address.port}`
-    return { host, port: address.port, url, close: () => this.close() }
+    return {
+      host,
+      port: address.port,
+      url,
+      setAllowedHosts: (resolve) => this.setPolicy({ kind: 'resolver', resolve }),
+      close: () => this.close(),
+    }
   }
 
   /** Replaces the proxy-wide policy for connections that start afterwards. */

@@ -19,8 +19,8 @@ import { admit } from './admission.js'
 import {
   checkHostHeaders,
   normalizeTargetHost,
+  parseAuthority,
   policySubject,
-  splitAuthority,
   type TargetHost,
 } from './authority.js'
 import {
@@ -80,7 +80,7 @@ export async function handleRequest(
 
   const match = ABSOLUTE_HTTP.exec(request.url ?? '')
   if (match === null) return deny('bad-request')
-  const authority = splitAuthority(match[1]!, 80)
+  const authority = parseAuthority(match[1]!, 80)
   if (authority === undefined) return deny('bad-request')
   host = authority.host
   port = authority.port

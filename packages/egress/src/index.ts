@@ -10,7 +10,7 @@ export {
   classifyAddress,
   reasonForAddressClass,
 } from './address-screen.js'
-export { type Authority, splitAuthority } from './authority.js'
+export { splitAuthority } from './authority.js'
 export type { EgressDecisionEvent, EgressDecisionListener } from './decision-event.js'
 export { EGRESS_DENIED_HEADER } from './denial.js'
 export {

@@ -7,6 +7,7 @@ import {
   brokeredCredentialSchema,
   type EgressPolicy,
   egressPolicySchema,
+  SandboxControlRefusedError,
 } from '@cordon/core'
 import { DENY_ALL, parseAllowlistEntry, parseConfig } from '@cordon/core/backend'
 import { z } from 'zod'
@@ -39,6 +40,24 @@ export interface EgressProxyLimits {
 }
 
 export interface EgressProxyOptions {
+  /**
+   * The reference's form of a policy: the allowlist, asked for on every
+   * request (the same as `policy: { kind: 'resolver', resolve }` with a cache
+   * of 0). Give this or `policy`, not both.
+   */
+  readonly allowedHosts?: () => Promise<readonly string[]>
+  /** The reference's name for `brokeredCredentials`. Give one or the other. */
+  readonly credentials?: readonly BrokeredCredential[]
+  /**
+   * The reference's switch for making the upstream leg of a request to a
+   * credential's host HTTPS. cordon always does, because a brokered
+   * credential must never cross a network in clear: `false` together with
+   * credentials is refused with `SandboxControlRefusedError`; without
+   * credentials there is nothing to upgrade and it has no effect.
+   */
+  readonly upgradeToHttps?: boolean
+  /** Called with the host and the reason code of every denied request or tunnel. Must not throw. */
+  readonly onDenied?: (host: string, reason: string) => void
   /** What clients may reach. Default `deny-all`. */
   readonly policy?: EgressPolicy
   /** Credentials injected upstream; see the README for the placeholder form. */
@@ -135,6 +154,12 @@ const endpointSchema = z.object({ address: z.string().min(1), port: port() }).re
 
 export const egressProxyOptionsSchema = z
   .object({
+    allowedHosts: fn<() => Promise<readonly string[]>>(
+      'allowedHosts must be a function returning a promise of allowed hosts',
+    ).optional(),
+    credentials: credentialListSchema.optional(),
+    upgradeToHttps: z.boolean().optional(),
+    onDenied: fn<(host: string, reason: string) => void>('onDenied must be a function').optional(),
     policy: egressPolicySchema.optional(),
     brokeredCredentials: credentialListSchema.optional(),
     allowInwardFor: z.array(inwardEntrySchema).readonly().optional(),
@@ -156,6 +181,22 @@ export const egressProxyOptionsSchema = z
     protectedEndpoints: z.array(endpointSchema).readonly().optional(),
   })
   .strict()
+  .superRefine((options, ctx) => {
+    if (options.allowedHosts && options.policy) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['allowedHosts'],
+        message: 'give allowedHosts or policy, not both',
+      })
+    }
+    if (options.credentials && options.brokeredCredentials) {
+      ctx.addIssue({
+        code: 'custom',
+        path: ['credentials'],
+        message: 'give credentials or brokeredCredentials, not both',
+      })
+    }
+  })
 
 /** A run-time client registration, checked as a whole so every problem is reported together. */
 export const clientRegistrationSchema = z.object({
@@ -170,13 +211,23 @@ export const clientRegistrationSchema = z.object({
 /** Validates options and fills defaults; throws one error listing every problem. */
 export function resolveOptions(input: EgressProxyOptions | undefined): ResolvedOptions {
   const parsed = parseConfig(egressProxyOptionsSchema, input ?? {}, 'egress proxy options')
+  const credentials = parsed.brokeredCredentials ?? parsed.credentials ?? []
+  if (parsed.upgradeToHttps === false && credentials.length > 0) {
+    throw new SandboxControlRefusedError(
+      'upgradeToHttps',
+      'egress-proxy',
+      'a brokered credential is never sent over plain HTTP; remove upgradeToHttps: false (the sandbox may still speak http:// to the proxy, and the proxy makes the upstream leg HTTPS)',
+    )
+  }
   const maxTunnels = parsed.limits?.maxTunnels ?? 1024
   return {
     // The parsed copy: a later change to the caller's allowedHosts array must
     // not change the policy behind the proxy's back (the resolver closure is
     // kept as the same function).
-    policy: (parsed.policy as EgressPolicy | undefined) ?? DENY_ALL,
-    brokeredCredentials: parsed.brokeredCredentials ?? [],
+    policy: parsed.allowedHosts
+      ? { kind: 'resolver', resolve: parsed.allowedHosts }
+      : ((parsed.policy as EgressPolicy | undefined) ?? DENY_ALL),
+    brokeredCredentials: credentials,
     allowInwardFor: parsed.allowInwardFor ?? [],
     allowedPorts: new Set(parsed.allowedPorts ?? [443, 80]),
     lookup: parsed.lookup,
@@ -189,11 +240,30 @@ export function resolveOptions(input: EgressProxyOptions | undefined): ResolvedO
       idleTimeoutMs: parsed.limits?.idleTimeoutMs ?? 120_000,
       resolverTimeoutMs: parsed.limits?.resolverTimeoutMs ?? 5_000,
     },
-    onDecision: parsed.onDecision,
+    onDecision: withDeniedCallback(parsed.onDecision, parsed.onDenied),
     upstreamTls: parsed.upstreamTls,
     requireClientPolicy: parsed.requireClientPolicy ?? false,
-    resolverCacheTtlMs: parsed.resolverCacheTtlMs ?? 5_000,
+    // The reference asked its allowedHosts closure on every request.
+    resolverCacheTtlMs: parsed.resolverCacheTtlMs ?? (parsed.allowedHosts ? 0 : 5_000),
     protectedEndpoints: parsed.protectedEndpoints ?? [],
+  }
+}
+
+/** The reference's `onDenied(host, reason)`, fed from the decision events. */
+function withDeniedCallback(
+  onDecision: EgressDecisionListener | undefined,
+  onDenied: ((host: string, reason: string) => void) | undefined,
+): EgressDecisionListener | undefined {
+  if (!onDenied) return onDecision
+  return (event) => {
+    if (event.decision === 'deny') {
+      try {
+        onDenied(event.host, event.reason)
+      } catch {
+        // A host's callback must not change the decision or the response.
+      }
+    }
+    onDecision?.(event)
   }
 }
 

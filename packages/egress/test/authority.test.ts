@@ -1,9 +1,29 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { checkHostHeaders, normalizeTargetHost, policySubject } from '../src/authority.js'
+import {
+  checkHostHeaders,
+  normalizeTargetHost,
+  parseAuthority,
+  policySubject,
+} from '../src/authority.js'
 import { splitAuthority } from '../src/index.js'
 
-describe('splitAuthority', () => {
+describe("splitAuthority, the reference's shape", () => {
+  it('returns { host, port? } and never undefined', () => {
+    expect(splitAuthority('example.com:443')).toEqual({ host: 'example.com', port: 443 })
+    expect(splitAuthority('example.com')).toEqual({ host: 'example.com' })
+    expect(splitAuthority('[::1]:8080')).toEqual({ host: '::1', port: 8080 })
+    expect(splitAuthority('example.com')).not.toHaveProperty('port')
+  })
+
+  it('gives an empty host, which no allowlist matches, for anything not plain', () => {
+    for (const input of ['user@example.com:443', 'example.com:0', '::1:443', 'exa mple.com', '']) {
+      expect(splitAuthority(input)).toEqual({ host: '' })
+    }
+  })
+})
+
+describe('parseAuthority (what the proxy dials)', () => {
   it.each([
     ['example.com:443', { host: 'example.com', port: 443 }],
     ['example.com', { host: 'example.com', port: undefined }],
@@ -11,12 +31,12 @@ describe('splitAuthority', () => {
     ['[fe80::1%25eth0]:80', { host: 'fe80::1%25eth0', port: 80 }],
     ['EXAMPLE.com:0443', { host: 'EXAMPLE.com', port: 443 }],
   ])('%s', (input, expected) => {
-    expect(splitAuthority(input)).toEqual(expected)
+    expect(parseAuthority(input)).toEqual(expected)
   })
 
   it('fills a default port only when none was named', () => {
-    expect(splitAuthority('example.com', 80)).toEqual({ host: 'example.com', port: 80 })
-    expect(splitAuthority('example.com:8080', 80)).toEqual({ host: 'example.com', port: 8080 })
+    expect(parseAuthority('example.com', 80)).toEqual({ host: 'example.com', port: 80 })
+    expect(parseAuthority('example.com:8080', 80)).toEqual({ host: 'example.com', port: 8080 })
   })
 
   it.each([
@@ -38,18 +58,18 @@ describe('splitAuthority', () => {
     ':443',
     'a\\b:443',
   ])('refuses %j', (input) => {
-    expect(splitAuthority(input)).toBeUndefined()
+    expect(parseAuthority(input)).toBeUndefined()
   })
 
   it('round-trips any valid host and port', () => {
     fc.assert(
       fc.property(fc.domain(), fc.integer({ min: 1, max: 65535 }), (host, port) => {
-        expect(splitAuthority(`${host}:${port}`)).toEqual({ host, port })
+        expect(parseAuthority(`${host}:${port}`)).toEqual({ host, port })
       }),
     )
     fc.assert(
       fc.property(fc.ipV6(), fc.integer({ min: 1, max: 65535 }), (host, port) => {
-        expect(splitAuthority(`[${host}]:${port}`)).toEqual({ host, port })
+        expect(parseAuthority(`[${host}]:${port}`)).toEqual({ host, port })
       }),
     )
   })
@@ -57,7 +77,7 @@ describe('splitAuthority', () => {
   it('never accepts a port outside 1..65535 or user info, whatever the input', () => {
     fc.assert(
       fc.property(fc.string({ maxLength: 40 }), (input) => {
-        const result = splitAuthority(input)
+        const result = parseAuthority(input)
         if (result === undefined) return
         expect(input.includes('@')).toBe(false)
         if (result.port !== undefined) {

@@ -18,7 +18,14 @@ export interface MtlsRelayCredentials {
 export async function startMtlsRelay(options: {
   readonly host: string
   readonly credentials: MtlsRelayCredentials
-  readonly agentSocketPath: string
+  /** One guest behind this relay... */
+  readonly agentSocketPath?: string
+  /**
+   * ...or a per-host relay: the client's first line, `SANDBOX <id>`, names
+   * the guest, and this maps it to that guest's agent socket (undefined
+   * closes the connection).
+   */
+  readonly route?: (sandboxId: string) => string | undefined
 }): Promise<{ readonly port: number; close(): Promise<void> }> {
   const open = new Set<Socket>()
   const server: Server = createServer(
@@ -29,12 +36,22 @@ export async function startMtlsRelay(options: {
       requestCert: true,
       rejectUnauthorized: true,
     },
-    (client) => {
+    async (client) => {
       open.add(client)
       client.on('close', () => open.delete(client))
       client.on('error', () => {})
+      let socketPath = options.agentSocketPath
+      if (options.route) {
+        const line = await readRoutingLine(client)
+        const match = line === undefined ? null : /^SANDBOX (\S+)$/.exec(line)
+        socketPath = match ? options.route(match[1]!) : undefined
+      }
+      if (socketPath === undefined) {
+        client.destroy()
+        return
+      }
       client.pause()
-      const guest = connect(options.agentSocketPath)
+      const guest = connect(socketPath)
       open.add(guest)
       guest.on('close', () => {
         open.delete(guest)
@@ -66,4 +83,24 @@ export async function startMtlsRelay(options: {
       await new Promise<void>((resolve) => server.close(() => resolve()))
     },
   }
+}
+
+/** Reads the first line (at most 256 bytes) and puts back whatever followed it. */
+function readRoutingLine(client: Socket): Promise<string | undefined> {
+  return new Promise((resolve) => {
+    let buffered = Buffer.alloc(0)
+    const onData = (chunk: Buffer): void => {
+      buffered = Buffer.concat([buffered, chunk])
+      const end = buffered.indexOf(10)
+      if (end === -1 && buffered.length <= 256) return
+      client.off('data', onData)
+      client.pause()
+      if (end === -1) return resolve(undefined)
+      const rest = buffered.subarray(end + 1)
+      if (rest.length > 0) client.unshift(rest)
+      resolve(buffered.subarray(0, end).toString('utf8'))
+    }
+    client.on('data', onData)
+    client.once('close', () => resolve(undefined))
+  })
 }

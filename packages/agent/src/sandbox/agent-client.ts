@@ -35,8 +35,15 @@ export interface AgentClientTuning {
   readonly connectTimeoutMs?: number
   /** Dial attempts per operation before giving up (default 5). */
   readonly maxConnectAttempts?: number
+  /**
+   * Keep dialling for this long instead of a number of attempts (for a guest
+   * that is resuming); when set, `maxConnectAttempts` is not used.
+   */
+  readonly connectRetryBudgetMs?: number
   /** First pause between attempts; doubles up to 1 s (default 50 ms). */
   readonly retryDelayMs?: number
+  /** A fixed pause between attempts instead of the doubling one. */
+  readonly connectRetryIntervalMs?: number
   /** Heartbeat interval on a quiet connection (default 5 s); silence of 4 intervals ends it. */
   readonly heartbeatMs?: number
 }
@@ -77,10 +84,14 @@ export class AgentClient {
 
   /** Opens an authenticated connection (the building block of every operation). */
   async open(signal?: AbortSignal): Promise<FramedConnection> {
-    const attempts = Math.max(1, this.options.maxConnectAttempts ?? 5)
-    let delay = this.options.retryDelayMs ?? 50
+    const budget = this.options.connectRetryBudgetMs
+    const attempts = budget === undefined ? Math.max(1, this.options.maxConnectAttempts ?? 5) : Infinity
+    const fixedDelay = this.options.connectRetryIntervalMs
+    let delay = fixedDelay ?? this.options.retryDelayMs ?? 50
+    const started = performance.now()
     let lastError: unknown
-    for (let attempt = 1; attempt <= attempts; attempt++) {
+    let attempt = 0
+    for (attempt = 1; attempt <= attempts; attempt++) {
       if (signal?.aborted) throw new SandboxAbortedError('agent connect', { cause: signal.reason })
       let stream: Duplex | undefined
       try {
@@ -108,13 +119,14 @@ export class AgentClient {
           throw this.translate(error, 'agent connect', undefined, signal)
         lastError = error.cause ?? error
         if (attempt === attempts) break
+        if (budget !== undefined && performance.now() - started + delay > budget) break
         await sleep(delay, signal, 'agent connect')
-        delay = Math.min(delay * 2, 1_000)
+        if (fixedDelay === undefined) delay = Math.min(delay * 2, 1_000)
       }
     }
     throw this.translate(
       new Error(
-        `no connection to the agent after ${attempts} attempts: ${(lastError as Error)?.message ?? lastError}`,
+        `no connection to the agent after ${Math.min(attempt, attempts)} attempts: ${(lastError as Error)?.message ?? lastError}`,
         { cause: lastError },
       ),
       'agent connect',
