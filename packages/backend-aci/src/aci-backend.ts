@@ -11,6 +11,7 @@ import {
 import {
   type CordonSandboxBackend,
   cleanupFailureEvent,
+  egressRefusal,
   parseBackendConfig,
   resolveBackendOptions,
   type SandboxBackendContext,
@@ -30,7 +31,6 @@ import { ArmClient } from './arm-client.js'
 import {
   refuseLayoutProfileMismatch,
   refuseLimitMismatch,
-  refuseUncontrollableEgress,
   refuseUnmountableLayout,
 } from './claim-refusals.js'
 import { groupNameFor, namePrefixProblems } from './group-name.js'
@@ -121,7 +121,8 @@ export function createAciStandbyPoolBackend(
   const create = async (options: SandboxBackendOptions): Promise<AgentSandbox> => {
     const request = resolveBackendOptions(options)
     // Refused before any request to Azure: nothing about the pool can change these.
-    refuseUncontrollableEgress(request.egress, config.subnetId)
+    const refusal = egressRefusal(BACKEND_NAME, config, request.egress)
+    if (refusal) throw refusal
     const groupName = groupNameFor(prefix, request.id)
     let phase = 'profile'
     let setback: Error | undefined

@@ -1,8 +1,4 @@
-import {
-  type EgressPolicy,
-  type ResolvedContainerSandboxLayout,
-  SandboxControlRefusedError,
-} from '@cordon/core'
+import { type ResolvedContainerSandboxLayout, SandboxControlRefusedError } from '@cordon/core'
 import {
   type LayoutMountPlan,
   planLayoutMounts,
@@ -20,34 +16,6 @@ import type { ProfileFacts } from './profile-facts.js'
 
 const refuse = (control: string, reason: string): never => {
   throw new SandboxControlRefusedError(control, BACKEND_NAME, reason)
-}
-
-/**
- * Only `deny-all` can hold, and only in a subnet. A claim cannot put an
- * egress gateway in a group's path or change its network, so `allow-all`,
- * `static` and `resolver` are refused. `deny-all` is accepted for groups
- * placed in the configured subnet, whose network security group must deny
- * outbound traffic (the README lists the rules); a group with a public
- * address has a route to the internet that nothing cordon controls removes,
- * so with `allowPublicAddress` every policy is refused.
- */
-export function refuseUncontrollableEgress(
-  policy: EgressPolicy,
-  subnetId: string | undefined,
-): void {
-  const control = `egress.${policy.kind}`
-  if (policy.kind !== 'deny-all') {
-    refuse(
-      control,
-      'a claimed container group keeps the network of its pool and no egress gateway can be placed in its path; only deny-all, enforced by the subnet, is possible',
-    )
-  }
-  if (!subnetId) {
-    refuse(
-      control,
-      'without a subnetId the group has a public address and reaches the internet directly; deny-all needs a subnet whose network security group denies outbound traffic',
-    )
-  }
 }
 
 /** Memory and the process limit are the profile's; a request for any other value is refused. */

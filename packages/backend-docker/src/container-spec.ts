@@ -165,7 +165,7 @@ export function containerSpec(options: {
   /** HTTP_PROXY and friends, for sandboxes behind the egress gateway. */
   readonly proxyEnv: Readonly<Record<string, string>>
 }): ContainerCreateOptions {
-  const { config, request, layout } = options
+  const { config, request } = options
   const memoryBytes = request.memoryLimitMb * 1024 * 1024
   return {
     name: options.name,

@@ -8,6 +8,7 @@ import {
 } from '@cordon/core'
 import {
   type CordonSandboxBackend,
+  egressRefusal,
   LABEL,
   ownerLabels,
   type ResourceRole,
@@ -57,7 +58,7 @@ const LATE_SWEEPS_MS = [1000, 3000, 8000]
  */
 export class DockerBackend implements CordonSandboxBackend {
   readonly tier = 'container' as const
-  readonly name: string
+  readonly name: 'container:docker' | 'container:runsc'
   private readonly engine: EngineConnection
   private readonly events: EngineEvents
   private readonly user: string
@@ -69,7 +70,7 @@ export class DockerBackend implements CordonSandboxBackend {
     private readonly config: ContainerBackendConfig,
     private readonly context: SandboxBackendContext,
   ) {
-    this.name = `container:${config.runtime ?? 'docker'}`
+    this.name = config.runtime === 'runsc' ? 'container:runsc' : 'container:docker'
     this.engine = connectEngine(config)
     this.events = new EngineEvents(this.engine.docker, context.providerId)
     this.user = config.user ?? DEFAULT_USER
@@ -86,20 +87,8 @@ export class DockerBackend implements CordonSandboxBackend {
       )
     }
     const proxied = request.egress.kind !== 'deny-all'
-    if (proxied && this.config.runtime === 'runsc' && !this.config.runscProxiedRuntime) {
-      throw new SandboxControlRefusedError(
-        `egress.${request.egress.kind}`,
-        this.name,
-        "gVisor's own network stack cannot reach the egress relay in the sandbox's namespace; name a runsc runtime registered with --network=host in runscProxiedRuntime, or use deny-all",
-      )
-    }
-    if (proxied && !this.config.gatewayImage) {
-      throw new SandboxControlRefusedError(
-        `egress.${request.egress.kind}`,
-        this.name,
-        'this policy is enforced by an egress gateway, and no gatewayImage is configured (build one with buildGatewayImage())',
-      )
-    }
+    const refusal = egressRefusal(this.name, this.config, request.egress)
+    if (refusal) throw refusal
     const mounts = layoutMounts(request.id, layout, this.name, this.engine.socketPath)
     const volumes = workspaceVolumes(request.id, layout)
     // Everything is removed by name, so cleanup also catches a resource whose

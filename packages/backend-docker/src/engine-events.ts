@@ -1,3 +1,4 @@
+import { createInterface } from 'node:readline'
 import { LABEL } from '@cordon/core/backend'
 import type Docker from 'dockerode'
 
@@ -40,15 +41,14 @@ export class EngineEvents {
       },
     })) as NodeJS.ReadableStream
     this.stream = stream
-    let buffered = ''
-    stream.on('data', (chunk: Buffer) => {
-      buffered += chunk.toString('utf8')
-      for (let newline = buffered.indexOf('\n'); newline >= 0; newline = buffered.indexOf('\n')) {
-        const line = buffered.slice(0, newline)
-        buffered = buffered.slice(newline + 1)
-        this.handle(line)
-      }
-    })
+    // Following events is background work: it must not keep a host process
+    // alive once the host has nothing left to do (the reference's providers
+    // had no close(), so hosts written for it never call one).
+    ;(stream as { socket?: { unref?: () => void } }).socket?.unref?.()
+    // readline decodes across chunk boundaries, so a character split between
+    // two reads arrives whole.
+    const lines = createInterface({ input: stream, crlfDelay: Number.POSITIVE_INFINITY })
+    lines.on('line', (line) => this.handle(line))
     const reset = () => {
       if (this.stream === stream) this.starting = undefined
     }

@@ -6,7 +6,14 @@
 
 /** The sandbox `create()` resolves with: `AgentSandbox` from `@cordon/agent/sandbox`, under its former name. */
 export { AgentSandbox as MicroVMSandbox } from '@cordon/agent/sandbox'
-export type { MicroVMBackendConfig } from '@cordon/core'
+export type {
+  FirecrackerBackendInternalConfig,
+  MicroVMBackendConfig,
+  OrchestratorTokenProvider,
+  SandboxAgentHandle,
+  VsockExecuteRequest,
+  VsockTransportOptions,
+} from '@cordon/core'
 export {
   BACKEND_NAME,
   ControlPlaneClient,
@@ -25,16 +32,10 @@ export {
   DEFAULT_READINESS_TIMEOUT_MS,
   type MicroVMBackendOptions,
 } from './microvm-backend.js'
-export type {
-  FirecrackerBackendInternalConfig,
-  OrchestratorTokenProvider,
-} from './reference-types.js'
 export {
   type AgentAddress,
   DEFAULT_AGENT_VSOCK_PORT,
-  type SandboxAgentHandle,
   VsockAgentTransport,
-  type VsockExecuteRequest,
-  type VsockTransportOptions,
+  type VsockTransportTuning,
 } from './vsock-agent-transport.js'
 export { VsockHandshakeError, vsockConnect } from './vsock-handshake.js'

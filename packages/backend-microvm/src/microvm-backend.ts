@@ -19,7 +19,7 @@ import { encodeEgressAllowlist } from './egress-allowlist.js'
 import {
   DEFAULT_AGENT_VSOCK_PORT,
   VsockAgentTransport,
-  type VsockTransportOptions,
+  type VsockTransportTuning,
 } from './vsock-agent-transport.js'
 
 /** Default budget for `create()`: control-plane call plus the agent answering health. */
@@ -27,7 +27,7 @@ export const DEFAULT_READINESS_TIMEOUT_MS = 60_000
 
 /** Tuning that is not part of the validated config (tests, unusual networks). */
 export interface MicroVMBackendOptions {
-  readonly transport?: Omit<VsockTransportOptions, 'secret' | 'tls' | 'vsockPort'>
+  readonly transport?: Omit<VsockTransportTuning, 'secret' | 'tls' | 'vsockPort'>
 }
 
 /**

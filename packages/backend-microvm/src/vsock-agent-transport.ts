@@ -1,78 +1,37 @@
 import { Buffer } from 'node:buffer'
 import { connect as netConnect, type Socket } from 'node:net'
 import { connect as tlsConnect } from 'node:tls'
-import { type HealthOkMessage, ProtocolError } from '@cordon/agent/protocol'
+import { ProtocolError } from '@cordon/agent/protocol'
 import {
   AgentClient,
-  type AgentClientTuning,
   AgentProcess,
   RetryableDialError,
   socketConnected,
   waitForAgent,
 } from '@cordon/agent/sandbox'
 import {
-  SandboxConfigValidationError,
+  type AgentHealthReport,
+  type SandboxAgentHandle,
   SandboxCreateTimeoutError,
   type SandboxExecResult,
   type TlsClientMaterial,
+  type VsockExecuteRequest,
+  type VsockTransportOptions,
 } from '@cordon/core'
-import { ExecOutputCollector } from '@cordon/core/backend'
+import { ExecOutputCollector, requireAgentSecret } from '@cordon/core/backend'
 import type { SandboxAgentEndpoint } from './control-plane-types.js'
 import { vsockConnect } from './vsock-handshake.js'
 
 export const DEFAULT_AGENT_VSOCK_PORT = 1024
 
-/**
- * How one guest's agent is addressed, in the reference's shape:
- * - `unix`: a host unix socket the agent (or a relay to it) listens on;
- * - `vsock`: Firecracker's host-side vsock socket, then `CONNECT <port>`;
- * - `mtls`: a per-host relay reached over mutual TLS, told which guest by a
- *   first line `SANDBOX <sandboxId>`, after which it only moves bytes.
- */
-export type SandboxAgentHandle =
-  | { readonly kind: 'unix'; readonly path: string }
-  | { readonly kind: 'vsock'; readonly udsPath: string; readonly port: number }
-  | {
-      readonly kind: 'mtls'
-      readonly host: string
-      readonly port: number
-      readonly sandboxId: string
-      readonly tls: TlsClientMaterial
-    }
+/** {@link VsockTransportOptions} plus the client's finer tuning (heartbeat, first retry pause). */
+export type VsockTransportTuning = VsockTransportOptions & {
+  readonly heartbeatMs?: number
+  readonly retryDelayMs?: number
+}
 
 /** Where an agent is: a handle in the reference's shape, or an endpoint as the control plane returns it. */
 export type AgentAddress = SandboxAgentHandle | SandboxAgentEndpoint
-
-export interface VsockTransportOptions extends AgentClientTuning {
-  /**
-   * The per-guest secret the agent challenges for. Required: cordon's agent
-   * authenticates every connection (the reference's did not), so a transport
-   * without one is refused with `SandboxConfigValidationError`.
-   */
-  readonly secret?: string
-  /** Client certificate for a `tls` endpoint. Required for that kind. */
-  readonly tls?: TlsClientMaterial
-  /** Guest port for a `vsock` endpoint that names none (default 1024). */
-  readonly vsockPort?: number
-  /**
-   * The reference's bound on a quiet connection, in ms. cordon's agent and
-   * client exchange heartbeats, so a silent command is never mistaken for a
-   * dead connection; this sets the heartbeat to a quarter of it (four missed
-   * heartbeats end the connection).
-   */
-  readonly readIdleTimeoutMs?: number
-}
-
-/** One command for {@link VsockAgentTransport.execute}. */
-export interface VsockExecuteRequest {
-  readonly command: string
-  readonly args?: readonly string[]
-  readonly cwd?: string
-  readonly env?: Readonly<Record<string, string>>
-  readonly timeoutMs?: number
-  readonly stdin?: string | Uint8Array
-  readonly signal?: AbortSignal
-}
 
 /**
  * Reaches the agent in one guest, with the reference's methods (`healthz`,
@@ -87,18 +46,10 @@ export class VsockAgentTransport {
 
   constructor(
     readonly handle: AgentAddress,
-    options: VsockTransportOptions = {},
+    options: VsockTransportTuning = {},
   ) {
     const { tls, vsockPort, secret, readIdleTimeoutMs, ...tuning } = options
-    if (typeof secret !== 'string' || secret.length < 16) {
-      throw new SandboxConfigValidationError('VsockAgentTransport options', [
-        {
-          path: 'secret',
-          message:
-            "cordon's agent authenticates every connection: give the per-guest secret (16 characters or more) the orchestrator delivered to the guest",
-        },
-      ])
-    }
+    requireAgentSecret(secret, 'VsockAgentTransport options')
     const port = vsockPort ?? DEFAULT_AGENT_VSOCK_PORT
     this.description = describeAddress(handle, port)
     this.client = new AgentClient({
@@ -106,14 +57,14 @@ export class VsockAgentTransport {
       ...(readIdleTimeoutMs === undefined
         ? {}
         : { heartbeatMs: Math.max(250, Math.floor(readIdleTimeoutMs / 4)) }),
-      secret,
+      secret: secret!,
       description: this.description,
       dial: (signal) => dialAddress(handle, { tls, vsockPort: port }, signal),
     })
   }
 
   /** One health round trip over an authenticated connection: the agent's answer (its roots, its resumes). */
-  healthz(signal?: AbortSignal): Promise<HealthOkMessage> {
+  healthz(signal?: AbortSignal): Promise<AgentHealthReport> {
     return this.client.health(signal)
   }
 
@@ -122,7 +73,7 @@ export class VsockAgentTransport {
    * `SandboxCreateTimeoutError` after `timeoutMs`, or at once with
    * `SandboxReadinessError` if the agent answers but cannot be used.
    */
-  async waitForReady(timeoutMs: number, pollIntervalMs = 250): Promise<HealthOkMessage> {
+  async waitForReady(timeoutMs: number, pollIntervalMs = 250): Promise<AgentHealthReport> {
     const deadline = AbortSignal.timeout(timeoutMs)
     try {
       return await waitForAgent(this.client, this.description, deadline, pollIntervalMs)

@@ -5,6 +5,7 @@
  * rules. Hosts do not need any of it; the list is explicit and pinned by a
  * test.
  */
+export { MIN_AGENT_SECRET_LENGTH, requireAgentSecret } from './agent-transport-types.js'
 export {
   type CordonSandboxBackend,
   resolveBackendOptions,
@@ -30,6 +31,7 @@ export {
   withDeadline,
 } from './deadline.js'
 export { DENY_ALL, networkPolicySchema } from './egress-policy.js'
+export { egressRefusal } from './egress-refusal.js'
 export { throwIfAborted } from './errors.js'
 export { concatBytes, ExecOutputCollector, utf8BoundaryAtOrBefore } from './exec-output.js'
 export { validateExecRequest } from './exec-request.js'

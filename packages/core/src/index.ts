@@ -7,6 +7,14 @@
  * public API.
  */
 export type {
+  AgentHealthReport,
+  FirecrackerBackendInternalConfig,
+  OrchestratorTokenProvider,
+  SandboxAgentHandle,
+  VsockExecuteRequest,
+  VsockTransportOptions,
+} from './agent-transport-types.js'
+export type {
   CordonSandboxBackend,
   SandboxBackend,
   SandboxBackendOptions,

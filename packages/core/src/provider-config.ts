@@ -9,6 +9,8 @@ import {
   type SandboxBackendConfig,
   type SandboxProviderConfig,
 } from './config.js'
+import { DENY_ALL } from './egress-policy.js'
+import { egressRefusal } from './egress-refusal.js'
 import {
   SandboxBackendNotImplementedError,
   SandboxConfigValidationError,
@@ -50,6 +52,8 @@ export function prepareProviderConfig(input: SandboxProviderConfig): PreparedPro
       ? parseConfig(microVMProviderConfigSchema, input, 'sandbox provider config')
       : parseConfig(containerProviderConfigSchema, input, 'sandbox provider config')
   refuseUnhonourableFields(backendName, config.backend)
+  const refusal = egressRefusal(backendName, config.backend, config.defaultEgress ?? DENY_ALL)
+  if (refusal) throw refusal
   const layout = config.layout ? resolveLayout(config.layout) : undefined
   return { backendName, config, layout }
 }

@@ -1,10 +1,14 @@
 /**
- * `@cordon/sandbox`: what a host needs. `createSandboxProvider`, and the whole
+ * `@cordon/sandbox`: what a host needs. `createSandboxProvider`, the whole
  * host-facing contract of `@cordon/core` (types, errors, schemas, constants),
- * so one import serves a host. The list is explicit; a test pins it.
+ * and what the reference exported from its root besides (the egress proxy and
+ * its helpers, the microVM agent transport), so a host written against
+ * `@namzu/sandbox` and `@namzu/sdk` switches by changing import specifiers.
+ * The list is explicit; a test pins it.
  */
 export {
   type ACIStandbyPoolBackendConfig,
+  type AgentHealthReport,
   type AgentSnapshotRef,
   aciStandbyPoolBackendConfigSchema,
   type BrokeredCredential,
@@ -24,10 +28,12 @@ export {
   type EgressPolicyKind,
   type EgressReasonCode,
   egressPolicySchema,
+  type FirecrackerBackendInternalConfig,
   isHostAllowed,
   isSandboxId,
   type MicroVMBackendConfig,
   microVMBackendConfigSchema,
+  type OrchestratorTokenProvider,
   type ResolvedContainerSandboxLayout,
   type ResolvedContainerSandboxMount,
   resolveLayout,
@@ -43,6 +49,7 @@ export {
   SANDBOX_MAX_OUTPUT_BYTES,
   type Sandbox,
   SandboxAbortedError,
+  type SandboxAgentHandle,
   type SandboxBackend,
   type SandboxBackendConfig,
   type SandboxBackendName,
@@ -95,10 +102,19 @@ export {
   sandboxCreateConfigSchema,
   serializeSandboxError,
   type TlsClientMaterial,
+  type VsockExecuteRequest,
+  type VsockTransportOptions,
 } from '@cordon/core'
+export {
+  EgressProxy,
+  type EgressProxyOptions,
+  type RunningEgressProxy,
+  splitAuthority,
+} from '@cordon/egress'
 export { BACKEND_PACKAGES } from './backend-packages.js'
 export {
   type CreateSandboxProviderOptions,
   createSandboxProvider,
 } from './create-sandbox-provider.js'
 export type { ModuleImporter } from './load-backend.js'
+export { VsockAgentTransport } from './vsock-agent-transport.js'

@@ -95,7 +95,10 @@ function readRoutingLine(client: Socket): Promise<string | undefined> {
       if (end === -1 && buffered.length <= 256) return
       client.off('data', onData)
       client.pause()
-      if (end === -1) return resolve(undefined)
+      if (end === -1) {
+        resolve(undefined)
+        return
+      }
       const rest = buffered.subarray(end + 1)
       if (rest.length > 0) client.unshift(rest)
       resolve(buffered.subarray(0, end).toString('utf8'))

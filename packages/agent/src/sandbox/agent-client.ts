@@ -85,7 +85,8 @@ export class AgentClient {
   /** Opens an authenticated connection (the building block of every operation). */
   async open(signal?: AbortSignal): Promise<FramedConnection> {
     const budget = this.options.connectRetryBudgetMs
-    const attempts = budget === undefined ? Math.max(1, this.options.maxConnectAttempts ?? 5) : Infinity
+    const attempts =
+      budget === undefined ? Math.max(1, this.options.maxConnectAttempts ?? 5) : Infinity
     const fixedDelay = this.options.connectRetryIntervalMs
     let delay = fixedDelay ?? this.options.retryDelayMs ?? 50
     const started = performance.now()

@@ -1,5 +1,5 @@
 import { parseArgs } from 'node:util'
-import type { SandboxEvent, SandboxProviderConfig } from '@cordon/core'
+import type { SandboxEvent } from '@cordon/core'
 import { createSandboxProvider } from '../create-sandbox-provider.js'
 import { hostBridgeAddress, startDemoUpstream } from './demo-upstream.js'
 import { loadDockerBackend } from './docker-backend-module.js'

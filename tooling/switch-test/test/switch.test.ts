@@ -1,0 +1,280 @@
+/**
+ * The switch from `@namzu/sandbox` 2.0.1: `host/namzu-host.ts` is a host
+ * program written against the reference. Only its two import specifiers are
+ * changed (`@namzu/sandbox` and `@namzu/sdk` both become `@cordon/sandbox`);
+ * the result must type-check under `strict` with `skipLibCheck: false`
+ * against cordon's built packages, and run against the real engine with the
+ * meanings the reference documented.
+ */
+import { execFile } from 'node:child_process'
+import { mkdir, readFile, rm, writeFile } from 'node:fs/promises'
+import { dirname, join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
+import { type OrchestratorStandin, startOrchestratorStandin } from '@cordon/orchestrator-standin'
+import Dockerode from 'dockerode'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+
+const run = promisify(execFile)
+const here = dirname(fileURLToPath(import.meta.url))
+const root = join(here, '..')
+const work = join(root, '.switch')
+const RUN_LABEL = process.env.CORDON_TEST_RUN_ID ?? `switch-${process.pid}`
+const IMAGE = 'cordon-test/busybox:latest'
+
+/** The one change a switching host makes. */
+const SPECIFIERS: Readonly<Record<string, string>> = {
+  '@namzu/sandbox': '@cordon/sandbox',
+  '@namzu/sdk': '@cordon/sandbox',
+}
+
+function switchImports(source: string): string {
+  return source.replace(/from '(@namzu\/[a-z-]+)'/g, (whole, specifier: string) => {
+    const replacement = SPECIFIERS[specifier]
+    if (!replacement) throw new Error(`no cordon package for ${specifier}`)
+    return `from '${replacement}'`
+  })
+}
+
+let original = ''
+let switched = ''
+let typeCheck: { code: number; output: string } = { code: -1, output: '' }
+// biome-ignore lint/suspicious/noExplicitAny: JSON read back from the host program, checked field by field below
+let report: Record<string, any> = {}
+let standin: OrchestratorStandin | undefined
+const token = 'switch-test-token-0123456789'
+
+beforeAll(async () => {
+  original = await readFile(join(root, 'host/namzu-host.ts'), 'utf8')
+  switched = switchImports(original)
+  await rm(work, { recursive: true, force: true })
+  await mkdir(work, { recursive: true })
+  await writeFile(join(work, 'host.ts'), switched)
+  // What a namzu host's own project would have: strict, and every library's
+  // types checked (no skipLibCheck), with nothing newer than ES2022 in lib.
+  await writeFile(
+    join(work, 'tsconfig.json'),
+    JSON.stringify({
+      compilerOptions: {
+        target: 'ES2022',
+        lib: ['ES2022'],
+        module: 'NodeNext',
+        moduleResolution: 'NodeNext',
+        types: ['node'],
+        strict: true,
+        skipLibCheck: false,
+        noEmitOnError: true,
+        outDir: 'out',
+      },
+      files: ['host.ts'],
+    }),
+  )
+  const tsc = join(root, 'node_modules/typescript/bin/tsc')
+  typeCheck = await run(process.execPath, [tsc, '-p', join(work, 'tsconfig.json')], { cwd: work })
+    .then(({ stdout, stderr }) => ({ code: 0, output: stdout + stderr }))
+    .catch((error: { code?: number; stdout?: string; stderr?: string }) => ({
+      code: error.code ?? 1,
+      output: `${error.stdout ?? ''}${error.stderr ?? ''}`,
+    }))
+  if (typeCheck.code !== 0) return
+  standin = await startOrchestratorStandin({ token, labels: { 'cordon-test.run': RUN_LABEL } })
+  const { stdout } = await run(process.execPath, [join(work, 'out/host.js')], {
+    cwd: work,
+    env: {
+      ...process.env,
+      HOST_IMAGE: IMAGE,
+      RUN_LABEL,
+      ORCHESTRATOR_URL: standin.url,
+      ORCHESTRATOR_TOKEN: token,
+    },
+    timeout: 180_000,
+  }).catch((error: { stdout?: string; message: string }) => ({
+    stdout: error.stdout || JSON.stringify({ failure: error.message }),
+  }))
+  report = JSON.parse(stdout.trim().split('\n').at(-1) ?? '{}')
+}, 240_000)
+
+afterAll(async () => {
+  await standin?.close()
+})
+
+describe('switching a namzu host to cordon by its imports', () => {
+  it('changes nothing but the import specifiers', () => {
+    const changed = original
+      .split('\n')
+      .map((line, index) => [line, switched.split('\n')[index]] as const)
+      .filter(([before, after]) => before !== after)
+    expect(changed.length).toBe(2)
+    for (const [before, after] of changed) {
+      expect(before).toMatch(/from '@namzu\/(sandbox|sdk)'$/)
+      expect(after).toMatch(/from '@cordon\/sandbox'$/)
+    }
+  })
+
+  it('type-checks strictly, libraries included, with zero errors', () => {
+    expect(typeCheck.output).toBe('')
+    expect(typeCheck.code).toBe(0)
+  })
+
+  it('runs to the end', () => {
+    expect(report.failure).toBeUndefined()
+    expect(report.prompt).toContain('/mnt/skills/pdf-tools.v2')
+  })
+
+  it("keeps the reference's constants and provider naming", () => {
+    expect(report.constants).toEqual({
+      timeout: 30_000,
+      memory: 512,
+      processes: 32,
+      output: 10 * 1024 * 1024,
+      paths: [
+        '/mnt/user-data/outputs',
+        '/mnt/user-data/uploads',
+        '/mnt/user-data/scratch',
+        '/mnt/user-data/tool_results',
+        '/mnt/transcripts',
+        '/mnt/skills',
+      ],
+    })
+    expect(report.provider).toEqual({
+      id: 'cordon-container-docker',
+      name: '@cordon/sandbox: container:docker',
+      environment: 'linux-namespace',
+    })
+    expect(report.sandbox).toMatchObject({
+      status: 'ready',
+      environment: 'linux-namespace',
+      rootDir: '/mnt/user-data/outputs',
+    })
+    expect(report.sandbox.id).toMatch(/^sbx_/)
+  })
+
+  it('runs commands with the env, cwd and result the reference documents', () => {
+    expect(report.exec).toEqual({
+      exitCode: 3,
+      stdout: `hello task-42\n/tmp\n1000\n`,
+      stderr: 'oops\n',
+      signalPresent: false,
+      signal: null,
+      timedOut: false,
+      durationIsNumber: true,
+      stdoutTruncated: false,
+    })
+  })
+
+  it("reads create's timeoutMs as the default exec timeout, never as the sandbox's lifetime", () => {
+    expect(report.timeoutMs).toEqual({
+      aliveAfter: 'still here',
+      defaultTimedOut: true,
+      defaultSignal: 'SIGKILL',
+    })
+  })
+
+  it('reports busy while a command runs, and kills an aborted command', () => {
+    expect(report.busy).toEqual({ during: 'busy', after: 'ready' })
+    expect(report.abort).toMatchObject({ signal: 'SIGKILL' })
+  })
+
+  it('moves files as Buffers through a seed-shaped layout, skills with dots and their own paths', () => {
+    expect(report.files).toEqual({
+      text: '# Report\nmade by the host\n',
+      bytes: [0, 1, 2, 255],
+      upload: 'a,b\n1,2\n',
+      entries: [
+        ['/mnt/user-data/outputs/data.bin', 4],
+        ['/mnt/user-data/outputs/notes/report.md', 26],
+      ],
+      onHost: '# Report\nmade by the host\n',
+    })
+    expect(report.skills).toEqual({ stdout: '# pdf tools\n# custom\n', exitCode: 0 })
+  })
+
+  it('keeps deny-all a real boundary, and says so when asked to change it', () => {
+    expect(report.denyAll.exitCode).not.toBe(0)
+    expect(report.setNetworkPolicy).toMatchObject({
+      name: 'SandboxControlRefusedError',
+      control: 'setNetworkPolicy',
+    })
+    expect(report.destroyed).toBe('destroyed')
+    expect(report.runsc).toBe('under gvisor\n')
+  })
+
+  it('refuses what it cannot honour with typed errors naming the field and the fix', () => {
+    const refusals = report.refusals
+    expect(refusals.hostReachability).toMatchObject({
+      name: 'SandboxControlRefusedError',
+      control: 'hostReachability',
+    })
+    expect(refusals.network).toMatchObject({
+      name: 'SandboxControlRefusedError',
+      control: 'network',
+    })
+    expect(refusals.network.message).toContain('egress policy')
+    expect(refusals.proxiedWithoutGateway).toMatchObject({
+      name: 'SandboxControlRefusedError',
+      control: 'egress.static',
+    })
+    expect(refusals.proxiedWithoutGateway.message).toContain('gatewayImage')
+    expect(refusals.inventedTier).toMatchObject({
+      name: 'SandboxBackendNotImplementedError',
+      backend: 'process',
+    })
+    expect(refusals.badLayout.name).toBe('ContainerSandboxLayoutValidationError')
+    expect(refusals.badLayout.reasons.length).toBeGreaterThanOrEqual(3)
+    expect(refusals.badLayout.message).toMatch(/^Invalid ContainerSandboxLayout: /)
+  })
+
+  it("serialises errors in the reference's envelope", () => {
+    expect(report.layoutError.json).toEqual({
+      name: 'ContainerSandboxLayoutValidationError',
+      message: 'Invalid ContainerSandboxLayout: outputs: missing',
+      reasons: ['outputs: missing'],
+    })
+    expect(report.layoutError.serialized).toMatchObject({
+      name: 'ContainerSandboxLayoutValidationError',
+      reasons: ['outputs: missing'],
+      cause: { name: 'Symbol', message: 'Symbol(why)' },
+    })
+    expect(report.layoutError.notImplemented).toBe('container:lxc')
+  })
+
+  it("runs the reference's egress proxy and helpers", () => {
+    expect(report.policies).toEqual(['deny-all', 'allow-all', 'static', 'resolver'])
+    expect(report.allowlist).toEqual({
+      sub: true,
+      other: false,
+      authority: { host: 'api.example.com', port: 8443 },
+      bare: { host: 'api.example.com' },
+    })
+    expect(report.proxy.status).toBe('403')
+    expect(report.proxy.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/)
+    expect(report.proxy.denied).toEqual([['evil.example.net', 'host-not-allowed']])
+  })
+
+  it('runs the microVM tier through an orchestrator, and refuses an unauthenticated agent transport', () => {
+    expect(report.microvmProvider).toEqual({
+      id: 'cordon-microvm-self-hosted',
+      name: '@cordon/sandbox: microvm:self-hosted',
+    })
+    expect(report.microvm).toEqual({
+      read: 'from the host',
+      ran: 'from the host',
+      environment: 'linux-namespace',
+    })
+    expect(report.transport).toMatchObject({ name: 'SandboxConfigValidationError' })
+    expect(report.transport.message).toContain('authenticates every connection')
+    expect(report.aciProvider).toEqual({
+      id: 'cordon-container-aci-standby-pool',
+      name: '@cordon/sandbox: container:aci-standby-pool',
+    })
+  })
+
+  it('leaves nothing behind on the engine', async () => {
+    const docker = new Dockerode()
+    const containers = await docker.listContainers({
+      all: true,
+      filters: { label: [`cordon-test.run=${RUN_LABEL}`, 'cordon.managed=1'] },
+    })
+    expect(containers.map((container) => container.Names[0])).toEqual([])
+  })
+})
