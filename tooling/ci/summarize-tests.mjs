@@ -41,5 +41,11 @@ for (const dir of packageDirs) {
     failed += 1
   }
 }
+// Checks that ran outside vitest (lint, type check) and failed count as one
+// failure each, named on stderr, so the line never reads green over them.
+for (const check of (process.env.CORDON_FAILED_CHECKS ?? '').split(',').filter(Boolean)) {
+  console.error(`summary: ${check} failed; counted as 1 failure`)
+  failed += 1
+}
 console.log(`${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ''}`)
 process.exitCode = failed > 0 ? 1 : 0
