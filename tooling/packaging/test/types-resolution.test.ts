@@ -1,9 +1,9 @@
-import { execFileSync } from 'node:child_process'
 import { mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { checkPackage, createPackageFromTarballData } from '@arethetypeswrong/core'
 import { afterAll, describe, expect, it } from 'vitest'
+import { packPackage } from './pack.js'
 import { publishablePackages } from './publishable-packages.js'
 
 const publishable = publishablePackages()
@@ -19,14 +19,8 @@ afterAll(() => rmSync(packDir, { recursive: true, force: true }))
 describe('type resolution of every publishable package (arethetypeswrong)', () => {
   for (const { dir, manifest } of publishable) {
     it(`${manifest.name} resolves its types under node16 ESM and bundlers`, async () => {
-      const output = execFileSync('npm', ['pack', '--json', '--pack-destination', packDir], {
-        cwd: dir,
-        encoding: 'utf8',
-      })
-      const [{ filename }] = JSON.parse(output) as Array<{ filename: string }>
-      const pkg = createPackageFromTarballData(
-        new Uint8Array(readFileSync(join(packDir, filename))),
-      )
+      const tarball = packPackage({ dir, manifest }, packDir)
+      const pkg = createPackageFromTarballData(new Uint8Array(readFileSync(tarball)))
       const result = await checkPackage(pkg)
       const problems = 'problems' in result ? result.problems : []
       const relevant = problems.filter((problem) => {

@@ -3,8 +3,81 @@
  * and the client half of every operation. Every backend that talks to
  * `@cordon/agent` imports this module instead of re-implementing the wire.
  */
-export * from './auth.js'
-export * from './client-operations.js'
-export * from './frame-codec.js'
-export * from './framed-connection.js'
-export * from './messages.js'
+export {
+  computeAuthProof,
+  MIN_SECRET_LENGTH,
+  newAgentSecret,
+  verifyAuthProof,
+} from './auth.js'
+export {
+  type AgentExecHandlers,
+  AgentExecSession,
+  type AgentFileDownload,
+  AgentRemoteError,
+  AgentStdinClosedError,
+  authenticateToAgent,
+  DEFAULT_HEARTBEAT_MS,
+  IDLE_HEARTBEATS,
+  requestExec,
+  requestHealth,
+  requestListFiles,
+  requestReadFile,
+  requestWriteFile,
+} from './client-operations.js'
+export {
+  DATA_CHANNELS,
+  DATA_CHUNK_BYTES,
+  type DataChannel,
+  DEFAULT_MAX_FRAME_BYTES,
+  encodeDataFrame,
+  encodeDataHeader,
+  encodeMessageFrame,
+  FRAME_HEADER_BYTES,
+  FRAME_KIND_DATA,
+  FRAME_KIND_MESSAGE,
+  type Frame,
+  FrameDecoder,
+  FrameError,
+  type FrameErrorReason,
+  PRE_AUTH_MAX_FRAME_BYTES,
+} from './frame-codec.js'
+export {
+  ConnectionClosedError,
+  ConnectionIdleError,
+  FramedConnection,
+  type FramedConnectionOptions,
+} from './framed-connection.js'
+export {
+  type AgentErrorCode,
+  type AgentMessage,
+  type AgentRequest,
+  type AuthMessage,
+  type AuthOkMessage,
+  type CancelAckMessage,
+  type CancelMessage,
+  type ClientMessage,
+  type EndMessage,
+  type EntriesMessage,
+  type ErrorMessage,
+  type ExecRequest,
+  type ExitMessage,
+  type FileEntryMessage,
+  type FileInfoMessage,
+  type HealthOkMessage,
+  type HealthRequest,
+  type HeartbeatMessage,
+  type HelloMessage,
+  type KillSignalName,
+  type ListFilesRequest,
+  PROTOCOL_VERSION,
+  ProtocolError,
+  parseAgentMessage,
+  parseClientMessage,
+  type ReadFileRequest,
+  type StartedMessage,
+  type StdinAckMessage,
+  type StdinEndMessage,
+  type WriteDoneMessage,
+  type WriteFileRequest,
+  type WriteReadyMessage,
+} from './messages.js'
