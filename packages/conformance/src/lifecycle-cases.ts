@@ -1,4 +1,9 @@
-import { SandboxAbortedError, SandboxDestroyedError } from '@cordon/core'
+import {
+  type CordonSandbox,
+  SandboxAbortedError,
+  SandboxDestroyedError,
+  type SandboxExecResult,
+} from '@cordon/core'
 import { SANDBOX_ID_PATTERN } from '@cordon/core/backend'
 import { describe, expect, it } from 'vitest'
 import type { SandboxesUnderTest } from './shared-sandbox.js'
@@ -72,6 +77,28 @@ export function lifecycleCases(
           expect(longer).toMatchObject({ exitCode: 0, timedOut: false })
           expect(sandbox.status).toBe('ready')
         })
+      },
+      timeout,
+    )
+
+    it(
+      'disposes a started process and the sandbox at the end of an `await using` scope',
+      async () => {
+        let sandbox: CordonSandbox | undefined
+        let ended: Promise<SandboxExecResult> | undefined
+        {
+          await using scoped = await sandboxes.provider.create()
+          sandbox = scoped
+          {
+            await using sleeper = await scoped.start('sleep', ['30'])
+            ended = sleeper.wait()
+          }
+          expect(await ended).toMatchObject({ signal: 'SIGKILL' })
+          expect(scoped.status).toBe('ready')
+        }
+        expect(sandbox.status).toBe('destroyed')
+        const error = await sandbox.exec('true').catch((caught: unknown) => caught)
+        expect(SandboxDestroyedError.isInstance(error)).toBe(true)
       },
       timeout,
     )
