@@ -11,6 +11,8 @@ import { MIN_SECRET_LENGTH } from './protocol/auth.js'
  */
 
 export type AgentListenAddress =
+  /** The agent's own stdin and stdout, carrying a stream multiplexer (a container's attached stdio). */
+  | { readonly kind: 'stdio' }
   | { readonly kind: 'unix'; readonly path: string; readonly mode: number }
   | { readonly kind: 'fd'; readonly fd: number }
   | { readonly kind: 'tcp'; readonly host: string; readonly port: number }
@@ -30,6 +32,18 @@ export interface AgentConfig {
   readonly reseedHook: string | undefined
   /** Raise each command's OOM score so the kernel picks it, not the agent, under memory pressure. */
   readonly protectFromOom: boolean
+  /**
+   * The user commands run as, and file operations act as. Set, the agent runs
+   * as root with only the capabilities to become that user and to signal its
+   * processes, and it hands every file operation to a worker process running
+   * as that user, so the host never reads or writes with more rights than the
+   * sandbox has.
+   */
+  readonly runAs: { readonly uid: number; readonly gid: number } | undefined
+  /** With `stdio`: a loopback port whose connections go to the host as `egress` streams. */
+  readonly egressPort: number | undefined
+  /** The agent exits this long after it started: a lifetime the host's death cannot stop. */
+  readonly lifetimeMs: number | undefined
   readonly log: (
     level: 'info' | 'warn' | 'error',
     message: string,
@@ -47,6 +61,9 @@ export const AGENT_ENV = {
   reseedHook: 'CORDON_AGENT_RESEED_HOOK',
   protectFromOom: 'CORDON_AGENT_PROTECT_FROM_OOM',
   quiet: 'CORDON_AGENT_QUIET',
+  runAs: 'CORDON_AGENT_RUN_AS',
+  egressPort: 'CORDON_AGENT_EGRESS_PORT',
+  lifetimeMs: 'CORDON_AGENT_LIFETIME_MS',
 } as const
 
 export const DEFAULT_WRITE_ROOT = '/mnt/user-data/outputs'
@@ -69,7 +86,7 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
   const listenText = get(AGENT_ENV.listen)
   let listen: AgentListenAddress | undefined
   if (!listenText)
-    problems.push(`${AGENT_ENV.listen} is required (unix:/path, fd:3 or tcp:host:port)`)
+    problems.push(`${AGENT_ENV.listen} is required (stdio, unix:/path, fd:3 or tcp:host:port)`)
   else {
     try {
       listen = parseListenAddress(listenText, get(AGENT_ENV.socketMode))
@@ -106,6 +123,32 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
     problems.push(`${AGENT_ENV.reseedHook} must be an absolute path`)
   const protectFromOom = get(AGENT_ENV.protectFromOom) !== '0'
   const quiet = get(AGENT_ENV.quiet) === '1'
+  const runAsText = get(AGENT_ENV.runAs)
+  let runAs: AgentConfig['runAs']
+  if (runAsText) {
+    const match = /^(\d+):(\d+)$/.exec(runAsText)
+    const uid = Number(match?.[1])
+    const gid = Number(match?.[2])
+    if (!match || uid === 0 || gid === 0 || uid > 0x7fffffff || gid > 0x7fffffff)
+      problems.push(`${AGENT_ENV.runAs} must be "uid:gid" of a user other than root`)
+    else runAs = { uid, gid }
+  }
+  const egressPort = optionalInteger(
+    get(AGENT_ENV.egressPort),
+    AGENT_ENV.egressPort,
+    0,
+    65535,
+    problems,
+  )
+  if (egressPort !== undefined && listen && listen.kind !== 'stdio')
+    problems.push(`${AGENT_ENV.egressPort} needs ${AGENT_ENV.listen}=stdio`)
+  const lifetimeMs = optionalInteger(
+    get(AGENT_ENV.lifetimeMs),
+    AGENT_ENV.lifetimeMs,
+    1,
+    2_147_483_647,
+    problems,
+  )
 
   for (const name of Object.keys(env)) if (name.startsWith('CORDON_AGENT_')) delete env[name]
 
@@ -119,11 +162,31 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
     readRoots: [...new Set([...writeRoots, ...readRoots])],
     reseedHook,
     protectFromOom,
+    runAs,
+    egressPort,
+    lifetimeMs,
     log: quiet ? () => {} : writeLogLine,
   }
 }
 
+function optionalInteger(
+  text: string | undefined,
+  name: string,
+  min: number,
+  max: number,
+  problems: string[],
+): number | undefined {
+  if (text === undefined) return undefined
+  const value = Number(text)
+  if (!Number.isInteger(value) || value < min || value > max) {
+    problems.push(`${name} must be an integer from ${min} to ${max}`)
+    return undefined
+  }
+  return value
+}
+
 function parseListenAddress(text: string, socketMode: string | undefined): AgentListenAddress {
+  if (text === 'stdio') return { kind: 'stdio' }
   if (text.startsWith('unix:')) {
     const path = text.slice('unix:'.length)
     if (!isAbsolute(path))
@@ -153,7 +216,7 @@ function parseListenAddress(text: string, socketMode: string | undefined): Agent
       throw new AgentConfigError(`${AGENT_ENV.listen}: bad tcp port`)
     return { kind: 'tcp', host, port }
   }
-  throw new AgentConfigError(`${AGENT_ENV.listen} must start with unix:, fd: or tcp:`)
+  throw new AgentConfigError(`${AGENT_ENV.listen} must be stdio or start with unix:, fd: or tcp:`)
 }
 
 function parseRoots(text: string, name: string, problems: string[]): string[] {

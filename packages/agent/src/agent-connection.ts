@@ -1,4 +1,4 @@
-import type { Socket } from 'node:net'
+import type { Duplex } from 'node:stream'
 import type { AgentConfig } from './agent-config.js'
 import { serveExec } from './exec-runner.js'
 import { serveListFiles } from './file-list.js'
@@ -16,6 +16,7 @@ import {
 import { FramedConnection } from './protocol/framed-connection.js'
 import {
   type AgentErrorCode,
+  type AgentRequest,
   PROTOCOL_VERSION,
   ProtocolError,
   parseClientMessage,
@@ -27,8 +28,33 @@ const AUTH_TIMEOUT_MS = 10_000
 const MIN_HEARTBEAT_MS = 50
 const MAX_HEARTBEAT_MS = 60_000
 
+/** The requests a connection may carry. */
+export type AgentOperation = AgentRequest['type']
+
+export const ALL_OPERATIONS: ReadonlySet<AgentOperation> = new Set<AgentOperation>([
+  'health',
+  'exec',
+  'read-file',
+  'write-file',
+  'list-files',
+])
+/** What the agent serves itself when file operations go to a worker running as the sandbox's user. */
+export const SUPERVISOR_OPERATIONS: ReadonlySet<AgentOperation> = new Set<AgentOperation>([
+  'health',
+  'exec',
+])
+/** What that worker serves: files, and health so the supervisor can tell it is up. */
+export const FILE_OPERATIONS: ReadonlySet<AgentOperation> = new Set<AgentOperation>([
+  'health',
+  'read-file',
+  'write-file',
+  'list-files',
+])
+
 export interface ConnectionContext {
   readonly config: AgentConfig
+  /** The requests this agent process serves; any other is refused. */
+  readonly operations: ReadonlySet<AgentOperation>
   readonly jail: PathJail
   readonly nonces: NonceSource
   readonly startedAt: number
@@ -42,7 +68,7 @@ export interface ConnectionContext {
  * `hello` is sent before the client has proved it holds the secret, and until
  * then frames are limited to {@link PRE_AUTH_MAX_FRAME_BYTES}.
  */
-export async function serveConnection(socket: Socket, context: ConnectionContext): Promise<void> {
+export async function serveConnection(socket: Duplex, context: ConnectionContext): Promise<void> {
   const connection = new FramedConnection(socket, { maxFrameBytes: PRE_AUTH_MAX_FRAME_BYTES })
   const { log } = context.config
   try {
@@ -56,6 +82,12 @@ export async function serveConnection(socket: Socket, context: ConnectionContext
     if (frame.kind !== 'message')
       throw new AgentOperationError('bad-request', 'expected a request message')
     const request = parseClientMessage(frame.message)
+    if (!context.operations.has(request.type as AgentOperation)) {
+      throw new AgentOperationError(
+        'bad-request',
+        `this connection does not serve "${request.type}" (file operations go on a file stream)`,
+      )
+    }
     switch (request.type) {
       case 'health':
         await connection.send({
@@ -72,6 +104,7 @@ export async function serveConnection(socket: Socket, context: ConnectionContext
         await serveExec(connection, request, {
           defaultCwd: context.config.writeRoots[0] ?? '/',
           protectFromOom: context.config.protectFromOom,
+          runAs: context.config.runAs,
         })
         break
       case 'read-file':

@@ -1,9 +1,17 @@
 import { chmod, unlink } from 'node:fs/promises'
-import { createServer, type Server, type Socket } from 'node:net'
+import { createServer, type Server, Socket } from 'node:net'
 import { type AgentConfig, loadSecret } from './agent-config.js'
-import { type ConnectionContext, serveConnection } from './agent-connection.js'
+import {
+  ALL_OPERATIONS,
+  type ConnectionContext,
+  FILE_OPERATIONS,
+  SUPERVISOR_OPERATIONS,
+  serveConnection,
+} from './agent-connection.js'
+import { FileWorker, pipeBothWays } from './file-worker.js'
 import { NonceSource, runReseedHook } from './nonce-source.js'
 import { PathJail } from './path-jail.js'
+import { StreamMux } from './protocol/stream-mux.js'
 
 /** Connections served at once; beyond this new ones are closed at once. */
 const MAX_CONNECTIONS = 512
@@ -29,12 +37,14 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
   const nonces = new NonceSource()
   const context: ConnectionContext = {
     config,
+    operations: ALL_OPERATIONS,
     jail: new PathJail(config.writeRoots, config.readRoots),
     nonces,
     startedAt: performance.now(),
     secret: () => secret!,
     resumes: () => resumes,
   }
+  if (config.listen.kind === 'stdio') return startStdioAgent(config, context)
   const sockets = new Set<Socket>()
   let server = await listen(config, context, sockets)
   config.log('info', 'agent listening', { address: describeAddress(config, server) })
@@ -76,6 +86,80 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
   }
 }
 
+/**
+ * Serves a stream multiplexer on stdin and stdout: the channel of an agent
+ * that is a container's entry process, reached through the engine's attach.
+ * `agent` streams carry the protocol; `file` streams too, but go to the
+ * worker that acts as the sandbox's user when there is one. The sandbox's
+ * egress port, if any, turns each local connection into an `egress` stream
+ * toward the host. The host closing the channel ends the agent.
+ */
+async function startStdioAgent(
+  config: AgentConfig,
+  context: ConnectionContext,
+): Promise<RunningAgent> {
+  const worker = config.runAs ? new FileWorker(config, context.secret) : undefined
+  // fd 1 as a socket: writes to a pipe through process.stdout would block the event loop.
+  const output = new Socket({ fd: 1, readable: false, writable: true })
+  const mux = new StreamMux(process.stdin, output, {
+    initiator: false,
+    maxStreams: MAX_CONNECTIONS,
+    onStream: (stream, opening) => {
+      stream.on('error', () => {})
+      if (opening.kind === 'agent') {
+        void serveConnection(stream, {
+          ...context,
+          operations: worker ? SUPERVISOR_OPERATIONS : ALL_OPERATIONS,
+        })
+      } else if (opening.kind === 'file') {
+        if (worker) worker.relay(stream)
+        else void serveConnection(stream, { ...context, operations: FILE_OPERATIONS })
+      } else {
+        stream.destroy()
+      }
+    },
+  })
+  let egress: Server | undefined
+  if (config.egressPort !== undefined) {
+    // Half-open on: a client that shuts its write side still gets the answer.
+    egress = createServer({ allowHalfOpen: true }, (socket) => {
+      socket.on('error', () => {})
+      if (mux.isClosed) {
+        socket.destroy()
+        return
+      }
+      pipeBothWays(socket, mux.open({ kind: 'egress' }))
+    })
+    await new Promise<void>((resolve, reject) => {
+      egress!.once('error', reject)
+      egress!.listen(config.egressPort, '127.0.0.1', () => resolve())
+    })
+  }
+  const close = async (): Promise<void> => {
+    worker?.close()
+    mux.close()
+    if (egress) await closeServer(egress)
+  }
+  mux.onClose((reason) => {
+    config.log('info', 'the host closed the channel; stopping', { reason: reason.message })
+    void close().finally(() => process.exit(0))
+  })
+  const egressAddress = egress?.address()
+  config.log('info', 'agent serving on stdio', {
+    ...(egressAddress && typeof egressAddress === 'object'
+      ? { egressPort: egressAddress.port }
+      : {}),
+    ...(config.runAs ? { runAs: `${config.runAs.uid}:${config.runAs.gid}` } : {}),
+  })
+  return {
+    address: 'stdio',
+    async resume() {
+      // A container is not snapshotted and resumed; the channel outlives nothing.
+    },
+    close,
+  }
+}
+
 async function listen(
   config: AgentConfig,
   context: ConnectionContext,
@@ -92,6 +176,7 @@ async function listen(
     void serveConnection(socket, context)
   })
   const { listen: address } = config
+  if (address.kind === 'stdio') throw new Error('stdio is served by startStdioAgent')
   if (address.kind === 'unix') await unlink(address.path).catch(() => {})
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)
@@ -113,6 +198,7 @@ function closeServer(server: Server): Promise<void> {
 
 function describeAddress(config: AgentConfig, server: Server): string {
   const { listen } = config
+  if (listen.kind === 'stdio') return 'stdio'
   if (listen.kind === 'unix') return listen.path
   if (listen.kind === 'fd') return `fd:${listen.fd}`
   const bound = server.address()

@@ -9,14 +9,25 @@
 import { AgentConfigError, readAgentConfig } from './agent-config.js'
 import { AGENT_VERSION } from './agent-connection.js'
 import { startAgent } from './agent-server.js'
+import { runFileWorker } from './file-worker.js'
 
 async function main(): Promise<void> {
   if (process.argv.includes('--version')) {
     process.stdout.write(`${AGENT_VERSION}\n`)
     return
   }
+  if (process.argv.includes('--file-worker')) {
+    await runFileWorker()
+    return
+  }
   const config = readAgentConfig(process.env)
   const agent = await startAgent(config)
+  if (config.lifetimeMs !== undefined) {
+    setTimeout(() => {
+      config.log('info', 'lifetime reached; stopping', { lifetimeMs: config.lifetimeMs })
+      void agent.close().finally(() => process.exit(0))
+    }, config.lifetimeMs)
+  }
   let resuming = Promise.resolve()
   process.on('SIGHUP', () => {
     resuming = resuming

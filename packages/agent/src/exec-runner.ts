@@ -18,6 +18,8 @@ const TERM_GRACE_MS = 2_000
 export interface ExecContext {
   readonly defaultCwd: string
   readonly protectFromOom: boolean
+  /** Spawn the command as this user (the agent then holds only the rights to do so). */
+  readonly runAs: { readonly uid: number; readonly gid: number } | undefined
 }
 
 /**
@@ -51,7 +53,7 @@ export async function serveExec(
   const oomBefore = readOomKillCount()
   const started = performance.now()
 
-  const child = spawnWithOomPreference(request, cwd, env, context.protectFromOom)
+  const child = spawnWithOomPreference(request, cwd, env, context)
   const spawnError = await spawnOutcome(child)
   if (spawnError) {
     await reportSpawnFailure(connection, request.command, spawnError, started)
@@ -65,9 +67,12 @@ export async function serveExec(
   let killTimer: ReturnType<typeof setTimeout> | undefined
   let exited = false
   const kill = (signal: KillSignalName): void => {
-    signalExecProcesses(pid, marker, signal)
+    signalExecProcesses(pid, marker, signal, context.runAs)
     if (signal === 'SIGTERM' && !killTimer) {
-      killTimer = setTimeout(() => signalExecProcesses(pid, marker, 'SIGKILL'), TERM_GRACE_MS)
+      killTimer = setTimeout(
+        () => signalExecProcesses(pid, marker, 'SIGKILL', context.runAs),
+        TERM_GRACE_MS,
+      )
       killTimer.unref?.()
     }
   }
@@ -139,10 +144,10 @@ function spawnWithOomPreference(
   request: ExecRequest,
   cwd: string,
   env: Record<string, string>,
-  protectFromOom: boolean,
+  context: ExecContext,
 ): ChildProcess {
   let previous: string | undefined
-  if (protectFromOom) {
+  if (context.protectFromOom) {
     try {
       previous = readFileSync('/proc/self/oom_score_adj', 'utf8').trim()
       writeFileSync('/proc/self/oom_score_adj', '1000')
@@ -154,6 +159,7 @@ function spawnWithOomPreference(
     return spawn(request.command, [...request.args], {
       cwd,
       env,
+      ...(context.runAs ? { uid: context.runAs.uid, gid: context.runAs.gid } : {}),
       detached: true,
       stdio: [request.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
       windowsHide: true,

@@ -46,8 +46,20 @@ function carriesMarker(pid: number, needle: Buffer): boolean {
   }
 }
 
-/** Live (non-zombie) processes of the exec rooted at `rootPid` and marked with `marker`. */
-export function findExecProcesses(rootPid: number, marker: string): number[] {
+/** A user whose processes' environments are read as that user (see {@link findExecProcesses}). */
+export interface MarkerReader {
+  readonly uid: number
+  readonly gid: number
+}
+
+/**
+ * Live (non-zombie) processes of the exec rooted at `rootPid` and marked with
+ * `marker`. When the agent runs commands as another user it cannot read their
+ * environments as root (that needs the ptrace right, which the agent is not
+ * given), so it takes on their ids for the scan, which is synchronous and so
+ * touches nothing else the agent does, and returns to root before signalling.
+ */
+export function findExecProcesses(rootPid: number, marker: string, as?: MarkerReader): number[] {
   let entries: string[]
   try {
     entries = readdirSync('/proc')
@@ -63,11 +75,32 @@ export function findExecProcesses(rootPid: number, marker: string): number[] {
   }
   const needle = Buffer.from(`${EXEC_MARKER_VARIABLE}=${marker}\0`)
   const members: number[] = []
+  const candidates: ProcessInfo[] = []
   for (const info of all.values()) {
     if (info.pid === self || info.zombie) continue
-    if (descendsFrom(info, rootPid, all) || carriesMarker(info.pid, needle)) members.push(info.pid)
+    if (descendsFrom(info, rootPid, all)) members.push(info.pid)
+    else candidates.push(info)
   }
+  asUser(as, () => {
+    for (const info of candidates) if (carriesMarker(info.pid, needle)) members.push(info.pid)
+  })
   return members
+}
+
+/** Runs `read` with effective ids `as` (then back to the agent's own), or as it is. */
+function asUser(as: MarkerReader | undefined, read: () => void): void {
+  if (!as || typeof process.seteuid !== 'function' || process.geteuid?.() !== 0) {
+    read()
+    return
+  }
+  process.setegid!(as.gid)
+  process.seteuid(as.uid)
+  try {
+    read()
+  } finally {
+    process.seteuid(0)
+    process.setegid!(0)
+  }
 }
 
 function descendsFrom(info: ProcessInfo, rootPid: number, all: Map<number, ProcessInfo>): boolean {
@@ -97,12 +130,13 @@ export function signalExecProcesses(
   rootPid: number,
   marker: string,
   name: 'SIGKILL' | 'SIGTERM',
+  as?: MarkerReader,
   maxRounds = 20,
 ): number {
   const signalled = new Set<number>()
   signal(-rootPid, name)
   for (let round = 0; round < maxRounds; round++) {
-    const members = findExecProcesses(rootPid, marker)
+    const members = findExecProcesses(rootPid, marker, as)
     const fresh = name === 'SIGKILL' ? members : members.filter((pid) => !signalled.has(pid))
     if (fresh.length === 0) break
     if (name === 'SIGKILL') for (const pid of fresh) signal(pid, 'SIGSTOP')

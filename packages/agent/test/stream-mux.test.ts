@@ -45,7 +45,8 @@ function pair(
 async function readAll(stream: MuxStream): Promise<Buffer> {
   const chunks: Buffer[] = []
   // Reading to the end must not destroy the stream: its other half may still be writing.
-  for await (const chunk of stream.iterator({ destroyOnReturn: false })) chunks.push(chunk as Buffer)
+  for await (const chunk of stream.iterator({ destroyOnReturn: false }))
+    chunks.push(chunk as Buffer)
   return Buffer.concat(chunks)
 }
 

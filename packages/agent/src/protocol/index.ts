@@ -81,3 +81,13 @@ export {
   type WriteFileRequest,
   type WriteReadyMessage,
 } from './messages.js'
+export {
+  MAX_DATA_PAYLOAD,
+  MuxProtocolError,
+  MuxStream,
+  MuxStreamResetError,
+  STREAM_WINDOW_BYTES,
+  StreamMux,
+  type StreamMuxOptions,
+  type StreamOpening,
+} from './stream-mux.js'

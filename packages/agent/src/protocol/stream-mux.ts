@@ -73,9 +73,7 @@ export class MuxStream extends Duplex {
   private sendCredit = STREAM_WINDOW_BYTES
   /** Bytes received and handed to our reader since credit was last returned. */
   private unacknowledged = 0
-  private pendingWrite:
-    | { chunk: Buffer; callback: (error?: Error | null) => void }
-    | undefined
+  private pendingWrite: { chunk: Buffer; callback: (error?: Error | null) => void } | undefined
   private localEnded = false
   private remoteEnded = false
   private reset = false
@@ -87,7 +85,11 @@ export class MuxStream extends Duplex {
     super({ allowHalfOpen: true, highWaterMark: MAX_DATA_PAYLOAD })
   }
 
-  override _write(chunk: Buffer, _encoding: BufferEncoding, callback: (error?: Error | null) => void): void {
+  override _write(
+    chunk: Buffer,
+    _encoding: BufferEncoding,
+    callback: (error?: Error | null) => void,
+  ): void {
     this.pendingWrite = { chunk, callback }
     this.flushWrite()
   }
@@ -194,6 +196,8 @@ export class StreamMux {
     this.nextId = options.initiator ? 1 : 2
     this.maxStreams = options.maxStreams ?? 1024
     input.on('data', (chunk: Buffer) => this.onData(chunk))
+    // An input handed over paused (after a first line was read from it) must flow.
+    input.resume()
     input.on('end', () => this.close(new MuxProtocolError('the channel ended')))
     input.on('error', (error: Error) => this.close(error))
     output.on('error', (error: Error) => this.close(error))
@@ -292,7 +296,8 @@ export class StreamMux {
       } catch {
         throw new MuxProtocolError('malformed open frame')
       }
-      if (typeof opening?.kind !== 'string') throw new MuxProtocolError('an open frame needs a kind')
+      if (typeof opening?.kind !== 'string')
+        throw new MuxProtocolError('an open frame needs a kind')
       const stream = new MuxStream(this, id)
       this.streams.set(id, stream)
       if (!this.options.onStream || this.streams.size > this.maxStreams) {

@@ -27,7 +27,15 @@ import { toSandboxError } from './agent-error-mapping.js'
  * fires when the caller gives up or the attempt's time runs out: release what
  * the attempt opened.
  */
-export type AgentDial = (signal: AbortSignal) => Promise<Duplex>
+export type AgentDial = (signal: AbortSignal, kind: AgentStreamKind) => Promise<Duplex>
+
+/**
+ * What a connection is for: `agent` (health, commands) or `file` (file
+ * operations). Transports with one listener ignore it; the stdio channel of a
+ * container routes `file` streams to the worker that acts as the sandbox's
+ * user.
+ */
+export type AgentStreamKind = 'agent' | 'file'
 
 /** How hard an {@link AgentClient} tries; every field has a default. */
 export interface AgentClientTuning {
@@ -83,7 +91,7 @@ export class AgentClient {
   }
 
   /** Opens an authenticated connection (the building block of every operation). */
-  async open(signal?: AbortSignal): Promise<FramedConnection> {
+  async open(signal?: AbortSignal, kind: AgentStreamKind = 'agent'): Promise<FramedConnection> {
     const budget = this.options.connectRetryBudgetMs
     const attempts =
       budget === undefined ? Math.max(1, this.options.maxConnectAttempts ?? 5) : Infinity
@@ -96,7 +104,7 @@ export class AgentClient {
       if (signal?.aborted) throw new SandboxAbortedError('agent connect', { cause: signal.reason })
       let stream: Duplex | undefined
       try {
-        stream = await this.dialOnce(signal)
+        stream = await this.dialOnce(signal, kind)
         const connection = new FramedConnection(stream)
         const onAbort = (): void =>
           connection.destroy(new SandboxAbortedError('agent connect', { cause: signal?.reason }))
@@ -163,7 +171,7 @@ export class AgentClient {
 
   /** Opens a download; the returned chunks keep the connection until consumed or abandoned. */
   async readFile(path: string, signal?: AbortSignal): Promise<AgentFileDownload> {
-    const connection = await this.open(signal)
+    const connection = await this.open(signal, 'file')
     const onAbort = (): void =>
       connection.destroy(new SandboxAbortedError('readFile', { cause: signal?.reason }))
     signal?.addEventListener('abort', onAbort, { once: true })
@@ -220,7 +228,8 @@ export class AgentClient {
     signal: AbortSignal | undefined,
     run: (connection: FramedConnection) => Promise<T>,
   ): Promise<T> {
-    const connection = await this.open(signal)
+    // A path means a file operation.
+    const connection = await this.open(signal, path === undefined ? 'agent' : 'file')
     const onAbort = (): void =>
       connection.destroy(new SandboxAbortedError(operation, { cause: signal?.reason }))
     signal?.addEventListener('abort', onAbort, { once: true })
@@ -239,7 +248,7 @@ export class AgentClient {
    * either ends the attempt, the dial's own signal fires, and a stream that
    * still arrives afterwards is destroyed.
    */
-  private dialOnce(signal: AbortSignal | undefined): Promise<Duplex> {
+  private dialOnce(signal: AbortSignal | undefined, kind: AgentStreamKind): Promise<Duplex> {
     const timeoutMs = this.options.connectTimeoutMs ?? 5_000
     const attempt = new AbortController()
     return new Promise<Duplex>((resolve, reject) => {
@@ -266,7 +275,7 @@ export class AgentClient {
       signal?.addEventListener('abort', onAbort, { once: true })
       let dialing: Promise<Duplex>
       try {
-        dialing = this.options.dial(attempt.signal)
+        dialing = this.options.dial(attempt.signal, kind)
       } catch (error) {
         dialing = Promise.reject(error)
       }

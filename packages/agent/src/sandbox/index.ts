@@ -13,6 +13,7 @@ export {
   type AgentClientOptions,
   type AgentClientTuning,
   type AgentDial,
+  type AgentStreamKind,
   RetryableDialError,
 } from './agent-client.js'
 export { toSandboxError } from './agent-error-mapping.js'

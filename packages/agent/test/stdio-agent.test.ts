@@ -1,0 +1,184 @@
+/**
+ * The agent as a container's entry process: its channel is its own stdin and
+ * stdout, carrying a stream multiplexer. Run here as a child process of the
+ * test (as root, like the agent in a Docker sandbox), with commands and file
+ * operations as an unprivileged user.
+ */
+import { type ChildProcess, spawn } from 'node:child_process'
+import { once } from 'node:events'
+import { chmod, chown, mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises'
+import { connect } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { type MuxStream, StreamMux } from '../src/protocol/index.js'
+import { AgentClient } from '../src/sandbox/index.js'
+import { AGENT_PROGRAM } from './agent-harness.js'
+
+const NOBODY = { uid: 65534, gid: 65534 }
+
+interface StdioAgent {
+  readonly child: ChildProcess
+  readonly mux: StreamMux
+  readonly client: AgentClient
+  readonly dir: string
+  readonly outputs: string
+  stderr(): string
+  readonly egress: MuxStream[]
+}
+
+async function startStdioAgent(env: Record<string, string> = {}): Promise<StdioAgent> {
+  const dir = await mkdtemp(join(tmpdir(), 'cordon-stdio-agent-'))
+  await chmod(dir, 0o755)
+  const outputs = join(dir, 'out')
+  await mkdir(outputs)
+  await chown(outputs, NOBODY.uid, NOBODY.gid)
+  const secret = `stdio-secret-${Date.now()}-0123456789`
+  const child = spawn(process.execPath, [AGENT_PROGRAM], {
+    env: {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      CORDON_AGENT_LISTEN: 'stdio',
+      CORDON_AGENT_SECRET: secret,
+      CORDON_AGENT_WRITE_ROOTS: outputs,
+      CORDON_AGENT_RUN_AS: `${NOBODY.uid}:${NOBODY.gid}`,
+      ...env,
+    },
+    stdio: ['pipe', 'pipe', 'pipe'],
+  })
+  let stderr = ''
+  child.stderr!.on('data', (chunk: Buffer) => {
+    stderr += chunk.toString()
+  })
+  const egress: MuxStream[] = []
+  const mux = new StreamMux(child.stdout!, child.stdin!, {
+    initiator: true,
+    onStream: (stream, opening) => {
+      if (opening.kind === 'egress') egress.push(stream)
+      else stream.destroy()
+    },
+  })
+  const client = new AgentClient({
+    secret,
+    description: 'stdio',
+    dial: async (_signal, kind) => mux.open({ kind }),
+    heartbeatMs: 1_000,
+  })
+  return { child, mux, client, dir, outputs, stderr: () => stderr, egress }
+}
+
+async function stop(agent: StdioAgent | undefined): Promise<void> {
+  if (!agent) return
+  if (agent.child.exitCode === null) {
+    agent.child.stdin!.end()
+    await once(agent.child, 'exit')
+  }
+  await rm(agent.dir, { recursive: true, force: true })
+}
+
+async function run(agent: StdioAgent, command: string, args: string[]): Promise<string> {
+  let out = ''
+  const session = await agent.client.startExec(
+    { command, args, env: {}, cwd: agent.outputs, stdin: false },
+    { onStdout: (bytes) => (out += Buffer.from(bytes).toString()), onStderr: () => {} },
+  )
+  await session.result
+  return out
+}
+
+async function read(agent: StdioAgent, path: string): Promise<string> {
+  const download = await agent.client.readFile(path)
+  const chunks: Uint8Array[] = []
+  for await (const chunk of download.chunks) chunks.push(chunk)
+  return Buffer.concat(chunks).toString()
+}
+
+describe('the agent on its stdio channel', () => {
+  let agent: StdioAgent
+  beforeAll(async () => {
+    agent = await startStdioAgent({ CORDON_AGENT_EGRESS_PORT: '0' })
+  })
+  afterAll(() => stop(agent))
+
+  it('runs commands as the sandbox user, never as its own', async () => {
+    expect(await run(agent, 'id', ['-u'])).toBe(`${NOBODY.uid}\n`)
+    expect(await run(agent, 'id', ['-g'])).toBe(`${NOBODY.gid}\n`)
+    expect(await run(agent, 'sh', ['-c', 'grep CapEff /proc/self/status'])).toBe(
+      'CapEff:\t0000000000000000\n',
+    )
+  })
+
+  it("does file operations with the sandbox user's rights: a link to a root-only file is refused", async () => {
+    const secretFile = join(agent.dir, 'root-only')
+    await writeFile(secretFile, 'root secret', { mode: 0o600 })
+    await symlink(agent.dir, join(agent.outputs, 'rootlink'))
+    const refused = await read(agent, join(agent.outputs, 'rootlink/root-only')).catch(
+      (error: unknown) => error,
+    )
+    expect((refused as Error).name).toBe('SandboxPathError')
+    await agent.client.writeFile(
+      join(agent.outputs, 'mine.txt'),
+      (async function* () {
+        yield Buffer.from('written as the user')
+      })(),
+      {},
+    )
+    expect(await run(agent, 'stat', ['-c', '%u', join(agent.outputs, 'mine.txt')])).toBe(
+      `${NOBODY.uid}\n`,
+    )
+    expect(await read(agent, join(agent.outputs, 'mine.txt'))).toBe('written as the user')
+  })
+
+  it('refuses a file operation on an agent stream (they go to the worker)', async () => {
+    const connection = await agent.client.open(undefined, 'agent')
+    await connection.send({ type: 'list-files', path: agent.outputs })
+    const frame = await connection.read()
+    expect(frame?.kind === 'message' && frame.message).toMatchObject({
+      type: 'error',
+      code: 'bad-request',
+    })
+    connection.close()
+  })
+
+  it('forwards each connection to its egress port to the host as a stream, with half-close', async () => {
+    await waitFor(() => /"egressPort":\d+/.test(agent.stderr()))
+    const port = Number(/"egressPort":(\d+)/.exec(agent.stderr())?.[1])
+    const client = connect(port, '127.0.0.1')
+    await once(client, 'connect')
+    client.end('request, then end of input')
+    await waitFor(() => agent.egress.length === 1)
+    const stream = agent.egress[0]!
+    const chunks: Buffer[] = []
+    for await (const chunk of stream.iterator({ destroyOnReturn: false })) chunks.push(chunk)
+    expect(Buffer.concat(chunks).toString()).toBe('request, then end of input')
+    // The client's write side is shut; the answer still reaches it.
+    stream.end('the answer')
+    const answer: Buffer[] = []
+    for await (const chunk of client) answer.push(chunk)
+    expect(Buffer.concat(answer).toString()).toBe('the answer')
+  })
+})
+
+describe('the agent ends with its channel', () => {
+  it('exits when the host closes stdin', async () => {
+    const agent = await startStdioAgent()
+    expect(await run(agent, 'echo', ['up'])).toBe('up\n')
+    agent.child.stdin!.end()
+    const [code] = await once(agent.child, 'exit')
+    expect(code).toBe(0)
+    await stop(agent)
+  })
+
+  it('exits when its lifetime runs out, whatever the host does', async () => {
+    const agent = await startStdioAgent({ CORDON_AGENT_LIFETIME_MS: '300' })
+    const [code] = await once(agent.child, 'exit')
+    expect(code).toBe(0)
+    expect(agent.stderr()).toContain('lifetime reached')
+    await stop(agent)
+  })
+})
+
+async function waitFor(condition: () => boolean): Promise<void> {
+  for (let i = 0; i < 200 && !condition(); i++)
+    await new Promise((resolve) => setTimeout(resolve, 10))
+  expect(condition()).toBe(true)
+}
