@@ -20,6 +20,13 @@ export type AgentListenAddress =
 export type AgentSecretSource =
   | { readonly kind: 'value'; readonly value: string }
   | { readonly kind: 'file'; readonly path: string }
+  /**
+   * The first line on stdin, before the multiplexer starts (`stdio` only).
+   * Nothing else in the sandbox can read it there, where an environment
+   * variable would stay readable in `/proc/<pid>/environ`, which some
+   * runtimes (gVisor among them) show to every user.
+   */
+  | { readonly kind: 'stdin' }
 
 export interface AgentConfig {
   readonly listen: AgentListenAddress
@@ -55,6 +62,7 @@ export const AGENT_ENV = {
   listen: 'CORDON_AGENT_LISTEN',
   secret: 'CORDON_AGENT_SECRET',
   secretFile: 'CORDON_AGENT_SECRET_FILE',
+  secretStdin: 'CORDON_AGENT_SECRET_STDIN',
   writeRoots: 'CORDON_AGENT_WRITE_ROOTS',
   readRoots: 'CORDON_AGENT_READ_ROOTS',
   socketMode: 'CORDON_AGENT_SOCKET_MODE',
@@ -97,10 +105,17 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
 
   const secretValue = get(AGENT_ENV.secret)
   const secretFile = get(AGENT_ENV.secretFile)
+  const secretStdin = get(AGENT_ENV.secretStdin) === '1'
   let secret: AgentSecretSource | undefined
-  if (secretValue && secretFile)
-    problems.push(`give ${AGENT_ENV.secret} or ${AGENT_ENV.secretFile}, not both`)
-  else if (secretValue) {
+  if ([secretValue, secretFile, secretStdin || undefined].filter(Boolean).length > 1)
+    problems.push(
+      `give one of ${AGENT_ENV.secret}, ${AGENT_ENV.secretFile} and ${AGENT_ENV.secretStdin}`,
+    )
+  else if (secretStdin) {
+    if (listen && listen.kind !== 'stdio')
+      problems.push(`${AGENT_ENV.secretStdin} needs ${AGENT_ENV.listen}=stdio`)
+    secret = { kind: 'stdin' }
+  } else if (secretValue) {
     if (secretValue.length < MIN_SECRET_LENGTH)
       problems.push(`${AGENT_ENV.secret} must be at least ${MIN_SECRET_LENGTH} characters`)
     secret = { kind: 'value', value: secretValue }
@@ -109,7 +124,7 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
     secret = { kind: 'file', path: secretFile }
   } else
     problems.push(
-      `${AGENT_ENV.secret} or ${AGENT_ENV.secretFile} is required: the agent never runs unauthenticated`,
+      `${AGENT_ENV.secret}, ${AGENT_ENV.secretFile} or ${AGENT_ENV.secretStdin} is required: the agent never runs unauthenticated`,
     )
 
   const writeRoots = parseRoots(
@@ -227,7 +242,10 @@ function parseRoots(text: string, name: string, problems: string[]): string[] {
 }
 
 /** Reads the secret; a secret file is removed once read so nothing else in the guest finds it there. */
-export function loadSecret(source: AgentSecretSource, log: AgentConfig['log']): string | undefined {
+export function loadSecret(
+  source: Exclude<AgentSecretSource, { kind: 'stdin' }>,
+  log: AgentConfig['log'],
+): string | undefined {
   if (source.kind === 'value') return source.value
   let text: string
   try {
@@ -252,4 +270,57 @@ function writeLogLine(level: string, message: string, fields: Record<string, unk
   process.stderr.write(
     `${JSON.stringify({ time: new Date().toISOString(), level, message, ...fields })}\n`,
   )
+}
+
+/** The longest secret line read from stdin; anything longer is not a secret cordon sent. */
+const MAX_SECRET_LINE = 1024
+
+/**
+ * Reads the secret line from the start of `input` and leaves the bytes after
+ * it unread for whoever reads `input` next.
+ */
+export function readSecretLine(
+  input: NodeJS.ReadableStream & { unshift(chunk: Buffer): void },
+): Promise<string> {
+  return new Promise((resolve, reject) => {
+    let buffered = Buffer.alloc(0)
+    const finish = (error: Error | undefined, secret?: string) => {
+      input.off('readable', onReadable)
+      input.off('end', onEnd)
+      input.off('error', onError)
+      if (error) reject(error)
+      else resolve(secret!)
+    }
+    const onEnd = () => finish(new AgentConfigError('stdin ended before the secret line'))
+    const onError = (error: Error) => finish(error)
+    const onReadable = () => {
+      for (
+        let chunk = input.read() as Buffer | null;
+        chunk;
+        chunk = input.read() as Buffer | null
+      ) {
+        buffered = Buffer.concat([buffered, chunk])
+        const newline = buffered.indexOf(0x0a)
+        if (newline === -1) {
+          if (buffered.length > MAX_SECRET_LINE)
+            return finish(new AgentConfigError('the secret line on stdin is too long'))
+          continue
+        }
+        const rest = buffered.subarray(newline + 1)
+        if (rest.length > 0) input.unshift(rest)
+        const secret = buffered.subarray(0, newline).toString('utf8').trim()
+        if (secret.length < MIN_SECRET_LENGTH)
+          return finish(
+            new AgentConfigError(
+              `the secret line holds fewer than ${MIN_SECRET_LENGTH} characters`,
+            ),
+          )
+        return finish(undefined, secret)
+      }
+    }
+    input.on('readable', onReadable)
+    input.on('end', onEnd)
+    input.on('error', onError)
+    onReadable()
+  })
 }

@@ -1,6 +1,6 @@
 import { chmod, unlink } from 'node:fs/promises'
 import { createServer, type Server, Socket } from 'node:net'
-import { type AgentConfig, loadSecret } from './agent-config.js'
+import { type AgentConfig, loadSecret, readSecretLine } from './agent-config.js'
 import {
   ALL_OPERATIONS,
   type ConnectionContext,
@@ -8,10 +8,10 @@ import {
   SUPERVISOR_OPERATIONS,
   serveConnection,
 } from './agent-connection.js'
-import { FileWorker, pipeBothWays } from './file-worker.js'
+import { FileWorker } from './file-worker.js'
 import { NonceSource, runReseedHook } from './nonce-source.js'
 import { PathJail } from './path-jail.js'
-import { StreamMux } from './protocol/stream-mux.js'
+import { pipeBothWays, StreamMux } from './protocol/stream-mux.js'
 
 /** Connections served at once; beyond this new ones are closed at once. */
 const MAX_CONNECTIONS = 512
@@ -30,7 +30,10 @@ export interface RunningAgent {
 
 /** Starts serving. Resolves once the agent is listening. */
 export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
-  let secret = loadSecret(config.secret, config.log)
+  let secret =
+    config.secret.kind === 'stdin'
+      ? await readSecretLine(process.stdin)
+      : loadSecret(config.secret, config.log)
   if (secret === undefined)
     throw new Error('the secret file does not exist; the agent never runs unauthenticated')
   let resumes = 0
@@ -68,7 +71,8 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
         }
       }
       nonces.reseed(Buffer.from(`${process.pid}:${Date.now()}:${resumes}`))
-      const fresh = loadSecret(config.secret, config.log)
+      const fresh =
+        config.secret.kind === 'stdin' ? undefined : loadSecret(config.secret, config.log)
       if (fresh !== undefined) secret = fresh
       resumes++
       for (const socket of sockets) socket.destroy()

@@ -1,12 +1,11 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { Socket } from 'node:net'
-import type { Duplex } from 'node:stream'
 import type { AgentConfig } from './agent-config.js'
 import { FILE_OPERATIONS, serveConnection } from './agent-connection.js'
 import { NonceSource } from './nonce-source.js'
 import { PathJail } from './path-jail.js'
-import { type MuxStream, StreamMux } from './protocol/stream-mux.js'
+import { type MuxStream, pipeBothWays, StreamMux } from './protocol/stream-mux.js'
 
 /**
  * File operations as the sandbox's own user.
@@ -104,18 +103,6 @@ function launcherOfThisProgram(): string[] {
   const end = script === undefined ? -1 : cmdline.indexOf(script)
   if (end === -1) return [process.execPath, ...(script ? [script] : [])]
   return cmdline.slice(0, end + 1)
-}
-
-/** Joins two streams both ways, half-closes included; either failing ends both. */
-export function pipeBothWays(a: Duplex, b: Duplex): void {
-  a.pipe(b)
-  b.pipe(a)
-  const stop = (): void => {
-    a.destroy()
-    b.destroy()
-  }
-  a.on('error', stop)
-  b.on('error', stop)
 }
 
 /** The worker's own main: read the settings line, then serve file streams. */

@@ -6,7 +6,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
-import { chmod, chown, mkdir, mkdtemp, rm, symlink, writeFile } from 'node:fs/promises'
+import { chmod, chown, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises'
 import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -38,7 +38,8 @@ async function startStdioAgent(env: Record<string, string> = {}): Promise<StdioA
     env: {
       PATH: process.env.PATH ?? '/usr/bin:/bin',
       CORDON_AGENT_LISTEN: 'stdio',
-      CORDON_AGENT_SECRET: secret,
+      // As the Docker backend does it: the secret is the first line on stdin.
+      CORDON_AGENT_SECRET_STDIN: '1',
       CORDON_AGENT_WRITE_ROOTS: outputs,
       CORDON_AGENT_RUN_AS: `${NOBODY.uid}:${NOBODY.gid}`,
       ...env,
@@ -50,6 +51,7 @@ async function startStdioAgent(env: Record<string, string> = {}): Promise<StdioA
     stderr += chunk.toString()
   })
   const egress: MuxStream[] = []
+  child.stdin!.write(`${secret}\n`)
   const mux = new StreamMux(child.stdout!, child.stdin!, {
     initiator: true,
     onStream: (stream, opening) => {
@@ -105,6 +107,14 @@ describe('the agent on its stdio channel', () => {
     expect(await run(agent, 'sh', ['-c', 'grep CapEff /proc/self/status'])).toBe(
       'CapEff:\t0000000000000000\n',
     )
+  })
+
+  it('keeps its secret out of its environment: it came as the first line on stdin', async () => {
+    const environ = await readFile(`/proc/${agent.child.pid}/environ`, 'utf8')
+    expect(environ).not.toMatch(/stdio-secret-/)
+    expect(environ).not.toContain('CORDON_AGENT_SECRET=')
+    // Commands, even as another user, see none of it in their own environment either.
+    expect(await run(agent, 'sh', ['-c', 'env'])).not.toContain('CORDON_AGENT')
   })
 
   it("does file operations with the sandbox user's rights: a link to a root-only file is refused", async () => {
@@ -166,6 +176,27 @@ describe('the agent ends with its channel', () => {
     const [code] = await once(agent.child, 'exit')
     expect(code).toBe(0)
     await stop(agent)
+  })
+
+  it('refuses to start when the secret line is missing or short', async () => {
+    for (const preface of ['', 'short\n']) {
+      const child = spawn(process.execPath, [AGENT_PROGRAM], {
+        env: {
+          PATH: process.env.PATH ?? '/usr/bin:/bin',
+          CORDON_AGENT_LISTEN: 'stdio',
+          CORDON_AGENT_SECRET_STDIN: '1',
+        },
+        stdio: ['pipe', 'pipe', 'pipe'],
+      })
+      let stderr = ''
+      child.stderr!.on('data', (chunk: Buffer) => {
+        stderr += chunk.toString()
+      })
+      child.stdin!.end(preface)
+      const [code] = await once(child, 'exit')
+      expect(code, JSON.stringify(preface)).not.toBe(0)
+      expect(stderr).toMatch(/secret line/)
+    }
   })
 
   it('exits when its lifetime runs out, whatever the host does', async () => {

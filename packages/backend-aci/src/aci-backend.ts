@@ -168,6 +168,7 @@ export function createAciStandbyPoolBackend(
         return new AgentSandbox({
           id: request.id,
           rootDir: layout.outputs.containerPath,
+          writeRoots: writableRoots(layout),
           env: request.env,
           workingDirectory: request.workingDirectory,
           execTimeoutMs: request.execTimeoutMs,

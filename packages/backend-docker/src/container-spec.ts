@@ -1,3 +1,4 @@
+import { createHash } from 'node:crypto'
 import {
   type ContainerBackendConfig,
   type ResolvedContainerSandboxLayout,
@@ -7,193 +8,258 @@ import {
   type LayoutMountPlan,
   planLayoutMounts,
   type SandboxCreateRequest,
+  writableRoots,
+  readableRoots,
 } from '@cordon/core/backend'
 import type { ContainerCreateOptions, MountSettings } from 'dockerode'
+import { type AgentRuntime, RUNTIME_MOUNT } from './agent-runtime.js'
 
-export const DEFAULT_USER = '1000:1000'
 export const DEFAULT_CPUS = 1
 export const DEFAULT_TMPFS_MB = 64
-/** Keeps the container alive between execs; `sleep` is the one command the image must have. */
-export const KEEP_ALIVE = ['sleep', '2147483647'] as const
-
-export interface WorkspaceVolume {
-  readonly name: string
-  readonly containerPath: string
-  readonly readOnly: boolean
-  readonly sizeMb: number
-}
-
 /** Size cap of an `ephemeral` mount that does not set `sizeMb`. */
-export const DEFAULT_EPHEMERAL_SIZE_MB = 1024
+export const DEFAULT_EPHEMERAL_SIZE_MB = 256
+/** The loopback port a sandbox behind the egress gateway uses as its HTTP proxy. */
+export const EGRESS_PROXY_PORT = 3128
 
-/** Names the per-sandbox volume that backs an `ephemeral` mount. */
-export function workspaceVolumeName(sandboxId: string, containerPath: string): string {
-  return `cordon-${sandboxId}${containerPath.replace(/[^a-zA-Z0-9]+/g, '-')}`
-}
+/**
+ * Memory the agent needs on top of what the sandbox's commands may use: its
+ * Node heap and the file worker's, charged to the same cgroup. Added to the
+ * limit so `memoryLimitMb` stays what the commands get.
+ */
+export const AGENT_MEMORY_ALLOWANCE_MB = 48
+/**
+ * Tasks the agent, its file worker and the init use, added to the pids
+ * cgroup's limit (a backstop; `maxProcesses` itself is the sandbox user's
+ * RLIMIT_NPROC), and the worker's few threads, which count toward that user.
+ */
+const AGENT_TASK_ALLOWANCE = 48
+const FILE_WORKER_THREADS = 6
 
-/** The volumes `ephemeral` mounts need, created before the container. */
-export function workspaceVolumes(
+/** The lowest uid a sandbox's user gets: far above any host account's. */
+const SANDBOX_UID_BASE = 2 ** 30
+const SANDBOX_UID_SPAN = 2 ** 30 - 2
+
+/**
+ * The user a sandbox's commands run as: `user` from the config if set, else
+ * a uid of its own, derived from its random id, above 2^30 where no host
+ * account lives. Per-user kernel limits (processes, inotify instances, pipe
+ * buffers, message queues) then belong to one sandbox, not to every sandbox
+ * and a host account at once. Two live sandboxes share a uid with odds of
+ * about n²/2^31 (n live sandboxes).
+ */
+export function sandboxUser(
+  config: Pick<ContainerBackendConfig, 'user'>,
   sandboxId: string,
-  layout: ResolvedContainerSandboxLayout,
-): WorkspaceVolume[] {
-  return planLayoutMounts(layout)
-    .filter((mount) => mount.source.type === 'ephemeral')
-    .map((mount) => ({
-      name: workspaceVolumeName(sandboxId, mount.containerPath),
-      containerPath: mount.containerPath,
-      readOnly: mount.readOnly,
-      sizeMb:
-        (mount.source.type === 'ephemeral' ? mount.source.sizeMb : undefined) ??
-        DEFAULT_EPHEMERAL_SIZE_MB,
-    }))
+): { uid: number; gid: number } {
+  if (config.user) {
+    const [uid, gid] = config.user.split(':').map(Number)
+    return { uid: uid!, gid: gid ?? uid! }
+  }
+  const digest = createHash('sha256').update(sandboxId).digest()
+  const uid = SANDBOX_UID_BASE + (digest.readUInt32BE(0) % SANDBOX_UID_SPAN)
+  return { uid, gid: uid }
 }
 
 /**
- * The engine-side mounts for a layout. Only sources a Docker Engine can provide
- * are accepted; the others are refused by name rather than silently skipped,
- * and a host directory that would expose the engine's socket is refused.
+ * The engine-side mounts for a layout: host directories as bind mounts, the
+ * agent runtime read-only. Only sources a Docker Engine can provide are
+ * accepted; the others are refused by name rather than silently skipped, and
+ * a host directory that would expose the engine's socket is refused.
+ * `ephemeral` sources become tmpfs mounts (see {@link tmpfsMounts}).
  */
 export function layoutMounts(
-  sandboxId: string,
   layout: ResolvedContainerSandboxLayout,
+  runtime: AgentRuntime,
   backend: string,
   engineSocketPath: string | undefined,
 ): MountSettings[] {
-  return planLayoutMounts(layout).map((mount) =>
-    engineMount(sandboxId, mount, backend, engineSocketPath),
+  const mounts = planLayoutMounts(layout).flatMap((mount) =>
+    engineMount(mount, backend, engineSocketPath),
   )
+  mounts.push({ Type: 'volume', Source: runtime.volume, Target: RUNTIME_MOUNT, ReadOnly: true })
+  return mounts
 }
 
 function engineMount(
-  sandboxId: string,
   mount: LayoutMountPlan,
   backend: string,
   engineSocketPath: string | undefined,
-): MountSettings {
-  {
-    const source = mount.source
-    switch (source.type) {
-      case 'hostDir': {
-        if (
-          engineSocketPath &&
-          (engineSocketPath === source.hostPath ||
-            engineSocketPath.startsWith(`${source.hostPath.replace(/\/$/, '')}/`))
-        ) {
-          throw new SandboxControlRefusedError(
-            `layout.${mount.role}.source`,
-            backend,
-            `host directory ${source.hostPath} contains the engine socket ${engineSocketPath}; mounting it would hand the sandbox the engine`,
-          )
-        }
-        return {
+): MountSettings[] {
+  const source = mount.source
+  const control = `layout.${mount.role === 'skill' ? `skills.${mount.skillId}` : mount.role}.source`
+  switch (source.type) {
+    case 'hostDir': {
+      if (
+        engineSocketPath &&
+        (engineSocketPath === source.hostPath ||
+          engineSocketPath.startsWith(`${source.hostPath.replace(/\/$/, '')}/`))
+      ) {
+        throw new SandboxControlRefusedError(
+          control,
+          backend,
+          `host directory ${source.hostPath} contains the engine socket ${engineSocketPath}; mounting it would hand the sandbox the engine`,
+        )
+      }
+      return [
+        {
           Type: 'bind',
           Source: source.hostPath,
           Target: mount.containerPath,
           ReadOnly: mount.readOnly,
-        }
-      }
-      case 'ephemeral':
-        return {
-          Type: 'volume',
-          Source: workspaceVolumeName(sandboxId, mount.containerPath),
-          Target: mount.containerPath,
-          ReadOnly: mount.readOnly,
-        }
-      case 'inImage':
-        throw new SandboxControlRefusedError(
-          `layout.${mount.role}.source`,
-          backend,
-          'an "inImage" path lives on the read-only root filesystem, so the file API could not write it; use "ephemeral" or "hostDir"',
-        )
-      case 'azureFileShare':
-        throw new SandboxControlRefusedError(
-          `layout.${mount.role}.source`,
-          backend,
-          'Azure file shares are mounted by ACI, not by a Docker Engine',
-        )
-      default:
-        throw new SandboxControlRefusedError(
-          `layout.${mount.role}.source`,
-          backend,
-          'unknown mount source',
-        )
+        },
+      ]
     }
+    case 'inImage':
+    case 'ephemeral':
+      return []
+    case 'azureFileShare':
+      throw new SandboxControlRefusedError(
+        control,
+        backend,
+        'Azure file shares are mounted by ACI, not by a Docker Engine',
+      )
+    default:
+      throw new SandboxControlRefusedError(control, backend, 'unknown mount source')
   }
 }
 
 /**
- * How `maxProcesses` is enforced. Under runc the pids cgroup counts exactly the
- * sandbox's processes. Under gVisor the pids cgroup counts the sentry's host
- * threads and processes instead (an idle sandbox already uses dozens), so the
- * limit inside the sandbox is the guest kernel's RLIMIT_NPROC, which gVisor
- * keeps per sandbox, and the pids cgroup is kept only as a generous host-side
- * backstop. (RLIMIT_NPROC is not used under runc: there it counts every
- * process of the uid on the host, across sandboxes.)
+ * tmpfs mounts: `/tmp`, and every `ephemeral` layout source, owned by the
+ * sandbox's user, with a size cap so a sandbox cannot fill the engine's
+ * memory or disk, no setuid and no device files. They live and die with the
+ * container, so nothing is left behind when it goes.
+ */
+export function tmpfsMounts(
+  config: Pick<ContainerBackendConfig, 'tmpfsSizeMb'>,
+  layout: ResolvedContainerSandboxLayout,
+  user: { uid: number; gid: number },
+): Record<string, string> {
+  const mounts: Record<string, string> = {
+    '/tmp': `rw,nosuid,nodev,size=${(config.tmpfsSizeMb ?? DEFAULT_TMPFS_MB) * 1024 * 1024},mode=1777`,
+  }
+  for (const mount of planLayoutMounts(layout)) {
+    if (mount.source.type !== 'ephemeral') continue
+    const sizeMb = mount.source.sizeMb ?? DEFAULT_EPHEMERAL_SIZE_MB
+    mounts[mount.containerPath] =
+      `${mount.readOnly ? 'ro' : 'rw'},nosuid,nodev,size=${sizeMb * 1024 * 1024},uid=${user.uid},gid=${user.gid},mode=0755`
+  }
+  return mounts
+}
+
+/**
+ * How `maxProcesses` is enforced: the sandbox user's RLIMIT_NPROC, which,
+ * with a uid of its own, counts exactly that sandbox's processes and threads
+ * (the file worker's few threads included and added). The pids cgroup is a
+ * backstop that also covers the agent: under gVisor it counts the sentry's
+ * host threads instead (an idle sandbox already uses dozens), so it is set
+ * generously there.
  */
 export function processLimits(
   config: Pick<ContainerBackendConfig, 'runtime'>,
   maxProcesses: number,
-): { PidsLimit: number; Ulimits?: Array<{ Name: string; Soft: number; Hard: number }> } {
-  if (config.runtime !== 'runsc') return { PidsLimit: maxProcesses }
+): { PidsLimit: number; Ulimits: Array<{ Name: string; Soft: number; Hard: number }> } {
+  const nproc = maxProcesses + FILE_WORKER_THREADS
   return {
-    PidsLimit: maxProcesses * RUNSC_HOST_PIDS_PER_GUEST_PROCESS + RUNSC_HOST_PIDS_BASE,
-    Ulimits: [{ Name: 'nproc', Soft: maxProcesses, Hard: maxProcesses }],
+    PidsLimit:
+      config.runtime === 'runsc'
+        ? // Every guest task the sandbox user may have, plus the agent's, its
+          // worker's and the init's, so the guest limit is always met first
+          // (a sentry that cannot make a host thread ends the whole sandbox).
+          (nproc + AGENT_TASK_ALLOWANCE) * RUNSC_HOST_PIDS_PER_GUEST_PROCESS + RUNSC_HOST_PIDS_BASE
+        : nproc + AGENT_TASK_ALLOWANCE,
+    Ulimits: [{ Name: 'nproc', Soft: nproc, Hard: nproc }],
   }
 }
 
 /** Host pids a gVisor sandbox needs: a base for the sentry, plus per guest process (ptrace platform). */
-const RUNSC_HOST_PIDS_BASE = 128
+const RUNSC_HOST_PIDS_BASE = 160
 const RUNSC_HOST_PIDS_PER_GUEST_PROCESS = 12
 
 /**
- * The hardened container: non-root, every capability dropped,
- * no-new-privileges, read-only root filesystem with a small tmpfs `/tmp`,
- * pids, memory (swap equal to memory, so no extra swap) and CPU limits, the
- * engine's default seccomp profile (cordon never passes a seccomp option),
- * an init process, no privileged mode, private namespaces and no network.
+ * The agent's settings, as its environment (the agent removes them before
+ * anything runs). None of them is secret: the agent's secret comes as the
+ * first line on its stdin instead.
+ */
+export function agentEnvironment(options: {
+  readonly layout: ResolvedContainerSandboxLayout
+  readonly workingDirectory: string
+  readonly user: { uid: number; gid: number }
+  readonly egressPort: number | undefined
+  readonly lifetimeMs: number | undefined
+}): string[] {
+  const writable = writableRoots(options.layout)
+  // The working directory first: the agent's default for a command without cwd.
+  const roots = [
+    ...(writable.includes(options.workingDirectory) ? [options.workingDirectory] : []),
+    ...writable.filter((root) => root !== options.workingDirectory),
+  ]
+  const env: Record<string, string> = {
+    CORDON_AGENT_LISTEN: 'stdio',
+    CORDON_AGENT_SECRET_STDIN: '1',
+    CORDON_AGENT_WRITE_ROOTS: roots.join(':'),
+    CORDON_AGENT_READ_ROOTS: readableRoots(options.layout).join(':'),
+    CORDON_AGENT_RUN_AS: `${options.user.uid}:${options.user.gid}`,
+    ...(options.egressPort === undefined
+      ? {}
+      : { CORDON_AGENT_EGRESS_PORT: String(options.egressPort) }),
+    ...(options.lifetimeMs === undefined
+      ? {}
+      : { CORDON_AGENT_LIFETIME_MS: String(options.lifetimeMs) }),
+  }
+  return Object.entries(env).map(([key, value]) => `${key}=${value}`)
+}
+
+/**
+ * The hardened sandbox container. Its entry process is cordon's agent (under
+ * the engine's init), started from the runtime volume and reached only over
+ * the attached stdin and stdout, with `StdinOnce` so the container ends when
+ * its host goes away, and `AutoRemove` so the engine then removes it.
+ *
+ * The agent runs as root with three capabilities, the ones it needs to start
+ * commands as the sandbox's user and to signal them (SETUID, SETGID, KILL);
+ * commands run as that user with none at all. Everything else: every other
+ * capability dropped, no-new-privileges, read-only root filesystem, tmpfs
+ * `/tmp`, pids, memory (swap equal to memory, so no extra swap) and CPU
+ * limits, the engine's default seccomp profile (cordon never passes a seccomp
+ * option), private namespaces and no network interface but loopback.
  */
 export function containerSpec(options: {
   readonly name: string
   readonly config: ContainerBackendConfig
   readonly request: SandboxCreateRequest
-  readonly layout: ResolvedContainerSandboxLayout
+  readonly runtime: AgentRuntime
   readonly mounts: MountSettings[]
+  readonly tmpfs: Record<string, string>
   readonly labels: Record<string, string>
-  readonly networkMode: string
-  /** Engine runtime name; undefined means the engine's default (runc). */
-  readonly runtimeName: string | undefined
-  /** HTTP_PROXY and friends, for sandboxes behind the egress gateway. */
-  readonly proxyEnv: Readonly<Record<string, string>>
+  readonly env: string[]
 }): ContainerCreateOptions {
   const { config, request } = options
-  const memoryBytes = request.memoryLimitMb * 1024 * 1024
+  const memoryBytes = (request.memoryLimitMb + AGENT_MEMORY_ALLOWANCE_MB) * 1024 * 1024
   return {
     name: options.name,
     Image: config.image,
-    Entrypoint: [...KEEP_ALIVE],
+    Entrypoint: options.runtime.node(options.runtime.agentScript),
     Cmd: [],
-    User: config.user ?? DEFAULT_USER,
-    WorkingDir: request.workingDirectory,
-    Env: Object.entries({ ...request.env, ...options.proxyEnv }).map(
-      ([key, value]) => `${key}=${value}`,
-    ),
+    User: '0:0',
+    WorkingDir: '/',
+    Env: options.env,
     Labels: options.labels,
-    AttachStdin: false,
-    AttachStdout: false,
-    AttachStderr: false,
+    AttachStdin: true,
+    AttachStdout: true,
+    AttachStderr: true,
+    OpenStdin: true,
+    StdinOnce: true,
     Tty: false,
-    OpenStdin: false,
-    NetworkDisabled: options.networkMode === 'none',
+    NetworkDisabled: true,
     StopTimeout: 1,
     HostConfig: {
-      ...(options.runtimeName ? { Runtime: options.runtimeName } : {}),
-      NetworkMode: options.networkMode,
+      ...(config.runtime === 'runsc' ? { Runtime: 'runsc' } : {}),
+      NetworkMode: 'none',
       CapDrop: ['ALL'],
+      CapAdd: ['SETUID', 'SETGID', 'KILL'],
       SecurityOpt: ['no-new-privileges:true'],
       ReadonlyRootfs: true,
-      Tmpfs: {
-        '/tmp': `rw,nosuid,nodev,size=${(config.tmpfsSizeMb ?? DEFAULT_TMPFS_MB) * 1024 * 1024},mode=1777`,
-      },
+      Tmpfs: options.tmpfs,
       ...processLimits(config, request.maxProcesses),
       Memory: memoryBytes,
       MemorySwap: memoryBytes,
@@ -203,17 +269,17 @@ export function containerSpec(options: {
       IpcMode: 'private',
       Mounts: options.mounts,
       RestartPolicy: { Name: 'no' },
+      AutoRemove: true,
       LogConfig: { Type: 'none', Config: {} },
     },
   }
 }
 
 /**
- * The hardening of cordon's own service containers (the egress gateway and
- * relays): non-root by the caller's `User`, no capabilities,
- * no-new-privileges, read-only root, memory without extra swap, a pids
- * limit, an init process and no log files. Kept in one place so a change to
- * it reaches every service container.
+ * The hardening of cordon's own service container (the egress gateway): its
+ * user set by the caller, no capabilities, no-new-privileges, read-only
+ * root, memory without extra swap, a pids limit, an init process and no log
+ * files. Kept in one place so a change to it reaches every service container.
  */
 export function serviceHostConfig(options: {
   readonly networkMode: string
@@ -231,7 +297,11 @@ export function serviceHostConfig(options: {
     MemorySwap: memory,
     PidsLimit: options.pidsLimit,
     Init: true,
+    Privileged: false,
+    IpcMode: 'private',
     Mounts: options.mounts,
+    RestartPolicy: { Name: 'no' },
+    AutoRemove: true,
     LogConfig: { Type: 'none', Config: {} },
   }
 }

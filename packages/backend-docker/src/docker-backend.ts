@@ -1,9 +1,12 @@
+import { newAgentSecret } from '@cordon/agent/protocol'
+import { AgentClient, AgentSandbox, waitForAgent } from '@cordon/agent/sandbox'
 import {
   type ContainerBackendConfig,
   type CordonSandbox,
   type SandboxBackendOptions,
   SandboxControlRefusedError,
   SandboxCreateTimeoutError,
+  type SandboxExecResult,
   SandboxReadinessError,
 } from '@cordon/core'
 import {
@@ -16,28 +19,31 @@ import {
   type SandboxBackendContext,
   type SandboxCreateRequest,
   withDeadline,
+  writableRoots,
 } from '@cordon/core/backend'
 import type Docker from 'dockerode'
+import { type AgentRuntime, ensureAgentRuntime } from './agent-runtime.js'
+import { AttachedChannel } from './attached-channel.js'
 import {
+  agentEnvironment,
   containerSpec,
-  DEFAULT_USER,
+  EGRESS_PROXY_PORT,
   layoutMounts,
-  type WorkspaceVolume,
-  workspaceVolumes,
+  sandboxUser,
+  tmpfsMounts,
 } from './container-spec.js'
-import { DockerSandbox } from './docker-sandbox.js'
 import { EgressGateway } from './egress-gateway.js'
-import { RELAY_PORT, type RelayHandle, relayContainerName } from './egress-relay.js'
 import { connectEngine, type EngineConnection } from './engine-connection.js'
-import { isNotFound, translateEngineError } from './engine-errors.js'
+import { isBeingRemoved, isNotFound, translateEngineError } from './engine-errors.js'
 import { EngineEvents } from './engine-events.js'
+import { imageEnvironment } from './image-environment.js'
 import { SandboxEgress } from './sandbox-egress.js'
 
 export const DEFAULT_READINESS_TIMEOUT_MS = 30_000
 
 /** Both spellings, because tools disagree on which one they read. */
 function proxyEnvironment(): Record<string, string> {
-  const url = `http://127.0.0.1:${RELAY_PORT}`
+  const url = `http://127.0.0.1:${EGRESS_PROXY_PORT}`
   return {
     HTTP_PROXY: url,
     HTTPS_PROXY: url,
@@ -47,24 +53,27 @@ function proxyEnvironment(): Record<string, string> {
     no_proxy: 'localhost,127.0.0.1',
   }
 }
+
 /** When to sweep again after a failed create: a cut-off engine call can land seconds later on a busy engine. */
 const LATE_SWEEPS_MS = [1000, 3000, 8000]
+/** How long after a container ends an OOM event may still arrive from the engine. */
+const OOM_EVENT_GRACE_MS = 1000
 
 /**
- * The Docker Engine backend. Each sandbox is one hardened container plus the
- * volumes its `ephemeral` mounts need; `create()` resolves once a command has
- * run in it, and removes everything it made if any step fails or the signal
- * aborts.
+ * The Docker Engine backend. Each sandbox is one hardened container whose
+ * entry process is cordon's agent, started from the runtime volume (so any
+ * image works) and reached over the container's attached stdio; commands,
+ * files, streaming, timeouts and process-tree kills all go through the agent
+ * (`@cordon/agent/sandbox`, the code the microVM and ACI backends use).
+ * `create()` resolves once the agent has answered a health request, and
+ * removes everything it made if any step fails or the signal aborts.
  */
 export class DockerBackend implements CordonSandboxBackend {
   readonly tier = 'container' as const
   readonly name: 'container:docker' | 'container:runsc'
   private readonly engine: EngineConnection
   private readonly events: EngineEvents
-  private readonly user: string
   private egressGateway: EgressGateway | undefined
-  /** Image ids whose keep-alive and probe commands have been seen to run (see `waitUntilExecReady`). */
-  private readonly provenImages = new Set<string>()
 
   constructor(
     private readonly config: ContainerBackendConfig,
@@ -73,7 +82,15 @@ export class DockerBackend implements CordonSandboxBackend {
     this.name = config.runtime === 'runsc' ? 'container:runsc' : 'container:docker'
     this.engine = connectEngine(config)
     this.events = new EngineEvents(this.engine.docker, context.providerId)
-    this.user = config.user ?? DEFAULT_USER
+  }
+
+  private runtime(): Promise<AgentRuntime> {
+    return ensureAgentRuntime(
+      this.engine.docker,
+      this.engine.endpoint,
+      this.config.image,
+      this.name,
+    )
   }
 
   async create(options: SandboxBackendOptions): Promise<CordonSandbox> {
@@ -86,96 +103,134 @@ export class DockerBackend implements CordonSandboxBackend {
         'the container tier needs a layout with an outputs mount',
       )
     }
-    const proxied = request.egress.kind !== 'deny-all'
     const refusal = egressRefusal(this.name, this.config, request.egress)
     if (refusal) throw refusal
-    const mounts = layoutMounts(request.id, layout, this.name, this.engine.socketPath)
-    const volumes = workspaceVolumes(request.id, layout)
-    // Everything is removed by name, so cleanup also catches a resource whose
-    // create request was cut off by the deadline but completed on the engine.
-    const names = {
-      container: `cordon-${request.id}`,
-      relay: undefined as string | undefined,
-      volumes: volumes.map((volume) => volume.name),
-    }
-    let egress: SandboxEgress | undefined
+    const name = `cordon-${request.id}`
+    const proxied = request.egress.kind !== 'deny-all' ? request.egress : undefined
     const timeoutMs = this.config.readyTimeoutMs ?? DEFAULT_READINESS_TIMEOUT_MS
-    let phase = 'starting'
+    let phase = 'preparing the agent runtime'
+    let channel: AttachedChannel | undefined
+    let egress: SandboxEgress | undefined
+    let registering: Promise<SandboxEgress> | undefined
 
-    const remove = async () => {
-      await this.removeResources(names)
-      await egress?.close()
+    const remove = async (): Promise<void> => {
+      channel?.close()
+      await this.removeContainer(name)
+      await (egress ?? (await registering?.catch(() => undefined)))?.close()
     }
-    const removeAfterFailure = async () => {
+    const removeAfterFailure = async (): Promise<void> => {
       await remove()
       // A create call the deadline cut off may still land on the engine; sweep once more shortly after.
       for (const delay of LATE_SWEEPS_MS)
-        setTimeout(() => void remove().catch(() => {}), delay).unref()
+        setTimeout(() => void this.removeContainer(name).catch(() => {}), delay).unref()
     }
+
     return withDeadline(
       async (signal) => {
         await this.events.start()
-        phase = 'creating volumes'
-        for (const volume of volumes) await this.createVolume(request, volume, signal)
-        // Behind the gateway, the relay owns the sandbox's network namespace
-        // (loopback only) and the sandbox joins it. The relay is created
-        // first, so its Node start-up overlaps the sandbox's create and start,
-        // and the gateway registration overlaps both.
-        const proxiedPolicy = request.egress.kind !== 'deny-all' ? request.egress : undefined
-        let relay: RelayHandle | undefined
-        let registration: Promise<SandboxEgress> | undefined
-        if (proxiedPolicy) {
-          phase = 'starting the egress gateway'
-          const gateway = this.gateway()
-          await gateway.ensureStarted()
-          phase = 'taking an egress relay'
-          relay = await gateway.takeRelay(signal)
-          names.relay = relayContainerName(relay.relayId)
-          registration = SandboxEgress.register(
-            gateway,
+        const [runtime, imageEnv] = await Promise.all([
+          this.runtime(),
+          imageEnvironment(this.engine.docker, this.config.image),
+        ])
+        const user = sandboxUser(this.config, request.id)
+        const secret = newAgentSecret()
+        if (proxied) {
+          phase = 'registering at the egress gateway'
+          registering = SandboxEgress.register(
+            this.gateway(),
             request.id,
-            relay.relayId,
-            proxiedPolicy,
+            proxied,
             this.context.brokeredCredentials,
+            (problem) =>
+              this.context.emit({
+                type: 'lifecycle',
+                phase: 'egress.resolver-refused',
+                sandboxId: request.id,
+                backend: this.name,
+                timestamp: Date.now(),
+                error: { name: 'ResolverAnswerRefused', message: problem },
+              }),
           )
-          registration.catch(() => {})
+          registering.catch(() => {})
         }
         phase = 'creating the container'
         const container = await this.engine.docker.createContainer({
           ...containerSpec({
-            name: names.container,
+            name,
             config: this.config,
             request,
-            layout,
-            mounts,
+            runtime,
+            mounts: layoutMounts(layout, runtime, this.name, this.engine.socketPath),
+            tmpfs: tmpfsMounts(this.config, layout, user),
             labels: this.labels(request, 'sandbox'),
-            networkMode: relay ? `container:${relay.container.id}` : 'none',
-            runtimeName: this.runtimeName(proxied),
-            proxyEnv: proxied ? proxyEnvironment() : {},
+            env: agentEnvironment({
+              layout,
+              workingDirectory: request.workingDirectory,
+              user,
+              egressPort: proxied ? EGRESS_PROXY_PORT : undefined,
+              lifetimeMs: request.lifetimeMs,
+            }),
           }),
           abortSignal: signal,
         } as Docker.ContainerCreateOptions)
+        phase = 'attaching to the container'
+        channel = await AttachedChannel.attach(container, this.engine.docker, (stream, opening) => {
+          // Connections the sandbox made to its proxy port go to its gateway client.
+          if (opening.kind === 'egress' && proxied && egress) {
+            this.egressGateway?.connect(request.id, stream)
+          } else stream.destroy()
+        })
         phase = 'starting the container'
         await container.start()
-        phase = 'waiting for exec readiness'
-        const [registered] = await Promise.all([registration, relay?.ready])
+        channel.sendPreface(`${secret}\n`)
+        phase = 'waiting for the agent'
+        const client = new AgentClient({
+          secret,
+          description: `container ${name}`,
+          dial: async (_attempt, kind) => channel!.open({ kind }),
+          // Streams over the attach are cheap and live as long as the container.
+          keepSpareConnection: true,
+          onSpare: (stream, spare) => channel?.setSpare(stream, spare),
+        })
+        const [registered] = await Promise.all([
+          registering,
+          this.waitForAgent(client, request.id, signal, channel),
+        ])
         egress = registered
-        const sandbox = new DockerSandbox({
+        const sandbox: AgentSandbox = new AgentSandbox({
           id: request.id,
-          backend: this.name,
-          endpoint: this.engine.endpoint,
-          docker: this.engine.docker,
-          container,
-          user: this.user,
-          owner: parseOwner(this.user),
-          layout,
+          rootDir: layout.outputs.containerPath,
+          writeRoots: writableRoots(layout),
+          env: {
+            HOME: '/tmp',
+            ...imageEnv,
+            ...request.env,
+            ...(proxied ? proxyEnvironment() : {}),
+          },
           workingDirectory: request.workingDirectory,
           execTimeoutMs: request.execTimeoutMs,
-          events: this.events,
-          egress,
-          remove,
+          client,
+          backend: this.name,
+          emit: this.context.emit,
+          release: async () => {
+            await remove()
+            this.events.forget(container.id)
+          },
+          explainLostCommand: (startedAt) => this.explainLostCommand(container.id, startedAt),
+          setNetworkPolicy: async (policy) => {
+            if (!egress) {
+              throw new SandboxControlRefusedError(
+                'setNetworkPolicy',
+                this.name,
+                'this sandbox was created with egress "deny-all": it has no network and no egress gateway to reconfigure',
+              )
+            }
+            await egress.setAllowedHosts(policy)
+          },
         })
-        await this.waitUntilExecReady(container, sandbox, request.id, signal, timeoutMs)
+        // The container ending underneath (an out-of-memory kill under gVisor, the engine
+        // going away) leaves a sandbox that can run nothing more.
+        channel.onClose(() => sandbox.markLost())
         return sandbox
       },
       {
@@ -191,42 +246,49 @@ export class DockerBackend implements CordonSandboxBackend {
     })
   }
 
-  /**
-   * Resolves once a command can run in the sandbox. Under runc a successful
-   * start means the container's processes exist, so an exec can join them at
-   * once; what a start cannot show is whether the image runs the keep-alive
-   * at all (behind the init process, a missing `sleep` fails only after the
-   * start). So the first sandbox of each image (by id) runs the probe command,
-   * and later ones only check that the container is running: one inspect
-   * instead of one exec round trip. gVisor always probes.
-   */
-  private async waitUntilExecReady(
-    container: Docker.Container,
-    sandbox: DockerSandbox,
+  /** Resolves when the agent answers; fails at once, with its log, if the container stops first. */
+  private async waitForAgent(
+    client: AgentClient,
     sandboxId: SandboxCreateRequest['id'],
     signal: AbortSignal,
-    timeoutMs: number,
+    channel: AttachedChannel,
   ): Promise<void> {
-    let imageId: string | undefined
-    if (this.config.runtime !== 'runsc') {
-      const info = await container.inspect({ abortSignal: signal })
-      if (!info.State.Running) {
-        throw new SandboxReadinessError(
-          `the container stopped as soon as it started (exit code ${info.State.ExitCode})`,
-          sandboxId,
-        )
-      }
-      if (this.provenImages.has(info.Image)) return
-      imageId = info.Image
+    const stopped = new Promise<never>((_, reject) =>
+      channel.onClose(() =>
+        reject(
+          new SandboxReadinessError(
+            `the container stopped before its agent answered: ${channel.log.trim().slice(-1000) || 'no output'}`,
+            sandboxId,
+          ),
+        ),
+      ),
+    )
+    stopped.catch(() => {})
+    await Promise.race([waitForAgent(client, sandboxId, signal), stopped])
+  }
+
+  /**
+   * A command whose connection was lost because its container died of an
+   * out-of-memory kill (under gVisor the whole sandbox is one process to the
+   * host's OOM killer) ended with `oomKilled`, as the engine's event says.
+   */
+  private async explainLostCommand(
+    containerId: string,
+    startedAt: number,
+  ): Promise<SandboxExecResult | undefined> {
+    if (!(await this.events.oomSince(containerId, startedAt, OOM_EVENT_GRACE_MS))) return undefined
+    return {
+      exitCode: 137,
+      stdout: '',
+      stderr: '',
+      signal: 'SIGKILL',
+      timedOut: false,
+      aborted: false,
+      oomKilled: true,
+      durationMs: Date.now() - startedAt,
+      stdoutTruncated: false,
+      stderrTruncated: false,
     }
-    const probe = await sandbox.exec('sleep', ['0'], { signal, timeout: timeoutMs })
-    if (probe.exitCode !== 0) {
-      throw new SandboxReadinessError(
-        `the readiness probe (sleep 0) exited with ${probe.exitCode}: ${probe.stderr.trim() || probe.stdout.trim()}`,
-        sandboxId,
-      )
-    }
-    if (imageId !== undefined) this.provenImages.add(imageId)
   }
 
   private labels(request: SandboxCreateRequest, role: ResourceRole): Record<string, string> {
@@ -241,42 +303,10 @@ export class DockerBackend implements CordonSandboxBackend {
     }
   }
 
-  /**
-   * An `ephemeral` mount is a tmpfs-backed volume of the local driver. It is the
-   * one volume type that (a) can be owned by the non-root sandbox user from the
-   * start (a new disk volume is root's, and the archive API does not change the
-   * owner of a volume's root), (b) has an enforced size cap, so a sandbox cannot
-   * fill the engine's disk, and (c) is mounted on the engine's side, so the
-   * archive API reaches it under a read-only root filesystem.
-   */
-  private async createVolume(
-    request: SandboxCreateRequest,
-    volume: WorkspaceVolume,
-    signal: AbortSignal,
-  ): Promise<void> {
-    const { uid, gid } = parseOwner(this.user)
-    await this.engine.docker.createVolume({
-      Name: volume.name,
-      Labels: this.labels(request, 'workspace'),
-      Driver: 'local',
-      DriverOpts: {
-        type: 'tmpfs',
-        device: 'tmpfs',
-        o: `size=${volume.sizeMb}m,uid=${uid},gid=${gid},mode=0755,nosuid,nodev`,
-      },
-      abortSignal: signal,
-    } as Docker.VolumeCreateOptions)
-  }
-
-  /** The engine runtime a sandbox runs under (see `runscProxiedRuntime` for gVisor behind the gateway). */
-  private runtimeName(proxied: boolean): string | undefined {
-    if (this.config.runtime !== 'runsc') return undefined
-    return proxied ? this.config.runscProxiedRuntime : 'runsc'
-  }
-
   private gateway(): EgressGateway {
     this.egressGateway ??= new EgressGateway(this.engine.docker, {
-      image: this.config.gatewayImage!,
+      image: this.config.image,
+      runtime: () => this.runtime(),
       hosts: this.config.gatewayHosts ?? {},
       allowedPorts: this.config.gatewayAllowedPorts,
       upstreamCa: this.config.gatewayUpstreamCa,
@@ -286,26 +316,12 @@ export class DockerBackend implements CordonSandboxBackend {
     return this.egressGateway
   }
 
-  private async removeResources(names: {
-    container: string
-    relay: string | undefined
-    volumes: readonly string[]
-  }): Promise<void> {
-    for (const name of [names.container, names.relay]) {
-      if (!name) continue
-      try {
-        await this.engine.docker.getContainer(name).remove({ force: true, v: true })
-      } catch (error) {
-        if (!isNotFound(error) && !/already in progress/i.test(String((error as Error).message)))
-          throw error
-      }
-    }
-    for (const name of names.volumes) {
-      try {
-        await this.engine.docker.getVolume(name).remove({ force: true })
-      } catch (error) {
-        if (!isNotFound(error)) throw error
-      }
+  /** Removes a sandbox's container by name; tolerates one already gone or being removed. */
+  private async removeContainer(name: string): Promise<void> {
+    try {
+      await this.engine.docker.getContainer(name).remove({ force: true })
+    } catch (error) {
+      if (!isNotFound(error) && !isBeingRemoved(error)) throw error
     }
   }
 
@@ -313,10 +329,4 @@ export class DockerBackend implements CordonSandboxBackend {
     this.events.close()
     await this.egressGateway?.stop()
   }
-}
-
-export function parseOwner(user: string): { uid: number; gid: number } {
-  const [uid, gid] = user.split(':')
-  const parsedUid = Number(uid)
-  return { uid: parsedUid, gid: gid === undefined ? parsedUid : Number(gid) }
 }

@@ -20,6 +20,11 @@ export function isNotFound(error: unknown): boolean {
   return engineStatus(error) === 404
 }
 
+/** The engine is already removing it (an `AutoRemove` container that just stopped): as good as gone. */
+export function isBeingRemoved(error: unknown): boolean {
+  return engineStatus(error) === 409 && /removal .* in progress/i.test(engineMessage(error))
+}
+
 function engineMessage(error: unknown): string {
   const json = (error as { json?: { message?: unknown } })?.json
   if (json && typeof json.message === 'string') return json.message

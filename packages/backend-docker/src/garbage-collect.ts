@@ -1,6 +1,6 @@
 import { LABEL, type OwnerState, ownerState } from '@cordon/core/backend'
 import type Docker from 'dockerode'
-import { isNotFound } from './engine-errors.js'
+import { isBeingRemoved, isNotFound } from './engine-errors.js'
 
 export interface GarbageReport {
   readonly containers: string[]
@@ -71,6 +71,6 @@ async function ignoreMissing(operation: Promise<unknown>): Promise<void> {
   try {
     await operation
   } catch (error) {
-    if (!isNotFound(error)) throw error
+    if (!isNotFound(error) && !isBeingRemoved(error)) throw error
   }
 }

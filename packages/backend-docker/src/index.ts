@@ -49,8 +49,3 @@ export function createDockerSandboxProvider(
     loadBackend: async (context) => createBackend(config.backend, context),
   })
 }
-export {
-  type BuildGatewayImageOptions,
-  buildGatewayImage,
-  gatewayDockerfile,
-} from './gateway-image.js'

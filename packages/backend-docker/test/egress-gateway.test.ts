@@ -13,8 +13,8 @@ import type {
   SandboxEvent,
 } from '@cordon/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { buildGatewayImage, createDockerSandboxProvider } from '../src/index.js'
-import { BUSYBOX_IMAGE, NODE_IMAGE } from './test-images.js'
+import { createDockerSandboxProvider } from '../src/index.js'
+import { BUSYBOX_IMAGE } from './test-images.js'
 import { docker, TEST_RUN_ID, TEST_RUN_LABEL } from './test-run.js'
 
 /** The host as a container on any bridge reaches it; upstream servers listen here on 0.0.0.0. */
@@ -73,7 +73,7 @@ describe('egress through the gateway (Docker backend)', () => {
   let httpPort: number
   let httpsPort: number
   let provider: CordonSandboxProvider
-  let gatewayImage: string
+  let gvisorProvider: CordonSandboxProvider
   let certDir: string
 
   const egressEvents = () =>
@@ -132,26 +132,32 @@ describe('egress through the gateway (Docker backend)', () => {
     )
     httpPort = await listen(httpServer)
     httpsPort = await listen(httpsServer)
-    gatewayImage = await buildGatewayImage({ docker, baseImage: NODE_IMAGE })
-    provider = createDockerSandboxProvider({
-      backend: {
-        tier: 'container',
-        image: BUSYBOX_IMAGE,
-        labels: { [TEST_RUN_LABEL]: TEST_RUN_ID },
-        gatewayImage,
-        gatewayHosts: { 'upstream.test': HOST_BRIDGE_ADDRESS, 'secure.test': HOST_BRIDGE_ADDRESS },
-        gatewayAllowedPorts: [httpPort, httpsPort],
-        gatewayUpstreamCa: readFileSync(join(certDir, 'cert.pem'), 'utf8'),
-      },
-      layout: { outputs: { source: { type: 'ephemeral' } } },
-      allowInwardFor: ['upstream.test', 'secure.test'],
-      brokeredCredentials: [{ host: 'secure.test', header: 'authorization', value: SECRET }],
-      onEvent: (event) => events.push(event),
-    })
+    const backend = (runtime: 'docker' | 'runsc') =>
+      createDockerSandboxProvider({
+        backend: {
+          tier: 'container',
+          runtime,
+          image: BUSYBOX_IMAGE,
+          labels: { [TEST_RUN_LABEL]: TEST_RUN_ID },
+          gatewayHosts: {
+            'upstream.test': HOST_BRIDGE_ADDRESS,
+            'secure.test': HOST_BRIDGE_ADDRESS,
+          },
+          gatewayAllowedPorts: [httpPort, httpsPort],
+          gatewayUpstreamCa: readFileSync(join(certDir, 'cert.pem'), 'utf8'),
+        },
+        layout: { outputs: { source: { type: 'ephemeral' } } },
+        allowInwardFor: ['upstream.test', 'secure.test'],
+        brokeredCredentials: [{ host: 'secure.test', header: 'authorization', value: SECRET }],
+        onEvent: (event) => events.push(event),
+      })
+    provider = backend('docker')
+    gvisorProvider = backend('runsc')
   }, 120_000)
 
   afterAll(async () => {
     await provider?.close()
+    await gvisorProvider?.close()
     httpServer?.close()
     httpsServer?.close()
     rmSync(certDir, { recursive: true, force: true })
@@ -341,7 +347,7 @@ describe('egress through the gateway (Docker backend)', () => {
     })
   })
 
-  it('labels the gateway and removes it, its network and volume when its last sandbox goes', async () => {
+  it('labels the gateway and removes it and its network when its last sandbox goes', async () => {
     const name = `cordon-gateway-${provider.instanceId}`
     await withSandbox({ kind: 'allow-all' }, async () => {
       const info = await docker.getContainer(name).inspect()
@@ -371,21 +377,52 @@ describe('egress through the gateway (Docker backend)', () => {
     expect(networks).toEqual([])
   })
 
-  it('costs little more than deny-all to create once the gateway runs', async () => {
-    // Timing is measured in bench/; here only the design is checked: a proxied
-    // sandbox adds one relay container and no network of its own.
+  it('gives a proxied sandbox no network of its own: its proxy is a loopback port its agent forwards', async () => {
     await withSandbox({ kind: 'allow-all' }, async (sandbox) => {
       const box = await docker.getContainer(`cordon-${sandbox.id}`).inspect()
-      const relay = await docker
-        .getContainer(box.HostConfig.NetworkMode!.slice('container:'.length))
-        .inspect()
-      // The relay owns a loopback-only namespace and the sandbox joins it.
-      expect(relay.HostConfig.NetworkMode).toBe('none')
-      expect(box.HostConfig.NetworkMode).toBe(`container:${relay.Id}`)
+      expect(box.HostConfig.NetworkMode).toBe('none')
       const networks = await docker.listNetworks({
         filters: { label: [`cordon.sandbox=${sandbox.id}`] },
       })
       expect(networks).toEqual([])
+      const env = (await sandbox.exec('env')).stdout
+      expect(env).toContain('HTTP_PROXY=http://127.0.0.1:3128')
     })
+  })
+
+  it('works the same under gVisor, whose sandboxes have no network at all', async () => {
+    const sandbox = await gvisorProvider.create({
+      egress: { kind: 'static', allowedHosts: ['upstream.test', 'secure.test'] },
+    })
+    try {
+      expect((await sandbox.exec('dmesg')).stdout).toMatch(/gVisor/i)
+      const allowed = await sandbox.exec(
+        'wget',
+        ['-q', '-O', '-', `http://upstream.test:${httpPort}/gvisor`],
+        { timeout: 15_000 },
+      )
+      expect(allowed.stdout).toBe('upstream saw /gvisor over http\n')
+      const brokered = await sandbox.exec(
+        'wget',
+        ['-q', '-O', '-', `http://secure.test:${httpsPort}/gvisor-secret`],
+        { timeout: 15_000 },
+      )
+      expect(brokered.stdout).toBe('upstream saw /gvisor-secret over https\n')
+      expect(seen.find((request) => request.url === '/gvisor-secret')?.headers.authorization).toBe(
+        SECRET,
+      )
+      const denied = await rawThroughProxy(
+        sandbox,
+        `GET http://elsewhere.test:${httpPort}/ HTTP/1.1\r\nHost: elsewhere.test:${httpPort}\r\nConnection: close\r\n\r\n`,
+      )
+      expect(denied).toMatch(/^HTTP\/1\.1 403/)
+      const direct = await sandbox.exec('nc', ['-w', '2', HOST_BRIDGE_ADDRESS, String(httpPort)], {
+        stdin: 'GET / HTTP/1.0\r\n\r\n',
+        timeout: 15_000,
+      })
+      expect(direct.exitCode).not.toBe(0)
+    } finally {
+      await sandbox.destroy()
+    }
   })
 })

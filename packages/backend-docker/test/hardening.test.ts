@@ -1,6 +1,14 @@
-import { hostname } from 'node:os'
-import type { CordonSandbox, CordonSandboxProvider } from '@cordon/core'
+import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { hostname, tmpdir } from 'node:os'
+import { join } from 'node:path'
+import {
+  type CordonSandbox,
+  type CordonSandboxProvider,
+  SandboxError,
+  SandboxPathError,
+} from '@cordon/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { AGENT_MEMORY_ALLOWANCE_MB } from '../src/container-spec.js'
 import { docker, testProvider } from './test-run.js'
 
 /** Reads one field of /proc/self/status as seen by a process inside the sandbox. */
@@ -26,19 +34,107 @@ for (const runtime of ['docker', 'runsc'] as const) {
       await provider.close()
     })
 
-    it('runs as a non-root user', async () => {
-      expect((await sandbox.exec('id', ['-u'])).stdout.trim()).toBe('1000')
-      expect((await sandbox.exec('id', ['-g'])).stdout.trim()).toBe('1000')
-    })
-
-    it('holds no capabilities, effective, permitted or bounding', async () => {
-      // gVisor's /proc does not report the ambient set.
-      for (const field of runtime === 'runsc'
-        ? ['CapEff', 'CapPrm', 'CapBnd']
-        : ['CapEff', 'CapPrm', 'CapBnd', 'CapAmb']) {
-        expect(Number.parseInt(await statusField(sandbox, field), 16), field).toBe(0)
+    it('runs commands as a user of its own, above every host account', async () => {
+      const uid = Number((await sandbox.exec('id', ['-u'])).stdout.trim())
+      expect(uid).toBeGreaterThanOrEqual(2 ** 30)
+      expect(Number((await sandbox.exec('id', ['-g'])).stdout.trim())).toBe(uid)
+      const other = await provider.create()
+      try {
+        expect(Number((await other.exec('id', ['-u'])).stdout.trim())).not.toBe(uid)
+      } finally {
+        await other.destroy()
       }
     })
+
+    it('gives commands no capabilities; only the agent may set their user and signal them', async () => {
+      // gVisor's /proc does not report the ambient set.
+      for (const field of runtime === 'runsc'
+        ? ['CapEff', 'CapPrm']
+        : ['CapEff', 'CapPrm', 'CapAmb'])
+        expect(Number.parseInt(await statusField(sandbox, field), 16), field).toBe(0)
+      // The bounding set is the container's: KILL, SETGID and SETUID, which a
+      // non-root process under no-new-privileges can never raise into its
+      // effective set (no setuid binary or file capability takes effect).
+      expect(Number.parseInt(await statusField(sandbox, 'CapBnd'), 16)).toBe(0xe0)
+      const su = await sandbox.exec('su', ['-c', 'id -u'])
+      expect(su.exitCode).not.toBe(0)
+    })
+
+    it('cannot signal, trace or read the agent that runs it', async () => {
+      const agent = await sandbox.exec('sh', [
+        '-c',
+        'for p in /proc/[0-9]*; do grep -q agent.mjs $p/cmdline 2>/dev/null && echo ${p#/proc/}; done',
+      ])
+      const pids = agent.stdout.trim().split('\n').filter(Boolean)
+      expect(pids.length).toBeGreaterThan(0)
+      for (const pid of pids) {
+        for (const signal of ['KILL', 'TERM', 'STOP']) {
+          const kill = await sandbox.exec('kill', [`-${signal}`, pid])
+          expect(kill.exitCode, `kill -${signal} ${pid}`).not.toBe(0)
+        }
+        // Its memory and its channel (stdin and stdout) are out of reach.
+        for (const command of [
+          `head -c 64 /proc/${pid}/mem`,
+          `head -c 64 /proc/${pid}/fd/0`,
+          `echo injected > /proc/${pid}/fd/1`,
+        ]) {
+          const attempt = await sandbox.exec('sh', ['-c', command])
+          expect(attempt.exitCode, command).not.toBe(0)
+          expect(attempt.stdout, command).toBe('')
+        }
+        // gVisor shows every process's environment, descriptor list and memory
+        // map to every user; the agent's environment therefore holds no secret.
+        const environ = await sandbox.exec('sh', ['-c', `tr '\\0' '\\n' < /proc/${pid}/environ`])
+        expect(environ.stdout).not.toContain('CORDON_AGENT_SECRET=')
+        if (runtime === 'docker') {
+          expect(environ.exitCode).not.toBe(0)
+          expect((await sandbox.exec('ls', [`/proc/${pid}/fd`])).exitCode).not.toBe(0)
+          expect((await sandbox.exec('head', [`/proc/${pid}/maps`])).exitCode).not.toBe(0)
+        }
+      }
+      // PID 1, the init, is root's too.
+      expect((await sandbox.exec('kill', ['-KILL', '1'])).exitCode).not.toBe(0)
+      expect((await sandbox.exec('echo', ['still here'])).stdout).toBe('still here\n')
+    })
+
+    it('a sandbox at its process limit leaves its neighbour unaffected', async () => {
+      // RLIMIT_NPROC counts a uid's processes across the whole host, like the
+      // other per-user limits (inotify instances, pipe buffers, message
+      // queues). With a uid per sandbox, one sandbox can only use up its own.
+      const greedy = await provider.create({ maxProcesses: 40 })
+      const neighbour = await provider.create({ maxProcesses: 40 })
+      try {
+        // The sleeps hold the command's stdout, so the command lasts as long as
+        // they do; the count is a shell builtin (at the limit nothing can start).
+        const hog = greedy.exec(
+          'sh',
+          [
+            '-c',
+            '(i=0; while [ $i -lt 60 ]; do sleep 8 & i=$((i+1)); done) 2>/dev/null; set -- /proc/[0-9]*; echo $#',
+          ],
+          { timeout: 30_000 },
+        )
+        await new Promise((resolve) => setTimeout(resolve, 2000))
+        // The greedy sandbox holds every process it may have, and cannot start one more
+        // (a pipeline forks; busybox runs many applets in the shell's own process).
+        const own = await greedy.exec('sh', ['-c', 'echo started | cat']).then(
+          (result) => result.stdout,
+          () => 'refused',
+        )
+        expect(own).not.toContain('started')
+        // Its neighbour starts as many as its own limit allows.
+        const next = await neighbour.exec('sh', [
+          '-c',
+          'i=0; while [ $i -lt 30 ]; do sleep 5 >/dev/null 2>&1 & i=$((i+1)); done && echo started $i',
+        ])
+        expect(next.stdout).toBe('started 30\n')
+        expect(next.stderr).toBe('')
+        expect(Number((await hog).stdout.trim())).toBeGreaterThanOrEqual(38)
+      } finally {
+        await greedy.destroy()
+        await neighbour.destroy()
+      }
+    }, 60_000)
 
     it('cannot gain privileges (no-new-privileges)', async () => {
       const info = await containerOf(sandbox)
@@ -48,10 +144,10 @@ for (const runtime of ['docker', 'runsc'] as const) {
     })
 
     it('has a read-only root filesystem and a small writable /tmp', async () => {
-      // The image's home directory belongs to the sandbox user, so only the read-only mount can refuse this.
-      const touch = await sandbox.exec('touch', ['/home/sandbox/cordon-was-here'])
+      const touch = await sandbox.exec('touch', ['/cordon-was-here'])
       expect(touch.exitCode).not.toBe(0)
-      expect(touch.stderr).toMatch(/read-only/i)
+      const root = await sandbox.exec('sh', ['-c', 'awk \'$2 == "/" { print $4 }\' /proc/mounts'])
+      expect(root.stdout.split(',')).toContain('ro')
       expect((await sandbox.exec('sh', ['-c', 'echo ok > /tmp/x && cat /tmp/x'])).stdout).toBe(
         'ok\n',
       )
@@ -92,12 +188,16 @@ for (const runtime of ['docker', 'runsc'] as const) {
 
     it('sets memory swap equal to memory and the pids and CPU limits', async () => {
       const info = await containerOf(sandbox)
-      expect(info.HostConfig.Memory).toBe(128 * 1024 * 1024)
-      expect(info.HostConfig.MemorySwap).toBe(128 * 1024 * 1024)
-      if (runtime === 'docker') expect(info.HostConfig.PidsLimit).toBe(64)
-      else expect(info.HostConfig.Ulimits).toEqual([{ Name: 'nproc', Soft: 64, Hard: 64 }])
+      // The agent's allowance comes on top of what the sandbox's commands get.
+      const memory = (128 + AGENT_MEMORY_ALLOWANCE_MB) * 1024 * 1024
+      expect(info.HostConfig.Memory).toBe(memory)
+      expect(info.HostConfig.MemorySwap).toBe(memory)
+      // maxProcesses is the sandbox user's own RLIMIT_NPROC (plus the file worker's threads).
+      expect(info.HostConfig.Ulimits).toEqual([{ Name: 'nproc', Soft: 70, Hard: 70 }])
+      expect(info.HostConfig.PidsLimit).toBeGreaterThan(70)
       expect(info.HostConfig.NanoCpus).toBe(1e9)
       expect(info.HostConfig.CapDrop).toEqual(['ALL'])
+      expect(info.HostConfig.CapAdd).toEqual(['SETUID', 'SETGID', 'KILL'])
       expect(info.HostConfig.ReadonlyRootfs).toBe(true)
       expect(info.HostConfig.Init).toBe(true)
       // cordon never passes a seccomp option, so the engine's default profile applies.
@@ -140,3 +240,66 @@ for (const runtime of ['docker', 'runsc'] as const) {
     })
   })
 }
+
+describe('file operations act as the sandbox user (Docker)', () => {
+  for (const runtime of ['docker', 'runsc'] as const) {
+    it(`cannot read through a symlink what the sandbox user cannot (${runtime})`, async () => {
+      const root = await mkdtemp(join(tmpdir(), 'cordon-perm-'))
+      await chmod(root, 0o755)
+      await writeFile(join(root, 'secret'), 'root only\n', { mode: 0o600 })
+      await writeFile(join(root, 'open'), 'anyone\n', { mode: 0o644 })
+      const provider = testProvider(
+        { runtime },
+        {
+          layout: {
+            outputs: { source: { type: 'ephemeral' } },
+            uploads: { source: { type: 'hostDir', hostPath: root } },
+          },
+        },
+      )
+      try {
+        const sandbox = await provider.create()
+        // The sandbox itself is denied the file.
+        expect((await sandbox.exec('cat', ['/mnt/user-data/uploads/secret'])).exitCode).not.toBe(0)
+        expect((await sandbox.readFile('/mnt/user-data/uploads/open')).toString()).toBe('anyone\n')
+        // So is the host library, directly and through links the sandbox made.
+        await sandbox.exec(
+          'sh',
+          [
+            '-c',
+            'ln -s / rootlink && ln -s /mnt/user-data/uploads/secret secretlink && ln -s /mnt/user-data/uploads uploadslink',
+          ],
+          { cwd: sandbox.rootDir },
+        )
+        for (const path of [
+          '/mnt/user-data/uploads/secret',
+          'secretlink',
+          'uploadslink/secret',
+          'rootlink/mnt/user-data/uploads/secret',
+          'rootlink/etc/passwd',
+          'rootlink/proc/1/environ',
+        ]) {
+          const error = await sandbox.readFile(path).catch((caught: unknown) => caught)
+          expect(SandboxError.isInstance(error), path).toBe(true)
+          expect(String((error as Error).message), path).not.toContain('root only')
+        }
+        for (const path of ['rootlink/etc/passwd', 'rootlink/proc/1/environ']) {
+          const error = await sandbox.readFile(path).catch((caught: unknown) => caught)
+          expect(SandboxPathError.isInstance(error), path).toBe(true)
+        }
+        // Writes through a link out of the writable roots are refused too.
+        const write = await sandbox
+          .writeFile('rootlink/tmp/planted', 'x')
+          .catch((caught: unknown) => caught)
+        expect(SandboxPathError.isInstance(write)).toBe(true)
+        expect((await sandbox.exec('ls', ['/tmp/planted'])).exitCode).not.toBe(0)
+        // listFiles does not follow a link out of the roots either.
+        const listed = (await sandbox.listFiles()).map((entry) => entry.path)
+        expect(listed.some((path) => path.includes('passwd'))).toBe(false)
+      } finally {
+        await provider.close()
+        await rm(root, { recursive: true, force: true })
+      }
+    })
+  }
+})

@@ -70,30 +70,6 @@ describe('create and destroy', () => {
     await provider.close()
   })
 
-  it('refuses proxied egress without a gateway image, naming the control and backend', async () => {
-    const provider = testProvider()
-    for (const egress of [
-      { kind: 'allow-all' },
-      { kind: 'static', allowedHosts: ['example.com'] },
-      { kind: 'resolver', resolve: async () => ['example.com'] },
-    ] as const) {
-      const error = await provider.create({ egress }).catch((caught: unknown) => caught)
-      expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
-      expect(error).toMatchObject({ control: `egress.${egress.kind}`, backend: 'container:docker' })
-    }
-    await provider.close()
-  })
-
-  it('refuses proxied egress under gVisor unless a host-network runsc runtime is named', async () => {
-    const provider = testProvider({ runtime: 'runsc', gatewayImage: 'cordon/egress-gateway:any' })
-    const error = await provider
-      .create({ egress: { kind: 'allow-all' } })
-      .catch((caught: unknown) => caught)
-    expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
-    expect(error).toMatchObject({ control: 'egress.allow-all', backend: 'container:runsc' })
-    await provider.close()
-  })
-
   it('refuses setNetworkPolicy on a deny-all sandbox', async () => {
     const provider = testProvider()
     const sandbox = await provider.create()
@@ -143,8 +119,10 @@ describe('layout', () => {
       }
       await writeFile(join(dirs.uploads, 'input.csv'), 'a,b\n')
       await writeFile(join(dirs.skill, 'SKILL.md'), '# skill\n')
+      // A host directory the sandbox writes to must be writable by its user:
+      // here the directory's owner is named, instead of a uid of the sandbox's own.
       const provider = testProvider(
-        {},
+        { user: '1000:1000' },
         {
           layout: {
             outputs: { source: { type: 'hostDir', hostPath: dirs.outputs } },
@@ -241,11 +219,21 @@ describe('cordon gc', () => {
     })
     const orphanId = /sandbox (sbx_\w+)/.exec(output)?.[1]
     expect(orphanId).toBeDefined()
-    const report = await collectGarbage({ docker })
-    expect(report.containers.some((id) => id.length > 0)).toBe(true)
-    await expect(docker.getContainer(`cordon-${orphanId}`).inspect()).rejects.toMatchObject({
-      statusCode: 404,
-    })
+    // The orphan's channel closed with its owner, so it ends and the engine
+    // removes it; collection removes whatever is left of it by then.
+    await collectGarbage({ docker })
+    let gone = false
+    for (let attempt = 0; attempt < 40 && !gone; attempt++) {
+      gone = await docker
+        .getContainer(`cordon-${orphanId}`)
+        .inspect()
+        .then(
+          () => false,
+          (error: { statusCode?: number }) => error.statusCode === 404,
+        )
+      if (!gone) await new Promise((resolve) => setTimeout(resolve, 250))
+    }
+    expect(gone).toBe(true)
     expect((await docker.getContainer(`cordon-${kept.id}`).inspect()).State.Running).toBe(true)
     await live.close()
     expect((await leftovers()).containers).toEqual([])

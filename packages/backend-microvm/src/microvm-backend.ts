@@ -101,11 +101,17 @@ export function createMicroVMBackend(
           vsockPort,
           ...(config.mtls ? { tls: config.mtls } : {}),
         })
-        await waitForAgent(transport.client, request.id, signal, config.readyPollIntervalMs)
+        const health = await waitForAgent(
+          transport.client,
+          request.id,
+          signal,
+          config.readyPollIntervalMs,
+        )
         mark('ready')
         return new AgentSandbox({
           id: request.id,
           rootDir: created.rootDir,
+          writeRoots: health.writeRoots,
           env: request.env,
           workingDirectory: request.workingDirectory,
           execTimeoutMs: request.execTimeoutMs,

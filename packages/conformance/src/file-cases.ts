@@ -1,5 +1,5 @@
 import { createHash, randomBytes } from 'node:crypto'
-import { SandboxFileNotFoundError, SandboxPathError } from '@cordon/core'
+import { SandboxFileNotFoundError, SandboxFileTooLargeError, SandboxPathError } from '@cordon/core'
 import { describe, expect, it } from 'vitest'
 import type { SandboxesUnderTest } from './shared-sandbox.js'
 import type { SandboxConformanceOptions } from './suite-options.js'
@@ -193,6 +193,43 @@ export function fileCases(options: SandboxConformanceOptions, sandboxes: Sandbox
           `${sandboxes.sandbox.rootDir}/big/stream.bin`,
         ])
         expect(wc.stdout.trim().split(/\s+/)[0]).toBe(String(total))
+      },
+      timeout,
+    )
+
+    it(
+      'refuses a whole-file read larger than maxBytes before reading it',
+      async () => {
+        const sandbox = sandboxes.sandbox
+        await sandbox.exec(
+          'sh',
+          ['-c', 'mkdir -p big && head -c 3000000 /dev/zero > big/three-mb.bin'],
+          { cwd: sandbox.rootDir },
+        )
+        const error = await sandbox
+          .readFile('big/three-mb.bin', { maxBytes: 1024 * 1024 })
+          .catch((caught: unknown) => caught)
+        expect(SandboxFileTooLargeError.isInstance(error)).toBe(true)
+        expect(error).toMatchObject({
+          code: 'FILE_TOO_LARGE',
+          size: 3_000_000,
+          maxBytes: 1024 * 1024,
+        })
+        // The same file within the cap, and streamed whatever its size.
+        expect((await sandbox.readFile('big/three-mb.bin', { maxBytes: 3_000_000 })).length).toBe(
+          3_000_000,
+        )
+        expect((await digestOf(await sandbox.readFileStream('big/three-mb.bin'))).bytes).toBe(
+          3_000_000,
+        )
+        if (sandbox.readFiles) {
+          const batch = await sandbox
+            .readFiles('big', { maxBytes: 1024 * 1024 })
+            .catch((caught: unknown) => caught)
+          expect(SandboxFileTooLargeError.isInstance(batch)).toBe(true)
+        }
+        // Nothing was left behind by the refused reads: the sandbox still answers.
+        expect((await sandbox.exec('echo', ['ok'])).stdout).toBe('ok\n')
       },
       timeout,
     )

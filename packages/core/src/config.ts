@@ -47,18 +47,16 @@ export interface ContainerBackendConfig {
   readonly host?: string
   readonly port?: number
   readonly tls?: TlsClientMaterial
-  /** `uid:gid` the sandbox's commands run as (default `1000:1000`). Root (`0`) is refused. */
+  /**
+   * `uid:gid` the sandbox's commands run as. Default: a uid of the sandbox's
+   * own above 2^30, so per-user kernel limits are per sandbox and no host
+   * account's. Root (`0`) is refused.
+   */
   readonly user?: string
   /** CPU limit in cores (default 1). */
   readonly cpus?: number
   /** Size of the writable `/tmp` tmpfs in MiB (default 64). */
   readonly tmpfsSizeMb?: number
-  /**
-   * Image of the egress gateway that `static`, `resolver` and `allow-all`
-   * policies need (build one with `buildGatewayImage()` from
-   * `@cordon/backend-docker`). Without it those policies are refused.
-   */
-  readonly gatewayImage?: string
   /**
    * Fixed name-to-address entries for the gateway's resolver, for internal
    * services a policy names (pair them with the provider's `allowInwardFor`).
@@ -68,12 +66,6 @@ export interface ContainerBackendConfig {
   readonly gatewayAllowedPorts?: readonly number[]
   /** Extra CA certificates (PEM) the gateway trusts for upstream HTTPS, e.g. an internal CA. */
   readonly gatewayUpstreamCa?: string
-  /**
-   * Engine runtime for gVisor sandboxes behind the gateway: a runsc runtime
-   * registered with `--network=host` (inside the sandbox's own, loopback-only
-   * namespace). Without it, gVisor sandboxes accept only `deny-all`.
-   */
-  readonly runscProxiedRuntime?: string
 }
 
 /** `container` tier claimed from an Azure Container Instances standby pool (the reference's fields first). */
@@ -264,11 +256,9 @@ export const containerBackendConfigSchema: z.ZodType<ContainerBackendConfig> = z
       .optional(),
     cpus: z.number().positive().max(1024).optional(),
     tmpfsSizeMb: positiveInt().optional(),
-    gatewayImage: z.string().min(1).optional(),
     gatewayHosts: z.record(z.string().min(1), z.string().min(1)).readonly().optional(),
     gatewayAllowedPorts: z.array(tcpPort()).readonly().optional(),
     gatewayUpstreamCa: z.string().min(1).optional(),
-    runscProxiedRuntime: z.string().min(1).optional(),
   })
   .strict()
   .readonly()

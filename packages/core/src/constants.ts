@@ -14,3 +14,10 @@ export const SANDBOX_DEFAULT_MAX_PROCESSES = 32
 
 /** Default cap on the bytes of each output stream kept in an exec result. */
 export const SANDBOX_MAX_OUTPUT_BYTES = 10 * 1024 * 1024
+
+/**
+ * Default cap on one file a whole-file read (`readFile`, `readFiles`) brings
+ * into host memory: what a sandbox writes must not decide how much memory
+ * its host uses. Larger files are read with `readFileStream`.
+ */
+export const SANDBOX_DEFAULT_MAX_READ_BYTES = 256 * 1024 * 1024

@@ -1,8 +1,4 @@
-import type {
-  ACIStandbyPoolBackendConfig,
-  ContainerBackendConfig,
-  SandboxBackendConfig,
-} from './config.js'
+import type { ACIStandbyPoolBackendConfig, SandboxBackendConfig } from './config.js'
 import type { EgressPolicy } from './egress-policy.js'
 import { SandboxControlRefusedError } from './errors.js'
 import type { SandboxBackendName } from './provider-config.js'
@@ -24,21 +20,6 @@ export function egressRefusal(
   const refuse = (reason: string) => new SandboxControlRefusedError(control, backendName, reason)
   const proxied = policy.kind !== 'deny-all'
   switch (backendName) {
-    case 'container:docker':
-    case 'container:runsc': {
-      const config = backend as ContainerBackendConfig
-      if (proxied && backendName === 'container:runsc' && !config.runscProxiedRuntime) {
-        return refuse(
-          "gVisor's own network stack cannot reach the egress relay in the sandbox's namespace; name a runsc runtime registered with --network=host in runscProxiedRuntime, or use deny-all",
-        )
-      }
-      if (proxied && !config.gatewayImage) {
-        return refuse(
-          'this policy is enforced by an egress gateway, and no gatewayImage is configured: build one with buildGatewayImage() from @cordon/backend-docker and name it in the backend config, or use deny-all',
-        )
-      }
-      return undefined
-    }
     case 'container:aci-standby-pool': {
       const config = backend as ACIStandbyPoolBackendConfig
       if (proxied) {

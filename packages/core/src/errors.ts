@@ -40,6 +40,7 @@ export type SandboxErrorCode =
   | 'ABORTED'
   | 'PATH_REFUSED'
   | 'FILE_NOT_FOUND'
+  | 'FILE_TOO_LARGE'
   | 'OPERATION_FAILED'
 
 export interface SandboxErrorOptions {
@@ -378,6 +379,34 @@ export class SandboxFileNotFoundError extends SandboxError {
 
   static override isInstance(value: unknown): value is SandboxFileNotFoundError {
     return hasMarker(value, notFoundMarker)
+  }
+}
+
+const tooLargeMarker = markerFor('SandboxFileTooLargeError')
+
+/**
+ * A file is larger than a whole-file read may bring into host memory
+ * (`maxBytes`). Nothing was read; `readFileStream` reads it in bounded pieces.
+ */
+export class SandboxFileTooLargeError extends SandboxError {
+  protected readonly [tooLargeMarker] = true
+  readonly path: string
+  readonly size: number
+  readonly maxBytes: number
+
+  constructor(path: string, size: number, maxBytes: number, options: SandboxErrorOptions = {}) {
+    super(
+      `File ${path} holds ${size} bytes, more than the ${maxBytes} a whole-file read takes; read it with readFileStream or raise maxBytes`,
+      { ...options, code: 'FILE_TOO_LARGE' },
+    )
+    this.name = 'SandboxFileTooLargeError'
+    this.path = path
+    this.size = size
+    this.maxBytes = maxBytes
+  }
+
+  static override isInstance(value: unknown): value is SandboxFileTooLargeError {
+    return hasMarker(value, tooLargeMarker)
   }
 }
 

@@ -18,6 +18,8 @@ export type SandboxLifecyclePhase =
   | 'pool.refill.failed'
   | 'expired'
   | 'oom'
+  /** A `resolver` policy's answer was refused (an invalid entry, an error, a timeout): everything is denied. */
+  | 'egress.resolver-refused'
 
 export interface SandboxLifecycleEvent {
   readonly type: 'lifecycle'

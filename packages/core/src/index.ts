@@ -40,6 +40,7 @@ export {
 export {
   SANDBOX_DEFAULT_MAX_PROCESSES,
   SANDBOX_DEFAULT_MEMORY_LIMIT_MB,
+  SANDBOX_DEFAULT_MAX_READ_BYTES,
   SANDBOX_DEFAULT_TIMEOUT_MS,
   SANDBOX_MAX_OUTPUT_BYTES,
 } from './constants.js'
@@ -59,6 +60,7 @@ export {
   type SandboxErrorCode,
   type SandboxErrorOptions,
   SandboxFileNotFoundError,
+  SandboxFileTooLargeError,
   SandboxOperationError,
   SandboxPathError,
   SandboxReadinessError,
@@ -104,6 +106,7 @@ export type {
   SandboxFileContent,
   SandboxFileEntry,
   SandboxFileOptions,
+  SandboxReadFileOptions,
   SandboxFileWrite,
   SandboxNetworkPolicy,
   SandboxOutputChunk,

@@ -10,6 +10,7 @@ import type {
   SandboxFileContent,
   SandboxFileEntry,
   SandboxFileOptions,
+  SandboxReadFileOptions,
   SandboxFileWrite,
   SandboxNetworkPolicy,
   SandboxProcess,
@@ -46,7 +47,7 @@ export class ManagedSandbox implements CordonSandbox {
   ) => Promise<void>
   readonly readFiles?: (
     dir?: string,
-    options?: SandboxFileOptions,
+    options?: SandboxReadFileOptions,
   ) => Promise<AsyncIterable<SandboxFileContent>>
   private expiry: ReturnType<typeof setTimeout> | undefined
   private destroying: Promise<void> | undefined
@@ -141,7 +142,7 @@ export class ManagedSandbox implements CordonSandbox {
     return this.inner.writeFile(path, content, options)
   }
 
-  readFile(path: string, options?: SandboxFileOptions): Promise<Buffer> {
+  readFile(path: string, options?: SandboxReadFileOptions): Promise<Buffer> {
     return this.inner.readFile(path, options)
   }
 

@@ -107,6 +107,16 @@ export interface SandboxFileOptions {
   readonly signal?: AbortSignal
 }
 
+/** Options of a whole-file read (`readFile`, `readFiles`). */
+export interface SandboxReadFileOptions extends SandboxFileOptions {
+  /**
+   * The largest file read into memory, in bytes (default
+   * `SANDBOX_DEFAULT_MAX_READ_BYTES`, 256 MiB). A larger file is refused
+   * with `SandboxFileTooLargeError` before any of it is read.
+   */
+  readonly maxBytes?: number
+}
+
 export interface SandboxWriteFileOptions extends SandboxFileOptions {
   /** Permission bits of a new file (default 0o644). */
   readonly mode?: number
@@ -181,8 +191,12 @@ export interface Sandbox {
     content: string | Uint8Array,
     options?: SandboxWriteFileOptions,
   ): Promise<void>
-  /** Reads a whole file into a `Buffer`. For large files prefer `readFileStream`. */
-  readFile(path: string, options?: SandboxFileOptions): Promise<Buffer>
+  /**
+   * Reads a whole file into a `Buffer`, refusing one larger than `maxBytes`
+   * (default 256 MiB) with `SandboxFileTooLargeError`. For large files use
+   * `readFileStream`.
+   */
+  readFile(path: string, options?: SandboxReadFileOptions): Promise<Buffer>
   /** Every regular file under `rootPath` (default `rootDir`), recursively; `[]` if it is missing. */
   listFiles(rootPath?: string, options?: SandboxFileOptions): Promise<readonly SandboxFileEntry[]>
   /** Removes the sandbox and everything made for it. Idempotent. */
@@ -202,18 +216,24 @@ export interface Sandbox {
   /** Streams a file's bytes out in bounded memory (always present on a {@link CordonSandbox}). */
   readFileStream?(path: string, options?: SandboxFileOptions): Promise<AsyncIterable<Uint8Array>>
   /**
-   * Writes many files as one transfer, creating missing parent directories,
-   * with `writeFile`'s path rules; for many small files. Absent on backends
-   * without a batch path; hosts then call `writeFile` per file.
+   * Writes many files, creating missing parent directories, with
+   * `writeFile`'s path rules; for many small files. Every path is checked
+   * before anything is written. Absent on backends without a batch path;
+   * hosts then call `writeFile` per file.
    */
   writeFiles?(files: readonly SandboxFileWrite[], options?: SandboxFileOptions): Promise<void>
   /**
    * Every regular file under `dir` (default `rootDir`), recursively, with its
-   * content, read as one transfer; nothing for a missing `dir`. Each file is
-   * held in memory while yielded, so this is for many small files. Absent on
-   * backends without a batch path; hosts then call `listFiles` and `readFile`.
+   * content; nothing for a missing `dir`. Each file is held in memory while
+   * yielded and refused past `maxBytes` (default 256 MiB) with
+   * `SandboxFileTooLargeError`; host memory stays bounded however many files
+   * there are. Absent on backends without a batch path; hosts then call
+   * `listFiles` and `readFile`.
    */
-  readFiles?(dir?: string, options?: SandboxFileOptions): Promise<AsyncIterable<SandboxFileContent>>
+  readFiles?(
+    dir?: string,
+    options?: SandboxReadFileOptions,
+  ): Promise<AsyncIterable<SandboxFileContent>>
 }
 
 /**

@@ -12,7 +12,7 @@ function makeProvider(extra: Partial<SandboxProviderConfig> = {}) {
   const backend = new RecordingBackend()
   const events: SandboxEvent[] = []
   const prepared = prepareProviderConfig({
-    backend: { tier: 'container', image: 'img', gatewayImage: 'gateway:test' },
+    backend: { tier: 'container', image: 'img' },
     layout: { outputs: { source: { type: 'ephemeral' } } },
     onEvent: (event) => events.push(event),
     ...extra,

@@ -106,7 +106,9 @@ export class EgressProxy {
     if (key === undefined)
       throw new Error(`listenForClient: "${clientAddress}" is not an IP address`)
     const http = this.#httpServer()
-    const listener: NetServer = createNetServer((socket) => {
+    // Half-open on: a client that sends its request and shuts its write
+    // side still gets the answer.
+    const listener: NetServer = createNetServer({ allowHalfOpen: true }, (socket) => {
       // The HTTP layer reads the client's identity from remoteAddress, which a
       // unix socket does not have; the socket's path stands in for it.
       Object.defineProperty(socket, 'remoteAddress', { value: key, configurable: true })
@@ -120,6 +122,8 @@ export class EgressProxy {
       })
     })
     listener.on('error', () => {})
+    // One client cannot hold every connection the proxy will take.
+    listener.maxConnections = this.#options.limits.maxConnectionsPerClient
     this.#unixListeners.add(listener)
     return {
       close: () =>

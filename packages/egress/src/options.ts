@@ -29,6 +29,11 @@ export interface EgressProxyLimits {
   readonly maxTunnelsPerClient?: number
   /** Client connections the listener accepts at once. Default 4096. */
   readonly maxClientConnections?: number
+  /**
+   * Connections one client's socket (`listenForClient`) accepts at once.
+   * Default: `maxClientConnections`.
+   */
+  readonly maxConnectionsPerClient?: number
   /** Budget for reaching the upstream, across all its screened addresses. Default 10 s. */
   readonly connectTimeoutMs?: number
   /** Budget for one DNS lookup; a lookup that overruns is refused with `dns-timeout`. Default 5 s. */
@@ -95,6 +100,7 @@ export interface ResolvedLimits {
   readonly maxTunnels: number
   readonly maxTunnelsPerClient: number
   readonly maxClientConnections: number
+  readonly maxConnectionsPerClient: number
   readonly connectTimeoutMs: number
   readonly dnsTimeoutMs: number
   readonly idleTimeoutMs: number
@@ -142,6 +148,7 @@ const limitsSchema = z
     maxTunnels: z.number().int().positive().optional(),
     maxTunnelsPerClient: z.number().int().positive().optional(),
     maxClientConnections: z.number().int().positive().optional(),
+    maxConnectionsPerClient: z.number().int().positive().optional(),
     connectTimeoutMs: positiveMs().optional(),
     dnsTimeoutMs: positiveMs().optional(),
     idleTimeoutMs: positiveMs().optional(),
@@ -235,6 +242,8 @@ export function resolveOptions(input: EgressProxyOptions | undefined): ResolvedO
       maxTunnels,
       maxTunnelsPerClient: parsed.limits?.maxTunnelsPerClient ?? maxTunnels,
       maxClientConnections: parsed.limits?.maxClientConnections ?? 4096,
+      maxConnectionsPerClient:
+        parsed.limits?.maxConnectionsPerClient ?? parsed.limits?.maxClientConnections ?? 4096,
       connectTimeoutMs: parsed.limits?.connectTimeoutMs ?? 10_000,
       dnsTimeoutMs: parsed.limits?.dnsTimeoutMs ?? 5_000,
       idleTimeoutMs: parsed.limits?.idleTimeoutMs ?? 120_000,

@@ -111,6 +111,8 @@ export interface AgentFileDownload {
   readonly mode: number
   /** The file's bytes in order. Stopping early closes the connection. */
   readonly chunks: AsyncIterable<Uint8Array>
+  /** Drops the download without reading it (closes the connection). */
+  abandon(): void
 }
 
 export async function requestReadFile(
@@ -144,7 +146,12 @@ export async function requestReadFile(
       else connection.destroy()
     }
   }
-  return { size: info.size, mode: info.mode, chunks: chunks() }
+  return {
+    size: info.size,
+    mode: info.mode,
+    chunks: chunks(),
+    abandon: () => connection.destroy(),
+  }
 }
 
 /**

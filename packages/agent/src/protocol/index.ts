@@ -86,6 +86,7 @@ export {
   MuxProtocolError,
   MuxStream,
   MuxStreamResetError,
+  pipeBothWays,
   STREAM_WINDOW_BYTES,
   StreamMux,
   type StreamMuxOptions,

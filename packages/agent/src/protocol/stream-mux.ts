@@ -315,3 +315,19 @@ export class StreamMux {
 }
 
 const EMPTY = Buffer.alloc(0)
+
+/**
+ * Joins two byte streams both ways, half-closes included (one side ending its
+ * writes ends the other's, while the answer still flows back); either one
+ * failing ends both.
+ */
+export function pipeBothWays(a: Duplex, b: Duplex): void {
+  a.pipe(b)
+  b.pipe(a)
+  const stop = (): void => {
+    a.destroy()
+    b.destroy()
+  }
+  a.on('error', stop)
+  b.on('error', stop)
+}

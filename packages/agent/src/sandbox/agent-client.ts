@@ -63,6 +63,15 @@ export interface AgentClientOptions extends AgentClientTuning {
   readonly dial: AgentDial
   /** The endpoint as errors name it, e.g. `tcp:10.0.0.4:7070`. */
   readonly description: string
+  /**
+   * Keep one connection of each kind already open and authenticated, so an
+   * operation costs one round trip instead of three. For channels whose
+   * connections are cheap and survive (a container's stdio); not for a guest
+   * that may be snapshotted, where an idle connection dies on resume.
+   */
+  readonly keepSpareConnection?: boolean
+  /** Told when a connection starts or stops waiting as a spare (a channel may then not count it as work). */
+  readonly onSpare?: (stream: Duplex, spare: boolean) => void
 }
 
 /** A dial failure worth another attempt: nothing listening yet, or a connection reset by a resume. */
@@ -85,13 +94,62 @@ export class RetryableDialError extends Error {
  */
 export class AgentClient {
   readonly description: string
+  private readonly spares = new Map<AgentStreamKind, Promise<FramedConnection | undefined>>()
+  private closed = false
 
   constructor(private readonly options: AgentClientOptions) {
     this.description = options.description
   }
 
-  /** Opens an authenticated connection (the building block of every operation). */
+  /**
+   * An authenticated connection (the building block of every operation): the
+   * spare one if it is still up, else a fresh one.
+   */
   async open(signal?: AbortSignal, kind: AgentStreamKind = 'agent'): Promise<FramedConnection> {
+    if (!this.options.keepSpareConnection || this.closed)
+      return this.dialAndAuthenticate(signal, kind)
+    const spare = this.spares.get(kind)
+    this.spares.delete(kind)
+    const ready = spare ? await spare : undefined
+    const connection =
+      ready && !ready.isClosed ? ready : await this.dialAndAuthenticate(signal, kind)
+    if (connection !== ready) ready?.destroy()
+    else this.options.onSpare?.(connection.socket, false)
+    // The next spare is made once this operation is over, so it never competes with it.
+    connection.onClose(() => this.prepareSpare(kind))
+    return connection
+  }
+
+  /** Closes the spare connections; later operations dial afresh. */
+  close(): void {
+    this.closed = true
+    for (const spare of this.spares.values()) void spare.then((connection) => connection?.destroy())
+    this.spares.clear()
+  }
+
+  private prepareSpare(kind: AgentStreamKind): void {
+    if (this.closed || this.spares.has(kind)) return
+    const spare = this.dialAndAuthenticate(undefined, kind).then(
+      (connection) => {
+        if (this.closed) {
+          connection.destroy()
+          return undefined
+        }
+        this.options.onSpare?.(connection.socket, true)
+        return connection
+      },
+      () => {
+        this.spares.delete(kind)
+        return undefined
+      },
+    )
+    this.spares.set(kind, spare)
+  }
+
+  private async dialAndAuthenticate(
+    signal: AbortSignal | undefined,
+    kind: AgentStreamKind,
+  ): Promise<FramedConnection> {
     const budget = this.options.connectRetryBudgetMs
     const attempts =
       budget === undefined ? Math.max(1, this.options.maxConnectAttempts ?? 5) : Infinity
@@ -194,7 +252,15 @@ export class AgentClient {
         signal?.removeEventListener('abort', onAbort)
       }
     }
-    return { size: download.size, mode: download.mode, chunks: chunks() }
+    return {
+      size: download.size,
+      mode: download.mode,
+      chunks: chunks(),
+      abandon: () => {
+        signal?.removeEventListener('abort', onAbort)
+        download.abandon()
+      },
+    }
   }
 
   /** Starts a command; the session's connection lives as long as the command. */

@@ -15,6 +15,12 @@ export interface AgentProcessHooks {
   readonly client: AgentClient
   readonly isDestroyed: () => boolean
   readonly onSettled: (result: SandboxExecResult | undefined) => void
+  /**
+   * When the command's connection fails: how the command ended, if the
+   * backend knows (the whole sandbox was killed for memory, say); otherwise
+   * undefined and the failure is reported as an error.
+   */
+  readonly explainLost?: (startedAt: number) => Promise<SandboxExecResult | undefined>
 }
 
 /**
@@ -24,6 +30,7 @@ export interface AgentProcessHooks {
  */
 export class AgentProcess implements SandboxProcess {
   private readonly settled: Promise<SandboxExecResult>
+  private readonly startedAt = Date.now()
   private removeAbortListener = (): void => {}
   private finished = false
 
@@ -111,6 +118,11 @@ export class AgentProcess implements SandboxProcess {
       this.hooks.onSettled(result)
       return result
     } catch (error) {
+      const explained = await this.hooks.explainLost?.(this.startedAt).catch(() => undefined)
+      if (explained) {
+        this.hooks.onSettled(explained)
+        return explained
+      }
       this.hooks.onSettled(undefined)
       if (this.hooks.isDestroyed())
         throw new SandboxDestroyedError(this.hooks.sandboxId, { cause: error })

@@ -9,9 +9,15 @@ import {
   type SandboxEvent,
   type SandboxExecOptions,
   type SandboxExecResult,
+  type SandboxFileContent,
   type SandboxFileEntry,
   type SandboxFileOptions,
+  SandboxFileTooLargeError,
+  type SandboxFileWrite,
+  type SandboxReadFileOptions,
+  SANDBOX_DEFAULT_MAX_READ_BYTES,
   type SandboxId,
+  type SandboxNetworkPolicy,
   SandboxPathError,
   type SandboxProcess,
   type SandboxStartOptions,
@@ -24,6 +30,11 @@ import type { AgentClient } from './agent-client.js'
 import { AgentProcess } from './agent-process.js'
 
 const textEncoder = new TextEncoder()
+
+/** Files of a batch moved at once, each over a stream of its own. */
+const BATCH_CONCURRENCY = 8
+/** Bytes a batch read may hold ahead of its consumer (one file is always allowed, up to maxBytes). */
+const BATCH_READ_AHEAD_BYTES = 32 * 1024 * 1024
 
 export interface AgentSandboxInit {
   readonly id: SandboxId
@@ -44,6 +55,16 @@ export interface AgentSandboxInit {
    * later `destroy()` calls it again.
    */
   readonly release: (signal: AbortSignal | undefined) => Promise<void>
+  /** Changes egress at run time; without it the sandbox has no `setNetworkPolicy`. */
+  readonly setNetworkPolicy?: (policy: SandboxNetworkPolicy, signal?: AbortSignal) => Promise<void>
+  /**
+   * The directories files may be written under, checked as text before a
+   * batch write starts so a batch with one bad path writes nothing (the
+   * agent checks every resolved path again).
+   */
+  readonly writeRoots?: readonly string[]
+  /** See `AgentProcessHooks.explainLost`. */
+  readonly explainLostCommand?: (startedAt: number) => Promise<SandboxExecResult | undefined>
 }
 
 /**
@@ -52,24 +73,46 @@ export interface AgentSandboxInit {
  * the agent client (a fresh authenticated connection per operation);
  * `destroy` abandons running commands and calls the backend's `release`.
  *
- * There is no `setNetworkPolicy`: what the backend enforces on egress is fixed
- * when the sandbox is created.
+ * `setNetworkPolicy` is there only when the backend can change egress at run
+ * time (it passes `setNetworkPolicy` in the init).
  */
 export class AgentSandbox implements CordonSandbox {
   readonly id: SandboxId
   readonly rootDir: string
   readonly environment: SandboxEnvironment = 'linux-namespace'
   private state: 'ready' | 'destroying' | 'destroyed' = 'ready'
+  private lost = false
   private destroying: Promise<void> | undefined
   private readonly running = new Set<AgentProcess>()
+
+  readonly setNetworkPolicy?: (
+    policy: SandboxNetworkPolicy,
+    options?: SandboxFileOptions,
+  ) => Promise<void>
 
   constructor(private readonly init: AgentSandboxInit) {
     this.id = init.id
     this.rootDir = init.rootDir
+    const change = init.setNetworkPolicy
+    if (change) {
+      this.setNetworkPolicy = async (policy, options = {}) => {
+        this.assertUsable('setNetworkPolicy', options.signal)
+        await change(policy, options.signal)
+      }
+    }
+  }
+
+  /**
+   * Marks the sandbox as gone without the host destroying it (its container
+   * or guest ended underneath): every later call fails with
+   * `SandboxDestroyedError`, and `destroy()` still releases what is left.
+   */
+  markLost(): void {
+    if (this.state === 'ready') this.lost = true
   }
 
   get status(): SandboxStatus {
-    if (this.state !== 'ready') return 'destroyed'
+    if (this.state !== 'ready' || this.lost) return 'destroyed'
     return this.running.size > 0 ? 'busy' : 'ready'
   }
 
@@ -120,10 +163,113 @@ export class AgentSandbox implements CordonSandbox {
     await this.writeFileStream(path, singleChunk(bytes), { ...options, size: bytes.byteLength })
   }
 
-  async readFile(path: string, options: SandboxFileOptions = {}): Promise<Buffer> {
+  async readFile(path: string, options: SandboxReadFileOptions = {}): Promise<Buffer> {
+    this.assertUsable('readFile', options.signal)
+    const target = this.resolvePath(path)
+    const maxBytes = options.maxBytes ?? SANDBOX_DEFAULT_MAX_READ_BYTES
+    const download = await this.init.client.readFile(target, options.signal)
+    if (download.size > maxBytes) {
+      // Nothing is read: closing the stream drops the file at the agent.
+      download.abandon()
+      throw new SandboxFileTooLargeError(target, download.size, maxBytes)
+    }
     const chunks: Uint8Array[] = []
-    for await (const chunk of await this.readFileStream(path, options)) chunks.push(chunk)
+    let total = 0
+    for await (const chunk of download.chunks) {
+      // The size was the file's when it was opened; a file growing while read is cut off.
+      total += chunk.byteLength
+      // Leaving the loop closes the stream.
+      if (total > maxBytes) throw new SandboxFileTooLargeError(target, total, maxBytes)
+      chunks.push(chunk)
+    }
     return Buffer.concat(chunks)
+  }
+
+  /**
+   * Writes every file, up to eight at a time. Every path is checked before
+   * the first byte is written; a failure stops files not yet started and
+   * rejects with the first error.
+   */
+  async writeFiles(
+    files: readonly SandboxFileWrite[],
+    options: SandboxFileOptions = {},
+  ): Promise<void> {
+    this.assertUsable('writeFiles', options.signal)
+    const targets = files.map((file) => {
+      const target = this.resolvePath(file.path)
+      const roots = this.init.writeRoots
+      if (roots && !roots.some((root) => target === root || target.startsWith(`${root}/`)))
+        throw new SandboxPathError(target, `outside the writable directories (${roots.join(', ')})`)
+      return target
+    })
+    let next = 0
+    let failed = false
+    const worker = async (): Promise<void> => {
+      while (!failed && next < files.length) {
+        const index = next++
+        const file = files[index]!
+        try {
+          await this.writeFile(targets[index]!, file.content, {
+            ...(file.mode === undefined ? {} : { mode: file.mode }),
+            ...(options.signal ? { signal: options.signal } : {}),
+          })
+        } catch (error) {
+          failed = true
+          throw error
+        }
+      }
+    }
+    const results = await Promise.allSettled(
+      Array.from({ length: Math.min(BATCH_CONCURRENCY, files.length) }, worker),
+    )
+    const rejected = results.find((result) => result.status === 'rejected')
+    if (rejected) throw (rejected as PromiseRejectedResult).reason
+  }
+
+  /**
+   * Every regular file under `dir`, each read whole (at most `maxBytes`),
+   * several at a time but never more than 32 MiB ahead of the consumer, so
+   * host memory stays bounded whatever the sandbox wrote.
+   */
+  async readFiles(
+    dir?: string,
+    options: SandboxReadFileOptions = {},
+  ): Promise<AsyncIterable<SandboxFileContent>> {
+    const entries = await this.listFiles(dir, options)
+    const maxBytes = options.maxBytes ?? SANDBOX_DEFAULT_MAX_READ_BYTES
+    for (const entry of entries)
+      if (entry.size > maxBytes)
+        throw new SandboxFileTooLargeError(entry.path, entry.size, maxBytes)
+    const read = (entry: SandboxFileEntry) =>
+      this.readFile(entry.path, options).then((content) => ({ path: entry.path, content }))
+    return {
+      [Symbol.asyncIterator]: async function* () {
+        const inFlight: Array<{ size: number; content: Promise<SandboxFileContent> }> = []
+        let ahead = 0
+        let index = 0
+        const fill = () => {
+          while (
+            index < entries.length &&
+            inFlight.length < BATCH_CONCURRENCY &&
+            (inFlight.length === 0 || ahead + entries[index]!.size <= BATCH_READ_AHEAD_BYTES)
+          ) {
+            const entry = entries[index++]!
+            const content = read(entry)
+            content.catch(() => {})
+            inFlight.push({ size: entry.size, content })
+            ahead += entry.size
+          }
+        }
+        fill()
+        while (inFlight.length > 0) {
+          const head = inFlight.shift()!
+          const file = await head.content
+          ahead -= head.size
+          fill()
+          yield file
+        }
+      },
+    }
   }
 
   async writeFileStream(
@@ -175,6 +321,7 @@ export class AgentSandbox implements CordonSandbox {
   private async runDestroy(signal: AbortSignal | undefined): Promise<void> {
     throwIfAborted(signal, 'destroy')
     this.state = 'destroying'
+    this.init.client.close()
     for (const process of this.running) process.abandon()
     try {
       await this.init.release(signal)
@@ -233,7 +380,8 @@ export class AgentSandbox implements CordonSandbox {
       {
         sandboxId: this.id,
         client: this.init.client,
-        isDestroyed: () => this.state === 'destroyed' || this.state === 'destroying',
+        isDestroyed: () => this.lost || this.state === 'destroyed' || this.state === 'destroying',
+        ...(this.init.explainLostCommand ? { explainLost: this.init.explainLostCommand } : {}),
         onSettled: (result) => {
           this.running.delete(process)
           this.init.emit({
@@ -261,7 +409,7 @@ export class AgentSandbox implements CordonSandbox {
   }
 
   private assertUsable(operation: string, signal: AbortSignal | undefined): void {
-    if (this.state === 'destroyed' || this.state === 'destroying')
+    if (this.lost || this.state === 'destroyed' || this.state === 'destroying')
       throw new SandboxDestroyedError(this.id)
     throwIfAborted(signal, operation)
   }

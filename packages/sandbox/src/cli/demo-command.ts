@@ -5,9 +5,6 @@ import { hostBridgeAddress, startDemoUpstream } from './demo-upstream.js'
 import { loadDockerBackend } from './docker-backend-module.js'
 import { DEFAULT_IMAGE, type RunIo } from './run-command.js'
 
-/** An image with `node`, which the gateway image is built on. */
-export const DEFAULT_GATEWAY_BASE = 'cordon-test/node:latest'
-
 /**
  * `cordon demo`: cordon's main job in one go. A hardened sandbox runs a
  * command, a file goes in and comes back out, the network is tried and
@@ -21,18 +18,10 @@ export async function demoCommand(argv: readonly string[], io: RunIo): Promise<n
     options: {
       image: { type: 'string', default: process.env.CORDON_IMAGE ?? DEFAULT_IMAGE },
       runtime: { type: 'string', default: 'docker' },
-      'gateway-base': {
-        type: 'string',
-        default: process.env.CORDON_GATEWAY_BASE ?? DEFAULT_GATEWAY_BASE,
-      },
     },
   })
   const docker = await loadDockerBackend()
   const { docker: engine } = docker.connectEngine({})
-  const gatewayImage = await docker.buildGatewayImage({
-    docker: engine,
-    baseImage: values['gateway-base'],
-  })
   const upstream = await startDemoUpstream()
   const upstreamAddress = await hostBridgeAddress(engine as Parameters<typeof hostBridgeAddress>[0])
   const events: SandboxEvent[] = []
@@ -42,7 +31,6 @@ export async function demoCommand(argv: readonly string[], io: RunIo): Promise<n
       // Checked by the provider's config validation, which names a bad value.
       runtime: values.runtime as 'docker' | 'runsc',
       image: values.image,
-      gatewayImage,
       gatewayHosts: { 'demo.upstream': upstreamAddress },
       gatewayAllowedPorts: [upstream.port],
     },

@@ -9,7 +9,6 @@ export interface DockerBackendModule {
     kept: number
   }>
   connectEngine(config: Record<string, never>): { docker: unknown; endpoint: string }
-  buildGatewayImage(options: { docker: unknown; baseImage: string }): Promise<string>
 }
 
 /** Loads the Docker backend for commands that are Docker-specific (`cordon gc`). */

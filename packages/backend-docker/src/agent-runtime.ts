@@ -1,0 +1,342 @@
+import { execFileSync } from 'node:child_process'
+import { createHash } from 'node:crypto'
+import { createReadStream, readdirSync, realpathSync, statSync } from 'node:fs'
+import { createRequire } from 'node:module'
+import { arch as hostArch, platform } from 'node:os'
+import { basename, dirname, join } from 'node:path'
+import { agentProgramPath } from '@cordon/agent'
+import { SandboxBackendUnavailableError } from '@cordon/core'
+import { LABEL } from '@cordon/core/backend'
+import type Docker from 'dockerode'
+import tar from 'tar-stream'
+import { isNotFound } from './engine-errors.js'
+
+/**
+ * The runtime every cordon container runs on, whatever its image: a read-only
+ * volume holding a Node binary with its own dynamic loader and libraries,
+ * cordon's agent, and the egress gateway's modules. An image needs no Node,
+ * no shell and no libc of its own: the agent is started through the
+ * volume's loader (`ld.so --library-path /.cordon/lib /.cordon/bin/node`), so
+ * only the agent uses those libraries, and the commands it starts use the
+ * image's.
+ *
+ * The volume is filled once per engine and content (its name carries a hash
+ * of what went in), shared read-only by every container of every provider,
+ * and its files live in the engine's page cache once: an idle sandbox is
+ * charged for its agent's private memory, not for another copy of Node.
+ *
+ * The runtime is this host's Node (`process.execPath`) and the libraries it
+ * links, so the host must be Linux on the engine's architecture (a host in a
+ * container on that engine is).
+ */
+
+/** Where the runtime volume is mounted in every container. */
+export const RUNTIME_MOUNT = '/.cordon'
+
+export interface AgentRuntime {
+  /** The volume's name, `cordon-runtime-<hash>`. */
+  readonly volume: string
+  /** The command that starts a script with the runtime's Node. */
+  node(script: string, ...args: string[]): string[]
+  /** The agent program inside the runtime. */
+  readonly agentScript: string
+  /** The egress gateway program inside the runtime. */
+  readonly gatewayScript: string
+}
+
+interface RuntimeFile {
+  /** Path inside the volume. */
+  readonly name: string
+  /** Where it comes from on this host. */
+  readonly source: string
+  readonly mode: number
+}
+
+/** Which loader and libraries `node` needs, the way the dynamic linker resolves them here. */
+function nodeDependencies(node: string): { loader: string; libraries: string[] } {
+  const output = execFileSync('ldd', [node], { encoding: 'utf8', env: { LC_ALL: 'C' } })
+  let loader: string | undefined
+  const libraries: string[] = []
+  for (const line of output.split('\n')) {
+    const linked = /=>\s+(\/\S+)/.exec(line)
+    if (linked) {
+      libraries.push(linked[1]!)
+      continue
+    }
+    const direct = /^\s*(\/\S+)/.exec(line)
+    if (direct && /ld-linux|ld-musl|ld\.so/.test(direct[1]!)) loader = direct[1]!
+  }
+  if (!loader) throw new Error(`ldd found no dynamic loader for ${node}`)
+  return { loader, libraries }
+}
+
+/** The files of the egress gateway: its package, and every package it imports, as installed here. */
+function gatewayFiles(): RuntimeFile[] {
+  const files: RuntimeFile[] = []
+  const seen = new Set<string>()
+  const visit = (name: string, from: string): void => {
+    let manifestPath: string
+    try {
+      manifestPath = createRequire(from).resolve(`${name}/package.json`)
+    } catch {
+      // Packages that hide package.json: find it from the entry point.
+      const entry = createRequire(from).resolve(name)
+      let dir = dirname(entry)
+      while (!readdirSync(dir).includes('package.json')) dir = dirname(dir)
+      manifestPath = join(dir, 'package.json')
+    }
+    const dir = dirname(realpathSync(manifestPath))
+    if (seen.has(name)) return
+    seen.add(name)
+    const manifest = createRequire(from)(manifestPath) as {
+      dependencies?: Record<string, string>
+      peerDependencies?: Record<string, string>
+      peerDependenciesMeta?: Record<string, { optional?: boolean }>
+    }
+    for (const file of walk(dir)) {
+      const relative = file.slice(dir.length + 1)
+      // What Node loads at run time; sources, types, maps and nested installs stay behind.
+      if (/^(node_modules|src|test|docs)\//.test(relative)) continue
+      if (!/\.(js|cjs|mjs|json)$/.test(relative)) continue
+      files.push({
+        name: `gateway/node_modules/${name}/${relative}`,
+        source: file,
+        mode: 0o644,
+      })
+    }
+    const required = {
+      ...manifest.dependencies,
+      ...Object.fromEntries(
+        Object.entries(manifest.peerDependencies ?? {}).filter(
+          ([peer]) => !manifest.peerDependenciesMeta?.[peer]?.optional,
+        ),
+      ),
+    }
+    for (const dependency of Object.keys(required)) visit(dependency, manifestPath)
+  }
+  visit('@cordon/egress', import.meta.url)
+  return files
+}
+
+function* walk(dir: string): Generator<string> {
+  for (const entry of readdirSync(dir, { withFileTypes: true })) {
+    const path = join(dir, entry.name)
+    if (entry.isDirectory()) yield* walk(path)
+    else if (entry.isFile()) yield path
+  }
+}
+
+function runtimeFiles(): { files: RuntimeFile[]; loaderName: string } {
+  if (platform() !== 'linux') {
+    throw new Error(`the agent runtime is this host's Node, and this host runs ${platform()}`)
+  }
+  const node = realpathSync(process.execPath)
+  const { loader, libraries } = nodeDependencies(node)
+  const loaderName = basename(loader)
+  const files: RuntimeFile[] = [
+    { name: 'bin/node', source: node, mode: 0o755 },
+    { name: `lib/${loaderName}`, source: loader, mode: 0o755 },
+    ...libraries.map((library) => ({
+      name: `lib/${basename(library)}`,
+      source: library,
+      mode: 0o644,
+    })),
+    { name: 'agent.mjs', source: agentProgramPath(), mode: 0o644 },
+    ...gatewayFiles(),
+  ]
+  return { files, loaderName }
+}
+
+/** The content's fingerprint: names, sizes and modification times (fast; no need to read 100 MB). */
+function fingerprint(files: readonly RuntimeFile[]): string {
+  const hash = createHash('sha256')
+  for (const file of files) {
+    const stat = statSync(file.source)
+    hash.update(`${file.name}\0${stat.size}\0${stat.mtimeMs}\0${file.mode}\n`)
+  }
+  return hash.digest('hex').slice(0, 16)
+}
+
+const ENGINE_ARCHITECTURES: Readonly<Record<string, string>> = {
+  x86_64: 'x64',
+  amd64: 'x64',
+  aarch64: 'arm64',
+  arm64: 'arm64',
+}
+
+/** Runtimes prepared (or being prepared) by this process, per engine endpoint. */
+const prepared = new Map<string, Promise<AgentRuntime>>()
+
+/**
+ * The runtime volume on this engine, filled if it is not there yet. Many
+ * providers, in this process or others, may ask at once: one fills while
+ * holding a lock (a container named for the volume, which only one can
+ * create); the rest wait for its completion mark (a second, empty volume).
+ */
+export function ensureAgentRuntime(
+  docker: Docker,
+  endpoint: string,
+  helperImage: string,
+  backend: string,
+): Promise<AgentRuntime> {
+  const key = `${endpoint}\0${helperImage}`
+  let pending = prepared.get(key)
+  if (!pending) {
+    pending = prepare(docker, helperImage, backend)
+    prepared.set(key, pending)
+    pending.catch(() => prepared.delete(key))
+  }
+  return pending
+}
+
+async function prepare(
+  docker: Docker,
+  helperImage: string,
+  backend: string,
+): Promise<AgentRuntime> {
+  const info = (await docker.info()) as { Architecture?: string; OSType?: string }
+  const engineArch = ENGINE_ARCHITECTURES[info.Architecture ?? ''] ?? info.Architecture
+  let content: ReturnType<typeof runtimeFiles>
+  try {
+    content = runtimeFiles()
+  } catch (error) {
+    throw new SandboxBackendUnavailableError(
+      backend,
+      `cannot assemble the agent runtime: ${(error as Error).message}`,
+      { cause: error },
+    )
+  }
+  if (info.OSType !== 'linux' || engineArch !== hostArch()) {
+    throw new SandboxBackendUnavailableError(
+      backend,
+      `the agent runtime is this host's Node (linux/${hostArch()}), and the engine runs ${info.OSType}/${info.Architecture}; run the host on Linux with the engine's architecture (for example in a container on that engine)`,
+    )
+  }
+  const hash = fingerprint(content.files)
+  const volume = `cordon-runtime-${hash}`
+  const done = `${volume}-complete`
+  const lock = `${volume}-filling`
+  const runtime: AgentRuntime = {
+    volume,
+    node: (script, ...args) => [
+      `${RUNTIME_MOUNT}/lib/${content.loaderName}`,
+      '--library-path',
+      `${RUNTIME_MOUNT}/lib`,
+      `${RUNTIME_MOUNT}/bin/node`,
+      script,
+      ...args,
+    ],
+    agentScript: `${RUNTIME_MOUNT}/agent.mjs`,
+    gatewayScript: `${RUNTIME_MOUNT}/gateway/node_modules/@cordon/egress/dist/gateway.js`,
+  }
+  const deadline = Date.now() + 120_000
+  for (;;) {
+    if (await volumeExists(docker, done)) return runtime
+    const filler = await acquireLock(docker, lock, volume, helperImage, hash)
+    if (filler) {
+      try {
+        await fill(docker, filler, content.files)
+        await docker.createVolume({
+          Name: done,
+          Labels: { [LABEL.managed]: '1', [LABEL.role]: 'runtime', 'cordon.runtime': hash },
+        })
+        return runtime
+      } finally {
+        await filler.remove({ force: true }).catch(() => {})
+      }
+    }
+    if (Date.now() > deadline) {
+      throw new SandboxBackendUnavailableError(
+        backend,
+        `another process has been filling the agent runtime volume ${volume} for over two minutes; remove the container ${lock} if that process is gone`,
+      )
+    }
+    await new Promise((resolve) => setTimeout(resolve, 250))
+  }
+}
+
+async function volumeExists(docker: Docker, name: string): Promise<boolean> {
+  try {
+    await docker.getVolume(name).inspect()
+    return true
+  } catch (error) {
+    if (isNotFound(error)) return false
+    throw error
+  }
+}
+
+/**
+ * Creates the lock container (not started: it only holds the name and mounts
+ * the volume for the archive API), or returns undefined if another holds it.
+ * A lock older than two minutes belongs to a filler that died: it is removed.
+ */
+async function acquireLock(
+  docker: Docker,
+  lock: string,
+  volume: string,
+  helperImage: string,
+  hash: string,
+): Promise<Docker.Container | undefined> {
+  const labels = { [LABEL.managed]: '1', [LABEL.role]: 'runtime', 'cordon.runtime': hash }
+  await docker.createVolume({ Name: volume, Labels: labels })
+  try {
+    return await docker.createContainer({
+      name: lock,
+      Image: helperImage,
+      Entrypoint: ['/.cordon-fill'],
+      Labels: labels,
+      NetworkDisabled: true,
+      HostConfig: {
+        NetworkMode: 'none',
+        Mounts: [{ Type: 'volume', Source: volume, Target: RUNTIME_MOUNT, ReadOnly: false }],
+      },
+    })
+  } catch (error) {
+    if ((error as { statusCode?: number }).statusCode !== 409) throw error
+    const holder = await docker
+      .getContainer(lock)
+      .inspect()
+      .catch(() => undefined)
+    if (holder && Date.now() - Date.parse(holder.Created) > 120_000) {
+      await docker
+        .getContainer(lock)
+        .remove({ force: true })
+        .catch(() => {})
+    }
+    return undefined
+  }
+}
+
+async function fill(
+  docker: Docker,
+  container: Docker.Container,
+  files: readonly RuntimeFile[],
+): Promise<void> {
+  const pack = tar.pack()
+  const writing = (async () => {
+    const directories = new Set<string>()
+    for (const file of files) {
+      for (let dir = dirname(file.name); dir !== '.'; dir = dirname(dir)) directories.add(dir)
+    }
+    for (const dir of [...directories].sort()) {
+      await new Promise<void>((resolve, reject) =>
+        pack.entry({ name: dir, type: 'directory', mode: 0o755 }, (error) =>
+          error ? reject(error) : resolve(),
+        ),
+      )
+    }
+    for (const file of files) {
+      const size = statSync(file.source).size
+      await new Promise<void>((resolve, reject) => {
+        const entry = pack.entry({ name: file.name, size, mode: file.mode }, (error) =>
+          error ? reject(error) : resolve(),
+        )
+        createReadStream(file.source).on('error', reject).pipe(entry)
+      })
+    }
+    pack.finalize()
+  })()
+  writing.catch((error: unknown) => pack.destroy(error as Error))
+  await container.putArchive(pack, { path: RUNTIME_MOUNT })
+  await writing
+}
