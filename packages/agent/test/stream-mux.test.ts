@@ -73,7 +73,8 @@ describe('StreamMux', () => {
               return reading
             }),
           )
-          results.forEach((result, index) => expect(result.equals(payloads[index]!)).toBe(true))
+          for (const [index, result] of results.entries())
+            expect(result.equals(payloads[index]!)).toBe(true)
           host.close()
         },
       ),

@@ -235,7 +235,7 @@ async function prepare(
     const filler = await acquireLock(docker, lock, volume, helperImage, hash)
     if (filler) {
       try {
-        await fill(docker, filler, content.files)
+        await fill(filler, content.files)
         await docker.createVolume({
           Name: done,
           Labels: { [LABEL.managed]: '1', [LABEL.role]: 'runtime', 'cordon.runtime': hash },
@@ -307,11 +307,7 @@ async function acquireLock(
   }
 }
 
-async function fill(
-  docker: Docker,
-  container: Docker.Container,
-  files: readonly RuntimeFile[],
-): Promise<void> {
+async function fill(container: Docker.Container, files: readonly RuntimeFile[]): Promise<void> {
   const pack = tar.pack()
   const writing = (async () => {
     const directories = new Set<string>()

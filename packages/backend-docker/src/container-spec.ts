@@ -7,9 +7,9 @@ import {
 import {
   type LayoutMountPlan,
   planLayoutMounts,
+  readableRoots,
   type SandboxCreateRequest,
   writableRoots,
-  readableRoots,
 } from '@cordon/core/backend'
 import type { ContainerCreateOptions, MountSettings } from 'dockerode'
 import { type AgentRuntime, RUNTIME_MOUNT } from './agent-runtime.js'

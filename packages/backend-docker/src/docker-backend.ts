@@ -36,6 +36,7 @@ import { EgressGateway } from './egress-gateway.js'
 import { connectEngine, type EngineConnection } from './engine-connection.js'
 import { isBeingRemoved, isNotFound, translateEngineError } from './engine-errors.js'
 import { EngineEvents } from './engine-events.js'
+import { collectGarbage } from './garbage-collect.js'
 import { imageEnvironment } from './image-environment.js'
 import { SandboxEgress } from './sandbox-egress.js'
 
@@ -74,6 +75,7 @@ export class DockerBackend implements CordonSandboxBackend {
   private readonly engine: EngineConnection
   private readonly events: EngineEvents
   private egressGateway: EgressGateway | undefined
+  private swept = false
 
   constructor(
     private readonly config: ContainerBackendConfig,
@@ -93,7 +95,21 @@ export class DockerBackend implements CordonSandboxBackend {
     )
   }
 
+  /**
+   * Once per backend, in the background: removes what hosts that died left
+   * on this engine. Their sandboxes and gateways end by themselves when
+   * their attach closes; a gateway's network, and anything an older version
+   * made, would otherwise stay until someone ran `cordon gc`. Only resources
+   * whose owner is provably gone (or whose lifetime passed) are touched.
+   */
+  private sweepDeadOwners(): void {
+    if (this.swept) return
+    this.swept = true
+    void collectGarbage({ docker: this.engine.docker }).catch(() => {})
+  }
+
   async create(options: SandboxBackendOptions): Promise<CordonSandbox> {
+    this.sweepDeadOwners()
     const request = resolveBackendOptions(options)
     const layout = this.context.layout
     if (!layout) {

@@ -197,6 +197,8 @@ export class EgressGateway {
     this.control = control
     const ready = new Promise<void>((resolve, reject) => {
       const lines = createInterface({ input: control, crlfDelay: Number.POSITIVE_INFINITY })
+      // readline re-emits the stream's errors; the channel's end is handled by onClose.
+      lines.on('error', () => {})
       lines.on('line', (text) => {
         let line: { type?: string } & Record<string, unknown>
         try {

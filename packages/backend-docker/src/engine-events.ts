@@ -49,6 +49,8 @@ export class EngineEvents {
     // two reads arrives whole.
     const lines = createInterface({ input: stream, crlfDelay: Number.POSITIVE_INFINITY })
     lines.on('line', (line) => this.handle(line))
+    // readline re-emits the stream's errors; the stream's own handler resets.
+    lines.on('error', () => {})
     const reset = () => {
       if (this.stream === stream) this.starting = undefined
     }

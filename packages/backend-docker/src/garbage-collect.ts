@@ -8,6 +8,8 @@ export interface GarbageReport {
   readonly networks: string[]
   /** Resources kept because their owner is alive or cannot be judged from this host. */
   readonly kept: number
+  /** Resources that could not be removed (e.g. a volume still in use), with the engine's reason. */
+  readonly failed: Array<{ readonly id: string; readonly reason: string }>
 }
 
 export interface CollectGarbageOptions {
@@ -29,7 +31,16 @@ export async function collectGarbage(options: CollectGarbageOptions): Promise<Ga
   const { docker } = options
   const now = options.now ?? Date.now()
   const filters = { label: [`${LABEL.managed}=1`] }
-  const report: GarbageReport = { containers: [], volumes: [], networks: [], kept: 0 }
+  const report: GarbageReport = { containers: [], volumes: [], networks: [], kept: 0, failed: [] }
+  // One resource that cannot go (in use, or being removed by someone else) does not stop the rest.
+  const remove = async (id: string, operation: () => Promise<unknown>): Promise<void> => {
+    try {
+      await operation()
+    } catch (error) {
+      if (isNotFound(error) || isBeingRemoved(error)) return
+      report.failed.push({ id, reason: (error as Error).message })
+    }
+  }
   const isGarbage = (labels: Record<string, string> | undefined): boolean => {
     if (!labels) return false
     const expires = Number(labels[LABEL.expires])
@@ -45,7 +56,7 @@ export async function collectGarbage(options: CollectGarbageOptions): Promise<Ga
     }
     report.containers.push(info.Id)
     if (!options.dryRun)
-      await ignoreMissing(docker.getContainer(info.Id).remove({ force: true, v: true }))
+      await remove(info.Id, () => docker.getContainer(info.Id).remove({ force: true, v: true }))
   }
   const volumes = (await docker.listVolumes({ filters })).Volumes ?? []
   for (const volume of volumes) {
@@ -54,7 +65,8 @@ export async function collectGarbage(options: CollectGarbageOptions): Promise<Ga
       continue
     }
     report.volumes.push(volume.Name)
-    if (!options.dryRun) await ignoreMissing(docker.getVolume(volume.Name).remove({ force: true }))
+    if (!options.dryRun)
+      await remove(volume.Name, () => docker.getVolume(volume.Name).remove({ force: true }))
   }
   for (const network of await docker.listNetworks({ filters })) {
     if (!isGarbage(network.Labels)) {
@@ -62,15 +74,7 @@ export async function collectGarbage(options: CollectGarbageOptions): Promise<Ga
       continue
     }
     report.networks.push(network.Id)
-    if (!options.dryRun) await ignoreMissing(docker.getNetwork(network.Id).remove())
+    if (!options.dryRun) await remove(network.Id, () => docker.getNetwork(network.Id).remove())
   }
   return report
-}
-
-async function ignoreMissing(operation: Promise<unknown>): Promise<void> {
-  try {
-    await operation
-  } catch (error) {
-    if (!isNotFound(error) && !isBeingRemoved(error)) throw error
-  }
 }

@@ -14,7 +14,7 @@ import type {
 } from '@cordon/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createDockerSandboxProvider } from '../src/index.js'
-import { BUSYBOX_IMAGE } from './test-images.js'
+import { BUSYBOX_IMAGE, NODE_IMAGE } from './test-images.js'
 import { docker, TEST_RUN_ID, TEST_RUN_LABEL } from './test-run.js'
 
 /** The host as a container on any bridge reaches it; upstream servers listen here on 0.0.0.0. */
@@ -74,6 +74,7 @@ describe('egress through the gateway (Docker backend)', () => {
   let httpsPort: number
   let provider: CordonSandboxProvider
   let gvisorProvider: CordonSandboxProvider
+  let nodeProvider: CordonSandboxProvider
   let certDir: string
 
   const egressEvents = () =>
@@ -132,12 +133,12 @@ describe('egress through the gateway (Docker backend)', () => {
     )
     httpPort = await listen(httpServer)
     httpsPort = await listen(httpsServer)
-    const backend = (runtime: 'docker' | 'runsc') =>
+    const backend = (runtime: 'docker' | 'runsc', image = BUSYBOX_IMAGE) =>
       createDockerSandboxProvider({
         backend: {
           tier: 'container',
           runtime,
-          image: BUSYBOX_IMAGE,
+          image,
           labels: { [TEST_RUN_LABEL]: TEST_RUN_ID },
           gatewayHosts: {
             'upstream.test': HOST_BRIDGE_ADDRESS,
@@ -153,11 +154,13 @@ describe('egress through the gateway (Docker backend)', () => {
       })
     provider = backend('docker')
     gvisorProvider = backend('runsc')
+    nodeProvider = backend('docker', NODE_IMAGE)
   }, 120_000)
 
   afterAll(async () => {
     await provider?.close()
     await gvisorProvider?.close()
+    await nodeProvider?.close()
     httpServer?.close()
     httpsServer?.close()
     rmSync(certDir, { recursive: true, force: true })
@@ -425,4 +428,64 @@ describe('egress through the gateway (Docker backend)', () => {
       await sandbox.destroy()
     }
   })
+
+  it('one sandbox holding its every tunnel leaves the gateway to its neighbours', async () => {
+    const greedy = await nodeProvider.create({
+      egress: { kind: 'static', allowedHosts: ['upstream.test'] },
+      memoryLimitMb: 256,
+    })
+    const neighbour = await nodeProvider.create({
+      egress: { kind: 'static', allowedHosts: ['upstream.test'] },
+    })
+    try {
+      // 300 CONNECT tunnels from one process, all kept open; the answers are counted.
+      const script = `
+        const net = require('node:net')
+        let ok = 0, refused = 0, other = 0, answered = 0
+        for (let i = 0; i < 300; i++) {
+          const socket = net.connect(3128, '127.0.0.1', () =>
+            socket.write('CONNECT upstream.test:${httpPort} HTTP/1.1\\r\\nHost: upstream.test\\r\\n\\r\\n'))
+          let head = ''
+          socket.on('error', () => {})
+          socket.on('data', (chunk) => {
+            if (head === null) return
+            head += chunk
+            if (!head.includes('\\r\\n\\r\\n')) return
+            if (/^HTTP\\/1\\.1 200/.test(head)) ok++
+            else if (/too-many-tunnels/i.test(head)) refused++
+            else other++
+            head = null
+            if (++answered === 300) console.log(JSON.stringify({ ok, refused, other }))
+          })
+        }
+        setTimeout(() => {}, 60000)
+      `
+      let output = ''
+      const holder = await greedy.start('node', ['-e', script], {
+        onOutput: (chunk) => {
+          if (chunk.stream === 'stdout') output += chunk.data
+        },
+      })
+      for (let attempt = 0; attempt < 200 && !output.includes('}'); attempt++)
+        await new Promise((resolve) => setTimeout(resolve, 100))
+      // The greedy sandbox gets its share (256 tunnels) and no more.
+      expect(JSON.parse(output)).toEqual({ ok: 256, refused: 44, other: 0 })
+      // Its neighbour, on the same gateway, is served as if nothing happened.
+      const served = await neighbour.exec(
+        'wget',
+        ['-q', '-O', '-', `http://upstream.test:${httpPort}/neighbour`],
+        { timeout: 15_000 },
+      )
+      expect(served.stdout).toBe('upstream saw /neighbour over http\n')
+      const tunnel = await rawThroughProxy(
+        neighbour,
+        `CONNECT upstream.test:${httpPort} HTTP/1.1\r\nHost: upstream.test:${httpPort}\r\n\r\nGET /neighbour-tunnel HTTP/1.1\r\nHost: upstream.test\r\nConnection: close\r\n\r\n`,
+      )
+      expect(tunnel).toMatch(/^HTTP\/1\.1 200/)
+      await holder.kill('SIGKILL')
+    } finally {
+      await greedy.destroy()
+      await neighbour.destroy()
+    }
+  }, 90_000)
 })

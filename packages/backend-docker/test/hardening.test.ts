@@ -63,7 +63,7 @@ for (const runtime of ['docker', 'runsc'] as const) {
     it('cannot signal, trace or read the agent that runs it', async () => {
       const agent = await sandbox.exec('sh', [
         '-c',
-        'for p in /proc/[0-9]*; do grep -q agent.mjs $p/cmdline 2>/dev/null && echo ${p#/proc/}; done',
+        'for p in /proc/[0-9]*; do grep -q agent.mjs $p/cmdline 2>/dev/null && basename $p; done',
       ])
       const pids = agent.stdout.trim().split('\n').filter(Boolean)
       expect(pids.length).toBeGreaterThan(0)

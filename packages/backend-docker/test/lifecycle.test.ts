@@ -199,26 +199,73 @@ describe('warm pool', () => {
   })
 })
 
+/** Runs the crashing-owner fixture: it creates a sandbox and is killed; resolves with its ids. */
+async function crashAnOwner(
+  env: Record<string, string> = {},
+): Promise<{ sandboxId: string; providerId: string }> {
+  const script = fileURLToPath(new URL('./fixtures/crashing-owner.mjs', import.meta.url))
+  const child = spawn(process.execPath, [script], {
+    env: { ...process.env, CORDON_TEST_RUN_ID: TEST_RUN_ID, ...env },
+    stdio: ['ignore', 'pipe', 'inherit'],
+  })
+  let output = ''
+  child.stdout.on('data', (chunk: Buffer) => {
+    output += chunk.toString()
+  })
+  await new Promise<void>((resolve, reject) => {
+    child.on('exit', (code, signal) =>
+      signal === 'SIGKILL' ? resolve() : reject(new Error(`child exited ${code} ${output}`)),
+    )
+  })
+  const match = /sandbox (sbx_\w+) provider (\S+)/.exec(output)
+  expect(match).not.toBeNull()
+  return { sandboxId: match![1]!, providerId: match![2]! }
+}
+
+async function providerResources(providerId: string): Promise<string[]> {
+  const filters = { label: [`cordon.provider=${providerId}`] }
+  return [
+    ...(await docker.listContainers({ all: true, filters })).map(
+      (info) => info.Names[0] ?? info.Id,
+    ),
+    ...(await docker.listNetworks({ filters })).map((network) => network.Name),
+  ]
+}
+
+describe('a host that dies', () => {
+  it('leaves nothing behind: its sandboxes and gateway end by themselves, the next provider sweeps the rest', async () => {
+    const { providerId } = await crashAnOwner({ CORDON_TEST_PROXIED: '1' })
+    // The sandbox and the gateway end when their attach closes with the host.
+    let left = await providerResources(providerId)
+    for (
+      let attempt = 0;
+      attempt < 60 && left.some((name) => !name.startsWith('cordon-egress-'));
+      attempt++
+    ) {
+      await new Promise((resolve) => setTimeout(resolve, 250))
+      left = await providerResources(providerId)
+    }
+    expect(left.filter((name) => !name.startsWith('cordon-egress-'))).toEqual([])
+    // The gateway's network is removed by the next provider on this engine, unasked.
+    const next = testProvider()
+    try {
+      await next.create()
+      for (let attempt = 0; attempt < 60 && left.length > 0; attempt++) {
+        await new Promise((resolve) => setTimeout(resolve, 250))
+        left = await providerResources(providerId)
+      }
+      expect(left).toEqual([])
+    } finally {
+      await next.close()
+    }
+  })
+})
+
 describe('cordon gc', () => {
   it("removes the leftovers of a crashed owner and never a live owner's", async () => {
     const live = testProvider()
     const kept = await live.create()
-    const script = fileURLToPath(new URL('./fixtures/crashing-owner.mjs', import.meta.url))
-    const child = spawn(process.execPath, [script], {
-      env: { ...process.env, CORDON_TEST_RUN_ID: TEST_RUN_ID },
-      stdio: ['ignore', 'pipe', 'inherit'],
-    })
-    let output = ''
-    child.stdout.on('data', (chunk: Buffer) => {
-      output += chunk.toString()
-    })
-    await new Promise<void>((resolve, reject) => {
-      child.on('exit', (code, signal) =>
-        signal === 'SIGKILL' ? resolve() : reject(new Error(`child exited ${code} ${output}`)),
-      )
-    })
-    const orphanId = /sandbox (sbx_\w+)/.exec(output)?.[1]
-    expect(orphanId).toBeDefined()
+    const { sandboxId: orphanId } = await crashAnOwner()
     // The orphan's channel closed with its owner, so it ends and the engine
     // removes it; collection removes whatever is left of it by then.
     await collectGarbage({ docker })

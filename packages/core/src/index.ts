@@ -39,8 +39,8 @@ export {
 } from './config.js'
 export {
   SANDBOX_DEFAULT_MAX_PROCESSES,
-  SANDBOX_DEFAULT_MEMORY_LIMIT_MB,
   SANDBOX_DEFAULT_MAX_READ_BYTES,
+  SANDBOX_DEFAULT_MEMORY_LIMIT_MB,
   SANDBOX_DEFAULT_TIMEOUT_MS,
   SANDBOX_MAX_OUTPUT_BYTES,
 } from './constants.js'
@@ -106,11 +106,11 @@ export type {
   SandboxFileContent,
   SandboxFileEntry,
   SandboxFileOptions,
-  SandboxReadFileOptions,
   SandboxFileWrite,
   SandboxNetworkPolicy,
   SandboxOutputChunk,
   SandboxProcess,
+  SandboxReadFileOptions,
   SandboxStartOptions,
   SandboxStatus,
   SandboxWriteFileOptions,

@@ -12,6 +12,7 @@ describe('entry points', () => {
     expect(Object.keys(host).sort()).toEqual([
       'ContainerSandboxLayoutValidationError',
       'SANDBOX_DEFAULT_MAX_PROCESSES',
+      'SANDBOX_DEFAULT_MAX_READ_BYTES',
       'SANDBOX_DEFAULT_MEMORY_LIMIT_MB',
       'SANDBOX_DEFAULT_OUTPUTS_PATH',
       'SANDBOX_DEFAULT_SCRATCH_PATH',
@@ -32,6 +33,7 @@ describe('entry points', () => {
       'SandboxDestroyedError',
       'SandboxError',
       'SandboxFileNotFoundError',
+      'SandboxFileTooLargeError',
       'SandboxOperationError',
       'SandboxPathError',
       'SandboxReadinessError',

@@ -8,7 +8,7 @@ export function moduleEntryPoints(entry: PublishablePackage): Array<[string, str
   const exports = (entry.manifest.exports ?? {}) as Record<string, unknown>
   return Object.entries(exports).flatMap(([subpath, target]) => {
     const file = typeof target === 'string' ? target : (target as { import?: string }).import
-    if (!file || !file.endsWith('.js')) return []
+    if (!file?.endsWith('.js')) return []
     return [[subpath, join(entry.dir, file)] as [string, string]]
   })
 }

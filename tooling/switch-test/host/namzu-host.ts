@@ -313,6 +313,25 @@ async function main(): Promise<void> {
     await underGvisor.destroy()
   }
 
+  // ---- a static allowlist: enforced by cordon's egress gateway, no set-up needed
+  const proxied = createSandboxProvider({
+    backend: docker,
+    layout,
+    defaultEgress: { kind: 'static', allowedHosts: ['pypi.org'] },
+  })
+  const behindGateway = await proxied.create()
+  try {
+    const refused = await behindGateway.exec('wget', ['-q', '-O', '-', 'http://example.com/'])
+    const env = await behindGateway.exec('env')
+    note('staticEgress', {
+      exitCode: refused.exitCode,
+      stderr: refused.stderr,
+      proxy: env.stdout.split('\n').find((line) => line.startsWith('HTTP_PROXY=')),
+    })
+  } finally {
+    await behindGateway.destroy()
+  }
+
   // ---- what cordon refuses, with a typed error, instead of ignoring
   const refusals: Record<string, SerializedSandboxError | undefined> = {
     hostReachability: caught(() =>
@@ -323,13 +342,6 @@ async function main(): Promise<void> {
     ),
     network: caught(() =>
       createSandboxProvider({ backend: { ...docker, network: 'bridge' }, layout }),
-    ),
-    proxiedWithoutGateway: caught(() =>
-      createSandboxProvider({
-        backend: docker,
-        layout,
-        defaultEgress: { kind: 'static', allowedHosts: ['pypi.org'] },
-      }),
     ),
     inventedTier: caught(() =>
       createSandboxProvider({

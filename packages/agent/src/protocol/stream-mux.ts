@@ -189,7 +189,7 @@ export class StreamMux {
   private readonly maxStreams: number
 
   constructor(
-    private readonly input: Readable,
+    input: Readable,
     private readonly output: Writable,
     private readonly options: StreamMuxOptions,
   ) {
@@ -237,7 +237,10 @@ export class StreamMux {
   close(error: Error = new MuxProtocolError('the session was closed')): void {
     if (this.closedWith) return
     this.closedWith = error
-    for (const stream of [...this.streams.values()]) stream.destroy(error)
+    // A stream nobody listens to for errors ends quietly (its 'close' comes
+    // without an 'end'): the end of a session must not crash the process.
+    for (const stream of [...this.streams.values()])
+      stream.destroy(stream.listenerCount('error') > 0 ? error : undefined)
     this.streams.clear()
     for (const listener of this.closeListeners.splice(0)) listener(error)
   }

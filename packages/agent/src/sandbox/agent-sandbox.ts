@@ -2,6 +2,7 @@ import { Buffer } from 'node:buffer'
 import { posix } from 'node:path'
 import {
   type CordonSandbox,
+  SANDBOX_DEFAULT_MAX_READ_BYTES,
   type SandboxByteSource,
   SandboxDestroyedError,
   type SandboxDestroyOptions,
@@ -14,12 +15,11 @@ import {
   type SandboxFileOptions,
   SandboxFileTooLargeError,
   type SandboxFileWrite,
-  type SandboxReadFileOptions,
-  SANDBOX_DEFAULT_MAX_READ_BYTES,
   type SandboxId,
   type SandboxNetworkPolicy,
   SandboxPathError,
   type SandboxProcess,
+  type SandboxReadFileOptions,
   type SandboxStartOptions,
   type SandboxStatus,
   type SandboxWriteFileOptions,

@@ -7,6 +7,7 @@ export interface DockerBackendModule {
     volumes: string[]
     networks: string[]
     kept: number
+    failed: Array<{ id: string; reason: string }>
   }>
   connectEngine(config: Record<string, never>): { docker: unknown; endpoint: string }
 }

@@ -15,5 +15,7 @@ export async function gcCommand(argv: readonly string[], io: RunIo): Promise<num
   io.stdout(
     `cordon gc (${endpoint}): ${verb} ${report.containers.length} containers, ${report.volumes.length} volumes, ${report.networks.length} networks; kept ${report.kept} of live or foreign owners\n`,
   )
-  return 0
+  for (const failure of report.failed)
+    io.stderr(`cordon gc: could not remove ${failure.id}: ${failure.reason}\n`)
+  return report.failed.length > 0 ? 1 : 0
 }
