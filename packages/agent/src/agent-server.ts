@@ -1,5 +1,5 @@
 import { chmod, unlink } from 'node:fs/promises'
-import { createServer, type Server, Socket } from 'node:net'
+import { connect, createServer, type Server, Socket } from 'node:net'
 import { type AgentConfig, loadSecret, readSecretLine } from './agent-config.js'
 import {
   ALL_OPERATIONS,
@@ -11,7 +11,7 @@ import {
 import { FileWorker } from './file-worker.js'
 import { NonceSource, runReseedHook } from './nonce-source.js'
 import { PathJail } from './path-jail.js'
-import { pipeBothWays, StreamMux } from './protocol/stream-mux.js'
+import { type MuxStream, pipeBothWays, StreamMux } from './protocol/stream-mux.js'
 
 /** Connections served at once; beyond this new ones are closed at once. */
 const MAX_CONNECTIONS = 512
@@ -118,6 +118,8 @@ async function startStdioAgent(
       } else if (opening.kind === 'file') {
         if (worker) worker.relay(stream)
         else void serveConnection(stream, { ...context, operations: FILE_OPERATIONS })
+      } else if (opening.kind === 'connect') {
+        connectToSandboxPort(stream, opening.port)
       } else {
         stream.destroy()
       }
@@ -209,4 +211,19 @@ function describeAddress(config: AgentConfig, server: Server): string {
   return typeof bound === 'object' && bound
     ? `${listen.host}:${bound.port}`
     : `${listen.host}:${listen.port}`
+}
+
+/**
+ * A host-opened `connect` stream: joined to a TCP connection to `port` on
+ * the sandbox's loopback (a dev server, a preview). Only the host opens
+ * these; the sandbox's side is an ordinary local client connection.
+ */
+function connectToSandboxPort(stream: MuxStream, port: unknown): void {
+  if (typeof port !== 'number' || !Number.isInteger(port) || port < 1 || port > 65535) {
+    stream.destroy()
+    return
+  }
+  const socket = connect({ port, host: '127.0.0.1', allowHalfOpen: true })
+  socket.on('error', () => stream.destroy())
+  pipeBothWays(socket, stream)
 }

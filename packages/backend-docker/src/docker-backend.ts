@@ -217,6 +217,7 @@ export class DockerBackend implements CordonSandboxBackend {
           id: request.id,
           rootDir: layout.outputs.containerPath,
           writeRoots: writableRoots(layout),
+          connectPort: (port) => channel!.open({ kind: 'connect', port }),
           env: {
             HOME: '/tmp',
             ...imageEnv,

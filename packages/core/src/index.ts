@@ -109,6 +109,8 @@ export type {
   SandboxFileWrite,
   SandboxNetworkPolicy,
   SandboxOutputChunk,
+  SandboxPortForward,
+  SandboxPortForwardOptions,
   SandboxProcess,
   SandboxReadFileOptions,
   SandboxStartOptions,

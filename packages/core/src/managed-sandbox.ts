@@ -12,6 +12,8 @@ import type {
   SandboxFileOptions,
   SandboxFileWrite,
   SandboxNetworkPolicy,
+  SandboxPortForward,
+  SandboxPortForwardOptions,
   SandboxProcess,
   SandboxReadFileOptions,
   SandboxStartOptions,
@@ -49,6 +51,10 @@ export class ManagedSandbox implements CordonSandbox {
     dir?: string,
     options?: SandboxReadFileOptions,
   ) => Promise<AsyncIterable<SandboxFileContent>>
+  readonly forwardPort?: (
+    port: number,
+    options?: SandboxPortForwardOptions,
+  ) => Promise<SandboxPortForward>
   private expiry: ReturnType<typeof setTimeout> | undefined
   private destroying: Promise<void> | undefined
   /** Commands started through this sandbox that have not ended. */
@@ -65,6 +71,10 @@ export class ManagedSandbox implements CordonSandbox {
     if (inner.writeFiles) {
       const write = inner.writeFiles.bind(inner)
       this.writeFiles = (files, options) => write(files, options)
+    }
+    if (inner.forwardPort) {
+      const forward = inner.forwardPort.bind(inner)
+      this.forwardPort = (port, options) => forward(port, options)
     }
     if (inner.readFiles) {
       const read = inner.readFiles.bind(inner)

@@ -144,6 +144,33 @@ export interface SandboxFileContent {
   readonly content: Buffer
 }
 
+/** Options of `Sandbox.forwardPort`. */
+export interface SandboxPortForwardOptions {
+  /** Host address to listen on (default `127.0.0.1`: only this machine reaches it). */
+  readonly hostAddress?: string
+  /** Host port to listen on (default: any free port). */
+  readonly hostPort?: number
+  readonly signal?: AbortSignal
+}
+
+/**
+ * A host address that reaches a TCP port inside a sandbox, for dev servers
+ * and previews. The sandbox still has no network interface: each connection
+ * travels over the host's channel to the sandbox's agent, which connects to
+ * the port on the sandbox's loopback. Closed by `close()` or with the sandbox.
+ */
+export interface SandboxPortForward extends AsyncDisposable {
+  /** The port inside the sandbox. */
+  readonly sandboxPort: number
+  /** Where the host listens. */
+  readonly host: string
+  readonly port: number
+  /** `http://host:port`, for the common case of an HTTP server. */
+  readonly url: string
+  /** Stops listening and ends the connections it carried. */
+  close(): Promise<void>
+}
+
 /** Bytes to stream into a sandbox file. */
 export type SandboxByteSource = AsyncIterable<Uint8Array> | ReadableStream<Uint8Array>
 
@@ -234,6 +261,12 @@ export interface Sandbox {
     dir?: string,
     options?: SandboxReadFileOptions,
   ): Promise<AsyncIterable<SandboxFileContent>>
+  /**
+   * Listens on the host and carries each connection to `port` on the
+   * sandbox's loopback (see {@link SandboxPortForward}). Absent on backends
+   * whose channel cannot carry connections.
+   */
+  forwardPort?(port: number, options?: SandboxPortForwardOptions): Promise<SandboxPortForward>
 }
 
 /**

@@ -89,6 +89,8 @@ export {
   SandboxOperationError,
   type SandboxOutputChunk,
   SandboxPathError,
+  type SandboxPortForward,
+  type SandboxPortForwardOptions,
   type SandboxProcess,
   type SandboxProvider,
   type SandboxProviderConfig,

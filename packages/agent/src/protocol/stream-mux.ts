@@ -333,4 +333,14 @@ export function pipeBothWays(a: Duplex, b: Duplex): void {
   }
   a.on('error', stop)
   b.on('error', stop)
+  // One side gone for good takes the other with it: at once if it went
+  // without ending (a reset), else once what it sent has been written.
+  const follow = (other: Duplex) => () => {
+    if (other.destroyed) return
+    if (!other.writableEnded) other.destroy()
+    else if (other.writableFinished) other.destroy()
+    else other.once('finish', () => other.destroy())
+  }
+  a.on('close', follow(b))
+  b.on('close', follow(a))
 }

@@ -18,6 +18,8 @@ import {
   type SandboxId,
   type SandboxNetworkPolicy,
   SandboxPathError,
+  type SandboxPortForward,
+  type SandboxPortForwardOptions,
   type SandboxProcess,
   type SandboxReadFileOptions,
   type SandboxStartOptions,
@@ -28,6 +30,7 @@ import { ExecOutputCollector, throwIfAborted, validateExecRequest } from '@cordo
 import { AgentStdinClosedError } from '../protocol/index.js'
 import type { AgentClient } from './agent-client.js'
 import { AgentProcess } from './agent-process.js'
+import { forwardPort, type SandboxPortDialer } from './port-forward.js'
 
 const textEncoder = new TextEncoder()
 
@@ -63,6 +66,11 @@ export interface AgentSandboxInit {
    * agent checks every resolved path again).
    */
   readonly writeRoots?: readonly string[]
+  /**
+   * Opens a stream to a TCP port on the sandbox's loopback over the
+   * backend's channel; without it the sandbox has no `forwardPort`.
+   */
+  readonly connectPort?: SandboxPortDialer
   /** See `AgentProcessHooks.explainLost`. */
   readonly explainLostCommand?: (startedAt: number) => Promise<SandboxExecResult | undefined>
 }
@@ -89,6 +97,11 @@ export class AgentSandbox implements CordonSandbox {
     policy: SandboxNetworkPolicy,
     options?: SandboxFileOptions,
   ) => Promise<void>
+  readonly forwardPort?: (
+    port: number,
+    options?: SandboxPortForwardOptions,
+  ) => Promise<SandboxPortForward>
+  private readonly forwards = new Set<SandboxPortForward>()
 
   constructor(private readonly init: AgentSandboxInit) {
     this.id = init.id
@@ -98,6 +111,17 @@ export class AgentSandbox implements CordonSandbox {
       this.setNetworkPolicy = async (policy, options = {}) => {
         this.assertUsable('setNetworkPolicy', options.signal)
         await change(policy, options.signal)
+      }
+    }
+    const dial = init.connectPort
+    if (dial) {
+      this.forwardPort = async (port, options = {}) => {
+        this.assertUsable('forwardPort', options.signal)
+        const forward = await forwardPort(dial, port, options, (closed) =>
+          this.forwards.delete(closed),
+        )
+        this.forwards.add(forward)
+        return forward
       }
     }
   }
@@ -321,6 +345,7 @@ export class AgentSandbox implements CordonSandbox {
   private async runDestroy(signal: AbortSignal | undefined): Promise<void> {
     throwIfAborted(signal, 'destroy')
     this.state = 'destroying'
+    for (const forward of [...this.forwards]) void forward.close()
     this.init.client.close()
     for (const process of this.running) process.abandon()
     try {
