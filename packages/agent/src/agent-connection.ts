@@ -38,18 +38,6 @@ export const ALL_OPERATIONS: ReadonlySet<AgentOperation> = new Set<AgentOperatio
   'write-file',
   'list-files',
 ])
-/** What the agent serves itself when file operations go to a worker running as the sandbox's user. */
-export const SUPERVISOR_OPERATIONS: ReadonlySet<AgentOperation> = new Set<AgentOperation>([
-  'health',
-  'exec',
-])
-/** What that worker serves: files, and health so the supervisor can tell it is up. */
-export const FILE_OPERATIONS: ReadonlySet<AgentOperation> = new Set<AgentOperation>([
-  'health',
-  'read-file',
-  'write-file',
-  'list-files',
-])
 
 export interface ConnectionContext {
   readonly config: AgentConfig

@@ -1,17 +1,11 @@
 import { chmod, unlink } from 'node:fs/promises'
 import { connect, createServer, type Server, Socket } from 'node:net'
 import { type AgentConfig, loadSecret, readSecretLine } from './agent-config.js'
-import {
-  ALL_OPERATIONS,
-  type ConnectionContext,
-  FILE_OPERATIONS,
-  SUPERVISOR_OPERATIONS,
-  serveConnection,
-} from './agent-connection.js'
-import { FileWorker } from './file-worker.js'
+import { ALL_OPERATIONS, type ConnectionContext, serveConnection } from './agent-connection.js'
 import { NonceSource, runReseedHook } from './nonce-source.js'
 import { PathJail } from './path-jail.js'
 import { type MuxStream, pipeBothWays, StreamMux } from './protocol/stream-mux.js'
+import { actAsItself, actAsUser } from './user-identity.js'
 
 /** Connections served at once; beyond this new ones are closed at once. */
 const MAX_CONNECTIONS = 512
@@ -41,7 +35,11 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
   const context: ConnectionContext = {
     config,
     operations: ALL_OPERATIONS,
-    jail: new PathJail(config.writeRoots, config.readRoots),
+    jail: new PathJail(
+      config.writeRoots,
+      config.readRoots,
+      config.runAs ? actAsUser(config.runAs) : actAsItself,
+    ),
     nonces,
     startedAt: performance.now(),
     secret: () => secret!,
@@ -93,8 +91,8 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
 /**
  * Serves a stream multiplexer on stdin and stdout: the channel of an agent
  * that is a container's entry process, reached through the engine's attach.
- * `agent` streams carry the protocol; `file` streams too, but go to the
- * worker that acts as the sandbox's user when there is one. The sandbox's
+ * `agent` and `file` streams carry the protocol (file operations act as the
+ * sandbox's user through the jail's identity switch). The sandbox's
  * egress port, if any, turns each local connection into an `egress` stream
  * toward the host. The host closing the channel ends the agent.
  */
@@ -102,7 +100,6 @@ async function startStdioAgent(
   config: AgentConfig,
   context: ConnectionContext,
 ): Promise<RunningAgent> {
-  const worker = config.runAs ? new FileWorker(config, context.secret) : undefined
   // fd 1 as a socket: writes to a pipe through process.stdout would block the event loop.
   const output = new Socket({ fd: 1, readable: false, writable: true })
   const mux = new StreamMux(process.stdin, output, {
@@ -110,14 +107,8 @@ async function startStdioAgent(
     maxStreams: MAX_CONNECTIONS,
     onStream: (stream, opening) => {
       stream.on('error', () => {})
-      if (opening.kind === 'agent') {
-        void serveConnection(stream, {
-          ...context,
-          operations: worker ? SUPERVISOR_OPERATIONS : ALL_OPERATIONS,
-        })
-      } else if (opening.kind === 'file') {
-        if (worker) worker.relay(stream)
-        else void serveConnection(stream, { ...context, operations: FILE_OPERATIONS })
+      if (opening.kind === 'agent' || opening.kind === 'file') {
+        void serveConnection(stream, context)
       } else if (opening.kind === 'connect') {
         connectToSandboxPort(stream, opening.port)
       } else {
@@ -142,7 +133,6 @@ async function startStdioAgent(
     })
   }
   const close = async (): Promise<void> => {
-    worker?.close()
     mux.close()
     if (egress) await closeServer(egress)
   }

@@ -9,15 +9,10 @@
 import { AgentConfigError, readAgentConfig } from './agent-config.js'
 import { AGENT_VERSION } from './agent-connection.js'
 import { startAgent } from './agent-server.js'
-import { runFileWorker } from './file-worker.js'
 
 async function main(): Promise<void> {
   if (process.argv.includes('--version')) {
     process.stdout.write(`${AGENT_VERSION}\n`)
-    return
-  }
-  if (process.argv.includes('--file-worker')) {
-    await runFileWorker()
     return
   }
   const config = readAgentConfig(process.env)

@@ -1,5 +1,6 @@
-import { readlink, realpath } from 'node:fs/promises'
+import { readlinkSync, realpathSync } from 'node:fs'
 import { dirname, isAbsolute, join, resolve, sep } from 'node:path'
+import { type ActAs, actAsItself } from './user-identity.js'
 
 /** A path the host asked for lies outside the roots it may use. */
 export class PathRefusedError extends Error {
@@ -22,45 +23,50 @@ export class PathRefusedError extends Error {
  * therefore refused, and so is `..` however it is spelled. After opening, the
  * open descriptor's real path is checked again, so swapping a directory for a
  * link between the check and the open does not get through.
+ *
+ * Everything is synchronous, so that a file operation's path work runs
+ * inside one {@link ActAs} switch to the sandbox user's ids (`actAs`).
  */
 export class PathJail {
   constructor(
     readonly writeRoots: readonly string[],
     readonly readRoots: readonly string[],
+    /** How path-based work acts as the sandbox's user (see user-identity.ts). */
+    readonly actAs: ActAs = actAsItself,
   ) {}
 
   /** The real path `path` leads to, if it lies inside a read root. */
-  resolveForRead(path: string): Promise<string> {
+  resolveForRead(path: string): string {
     return this.resolveWithin(path, this.readRoots, 'read')
   }
 
   /** The real path `path` leads to, if it lies inside a write root. */
-  resolveForWrite(path: string): Promise<string> {
+  resolveForWrite(path: string): string {
     return this.resolveWithin(path, this.writeRoots, 'write')
   }
 
-  /** Checks that an open descriptor still refers to something inside the roots. */
-  async checkOpened(fd: number, requested: string, access: 'read' | 'write'): Promise<void> {
+  /**
+   * Checks that an open descriptor still refers to something inside the
+   * roots. Call it as the agent itself: a process whose ids changed is not
+   * dumpable, and its own `/proc/self/fd` is then root's.
+   */
+  checkOpened(fd: number, requested: string, access: 'read' | 'write'): void {
     let actual: string
     try {
-      actual = await readlink(`/proc/self/fd/${fd}`)
+      actual = readlinkSync(`/proc/self/fd/${fd}`)
     } catch {
       // Without /proc there is nothing more to check; the pre-open check stands.
       return
     }
-    if (!(await this.isInside(actual, access === 'read' ? this.readRoots : this.writeRoots))) {
+    if (!this.isInside(actual, access === 'read' ? this.readRoots : this.writeRoots)) {
       throw new PathRefusedError(requested, `it leads outside the ${access} roots`)
     }
   }
 
-  private async resolveWithin(
-    path: string,
-    roots: readonly string[],
-    access: 'read' | 'write',
-  ): Promise<string> {
+  private resolveWithin(path: string, roots: readonly string[], access: 'read' | 'write'): string {
     if (!isAbsolute(path)) throw new PathRefusedError(path, 'not an absolute path')
-    const real = await realPathOfNearestAncestor(resolve(path))
-    if (!(await this.isInside(real, roots))) {
+    const real = realPathOfNearestAncestor(resolve(path))
+    if (!this.isInside(real, roots)) {
       throw new PathRefusedError(
         path,
         `it is outside the ${access} roots (${roots.join(', ') || 'none'})`,
@@ -69,11 +75,11 @@ export class PathJail {
     return real
   }
 
-  private async isInside(candidate: string, roots: readonly string[]): Promise<boolean> {
+  private isInside(candidate: string, roots: readonly string[]): boolean {
     for (const root of roots) {
       let realRoot: string
       try {
-        realRoot = await realpath(root)
+        realRoot = realpathSync(root)
       } catch {
         continue
       }
@@ -88,12 +94,12 @@ export class PathJail {
 }
 
 /** `realpath` of the deepest existing ancestor of `absolute`, with the missing tail appended. */
-export async function realPathOfNearestAncestor(absolute: string): Promise<string> {
+export function realPathOfNearestAncestor(absolute: string): string {
   const missing: string[] = []
   let current = absolute
   for (;;) {
     try {
-      const real = await realpath(current)
+      const real = realpathSync(current)
       return missing.length === 0 ? real : join(real, ...missing.reverse())
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code

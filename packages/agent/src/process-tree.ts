@@ -1,4 +1,5 @@
 import { readdirSync, readFileSync } from 'node:fs'
+import { actAsItself, actAsUser } from './user-identity.js'
 
 /**
  * Finding and killing every process that belongs to one exec.
@@ -89,18 +90,7 @@ export function findExecProcesses(rootPid: number, marker: string, as?: MarkerRe
 
 /** Runs `read` with effective ids `as` (then back to the agent's own), or as it is. */
 function asUser(as: MarkerReader | undefined, read: () => void): void {
-  if (!as || typeof process.seteuid !== 'function' || process.geteuid?.() !== 0) {
-    read()
-    return
-  }
-  process.setegid!(as.gid)
-  process.seteuid(as.uid)
-  try {
-    read()
-  } finally {
-    process.seteuid(0)
-    process.setegid!(0)
-  }
+  ;(as ? actAsUser(as) : actAsItself)(read)
 }
 
 function descendsFrom(info: ProcessInfo, rootPid: number, all: Map<number, ProcessInfo>): boolean {

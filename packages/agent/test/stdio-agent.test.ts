@@ -87,6 +87,10 @@ async function run(agent: StdioAgent, command: string, args: string[]): Promise<
   return out
 }
 
+async function* bytes(text: string): AsyncGenerator<Uint8Array> {
+  yield Buffer.from(text)
+}
+
 async function read(agent: StdioAgent, path: string): Promise<string> {
   const download = await agent.client.readFile(path)
   const chunks: Uint8Array[] = []
@@ -138,15 +142,26 @@ describe('the agent on its stdio channel', () => {
     expect(await read(agent, join(agent.outputs, 'mine.txt'))).toBe('written as the user')
   })
 
-  it('refuses a file operation on an agent stream (they go to the worker)', async () => {
-    const connection = await agent.client.open(undefined, 'agent')
-    await connection.send({ type: 'list-files', path: agent.outputs })
-    const frame = await connection.read()
-    expect(frame?.kind === 'message' && frame.message).toMatchObject({
-      type: 'error',
-      code: 'bad-request',
-    })
-    connection.close()
+  it('writes as the sandbox user, and no group of root grants it anything', async () => {
+    await agent.client.writeFile(join(agent.outputs, 'made/by/host.txt'), bytes('hello'), {})
+    const owners = await run(agent, 'stat', [
+      '-c',
+      '%u:%g',
+      join(agent.outputs, 'made'),
+      join(agent.outputs, 'made/by/host.txt'),
+    ])
+    expect(owners).toBe(`${NOBODY.uid}:${NOBODY.gid}\n`.repeat(2))
+    // Group-readable by root's group only: root's supplementary groups are dropped.
+    const groupOnly = join(agent.outputs, 'root-group.txt')
+    await writeFile(groupOnly, 'group secret\n', { mode: 0o640 })
+    await chown(groupOnly, 0, 0)
+    await expect(read(agent, groupOnly)).rejects.toThrow(/EACCES|refused/)
+    // A directory of root's inside the roots cannot be written into.
+    const rootDir = join(agent.outputs, 'root-only')
+    await mkdir(rootDir, { mode: 0o755 })
+    await expect(agent.client.writeFile(join(rootDir, 'x.txt'), bytes('x'), {})).rejects.toThrow(
+      /EACCES|refused/,
+    )
   })
 
   it('forwards each connection to its egress port to the host as a stream, with half-close', async () => {

@@ -36,7 +36,9 @@ export const MAX_DATA_PAYLOAD = 64 * 1024
 /** Largest payload of any frame; OPEN metadata is small, so anything larger is a broken peer. */
 const MAX_FRAME_PAYLOAD = MAX_DATA_PAYLOAD
 /** Bytes a sender may have in flight on one stream before the receiver returns credit. */
-export const STREAM_WINDOW_BYTES = 256 * 1024
+export const STREAM_WINDOW_BYTES = 512 * 1024
+/** Credit is returned once this much has been consumed: fewer, larger credit frames. */
+const CREDIT_STEP_BYTES = STREAM_WINDOW_BYTES / 4
 
 /** What the side that opened a stream said about it. */
 export interface StreamOpening {
@@ -104,8 +106,9 @@ export class MuxStream extends Duplex {
   }
 
   override _read(): void {
-    // Our reader wants more: return the credit for what it has taken.
-    if (this.unacknowledged > 0 && !this.reset && !this.remoteEnded) {
+    // Our reader wants more: return the credit for what it has taken, in
+    // steps of a quarter window so credit frames stay few.
+    if (this.unacknowledged >= CREDIT_STEP_BYTES && !this.reset && !this.remoteEnded) {
       const credit = Buffer.allocUnsafe(4)
       credit.writeUInt32BE(this.unacknowledged)
       this.unacknowledged = 0
@@ -257,7 +260,15 @@ export class StreamMux {
     header.writeUInt32BE(id, 0)
     header.writeUInt8(type, 4)
     header.writeUInt32BE(payload.byteLength, 5)
-    const ok = this.output.write(payload.byteLength > 0 ? Buffer.concat([header, payload]) : header)
+    if (payload.byteLength === 0) {
+      if (!this.output.write(header)) this.outputBlocked = true
+      return
+    }
+    // Header and payload go out in one writev, without copying the payload.
+    this.output.cork()
+    this.output.write(header)
+    const ok = this.output.write(payload)
+    process.nextTick(() => this.output.uncork())
     if (!ok) this.outputBlocked = true
   }
 
@@ -280,7 +291,9 @@ export class StreamMux {
         const type = this.buffered.readUInt8(4)
         const payload = this.buffered.subarray(HEADER_BYTES, HEADER_BYTES + length)
         this.buffered = this.buffered.subarray(HEADER_BYTES + length)
-        this.dispatch(id, type, Buffer.from(payload))
+        // Data is handed on as a view (its buffer is at most one read's worth);
+        // the rest is copied so a small frame does not pin a large buffer.
+        this.dispatch(id, type, type === TYPE_DATA ? payload : Buffer.from(payload))
       }
     } catch (error) {
       this.close(error as Error)

@@ -115,8 +115,11 @@ export class AgentClient {
       ready && !ready.isClosed ? ready : await this.dialAndAuthenticate(signal, kind)
     if (connection !== ready) ready?.destroy()
     else this.options.onSpare?.(connection.socket, false)
-    // The next spare is made once this operation is over, so it never competes with it.
-    connection.onClose(() => this.prepareSpare(kind))
+    // The next spare is made while this operation runs (an agent's tool loop
+    // calls back to back, and a spare made only after this one closed would
+    // still be shaking hands when the next call comes), but only after this
+    // operation's request has gone out, so it never goes first.
+    setImmediate(() => this.prepareSpare(kind))
     return connection
   }
 
