@@ -23,17 +23,16 @@ export const EGRESS_PROXY_PORT = 3128
 
 /**
  * Memory the agent needs on top of what the sandbox's commands may use: its
- * Node heap and the file worker's, charged to the same cgroup. Added to the
+ * Node heap, charged to the same cgroup. Added to the
  * limit so `memoryLimitMb` stays what the commands get.
  */
 export const AGENT_MEMORY_ALLOWANCE_MB = 48
 /**
- * Tasks the agent, its file worker and the init use, added to the pids
+ * Tasks the agent and the init use, added to the pids
  * cgroup's limit (a backstop; `maxProcesses` itself is the sandbox user's
  * RLIMIT_NPROC), and the worker's few threads, which count toward that user.
  */
 const AGENT_TASK_ALLOWANCE = 48
-const FILE_WORKER_THREADS = 6
 
 /** The lowest uid a sandbox's user gets: far above any host account's. */
 const SANDBOX_UID_BASE = 2 ** 30
@@ -149,7 +148,7 @@ export function tmpfsMounts(
 /**
  * How `maxProcesses` is enforced: the sandbox user's RLIMIT_NPROC, which,
  * with a uid of its own, counts exactly that sandbox's processes and threads
- * (the file worker's few threads included and added). The pids cgroup is a
+ * (the agent and the init are root's, and do not count). The pids cgroup is a
  * backstop that also covers the agent: under gVisor it counts the sentry's
  * host threads instead (an idle sandbox already uses dozens), so it is set
  * generously there.
@@ -158,12 +157,12 @@ export function processLimits(
   config: Pick<ContainerBackendConfig, 'runtime'>,
   maxProcesses: number,
 ): { PidsLimit: number; Ulimits: Array<{ Name: string; Soft: number; Hard: number }> } {
-  const nproc = maxProcesses + FILE_WORKER_THREADS
+  const nproc = maxProcesses
   return {
     PidsLimit:
       config.runtime === 'runsc'
-        ? // Every guest task the sandbox user may have, plus the agent's, its
-          // worker's and the init's, so the guest limit is always met first
+        ? // Every guest task the sandbox user may have, plus the agent's and
+          // the init's, so the guest limit is always met first
           // (a sentry that cannot make a host thread ends the whole sandbox).
           (nproc + AGENT_TASK_ALLOWANCE) * RUNSC_HOST_PIDS_PER_GUEST_PROCESS + RUNSC_HOST_PIDS_BASE
         : nproc + AGENT_TASK_ALLOWANCE,

@@ -192,9 +192,9 @@ for (const runtime of ['docker', 'runsc'] as const) {
       const memory = (128 + AGENT_MEMORY_ALLOWANCE_MB) * 1024 * 1024
       expect(info.HostConfig.Memory).toBe(memory)
       expect(info.HostConfig.MemorySwap).toBe(memory)
-      // maxProcesses is the sandbox user's own RLIMIT_NPROC (plus the file worker's threads).
-      expect(info.HostConfig.Ulimits).toEqual([{ Name: 'nproc', Soft: 70, Hard: 70 }])
-      expect(info.HostConfig.PidsLimit).toBeGreaterThan(70)
+      // maxProcesses is the sandbox user's own RLIMIT_NPROC.
+      expect(info.HostConfig.Ulimits).toEqual([{ Name: 'nproc', Soft: 64, Hard: 64 }])
+      expect(info.HostConfig.PidsLimit).toBeGreaterThan(64)
       expect(info.HostConfig.NanoCpus).toBe(1e9)
       expect(info.HostConfig.CapDrop).toEqual(['ALL'])
       expect(info.HostConfig.CapAdd).toEqual(['SETUID', 'SETGID', 'KILL'])
