@@ -23,6 +23,9 @@ const SCENARIOS: Record<string, () => Promise<Scenario>> = {
   'file-transfer': async () => (await import('./file-transfer.js')).fileTransfer,
   'egress-proxy': async () => (await import('./egress-proxy.js')).egressProxy,
   'concurrent-create': async () => (await import('./concurrent-create.js')).concurrentCreate,
+  'small-files': async () => (await import('./small-files.js')).smallFiles,
+  'exec-soak': async () => (await import('./exec-soak.js')).execSoak,
+  density: async () => (await import('./density.js')).density,
 }
 
 function parseArgs(argv: readonly string[]): {

@@ -33,7 +33,10 @@ export async function serveReadFile(
     jail.checkOpened(fd, request.path, 'read')
     const stat = fstatSync(fd)
     if (!stat.isFile())
-      throw new AgentOperationError('not-found', `not a regular file: ${request.path}`)
+      throw new AgentOperationError(
+        'not-found',
+        stat.isDirectory() ? 'is a directory' : 'is not a regular file',
+      )
     await connection.send({ type: 'file-info', size: stat.size, mode: stat.mode & 0o7777 })
     for (;;) {
       // A fresh buffer per chunk: the connection may still hold the previous one.

@@ -98,12 +98,13 @@ export class DockerBackend implements CordonSandboxBackend {
   /**
    * Once per backend, in the background: removes what hosts that died left
    * on this engine. Their sandboxes and gateways end by themselves when
-   * their attach closes; a gateway's network, and anything an older version
-   * made, would otherwise stay until someone ran `cordon gc`. Only resources
-   * whose owner is provably gone (or whose lifetime passed) are touched.
+   * their attach closes; anything else (what an older version made, a
+   * container the engine could not remove) would otherwise stay until
+   * someone ran `cordon gc`. Only resources whose owner is provably gone (or
+   * whose lifetime passed) are touched. Off with `sweepDeadOwners: false`.
    */
   private sweepDeadOwners(): void {
-    if (this.swept) return
+    if (this.swept || this.config.sweepDeadOwners === false) return
     this.swept = true
     void collectGarbage({ docker: this.engine.docker }).catch(() => {})
   }

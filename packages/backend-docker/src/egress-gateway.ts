@@ -41,8 +41,12 @@ const GATEWAY_USER = '65534:65534'
 
 /**
  * One egress gateway per provider: a container running `@cordon/egress`'s
- * gateway program (from the agent runtime volume) on a network of its own
- * (bridge, inter-container traffic off). Like a sandbox, its only channel is
+ * gateway program (from the agent runtime volume) on the engine's default
+ * bridge network. It listens on no port at all (its clients arrive over its
+ * channel), so other containers on that bridge have nothing to connect to,
+ * and every address it dials is screened (the bridge's own private range
+ * included). A network of its own would be one more thing a host that dies
+ * leaves behind. Like a sandbox, its only channel is
  * its attached stdin and stdout with the stream multiplexer: a `control`
  * stream for registrations and decision events, and one `client` stream per
  * sandbox connection. A sandbox's connections to its loopback proxy port
@@ -61,7 +65,7 @@ export class EgressGateway {
   private idleTimer: ReturnType<typeof setTimeout> | undefined
   private stopping: Promise<void> | undefined
 
-  readonly names: { readonly container: string; readonly network: string }
+  readonly names: { readonly container: string }
 
   constructor(
     private readonly docker: Docker,
@@ -77,7 +81,7 @@ export class EgressGateway {
     },
   ) {
     const id = options.context.providerId
-    this.names = { container: `cordon-gateway-${id}`, network: `cordon-egress-${id}` }
+    this.names = { container: `cordon-gateway-${id}` }
   }
 
   /** Registers a sandbox with its policy and credentials. */
@@ -124,7 +128,7 @@ export class EgressGateway {
     }
   }
 
-  /** Starts the gateway (its network and container) if it is not running. */
+  /** Starts the gateway container if it is not running. */
   async ensureStarted(): Promise<void> {
     if (this.stopping) await this.stopping
     this.starting ??= this.start().catch(async (error: unknown) => {
@@ -146,13 +150,6 @@ export class EgressGateway {
   private async start(): Promise<void> {
     const { docker } = this
     const runtime = await this.options.runtime()
-    await docker.createNetwork({
-      Name: this.names.network,
-      Driver: 'bridge',
-      CheckDuplicate: true,
-      Labels: this.labels('network'),
-      Options: { 'com.docker.network.bridge.enable_icc': 'false' },
-    })
     const settings: GatewaySettings = {
       allowInwardFor: [...this.options.context.allowInwardFor],
       ...(this.options.allowedPorts ? { allowedPorts: [...this.options.allowedPorts] } : {}),
@@ -175,7 +172,7 @@ export class EgressGateway {
       Tty: false,
       HostConfig: {
         ...serviceHostConfig({
-          networkMode: this.names.network,
+          networkMode: 'bridge',
           memoryMb: 256,
           pidsLimit: 128,
           mounts: [
@@ -278,7 +275,7 @@ export class EgressGateway {
     this.starting = undefined
   }
 
-  /** Removes the gateway and its network. */
+  /** Removes the gateway. */
   stop(): Promise<void> {
     this.stopping ??= (async () => {
       if (this.idleTimer) clearTimeout(this.idleTimer)
@@ -304,18 +301,5 @@ export class EgressGateway {
     await ignoreMissing(() =>
       this.docker.getContainer(this.names.container).remove({ force: true }),
     )
-    // The network can go only once the container has (an auto-removal may still be under way).
-    for (let attempt = 0; attempt < 50; attempt++) {
-      const gone = await this.docker
-        .getContainer(this.names.container)
-        .inspect()
-        .then(
-          () => false,
-          (error: unknown) => isNotFound(error),
-        )
-      if (gone) break
-      await new Promise((resolve) => setTimeout(resolve, 100))
-    }
-    await ignoreMissing(() => this.docker.getNetwork(this.names.network).remove())
   }
 }

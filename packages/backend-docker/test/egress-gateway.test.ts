@@ -350,7 +350,7 @@ describe('egress through the gateway (Docker backend)', () => {
     })
   })
 
-  it('labels the gateway and removes it and its network when its last sandbox goes', async () => {
+  it('labels the gateway, gives it no network of its own, and removes it when its last sandbox goes', async () => {
     const name = `cordon-gateway-${provider.instanceId}`
     await withSandbox({ kind: 'allow-all' }, async () => {
       const info = await docker.getContainer(name).inspect()
@@ -361,6 +361,8 @@ describe('egress through the gateway (Docker backend)', () => {
       })
       expect(info.HostConfig.CapDrop).toEqual(['ALL'])
       expect(info.HostConfig.ReadonlyRootfs).toBe(true)
+      // The engine's default bridge: nothing to leave behind if the host dies.
+      expect(info.HostConfig.NetworkMode).toBe('bridge')
     })
     let gone = false
     for (let attempt = 0; attempt < 40 && !gone; attempt++) {
@@ -488,4 +490,49 @@ describe('egress through the gateway (Docker backend)', () => {
       await neighbour.destroy()
     }
   }, 90_000)
+
+  it('answers a client that half-closes, for a plain request and inside a CONNECT tunnel', async () => {
+    const sandbox = await nodeProvider.create({
+      egress: { kind: 'static', allowedHosts: ['upstream.test'] },
+    })
+    try {
+      // Each exchange writes its request, shuts its write side at once, and reads to the end.
+      const script = `
+        const net = require('node:net')
+        const exchange = (request, thenSend) => new Promise((resolve) => {
+          const socket = net.connect({ port: 3128, host: '127.0.0.1', allowHalfOpen: true })
+          let reply = ''
+          socket.on('data', (chunk) => {
+            reply += chunk
+            if (thenSend && reply.includes('\\r\\n\\r\\n') && !socket.sentRest) {
+              socket.sentRest = true
+              socket.end(thenSend)
+            }
+          })
+          socket.on('error', (error) => resolve('error ' + error.message))
+          socket.on('close', () => resolve(reply))
+          if (thenSend) socket.write(request)
+          else socket.end(request)
+        })
+        ;(async () => {
+          const denied = await exchange('GET http://elsewhere.test:${httpPort}/ HTTP/1.1\\r\\nHost: elsewhere.test\\r\\n\\r\\n')
+          const plain = await exchange('GET http://upstream.test:${httpPort}/half-closed HTTP/1.1\\r\\nHost: upstream.test:${httpPort}\\r\\n\\r\\n')
+          const tunnel = await exchange(
+            'CONNECT upstream.test:${httpPort} HTTP/1.1\\r\\nHost: upstream.test\\r\\n\\r\\n',
+            'GET /tunnel-half-closed HTTP/1.1\\r\\nHost: upstream.test\\r\\n\\r\\n',
+          )
+          console.log(JSON.stringify({ denied, plain, tunnel }))
+        })()
+      `
+      const result = await sandbox.exec('node', ['-e', script], { timeout: 30_000 })
+      const replies = JSON.parse(result.stdout) as Record<string, string>
+      expect(replies.denied).toMatch(/^HTTP\/1\.1 403/)
+      expect(replies.plain, replies.plain).toMatch(/^HTTP\/1\.1 200/)
+      expect(replies.plain).toContain('upstream saw /half-closed over http')
+      expect(replies.tunnel).toMatch(/^HTTP\/1\.1 200/)
+      expect(replies.tunnel).toContain('upstream saw /tunnel-half-closed over http')
+    } finally {
+      await sandbox.destroy()
+    }
+  })
 })

@@ -255,6 +255,17 @@ export function execCases(options: SandboxConformanceOptions, sandboxes: Sandbox
           .catch((caught: unknown) => caught)
         expect(SandboxConfigValidationError.isInstance(error)).toBe(true)
         expect((error as SandboxConfigValidationError).issues.length).toBeGreaterThanOrEqual(4)
+        // NUL cannot cross into a process's environment or argv: refused before anything is sent.
+        for (const [args, env] of [
+          [['ok'], { GOOD: 'a\0b' }],
+          [['a\0b'], {}],
+        ] as const) {
+          const refused = await sandboxes.sandbox
+            .exec('echo', [...args], { env })
+            .catch((caught: unknown) => caught)
+          expect(SandboxConfigValidationError.isInstance(refused)).toBe(true)
+          expect((refused as Error).message).toMatch(/NUL/)
+        }
       },
       timeout,
     )

@@ -121,6 +121,13 @@ export function fileCases(options: SandboxConformanceOptions, sandboxes: Sandbox
           .readFile('does/not/exist.txt')
           .catch((caught: unknown) => caught)
         expect(SandboxFileNotFoundError.isInstance(error)).toBe(true)
+        // A directory is not a missing file: the error says what the path is.
+        await sandboxes.sandbox.writeFile('a-directory/inside.txt', 'x')
+        const directory = await sandboxes.sandbox
+          .readFile('a-directory')
+          .catch((caught: unknown) => caught)
+        expect(SandboxFileNotFoundError.isInstance(directory)).toBe(true)
+        expect((directory as Error).message).toMatch(/is a directory/)
       },
       timeout,
     )

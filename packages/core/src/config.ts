@@ -66,6 +66,13 @@ export interface ContainerBackendConfig {
   readonly gatewayAllowedPorts?: readonly number[]
   /** Extra CA certificates (PEM) the gateway trusts for upstream HTTPS, e.g. an internal CA. */
   readonly gatewayUpstreamCa?: string
+  /**
+   * Remove, once in the background when the first sandbox is created, what
+   * providers on this host that died left on the engine (only resources
+   * whose owner process is provably gone, or whose lifetime passed). Default
+   * true; `cordon gc` does the same on demand.
+   */
+  readonly sweepDeadOwners?: boolean
 }
 
 /** `container` tier claimed from an Azure Container Instances standby pool (the reference's fields first). */
@@ -259,6 +266,7 @@ export const containerBackendConfigSchema: z.ZodType<ContainerBackendConfig> = z
     gatewayHosts: z.record(z.string().min(1), z.string().min(1)).readonly().optional(),
     gatewayAllowedPorts: z.array(tcpPort()).readonly().optional(),
     gatewayUpstreamCa: z.string().min(1).optional(),
+    sweepDeadOwners: z.boolean().optional(),
   })
   .strict()
   .readonly()

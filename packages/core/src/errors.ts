@@ -371,8 +371,16 @@ export class SandboxFileNotFoundError extends SandboxError {
   protected readonly [notFoundMarker] = true
   readonly path: string
 
-  constructor(path: string, options: SandboxErrorOptions = {}) {
-    super(`No such file in sandbox: ${path}`, { ...options, code: 'FILE_NOT_FOUND' })
+  /**
+   * `reason` says what is there instead when something is: "is a directory",
+   * "is not a regular file".
+   */
+  constructor(path: string, options: SandboxErrorOptions & { readonly reason?: string } = {}) {
+    const { reason, ...rest } = options
+    super(
+      reason ? `Not a file in sandbox: ${path} ${reason}` : `No such file in sandbox: ${path}`,
+      { ...rest, code: 'FILE_NOT_FOUND' },
+    )
     this.name = 'SandboxFileNotFoundError'
     this.path = path
   }

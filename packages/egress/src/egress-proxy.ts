@@ -258,6 +258,10 @@ export class EgressProxy {
     })
     server.timeout = limits.idleTimeoutMs
     server.maxConnections = limits.maxClientConnections
+    // A client that sends its request and shuts its write side (`printf ... | nc`)
+    // still gets the answer: without this, Node's HTTP server aborts the
+    // request it is forwarding as soon as the client's end arrives.
+    ;(server as Server & { httpAllowHalfOpen: boolean }).httpAllowHalfOpen = true
     const runtime: ProxyRuntime = {
       options: this.#options,
       lookup: this.#options.lookup ?? systemResolver,

@@ -184,6 +184,31 @@ describe('plain HTTP forwarding', () => {
     expect(upstream.requests.map((request) => request.url)).toEqual(['/one'])
   })
 
+  it('answers a client that half-closes right after its request, even when the upstream is slow', async () => {
+    const upstream = await upstreamServer((_request, response) => {
+      setTimeout(() => response.end('answered after the client shut its side'), 200)
+    })
+    const proxy = await proxyWith({
+      policy: { kind: 'static', allowedHosts: ['slow.test'] },
+      allowInwardFor: ['slow.test'],
+      allowedPorts: [upstream.port],
+      lookup: fakeDns({ 'slow.test': ['127.0.0.1'] }).lookup,
+    })
+    const reply = await new Promise<string>((resolve) => {
+      const socket = connect({ port: proxy.running.port, host: '127.0.0.1', allowHalfOpen: true })
+      let text = ''
+      socket.on('data', (chunk: Buffer) => {
+        text += chunk.toString()
+      })
+      socket.on('close', () => resolve(text))
+      socket.end(
+        `GET http://slow.test:${upstream.port}/ HTTP/1.1\r\nHost: slow.test:${upstream.port}\r\n\r\n`,
+      )
+    })
+    expect(reply).toMatch(/^HTTP\/1\.1 200/)
+    expect(reply).toContain('answered after the client shut its side')
+  })
+
   it('answers 502 connect-failed when an allowed destination refuses the connection', async () => {
     const closed = await upstreamServer()
     await closed.close()

@@ -31,7 +31,13 @@ export function toSandboxError(
       case 'path-refused':
         return new SandboxPathError(context.path ?? '', error.message, { cause: error })
       case 'not-found':
-        return new SandboxFileNotFoundError(context.path ?? '', { cause: error })
+        return new SandboxFileNotFoundError(context.path ?? '', {
+          cause: error,
+          // The agent says what is there instead, when something is.
+          ...(/^is (a directory|not a regular file)$/.test(error.message)
+            ? { reason: error.message }
+            : {}),
+        })
       case 'unauthorized':
         return new SandboxTransportError(
           `the agent refused this host's proof of the sandbox secret`,
