@@ -10,7 +10,9 @@ import {
   prepareProviderConfig,
   type SandboxBackendContext,
 } from '@cordon/core/backend'
+import { ensureAgentRuntime } from './agent-runtime.js'
 import { DockerBackend } from './docker-backend.js'
+import { connectEngine } from './engine-connection.js'
 
 export type { ContainerBackendConfig as DockerBackendConfig } from '@cordon/core'
 export {
@@ -25,6 +27,25 @@ export {
 export { LABEL as CORDON_LABELS } from '@cordon/core/backend'
 export { connectEngine } from './engine-connection.js'
 export { collectGarbage, type GarbageReport } from './garbage-collect.js'
+
+/**
+ * Fills the agent runtime volume on the engine ahead of time (normally the
+ * first `create()` on an engine does it), so no sandbox pays for it. `image`
+ * runs the short-lived container that fills it: any image the sandboxes use.
+ * Resolves with the volume's name; a second call finds it there.
+ */
+export async function prepareAgentRuntime(
+  config: Pick<ContainerBackendConfig, 'image' | 'socketPath' | 'host' | 'port' | 'tls'>,
+): Promise<{ readonly volume: string }> {
+  const engine = connectEngine(config)
+  const runtime = await ensureAgentRuntime(
+    engine.docker,
+    engine.endpoint,
+    config.image,
+    'container:docker',
+  )
+  return { volume: runtime.volume }
+}
 
 /** The backend factory the umbrella (`@cordon/sandbox`) loads for `tier: 'container'`. */
 export function createBackend(

@@ -1,4 +1,4 @@
-import { spawn } from 'node:child_process'
+import { execFileSync, spawn } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 import { describe, expect, it } from 'vitest'
 
@@ -64,6 +64,28 @@ describe('the cordon command', () => {
     expect(result.stdout).toContain('egress decision: DENY example.com:80 (host-not-allowed)')
     expect(result.stdout).toContain('destroyed the sandbox')
   }, 60_000)
+
+  it('prepare fills the agent runtime volume ahead of time, and again finds it there', async () => {
+    for (let run = 0; run < 2; run++) {
+      const result = await cordon(['prepare'])
+      expect(result.code).toBe(0)
+      const volume = /volume (cordon-runtime-\w+)/.exec(result.stdout)?.[1]
+      expect(volume).toBeDefined()
+      // The volume is on the engine, with the agent in it.
+      const listing = execFileSync('docker', [
+        'run',
+        '--rm',
+        '--network',
+        'none',
+        '-v',
+        `${volume}:/runtime:ro`,
+        'cordon-test/busybox:latest',
+        'ls',
+        '/runtime',
+      ]).toString()
+      expect(listing).toContain('agent.mjs')
+    }
+  })
 
   it('gc --dry-run reports without removing', async () => {
     const result = await cordon(['gc', '--dry-run'])

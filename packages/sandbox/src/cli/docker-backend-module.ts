@@ -10,9 +10,10 @@ export interface DockerBackendModule {
     failed: Array<{ id: string; reason: string }>
   }>
   connectEngine(config: Record<string, never>): { docker: unknown; endpoint: string }
+  prepareAgentRuntime(config: { image: string }): Promise<{ volume: string }>
 }
 
-/** Loads the Docker backend for commands that are Docker-specific (`cordon gc`). */
+/** Loads the Docker backend for commands that are Docker-specific (`cordon gc`, `cordon prepare`). */
 export async function loadDockerBackend(): Promise<DockerBackendModule> {
   const name = '@cordon/backend-docker'
   try {

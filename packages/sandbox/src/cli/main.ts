@@ -2,6 +2,7 @@
 import { demoCommand } from './demo-command.js'
 import { EXIT_CORDON_FAILURE, EXIT_USAGE } from './exit-codes.js'
 import { gcCommand } from './gc-command.js'
+import { prepareCommand } from './prepare-command.js'
 import { reportError } from './report-error.js'
 import { RUN_USAGE, type RunIo, runCommand } from './run-command.js'
 
@@ -10,6 +11,7 @@ const USAGE = `usage: cordon <command>
   run [options] -- COMMAND [ARGS...]   run one command in a fresh sandbox
   demo [--image I] [--runtime R]       show cordon's main job step by step
   gc [--dry-run]                       remove leftovers of owners that are gone
+  prepare [--image I]                  fill the agent runtime volume on the engine now
 
 ${RUN_USAGE}`
 
@@ -27,6 +29,8 @@ async function main(argv: readonly string[]): Promise<number> {
       return demoCommand(rest, io)
     case 'gc':
       return gcCommand(rest, io)
+    case 'prepare':
+      return prepareCommand(rest, io)
     case undefined:
     case 'help':
     case '--help':
