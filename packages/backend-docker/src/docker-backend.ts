@@ -59,6 +59,9 @@ function proxyEnvironment(): Record<string, string> {
 const LATE_SWEEPS_MS = [1000, 3000, 8000]
 /** How long after a container ends an OOM event may still arrive from the engine. */
 const OOM_EVENT_GRACE_MS = 1000
+/** How long `destroy()` waits for a removal the engine already started: 10 s. */
+const REMOVAL_WAIT_ATTEMPTS = 200
+const REMOVAL_WAIT_INTERVAL_MS = 50
 
 /**
  * The Docker Engine backend. Each sandbox is one hardened container whose
@@ -335,11 +338,31 @@ export class DockerBackend implements CordonSandboxBackend {
   }
 
   /** Removes a sandbox's container by name; tolerates one already gone or being removed. */
+  /**
+   * Removes the container and resolves once the engine no longer has it. A
+   * container whose channel just closed is often already being removed by
+   * the engine (`AutoRemove`); then this waits for that removal to finish,
+   * so `destroy()` never resolves while the container still exists.
+   */
   private async removeContainer(name: string): Promise<void> {
+    const container = this.engine.docker.getContainer(name)
     try {
-      await this.engine.docker.getContainer(name).remove({ force: true })
+      await container.remove({ force: true })
+      return
     } catch (error) {
-      if (!isNotFound(error) && !isBeingRemoved(error)) throw error
+      if (isNotFound(error)) return
+      if (!isBeingRemoved(error)) throw error
+    }
+    for (let attempt = 0; attempt < REMOVAL_WAIT_ATTEMPTS; attempt++) {
+      const gone = await container.inspect().then(
+        () => false,
+        (error: unknown) => {
+          if (isNotFound(error)) return true
+          throw error
+        },
+      )
+      if (gone) return
+      await new Promise((resolve) => setTimeout(resolve, REMOVAL_WAIT_INTERVAL_MS))
     }
   }
 

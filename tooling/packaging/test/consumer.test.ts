@@ -181,7 +181,15 @@ beforeAll(async () => {
   }
   dockerHost = await project(
     'docker-host',
-    ['@cordon/sandbox', '@cordon/backend-docker', '@cordon/core', '@cordon/egress'],
+    // What the two packages depend on is listed too: unpublished, npm would
+    // look for it on the registry (from npm, a host installs only the two).
+    [
+      '@cordon/sandbox',
+      '@cordon/backend-docker',
+      '@cordon/core',
+      '@cordon/egress',
+      '@cordon/agent',
+    ],
     DOCKER_HOST_PROGRAM,
   )
   everything = await project('everything', [...tarballs.keys()], EVERYTHING_PROGRAM)
