@@ -47,6 +47,13 @@ export interface AgentConfig {
    * sandbox has.
    */
   readonly runAs: { readonly uid: number; readonly gid: number } | undefined
+  /**
+   * Host-visible directories (writable host mounts) the agent makes safe for
+   * other tools when it ends: the sandbox user's processes are killed, then
+   * FIFOs, sockets and links out are removed and set-id bits cleared (see
+   * output-seal.ts). Needs `runAs`.
+   */
+  readonly sealRoots: readonly string[]
   /** With `stdio`: a loopback port whose connections go to the host as `egress` streams. */
   readonly egressPort: number | undefined
   /** The agent exits this long after it started: a lifetime the host's death cannot stop. */
@@ -72,6 +79,7 @@ export const AGENT_ENV = {
   runAs: 'CORDON_AGENT_RUN_AS',
   egressPort: 'CORDON_AGENT_EGRESS_PORT',
   lifetimeMs: 'CORDON_AGENT_LIFETIME_MS',
+  sealRoots: 'CORDON_AGENT_SEAL_ROOTS',
 } as const
 
 export const DEFAULT_WRITE_ROOT = '/mnt/user-data/outputs'
@@ -157,6 +165,9 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
   )
   if (egressPort !== undefined && listen && listen.kind !== 'stdio')
     problems.push(`${AGENT_ENV.egressPort} needs ${AGENT_ENV.listen}=stdio`)
+  const sealRoots = parseRoots(get(AGENT_ENV.sealRoots) ?? '', AGENT_ENV.sealRoots, problems)
+  if (sealRoots.length > 0 && !runAs)
+    problems.push(`${AGENT_ENV.sealRoots} needs ${AGENT_ENV.runAs}: it acts as the sandbox's user`)
   const lifetimeMs = optionalInteger(
     get(AGENT_ENV.lifetimeMs),
     AGENT_ENV.lifetimeMs,
@@ -178,6 +189,7 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
     reseedHook,
     protectFromOom,
     runAs,
+    sealRoots,
     egressPort,
     lifetimeMs,
     log: quiet ? () => {} : writeLogLine,

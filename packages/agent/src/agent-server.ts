@@ -3,6 +3,7 @@ import { connect, createServer, type Server, Socket } from 'node:net'
 import { type AgentConfig, loadSecret, readSecretLine } from './agent-config.js'
 import { ALL_OPERATIONS, type ConnectionContext, serveConnection } from './agent-connection.js'
 import { NonceSource, runReseedHook } from './nonce-source.js'
+import { killProcessesOf, sealOutputs } from './output-seal.js'
 import { PathJail } from './path-jail.js'
 import { type MuxStream, pipeBothWays, StreamMux } from './protocol/stream-mux.js'
 import { actAsItself, actAsUser } from './user-identity.js'
@@ -84,8 +85,21 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
     async close() {
       for (const socket of sockets) socket.destroy()
       await closeServer(server)
+      sealOnEnd(config)
     },
   }
+}
+
+/**
+ * The agent's last act, whatever ends it: with host-visible outputs to seal,
+ * every process of the sandbox's user is killed and the outputs are made
+ * safe for host tools (output-seal.ts).
+ */
+function sealOnEnd(config: AgentConfig): void {
+  if (!config.runAs || config.sealRoots.length === 0) return
+  const killed = killProcessesOf(config.runAs.uid)
+  const report = sealOutputs(config.sealRoots, actAsUser(config.runAs))
+  config.log('info', 'outputs sealed', { killed, ...report })
 }
 
 /**
@@ -132,10 +146,14 @@ async function startStdioAgent(
       egress!.listen(config.egressPort, '127.0.0.1', () => resolve())
     })
   }
-  const close = async (): Promise<void> => {
-    mux.close()
-    if (egress) await closeServer(egress)
-  }
+  let closing: Promise<void> | undefined
+  const close = (): Promise<void> =>
+    (closing ??= (async () => {
+      mux.close()
+      // Before the egress server's connections drain: the user's processes hold them.
+      sealOnEnd(config)
+      if (egress) await closeServer(egress)
+    })())
   mux.onClose((reason) => {
     config.log('info', 'the host closed the channel; stopping', { reason: reason.message })
     void close().finally(() => process.exit(0))

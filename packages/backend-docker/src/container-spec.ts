@@ -205,7 +205,20 @@ export function agentEnvironment(options: {
       ? {}
       : { CORDON_AGENT_LIFETIME_MS: String(options.lifetimeMs) }),
   }
+  const sealed = sealedOutputPaths(options.layout)
+  if (sealed.length > 0) env.CORDON_AGENT_SEAL_ROOTS = sealed.join(':')
   return Object.entries(env).map(([key, value]) => `${key}=${value}`)
+}
+
+/**
+ * Writable host directories: the host sees what the sandbox leaves there, so
+ * the agent seals them when it ends (no FIFOs, sockets, links out or set-id
+ * bits; see the agent's output-seal.ts).
+ */
+export function sealedOutputPaths(layout: ResolvedContainerSandboxLayout): string[] {
+  return planLayoutMounts(layout)
+    .filter((mount) => mount.source.type === 'hostDir' && !mount.readOnly)
+    .map((mount) => mount.containerPath)
 }
 
 /**

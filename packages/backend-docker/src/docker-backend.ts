@@ -30,6 +30,7 @@ import {
   EGRESS_PROXY_PORT,
   layoutMounts,
   sandboxUser,
+  sealedOutputPaths,
   tmpfsMounts,
 } from './container-spec.js'
 import { EgressGateway } from './egress-gateway.js'
@@ -59,6 +60,11 @@ function proxyEnvironment(): Record<string, string> {
 const LATE_SWEEPS_MS = [1000, 3000, 8000]
 /** How long after a container ends an OOM event may still arrive from the engine. */
 const OOM_EVENT_GRACE_MS = 1000
+/**
+ * How long `destroy()` lets the agent seal writable host directories (kill
+ * the user's processes, walk the outputs) before the engine kills it.
+ */
+const SEAL_WAIT_MS = 10_000
 /** How long `destroy()` waits for a removal the engine already started: 10 s. */
 const REMOVAL_WAIT_ATTEMPTS = 200
 const REMOVAL_WAIT_INTERVAL_MS = 50
@@ -133,8 +139,12 @@ export class DockerBackend implements CordonSandboxBackend {
     let egress: SandboxEgress | undefined
     let registering: Promise<SandboxEgress> | undefined
 
+    const sealsOutputs = sealedOutputPaths(layout).length > 0
     const remove = async (): Promise<void> => {
+      const running = channel !== undefined && !channel.isClosed
       channel?.close()
+      // The agent seals host-visible outputs as it ends; let it finish before the engine kills it.
+      if (running && sealsOutputs) await this.waitForExit(name, SEAL_WAIT_MS)
       await this.removeContainer(name)
       await (egress ?? (await registering?.catch(() => undefined)))?.close()
     }
@@ -337,7 +347,21 @@ export class DockerBackend implements CordonSandboxBackend {
     return this.egressGateway
   }
 
-  /** Removes a sandbox's container by name; tolerates one already gone or being removed. */
+  /** Resolves when the container has stopped (or is gone), or after `timeoutMs`. */
+  private async waitForExit(name: string, timeoutMs: number): Promise<void> {
+    let timer: NodeJS.Timeout | undefined
+    await Promise.race([
+      this.engine.docker
+        .getContainer(name)
+        .wait({ condition: 'not-running' })
+        .catch(() => {}),
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, timeoutMs)
+      }),
+    ])
+    clearTimeout(timer)
+  }
+
   /**
    * Removes the container and resolves once the engine no longer has it. A
    * container whose channel just closed is often already being removed by

@@ -202,7 +202,7 @@ describe('warm pool', () => {
 /** Runs the crashing-owner fixture: it creates a sandbox and is killed; resolves with its ids. */
 async function crashAnOwner(
   env: Record<string, string> = {},
-): Promise<{ sandboxId: string; providerId: string }> {
+): Promise<{ sandboxId: string; providerId: string; died: number }> {
   const script = fileURLToPath(new URL('./fixtures/crashing-owner.mjs', import.meta.url))
   const child = spawn(process.execPath, [script], {
     env: { ...process.env, CORDON_TEST_RUN_ID: TEST_RUN_ID, ...env },
@@ -217,9 +217,10 @@ async function crashAnOwner(
       signal === 'SIGKILL' ? resolve() : reject(new Error(`child exited ${code} ${output}`)),
     )
   })
+  const died = Date.now()
   const match = /sandbox (sbx_\w+) provider (\S+)/.exec(output)
   expect(match).not.toBeNull()
-  return { sandboxId: match![1]!, providerId: match![2]! }
+  return { sandboxId: match![1]!, providerId: match![2]!, died }
 }
 
 async function providerResources(providerId: string): Promise<string[]> {
@@ -233,9 +234,12 @@ async function providerResources(providerId: string): Promise<string[]> {
 }
 
 describe('a host that dies', () => {
-  it('leaves nothing behind: its sandboxes and gateway end by themselves within seconds', async () => {
-    const died = Date.now()
-    const { providerId } = await crashAnOwner({ CORDON_TEST_PROXIED: '1' })
+  it('leaves nothing behind: its ten sandboxes and gateway end by themselves within seconds', async () => {
+    const { providerId, died } = await crashAnOwner({
+      CORDON_TEST_PROXIED: '1',
+      CORDON_TEST_COUNT: '10',
+    })
+    // Ten sandboxes, five of them behind the gateway, were running when it died.
     let left = await providerResources(providerId)
     for (let attempt = 0; attempt < 60 && left.length > 0; attempt++) {
       await new Promise((resolve) => setTimeout(resolve, 250))

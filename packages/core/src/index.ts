@@ -119,3 +119,4 @@ export type {
 } from './sandbox.js'
 export { isSandboxId, type SandboxId } from './sandbox-id.js'
 export { type SerializedSandboxError, serializeSandboxError } from './serialize-error.js'
+export { escapeTerminalControls } from './terminal-text.js'

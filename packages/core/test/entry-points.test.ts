@@ -43,6 +43,7 @@ describe('entry points', () => {
       'containerBackendConfigSchema',
       'containerSandboxLayoutSchema',
       'egressPolicySchema',
+      'escapeTerminalControls',
       'isHostAllowed',
       'isSandboxId',
       'microVMBackendConfigSchema',

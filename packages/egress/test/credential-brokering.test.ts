@@ -92,6 +92,41 @@ describe('credential brokering', () => {
     })
   })
 
+  it('cannot mask a secret an upstream echoes in a transformed form (a documented limit)', async () => {
+    // An upstream that returns what it was sent, base64-encoded and split in two fields.
+    const transforming = await startHttpsUpstream(certificate, (request, response) => {
+      const encoded = Buffer.from(String(request.headers.authorization)).toString('base64')
+      response.writeHead(200, { 'content-type': 'application/json' })
+      response.end(JSON.stringify({ a: encoded.slice(0, 10), b: encoded.slice(10) }))
+    })
+    const transformingProxy = await startProxy({
+      ...baseOptions,
+      allowedPorts: [transforming.port],
+    })
+    try {
+      const response = await send(
+        transformingProxy.running.port,
+        `GET http://api.broker.test:${transforming.port}/ HTTP/1.1\r\n` +
+          `Authorization: Bearer ${PLACEHOLDER}\r\nConnection: close\r\n\r\n`,
+      )
+      expect(response.status, response.raw).toBe(200)
+      // The chunked body's data lines, without the chunk sizes between them.
+      const body = response.raw
+        .slice(response.raw.indexOf('\r\n\r\n') + 4)
+        .split('\r\n')
+        .filter((_, line) => line % 2 === 1)
+        .join('')
+      const match = /\{"a":"([^"]*)","b":"([^"]*)"\}/.exec(body)
+      expect(match, response.raw).not.toBeNull()
+      const [, a, b] = match!
+      // The sandbox can reassemble the secret: masking matches only the secret's own bytes.
+      expect(Buffer.from(`${a}${b}`, 'base64').toString()).toBe(`Bearer ${SECRET}`)
+    } finally {
+      await transformingProxy.close()
+      await transforming.close()
+    }
+  })
+
   it('does not inject a placeholder-bound value into a request that did not carry the placeholder', async () => {
     const before = secure.requests.length
     const response = await send(

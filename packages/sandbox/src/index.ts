@@ -28,6 +28,7 @@ export {
   type EgressPolicyKind,
   type EgressReasonCode,
   egressPolicySchema,
+  escapeTerminalControls,
   type FirecrackerBackendInternalConfig,
   isHostAllowed,
   isSandboxId,

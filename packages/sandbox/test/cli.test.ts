@@ -38,6 +38,27 @@ describe('the cordon command', () => {
     expect(failing.code).toBe(7)
   })
 
+  it("shows a sandbox's terminal control sequences as escapes on a terminal, raw otherwise", async () => {
+    const { runCommand } = await import('../dist/cli/run-command.js')
+    // Retitles the window, clears the screen and overwrites the line, if printed raw.
+    const hostile = ['--', 'printf', '\\033]0;pwned\\007\\033[2Jok\\rno\\n']
+    const run = async (terminal: boolean, flags: string[] = []) => {
+      let out = ''
+      const code = await runCommand([...flags, ...hostile], {
+        stdout: (text: string) => {
+          out += text
+        },
+        stderr: () => {},
+        terminal: { stdout: terminal, stderr: terminal },
+      })
+      expect(code).toBe(0)
+      return out
+    }
+    expect(await run(true)).toBe('\\x1b]0;pwned\\x07\\x1b[2Jok\\rno\n')
+    expect(await run(false)).toBe('\x1b]0;pwned\x07\x1b[2Jok\rno\n')
+    expect(await run(true, ['--raw'])).toBe('\x1b]0;pwned\x07\x1b[2Jok\rno\n')
+  })
+
   it('reports a timeout and kills the command', async () => {
     const result = await cordon(['run', '--timeout', '500', '--', 'sleep', '30'])
     expect(result.stderr).toContain('timed out after 500 ms')

@@ -18,6 +18,7 @@ ${RUN_USAGE}`
 const io: RunIo = {
   stdout: (text) => process.stdout.write(text),
   stderr: (text) => process.stderr.write(text),
+  terminal: { stdout: process.stdout.isTTY === true, stderr: process.stderr.isTTY === true },
 }
 
 async function main(argv: readonly string[]): Promise<number> {

@@ -1,19 +1,24 @@
 import { parseArgs } from 'node:util'
-import type { SandboxProviderConfig } from '@cordon/core'
+import { escapeTerminalControls, type SandboxProviderConfig } from '@cordon/core'
 import { createSandboxProvider } from '../create-sandbox-provider.js'
 import { EXIT_USAGE } from './exit-codes.js'
 
 export const DEFAULT_IMAGE = 'cordon-test/busybox:latest'
 
 export const RUN_USAGE = `usage: cordon run [--image IMAGE] [--runtime docker|runsc] [--memory MB] [--pids N]
-                  [--timeout MS] [--outputs HOST_DIR] [--env KEY=VALUE]... -- COMMAND [ARGS...]
+                  [--timeout MS] [--outputs HOST_DIR] [--env KEY=VALUE]... [--raw]
+                  -- COMMAND [ARGS...]
 
 Runs COMMAND (an argv, never a shell) in a fresh hardened sandbox with no
-network, streams its output, and exits with its exit code.`
+network, streams its output, and exits with its exit code. Output bound for
+a terminal has its control characters shown as escapes (\x1b, \r), so the
+sandbox cannot drive your terminal; --raw passes them through.`
 
 export interface RunIo {
   readonly stdout: (text: string) => void
   readonly stderr: (text: string) => void
+  /** Which of the two is a terminal: output a sandbox wrote is made inert for it. */
+  readonly terminal?: { readonly stdout: boolean; readonly stderr: boolean }
 }
 
 /** `cordon run`: one command in one sandbox, output streamed, exit code passed through. */
@@ -31,6 +36,7 @@ export async function runCommand(argv: readonly string[], io: RunIo): Promise<nu
       timeout: { type: 'string' },
       outputs: { type: 'string' },
       env: { type: 'string', multiple: true, default: [] },
+      raw: { type: 'boolean', default: false },
     },
     allowPositionals: false,
   })
@@ -70,9 +76,13 @@ export async function runCommand(argv: readonly string[], io: RunIo): Promise<nu
       ...(values.pids ? { maxProcesses: Number(values.pids) } : {}),
       signal: interrupt.signal,
     })
+    const inert = (stream: 'stdout' | 'stderr', text: string): string =>
+      io.terminal?.[stream] && !values.raw ? escapeTerminalControls(text) : text
     const result = await sandbox.exec(command[0], command.slice(1), {
       onOutput: (chunk) =>
-        chunk.stream === 'stdout' ? io.stdout(chunk.data) : io.stderr(chunk.data),
+        chunk.stream === 'stdout'
+          ? io.stdout(inert('stdout', chunk.data))
+          : io.stderr(inert('stderr', chunk.data)),
       signal: interrupt.signal,
       ...(values.timeout ? { timeout: Number(values.timeout) } : {}),
     })

@@ -1,0 +1,154 @@
+import { spawn } from 'node:child_process'
+import { chmod, lstat, mkdtemp, readdir, readFile, readlink, rm } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join, relative, resolve } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { describe, expect, it } from 'vitest'
+import { docker, TEST_RUN_ID, testProvider } from './test-run.js'
+
+/** Every entry under `root`, walked without following links. */
+async function walk(root: string): Promise<string[]> {
+  const found: string[] = []
+  const pending = [root]
+  while (pending.length > 0) {
+    const directory = pending.pop()!
+    for (const entry of await readdir(directory, { withFileTypes: true })) {
+      const path = join(directory, entry.name)
+      found.push(path)
+      if (entry.isDirectory()) pending.push(path)
+    }
+  }
+  return found
+}
+
+/**
+ * Issue 17, item 6: what a hostile sandbox leaves in a writable host
+ * directory, for host tools that walk it without cordon's care. After
+ * `destroy()`, and after the host died without destroying, the directory
+ * holds no FIFO or socket, no set-id bit, and no link that leads out of it.
+ */
+const PLANT = [
+  'mkfifo fifo',
+  'echo data > setuid && chmod 4755 setuid',
+  'echo data > setgid && chmod 2755 setgid',
+  'mkdir sgid-dir && chmod 2775 sgid-dir',
+  'ln -s /etc/shadow shadow-link',
+  'ln -s ../../../../etc escape-link',
+  'echo kept > kept.txt && ln -s kept.txt inside-link',
+  'mkdir -p nested/deeper && mkfifo nested/deeper/fifo && ln -s / nested/root-link',
+  'mkdir locked && mkfifo locked/fifo && chmod 000 locked',
+  'touch "$(printf \'name\\033]0;pwned\\007\\nwith newline\')"',
+  // Device files need CAP_MKNOD, which the sandbox does not have.
+  'mknod device c 1 3 2>/dev/null && echo MKNOD-WORKED',
+  // A process that keeps planting traps until it is killed.
+  '(while :; do mkfifo late-$$-$RANDOM 2>/dev/null; sleep 0.01; done) >/dev/null 2>&1 &',
+  'sleep 0.3',
+].join('\n')
+
+async function expectSealed(root: string): Promise<void> {
+  const entries = await walk(root)
+  const names = entries.map((path) => relative(root, path))
+  for (const path of entries) {
+    const stats = await lstat(path)
+    const name = relative(root, path)
+    if (stats.isSymbolicLink()) {
+      const target = resolve(join(path, '..'), await readlink(path))
+      expect(relative(root, target).startsWith('..'), `${name} -> ${target}`).toBe(false)
+      continue
+    }
+    expect(stats.isFile() || stats.isDirectory(), `${name} is a file or a directory`).toBe(true)
+    expect(stats.mode & 0o6000, `${name} has no set-id bit`).toBe(0)
+  }
+  // What is not a trap is kept, names included.
+  expect(names).toEqual(
+    expect.arrayContaining([
+      'kept.txt',
+      'inside-link',
+      'setuid',
+      'setgid',
+      'sgid-dir',
+      'nested/deeper',
+      'locked',
+    ]),
+  )
+  expect(names.some((name) => name.includes('\n') && name.includes('\x1b'))).toBe(true)
+  expect(await readFile(join(root, 'inside-link'), 'utf8')).toBe('kept\n')
+  for (const gone of ['fifo', 'shadow-link', 'escape-link', 'nested/root-link'])
+    expect(names, gone).not.toContain(gone)
+  expect(names.some((name) => name.startsWith('late-'))).toBe(false)
+}
+
+async function hostDirectory(): Promise<string> {
+  const root = await mkdtemp(join(tmpdir(), 'cordon-seal-'))
+  await chmod(root, 0o1777)
+  return root
+}
+
+describe('writable host directories are safe for host tools once the sandbox ends (Docker)', () => {
+  for (const runtime of ['docker', 'runsc'] as const) {
+    it(`after destroy(), no FIFO, set-id bit or link out is left (${runtime})`, async () => {
+      const root = await hostDirectory()
+      const provider = testProvider(
+        { runtime },
+        { layout: { outputs: { source: { type: 'hostDir', hostPath: root } } } },
+      )
+      try {
+        const sandbox = await provider.create()
+        const planted = await sandbox.exec('sh', ['-c', PLANT], { cwd: sandbox.rootDir })
+        expect(planted.stdout + planted.stderr).not.toContain('MKNOD-WORKED')
+        expect(planted.exitCode).not.toBe(2)
+        // While it runs, the directory is the sandbox's to shape: the traps are there.
+        // (gVisor keeps FIFOs inside its own kernel: the host never sees them.)
+        if (runtime === 'docker') expect((await lstat(join(root, 'fifo'))).isFIFO()).toBe(true)
+        expect((await lstat(join(root, 'setuid'))).mode & 0o4000).toBe(0o4000)
+        await sandbox.destroy()
+        await expectSealed(root)
+      } finally {
+        await provider.close()
+        await rm(root, { recursive: true, force: true })
+      }
+    })
+  }
+
+  it('also when the host dies without destroying its sandbox', async () => {
+    const root = await hostDirectory()
+    const script = fileURLToPath(new URL('./fixtures/crashing-owner.mjs', import.meta.url))
+    const child = spawn(process.execPath, [script], {
+      env: {
+        ...process.env,
+        CORDON_TEST_RUN_ID: TEST_RUN_ID,
+        CORDON_TEST_OUTPUTS: root,
+        CORDON_TEST_PLANT: PLANT,
+      },
+      stdio: ['ignore', 'pipe', 'inherit'],
+    })
+    let output = ''
+    child.stdout.on('data', (chunk: Buffer) => {
+      output += chunk.toString()
+    })
+    try {
+      await new Promise<void>((resolve, reject) => {
+        child.on('exit', (code, signal) =>
+          signal === 'SIGKILL' ? resolve() : reject(new Error(`host exited ${code}: ${output}`)),
+        )
+      })
+      const sandboxId = /sandbox (sbx_\w+)/.exec(output)?.[1]
+      expect(sandboxId).toBeDefined()
+      // The container ends by itself once its attach is gone; its agent seals before it exits.
+      const container = docker.getContainer(`cordon-${sandboxId}`)
+      for (let waited = 0; ; waited += 200) {
+        const gone = await container.inspect().then(
+          () => false,
+          () => true,
+        )
+        if (gone) break
+        if (waited > 20_000) throw new Error('the sandbox outlived its host by 20 s')
+        await new Promise((wake) => setTimeout(wake, 200))
+      }
+      await expectSealed(root)
+    } finally {
+      child.kill('SIGKILL')
+      await rm(root, { recursive: true, force: true })
+    }
+  })
+})
