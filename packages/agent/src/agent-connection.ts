@@ -7,6 +7,7 @@ import { serveWriteFile } from './file-write.js'
 import type { NonceSource } from './nonce-source.js'
 import { AgentOperationError } from './operation-error.js'
 import { type PathJail, PathRefusedError } from './path-jail.js'
+import { signalExecProcesses } from './process-tree.js'
 import { verifyAuthProof } from './protocol/auth.js'
 import {
   DEFAULT_MAX_FRAME_BYTES,
@@ -21,6 +22,7 @@ import {
   ProtocolError,
   parseClientMessage,
 } from './protocol/messages.js'
+import { measureUsage } from './usage-meter.js'
 
 export const AGENT_VERSION = '0.1.0'
 /** How long a new connection has to authenticate. */
@@ -33,6 +35,8 @@ export type AgentOperation = AgentRequest['type']
 
 export const ALL_OPERATIONS: ReadonlySet<AgentOperation> = new Set<AgentOperation>([
   'health',
+  'usage',
+  'signal-marked',
   'exec',
   'read-file',
   'write-file',
@@ -86,6 +90,22 @@ export async function serveConnection(socket: Duplex, context: ConnectionContext
           agentVersion: AGENT_VERSION,
           writeRoots: context.jail.writeRoots,
           readRoots: context.jail.readRoots,
+        })
+        break
+      case 'usage':
+        await connection.send(
+          measureUsage(context.config.runAs?.uid, context.config.writeRoots, context.jail.actAs),
+        )
+        break
+      case 'signal-marked':
+        await connection.send({
+          type: 'signal-ok',
+          signalled: signalExecProcesses(
+            undefined,
+            request.marker,
+            request.signal,
+            context.config.runAs,
+          ),
         })
         break
       case 'exec':

@@ -1,13 +1,6 @@
-import {
-  chmodSync,
-  type Dirent,
-  lstatSync,
-  readdirSync,
-  readFileSync,
-  readlinkSync,
-  unlinkSync,
-} from 'node:fs'
+import { chmodSync, type Dirent, lstatSync, readdirSync, readlinkSync, unlinkSync } from 'node:fs'
 import { dirname, join, relative, resolve } from 'node:path'
+import { readProcessTable } from './process-table.js'
 import type { ActAs } from './user-identity.js'
 
 /**
@@ -49,10 +42,11 @@ const MAX_KILL_PASSES = 50
 export function killProcessesOf(uid: number): number {
   let killed = 0
   for (let pass = 0; pass < MAX_KILL_PASSES; pass++) {
-    let found = 0
-    for (const pid of processIds()) {
-      if (pid === process.pid || realUidOf(pid) !== uid) continue
-      found++
+    const targets = readProcessTable().filter(
+      (entry) => entry.uid === uid && entry.pid !== process.pid,
+    )
+    if (targets.length === 0) break
+    for (const { pid } of targets) {
       try {
         process.kill(pid, 'SIGKILL')
         killed++
@@ -60,29 +54,8 @@ export function killProcessesOf(uid: number): number {
         // Gone in between.
       }
     }
-    if (found === 0) break
   }
   return killed
-}
-
-function processIds(): number[] {
-  try {
-    return readdirSync('/proc')
-      .filter((name) => /^\d+$/.test(name))
-      .map(Number)
-  } catch {
-    return []
-  }
-}
-
-function realUidOf(pid: number): number | undefined {
-  try {
-    const status = readFileSync(`/proc/${pid}/status`, 'utf8')
-    const line = /^Uid:\s+(\d+)/m.exec(status)
-    return line ? Number(line[1]) : undefined
-  } catch {
-    return undefined
-  }
 }
 
 /** Walks each root as the sandbox's user and removes or defuses every trap in it. */

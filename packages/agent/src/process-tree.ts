@@ -60,7 +60,11 @@ export interface MarkerReader {
  * given), so it takes on their ids for the scan, which is synchronous and so
  * touches nothing else the agent does, and returns to root before signalling.
  */
-export function findExecProcesses(rootPid: number, marker: string, as?: MarkerReader): number[] {
+export function findExecProcesses(
+  rootPid: number | undefined,
+  marker: string,
+  as?: MarkerReader,
+): number[] {
   let entries: string[]
   try {
     entries = readdirSync('/proc')
@@ -79,12 +83,22 @@ export function findExecProcesses(rootPid: number, marker: string, as?: MarkerRe
   const candidates: ProcessInfo[] = []
   for (const info of all.values()) {
     if (info.pid === self || info.zombie) continue
-    if (descendsFrom(info, rootPid, all)) members.push(info.pid)
+    if (rootPid !== undefined && descendsFrom(info, rootPid, all)) members.push(info.pid)
     else candidates.push(info)
   }
+  const marked: number[] = []
   asUser(as, () => {
-    for (const info of candidates) if (carriesMarker(info.pid, needle)) members.push(info.pid)
+    for (const info of candidates) if (carriesMarker(info.pid, needle)) marked.push(info.pid)
   })
+  members.push(...marked)
+  if (rootPid === undefined) {
+    // No known root (a process the engine started): descendants of every
+    // marked process belong too, including any that cleared their environment.
+    const roots = new Set(marked)
+    for (const info of candidates)
+      if (!roots.has(info.pid) && marked.some((pid) => descendsFrom(info, pid, all)))
+        members.push(info.pid)
+  }
   return members
 }
 
@@ -117,14 +131,14 @@ function signal(pid: number, name: NodeJS.Signals): void {
  * Returns how many distinct processes were signalled.
  */
 export function signalExecProcesses(
-  rootPid: number,
+  rootPid: number | undefined,
   marker: string,
-  name: 'SIGKILL' | 'SIGTERM',
+  name: 'SIGKILL' | 'SIGTERM' | 'SIGHUP',
   as?: MarkerReader,
   maxRounds = 20,
 ): number {
   const signalled = new Set<number>()
-  signal(-rootPid, name)
+  if (rootPid !== undefined && rootPid > 1) signal(-rootPid, name)
   for (let round = 0; round < maxRounds; round++) {
     const members = findExecProcesses(rootPid, marker, as)
     const fresh = name === 'SIGKILL' ? members : members.filter((pid) => !signalled.has(pid))

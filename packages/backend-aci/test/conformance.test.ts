@@ -28,5 +28,7 @@ describeSandboxConformance({
     survivesOutOfMemory: false,
     processLimit: false,
     denyAllNetwork: false,
+    terminal: false,
+    measuredUsage: ALL_CAPABILITIES.measuredUsage,
   },
 })

@@ -244,6 +244,8 @@ export function containerSpec(options: {
   readonly tmpfs: Record<string, string>
   readonly labels: Record<string, string>
   readonly env: string[]
+  /** Cores the sandbox may use (see cpu-placement.ts); undefined for all. */
+  readonly cpuSet: string | undefined
 }): ContainerCreateOptions {
   const { config, request } = options
   const memoryBytes = (request.memoryLimitMb + AGENT_MEMORY_ALLOWANCE_MB) * 1024 * 1024
@@ -276,6 +278,7 @@ export function containerSpec(options: {
       Memory: memoryBytes,
       MemorySwap: memoryBytes,
       NanoCpus: Math.round((config.cpus ?? DEFAULT_CPUS) * 1e9),
+      ...(options.cpuSet === undefined ? {} : { CpusetCpus: options.cpuSet }),
       Init: true,
       Privileged: false,
       IpcMode: 'private',

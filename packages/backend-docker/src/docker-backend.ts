@@ -2,7 +2,7 @@ import { newAgentSecret } from '@cordon/agent/protocol'
 import { AgentClient, AgentSandbox, waitForAgent } from '@cordon/agent/sandbox'
 import {
   type ContainerBackendConfig,
-  type CordonSandbox,
+  type CordonBackendSandbox,
   type SandboxBackendOptions,
   SandboxControlRefusedError,
   SandboxCreateTimeoutError,
@@ -27,16 +27,20 @@ import { AttachedChannel } from './attached-channel.js'
 import {
   agentEnvironment,
   containerSpec,
+  DEFAULT_CPUS,
   EGRESS_PROXY_PORT,
   layoutMounts,
   sandboxUser,
   sealedOutputPaths,
   tmpfsMounts,
 } from './container-spec.js'
+import { cpuSet } from './cpu-placement.js'
+import { openDockerTerminal } from './docker-terminal.js'
 import { EgressGateway } from './egress-gateway.js'
 import { connectEngine, type EngineConnection } from './engine-connection.js'
 import { isBeingRemoved, isNotFound, translateEngineError } from './engine-errors.js'
 import { EngineEvents } from './engine-events.js'
+import { engineUsage } from './engine-usage.js'
 import { collectGarbage } from './garbage-collect.js'
 import { imageEnvironment } from './image-environment.js'
 import { SandboxEgress } from './sandbox-egress.js'
@@ -65,6 +69,8 @@ const OOM_EVENT_GRACE_MS = 1000
  * the user's processes, walk the outputs) before the engine kills it.
  */
 const SEAL_WAIT_MS = 10_000
+/** A container that ends this close to its lifetime ended because of it (timers are not exact). */
+const LIFETIME_SLACK_MS = 1_000
 /** How long `destroy()` waits for a removal the engine already started: 10 s. */
 const REMOVAL_WAIT_ATTEMPTS = 200
 const REMOVAL_WAIT_INTERVAL_MS = 50
@@ -85,6 +91,7 @@ export class DockerBackend implements CordonSandboxBackend {
   private readonly events: EngineEvents
   private egressGateway: EgressGateway | undefined
   private swept = false
+  private engineCpuCount: Promise<number> | undefined
 
   constructor(
     private readonly config: ContainerBackendConfig,
@@ -93,6 +100,18 @@ export class DockerBackend implements CordonSandboxBackend {
     this.name = config.runtime === 'runsc' ? 'container:runsc' : 'container:docker'
     this.engine = connectEngine(config)
     this.events = new EngineEvents(this.engine.docker, context.providerId)
+  }
+
+  /** The engine machine's CPU count, read once (0 if the engine does not say). */
+  private engineCpus(): Promise<number> {
+    this.engineCpuCount ??= this.engine.docker.info().then(
+      (info: { NCPU?: number }) => info.NCPU ?? 0,
+      () => {
+        this.engineCpuCount = undefined
+        return 0
+      },
+    )
+    return this.engineCpuCount
   }
 
   private runtime(): Promise<AgentRuntime> {
@@ -118,7 +137,7 @@ export class DockerBackend implements CordonSandboxBackend {
     void collectGarbage({ docker: this.engine.docker }).catch(() => {})
   }
 
-  async create(options: SandboxBackendOptions): Promise<CordonSandbox> {
+  async create(options: SandboxBackendOptions): Promise<CordonBackendSandbox> {
     this.sweepDeadOwners()
     const request = resolveBackendOptions(options)
     const layout = this.context.layout
@@ -158,9 +177,10 @@ export class DockerBackend implements CordonSandboxBackend {
     return withDeadline(
       async (signal) => {
         await this.events.start()
-        const [runtime, imageEnv] = await Promise.all([
+        const [runtime, imageEnv, engineCpus] = await Promise.all([
           this.runtime(),
           imageEnvironment(this.engine.docker, this.config.image),
+          this.engineCpus(),
         ])
         const user = sandboxUser(this.config, request.id)
         const secret = newAgentSecret()
@@ -193,6 +213,7 @@ export class DockerBackend implements CordonSandboxBackend {
             mounts: layoutMounts(layout, runtime, this.name, this.engine.socketPath),
             tmpfs: tmpfsMounts(this.config, layout, user),
             labels: this.labels(request, 'sandbox'),
+            cpuSet: cpuSet(this.config.cpus ?? DEFAULT_CPUS, engineCpus, request.id),
             env: agentEnvironment({
               layout,
               workingDirectory: request.workingDirectory,
@@ -227,17 +248,34 @@ export class DockerBackend implements CordonSandboxBackend {
           this.waitForAgent(client, request.id, signal, channel),
         ])
         egress = registered
+        const sandboxEnv = {
+          HOME: '/tmp',
+          ...imageEnv,
+          ...request.env,
+          ...(proxied ? proxyEnvironment() : {}),
+        }
         const sandbox: AgentSandbox = new AgentSandbox({
           id: request.id,
           rootDir: layout.outputs.containerPath,
           writeRoots: writableRoots(layout),
           connectPort: (port) => channel!.open({ kind: 'connect', port }),
-          env: {
-            HOME: '/tmp',
-            ...imageEnv,
-            ...request.env,
-            ...(proxied ? proxyEnvironment() : {}),
-          },
+          measureUsage: (usageSignal) => engineUsage(this.engine.docker, container.id, usageSignal),
+          env: sandboxEnv,
+          openTerminal: (terminalOptions) =>
+            openDockerTerminal(
+              {
+                docker: this.engine.docker,
+                containerId: container.id,
+                sandboxId: request.id,
+                user,
+                env: sandboxEnv,
+                workingDirectory: request.workingDirectory,
+                agent: client,
+              },
+              terminalOptions,
+            ).catch((error: unknown) => {
+              throw translateEngineError(error, this.name, this.engine.endpoint, 'openTerminal')
+            }),
           workingDirectory: request.workingDirectory,
           execTimeoutMs: request.execTimeoutMs,
           client,
@@ -259,9 +297,26 @@ export class DockerBackend implements CordonSandboxBackend {
             await egress.setAllowedHosts(policy)
           },
         })
-        // The container ending underneath (an out-of-memory kill under gVisor, the engine
-        // going away) leaves a sandbox that can run nothing more.
-        channel.onClose(() => sandbox.markLost())
+        // The container ending underneath leaves a sandbox that can run nothing more;
+        // the engine's events tell an out-of-memory kill (gVisor: the whole sandbox)
+        // from the agent's own lifetime ending it and from the engine going away.
+        const startedAt = Date.now()
+        channel.onClose(() => {
+          if (sandbox.status === 'destroyed') return
+          const closedAt = Date.now()
+          sandbox.markLost(
+            this.events
+              .oomSince(container.id, startedAt, OOM_EVENT_GRACE_MS)
+              .then((oom) =>
+                oom
+                  ? 'out-of-memory'
+                  : request.lifetimeMs !== undefined &&
+                      closedAt - startedAt >= request.lifetimeMs - LIFETIME_SLACK_MS
+                    ? 'lifetime'
+                    : 'lost',
+              ),
+          )
+        })
         return sandbox
       },
       {

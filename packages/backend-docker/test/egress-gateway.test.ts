@@ -189,6 +189,26 @@ describe('egress through the gateway (Docker backend)', () => {
     })
   })
 
+  it("counts a sandbox's egress bytes in its usage", async () => {
+    await withSandbox({ kind: 'static', allowedHosts: ['upstream.test'] }, async (sandbox) => {
+      expect(await sandbox.stats()).toMatchObject({ egressBytesOut: 0, egressBytesIn: 0 })
+      const result = await sandbox.exec(
+        'wget',
+        ['-q', '-O', '-', `http://upstream.test:${httpPort}/counted`],
+        { timeout: 15_000 },
+      )
+      expect(result.exitCode).toBe(0)
+      await eventFor(
+        egressEvents,
+        (event) => event.sandboxId === sandbox.id && event.decision === 'allow',
+      )
+      const usage = await sandbox.stats()
+      // The request line and headers went out; the response came back.
+      expect(usage.egressBytesOut).toBeGreaterThan(40)
+      expect(usage.egressBytesIn).toBeGreaterThan(result.stdout.length)
+    })
+  })
+
   it('tunnels CONNECT to an allowed host', async () => {
     await withSandbox({ kind: 'static', allowedHosts: ['upstream.test'] }, async (sandbox) => {
       const reply = await rawThroughProxy(

@@ -16,7 +16,13 @@ afterAll(async () => {
 
 describeSandboxConformance({
   name: 'microvm:self-hosted (orchestrator stand-in)',
-  capabilities: ALL_CAPABILITIES,
+  // The agent cannot allocate a pseudo-terminal and a guest has no engine to
+  // ask; its usage is what the agent reads inside the guest (its cgroup included).
+  capabilities: {
+    ...ALL_CAPABILITIES,
+    terminal: false,
+    measuredUsage: ALL_CAPABILITIES.measuredUsage,
+  },
   createProvider: () => {
     const token = standin.token
     const prepared = prepareProviderConfig({

@@ -1,3 +1,5 @@
+import type { SandboxBackendUsage } from '@cordon/core'
+
 /**
  * What a backend declares it enforces. The suite skips a case only when the
  * backend declares it cannot do that thing, and such a backend must then refuse
@@ -19,7 +21,16 @@ export interface SandboxConformanceCapabilities {
   readonly processLimit: boolean
   /** `deny-all` egress leaves the sandbox with no network at all. */
   readonly denyAllNetwork: boolean
+  /**
+   * `openTerminal` runs a program on a pseudo-terminal. When false it must
+   * refuse with `SandboxControlRefusedError` naming `openTerminal`.
+   */
+  readonly terminal: boolean
+  /** The fields of `stats()` the backend measures; the others must be absent, never made up. */
+  readonly measuredUsage: readonly MeasuredUsageField[]
 }
+
+export type MeasuredUsageField = keyof SandboxBackendUsage
 
 export const ALL_CAPABILITIES: SandboxConformanceCapabilities = {
   memoryLimit: true,
@@ -27,4 +38,6 @@ export const ALL_CAPABILITIES: SandboxConformanceCapabilities = {
   survivesOutOfMemory: true,
   processLimit: true,
   denyAllNetwork: true,
+  terminal: true,
+  measuredUsage: ['cpuTimeMs', 'memoryBytes', 'memoryPeakBytes', 'processes', 'diskBytes'],
 }

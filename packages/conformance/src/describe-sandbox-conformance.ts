@@ -6,6 +6,7 @@ import { limitCases } from './limit-cases.js'
 import { networkCases } from './network-cases.js'
 import { useSandboxes } from './shared-sandbox.js'
 import type { SandboxConformanceOptions } from './suite-options.js'
+import { workAndUsageCases } from './work-and-usage-cases.js'
 
 /**
  * Registers the cordon conformance suite for one backend. Call it at the top
@@ -30,5 +31,6 @@ export function describeSandboxConformance(options: SandboxConformanceOptions): 
     fileCases(options, sandboxes)
     limitCases(options, sandboxes)
     networkCases(options, sandboxes)
+    workAndUsageCases(options, sandboxes)
   })
 }

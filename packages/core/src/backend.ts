@@ -7,7 +7,7 @@ import {
 import { DENY_ALL, type EgressPolicy } from './egress-policy.js'
 import type { SandboxEvent } from './events.js'
 import type { ResolvedContainerSandboxLayout } from './layout.js'
-import type { CordonSandbox, Sandbox } from './sandbox.js'
+import type { CordonBackendSandbox, Sandbox } from './sandbox.js'
 import { newSandboxId, type SandboxId } from './sandbox-id.js'
 
 /**
@@ -55,7 +55,7 @@ export interface SandboxBackend {
 
 /** What cordon's own backends are: a {@link SandboxBackend} whose sandboxes have every member. */
 export interface CordonSandboxBackend extends SandboxBackend {
-  create(options: SandboxBackendOptions): Promise<CordonSandbox>
+  create(options: SandboxBackendOptions): Promise<CordonBackendSandbox>
   close(): Promise<void>
 }
 

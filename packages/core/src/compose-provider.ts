@@ -16,12 +16,13 @@ import {
 } from './constants.js'
 import { DENY_ALL } from './egress-policy.js'
 import { SandboxError, throwIfAborted } from './errors.js'
+import { describeError } from './event-error.js'
 import type { SandboxEvent, SandboxEventListener } from './events.js'
 import { type ResolvedContainerSandboxLayout, SANDBOX_DEFAULT_OUTPUTS_PATH } from './layout.js'
 import { ManagedSandbox } from './managed-sandbox.js'
 import type { CordonSandboxProvider } from './provider.js'
 import type { SandboxBackendName } from './provider-config.js'
-import type { CordonSandbox } from './sandbox.js'
+import type { CordonBackendSandbox, CordonSandbox } from './sandbox.js'
 import { newSandboxId } from './sandbox-id.js'
 import { WarmPool } from './warm-pool.js'
 
@@ -43,7 +44,11 @@ export function composeProvider(options: ComposeProviderOptions): CordonSandboxP
   const { config, backendName, layout } = options
   const instanceId = `prv_${newSandboxId().slice(4)}`
   const listener: SandboxEventListener | undefined = config.onEvent
+  /** Live sandboxes by id, so their egress events count toward their usage. */
+  const liveById = new Map<string, ManagedSandbox>()
   const emit = (event: SandboxEvent): void => {
+    if (event.type === 'egress' && event.sandboxId)
+      liveById.get(event.sandboxId)?.countEgress(event.bytesUp, event.bytesDown)
     try {
       listener?.(event)
     } catch {
@@ -83,7 +88,7 @@ export function composeProvider(options: ComposeProviderOptions): CordonSandboxP
     ...(call.signal ? { signal: call.signal } : {}),
   })
 
-  const createFresh = async (request: SandboxBackendOptions): Promise<CordonSandbox> => {
+  const createFresh = async (request: SandboxBackendOptions): Promise<CordonBackendSandbox> => {
     const started = performance.now()
     const sandboxId = request.sandboxId
     emit({
@@ -120,7 +125,7 @@ export function composeProvider(options: ComposeProviderOptions): CordonSandboxP
 
   const pool =
     config.pool && config.pool.size > 0
-      ? new WarmPool<CordonSandbox>({
+      ? new WarmPool<CordonBackendSandbox>({
           size: config.pool.size,
           create: () => createFresh(backendOptions({})),
           onRefill: (durationMs, sandbox) =>
@@ -143,22 +148,31 @@ export function composeProvider(options: ComposeProviderOptions): CordonSandboxP
         })
       : undefined
 
-  const adopt = (sandbox: CordonSandbox, request: SandboxBackendOptions): CordonSandbox => {
+  const adopt = (
+    sandbox: CordonBackendSandbox,
+    request: SandboxBackendOptions,
+    idleTimeoutMs: number | undefined,
+  ): CordonSandbox => {
     const managed = new ManagedSandbox(sandbox, {
       backend: backendName,
       lifetimeMs: request.lifetimeMs,
+      idleTimeoutMs,
       execTimeoutMs: request.timeoutMs ?? SANDBOX_DEFAULT_TIMEOUT_MS,
       emit,
-      onDestroyed: (done) => live.delete(done),
+      onDestroyed: (done) => {
+        live.delete(done)
+        liveById.delete(done.id)
+      },
     })
     live.add(managed)
+    liveById.set(managed.id, managed)
     return managed
   }
 
   const close = async (): Promise<void> => {
     closed = true
     await pool?.close()
-    await Promise.allSettled([...live].map((sandbox) => sandbox.destroy()))
+    await Promise.allSettled([...live].map((sandbox) => sandbox.closeWithProvider()))
     live.clear()
     if (backendPromise) await (await backendPromise.catch(() => undefined))?.close()
   }
@@ -174,6 +188,7 @@ export function composeProvider(options: ComposeProviderOptions): CordonSandboxP
       throwIfAborted(call.signal, 'create')
       if (closed) throw new SandboxError('provider is closed')
       const request = backendOptions(call)
+      const idleTimeoutMs = call.idleTimeoutMs ?? config.defaultIdleTimeoutMs
       if (pool && canUsePooled(call)) {
         const claimed = pool.claim()
         if (claimed) {
@@ -184,10 +199,10 @@ export function composeProvider(options: ComposeProviderOptions): CordonSandboxP
             backend: backendName,
             timestamp: Date.now(),
           })
-          return adopt(claimed, request)
+          return adopt(claimed, request, idleTimeoutMs)
         }
       }
-      return adopt(await createFresh(request), request)
+      return adopt(await createFresh(request), request, idleTimeoutMs)
     },
     async warm(warmOptions = {}): Promise<void> {
       throwIfAborted(warmOptions.signal, 'warm')
@@ -212,11 +227,4 @@ function canUsePooled(call: SandboxCreateConfig): boolean {
     call.workingDirectory === undefined &&
     call.egress === undefined
   )
-}
-
-function describeError(error: unknown): { name: string; code?: string; message: string } {
-  if (SandboxError.isInstance(error))
-    return { name: error.name, code: error.code, message: error.message }
-  if (error instanceof Error) return { name: error.name, message: error.message }
-  return { name: 'Error', message: String(error) }
 }

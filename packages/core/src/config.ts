@@ -164,6 +164,13 @@ export interface SandboxProviderConfigBase {
   readonly defaultMaxProcesses?: number
   /** Default lifetime of a sandbox, in ms; it is destroyed when this runs out (default: none). */
   readonly defaultLifetimeMs?: number
+  /**
+   * Default idle timeout, in ms: a sandbox that has run nothing for this long
+   * (no exec, started process, terminal, file operation or forwarded
+   * connection, and no `keepAlive`) is destroyed with end reason `idle`
+   * (default: none).
+   */
+  readonly defaultIdleTimeoutMs?: number
   /** Keep this many exec-ready sandboxes started; `create()` claims one. */
   readonly pool?: { readonly size: number }
   /** Structured lifecycle, exec and egress events. Must not throw. */
@@ -203,6 +210,8 @@ export interface SandboxCreateConfig {
   readonly egress?: EgressPolicy
   /** Destroy the sandbox this many ms after it was handed out (default: the provider's `defaultLifetimeMs`). */
   readonly lifetimeMs?: number
+  /** Destroy the sandbox once it has been idle this many ms (default: the provider's `defaultIdleTimeoutMs`). */
+  readonly idleTimeoutMs?: number
 }
 
 const fn = <T>(message: string) => z.custom<T>((value) => typeof value === 'function', { message })
@@ -359,6 +368,7 @@ const providerBaseShape = {
   defaultMemoryLimitMb: positiveInt().optional(),
   defaultMaxProcesses: positiveInt().optional(),
   defaultLifetimeMs: durationMs().optional(),
+  defaultIdleTimeoutMs: durationMs().optional(),
   pool: z
     .object({ size: z.number().int().min(0).max(64) })
     .strict()
@@ -413,6 +423,7 @@ export const sandboxCreateConfigSchema: z.ZodType<SandboxCreateConfig> = z
       .optional(),
     egress: egressPolicySchema.optional(),
     lifetimeMs: durationMs().optional(),
+    idleTimeoutMs: durationMs().optional(),
   })
   .strict()
   .readonly()

@@ -1,3 +1,4 @@
+import type { SandboxEndReason } from './sandbox.js'
 import type { SandboxId } from './sandbox-id.js'
 
 /**
@@ -5,7 +6,11 @@ import type { SandboxId } from './sandbox-id.js'
  * carries a wall-clock timestamp; phases that take time carry `durationMs`, so
  * an OpenTelemetry exporter can turn `*.end` events into spans.
  */
-export type SandboxEvent = SandboxLifecycleEvent | SandboxEgressEvent | SandboxExecEvent
+export type SandboxEvent =
+  | SandboxLifecycleEvent
+  | SandboxEgressEvent
+  | SandboxExecEvent
+  | SandboxFileEvent
 
 export type SandboxLifecyclePhase =
   | 'create.start'
@@ -16,7 +21,12 @@ export type SandboxLifecyclePhase =
   | 'pool.claim'
   | 'pool.refill'
   | 'pool.refill.failed'
+  /** The lifetime ran out; the sandbox is being destroyed. */
   | 'expired'
+  /** The idle timeout passed with nothing running; the sandbox is being destroyed. */
+  | 'idle'
+  /** The sandbox ended underneath its host (`endReason` says how); it is being cleaned up. */
+  | 'ended'
   | 'oom'
   /** A `resolver` policy's answer was refused (an invalid entry, an error, a timeout): everything is denied. */
   | 'egress.resolver-refused'
@@ -31,6 +41,32 @@ export interface SandboxLifecycleEvent {
   readonly durationMs?: number
   /** Per-step timings of the phase, in milliseconds (e.g. `container.create`). */
   readonly steps?: Readonly<Record<string, number>>
+  readonly error?: { readonly name: string; readonly code?: string; readonly message: string }
+  /** On `destroy.end` and `ended`: why the sandbox ended. */
+  readonly endReason?: SandboxEndReason
+}
+
+/** A file operation through the host API, reported when it ends. */
+export interface SandboxFileEvent {
+  readonly type: 'file'
+  readonly operation:
+    | 'write'
+    | 'read'
+    | 'write-stream'
+    | 'read-stream'
+    | 'write-batch'
+    | 'read-batch'
+    | 'list'
+  readonly sandboxId: SandboxId
+  readonly backend: string
+  readonly timestamp: number
+  /** The path, or the directory of a batch or a listing. */
+  readonly path: string
+  /** File bytes moved (the whole stream or batch), when known. */
+  readonly bytes?: number
+  /** Files moved by a batch, or entries listed. */
+  readonly files?: number
+  readonly durationMs: number
   readonly error?: { readonly name: string; readonly code?: string; readonly message: string }
 }
 

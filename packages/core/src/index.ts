@@ -72,6 +72,7 @@ export type {
   SandboxEvent,
   SandboxEventListener,
   SandboxExecEvent,
+  SandboxFileEvent,
   SandboxLifecycleEvent,
   SandboxLifecyclePhase,
 } from './events.js'
@@ -96,10 +97,13 @@ export {
 export type { CordonSandboxProvider, SandboxProvider } from './provider.js'
 export type { SandboxBackendName } from './provider-config.js'
 export type {
+  CordonBackendSandbox,
   CordonSandbox,
   Sandbox,
+  SandboxBackendUsage,
   SandboxByteSource,
   SandboxDestroyOptions,
+  SandboxEndReason,
   SandboxEnvironment,
   SandboxExecOptions,
   SandboxExecResult,
@@ -115,6 +119,9 @@ export type {
   SandboxReadFileOptions,
   SandboxStartOptions,
   SandboxStatus,
+  SandboxTerminal,
+  SandboxTerminalOptions,
+  SandboxUsage,
   SandboxWriteFileOptions,
 } from './sandbox.js'
 export { isSandboxId, type SandboxId } from './sandbox-id.js'

@@ -1,9 +1,13 @@
 import type { Buffer } from 'node:buffer'
-import type { SandboxEvent } from './events.js'
+import { SandboxControlRefusedError, SandboxError } from './errors.js'
+import { describeError } from './event-error.js'
+import type { SandboxEvent, SandboxFileEvent } from './events.js'
 import type {
+  CordonBackendSandbox,
   CordonSandbox,
   SandboxByteSource,
   SandboxDestroyOptions,
+  SandboxEndReason,
   SandboxEnvironment,
   SandboxExecOptions,
   SandboxExecResult,
@@ -18,6 +22,9 @@ import type {
   SandboxReadFileOptions,
   SandboxStartOptions,
   SandboxStatus,
+  SandboxTerminal,
+  SandboxTerminalOptions,
+  SandboxUsage,
   SandboxWriteFileOptions,
 } from './sandbox.js'
 import type { SandboxId } from './sandbox-id.js'
@@ -26,17 +33,28 @@ export interface ManagedSandboxHooks {
   readonly backend: string
   /** Destroy the sandbox this long after it was handed out; undefined for never. */
   readonly lifetimeMs: number | undefined
+  /** Destroy the sandbox once nothing has run for this long; undefined for never. */
+  readonly idleTimeoutMs: number | undefined
   /** The timeout of an `exec` that names none. */
   readonly execTimeoutMs: number
   readonly emit: (event: SandboxEvent) => void
   readonly onDestroyed: (sandbox: ManagedSandbox) => void
 }
 
+type FileOperation = SandboxFileEvent['operation']
+
 /**
  * The sandbox a provider hands out: the backend's sandbox plus what the
- * provider owns for every backend, namely the default exec timeout, the
- * lifetime timer, the `busy` status while commands run, destroy events, and
- * the provider's record of live sandboxes.
+ * provider owns for every backend: the default exec timeout, the lifetime
+ * and idle timers, the `busy` status, why the sandbox ended, the egress
+ * counts of its usage, file and destroy events, and the provider's record of
+ * live sandboxes.
+ *
+ * Activity, for the idle timeout, is anything the host does through this
+ * object while it runs (an exec, a started process until it ends, a
+ * terminal until it exits, a file operation, a connection through a
+ * forwarded port) and `keepAlive()`. The idle reaper never ends a sandbox
+ * while any of these is running: a long silent command keeps it alive.
  */
 export class ManagedSandbox implements CordonSandbox {
   readonly setNetworkPolicy?: (
@@ -56,43 +74,74 @@ export class ManagedSandbox implements CordonSandbox {
     options?: SandboxPortForwardOptions,
   ) => Promise<SandboxPortForward>
   private expiry: ReturnType<typeof setTimeout> | undefined
+  private idleTimer: ReturnType<typeof setTimeout> | undefined
   private destroying: Promise<void> | undefined
-  /** Commands started through this sandbox that have not ended. */
+  private ended: SandboxEndReason | undefined
+  /** Operations and processes running now. */
   private running = 0
+  /** When activity was last seen (performance.now()). */
+  private lastActivity = performance.now()
+  /** A `keepAlive(durationMs)` lease: busy until then. */
+  private busyUntil = 0
+  private readonly forwards = new Set<SandboxPortForward>()
+  private egressOut = 0
+  private egressIn = 0
 
   constructor(
-    private readonly inner: CordonSandbox,
+    private readonly inner: CordonBackendSandbox,
     private readonly hooks: ManagedSandboxHooks,
   ) {
     if (inner.setNetworkPolicy) {
       const set = inner.setNetworkPolicy.bind(inner)
-      this.setNetworkPolicy = (policy, options) => set(policy, options)
+      this.setNetworkPolicy = (policy, options) => this.track(() => set(policy, options))
     }
     if (inner.writeFiles) {
       const write = inner.writeFiles.bind(inner)
-      this.writeFiles = (files, options) => write(files, options)
+      this.writeFiles = (files, options) =>
+        this.fileOperation(
+          'write-batch',
+          files.length > 0 ? commonDirectory(files.map((file) => file.path)) : this.rootDir,
+          () => write(files, options),
+          {
+            bytes: files.reduce((sum, file) => sum + byteLength(file.content), 0),
+            files: files.length,
+          },
+        )
     }
     if (inner.forwardPort) {
       const forward = inner.forwardPort.bind(inner)
-      this.forwardPort = (port, options) => forward(port, options)
+      this.forwardPort = async (port, options) => {
+        const opened = await this.track(() => forward(port, options))
+        this.forwards.add(opened)
+        const close = opened.close.bind(opened)
+        return Object.assign(opened, {
+          close: async () => {
+            this.forwards.delete(opened)
+            await close()
+          },
+        })
+      }
     }
     if (inner.readFiles) {
       const read = inner.readFiles.bind(inner)
-      this.readFiles = (dir, options) => read(dir, options)
+      this.readFiles = (dir, options) => this.readBatch(read, dir, options)
     }
     if (hooks.lifetimeMs !== undefined) {
       this.expiry = setTimeout(() => {
-        hooks.emit({
-          type: 'lifecycle',
-          phase: 'expired',
-          sandboxId: inner.id,
-          backend: hooks.backend,
-          timestamp: Date.now(),
-        })
-        void this.destroy().catch(() => {})
+        hooks.emit(this.lifecycle('expired'))
+        void this.end('lifetime').catch(() => {})
       }, hooks.lifetimeMs)
       this.expiry.unref?.()
     }
+    if (hooks.idleTimeoutMs !== undefined) this.armIdleCheck(hooks.idleTimeoutMs)
+    inner.whenEnded?.().then(
+      (reason) => {
+        if (this.ended || this.destroying) return
+        hooks.emit({ ...this.lifecycle('ended'), endReason: reason })
+        void this.end(reason).catch(() => {})
+      },
+      () => {},
+    )
   }
 
   get id(): SandboxId {
@@ -112,20 +161,61 @@ export class ManagedSandbox implements CordonSandbox {
     return this.inner.environment
   }
 
-  async exec(
+  get endReason(): SandboxEndReason | undefined {
+    return this.ended
+  }
+
+  keepAlive(durationMs?: number): void {
+    if (durationMs !== undefined && !(Number.isFinite(durationMs) && durationMs >= 0)) {
+      throw new SandboxError(
+        `keepAlive: durationMs must be a non-negative number, got ${durationMs}`,
+      )
+    }
+    const now = performance.now()
+    this.lastActivity = now
+    if (durationMs !== undefined) this.busyUntil = Math.max(this.busyUntil, now + durationMs)
+  }
+
+  async stats(options?: SandboxFileOptions): Promise<SandboxUsage> {
+    const measured = await this.track(() => this.inner.usage?.(options) ?? Promise.resolve({}))
+    return {
+      ...measured,
+      egressBytesOut: this.egressOut,
+      egressBytesIn: this.egressIn,
+      measuredAt: Date.now(),
+    }
+  }
+
+  /** Counts one ended egress connection of this sandbox (the provider routes its events here). */
+  countEgress(bytesOut: number, bytesIn: number): void {
+    this.egressOut += bytesOut
+    this.egressIn += bytesIn
+  }
+
+  async openTerminal(options: SandboxTerminalOptions): Promise<SandboxTerminal> {
+    if (!this.inner.openTerminal) {
+      throw new SandboxControlRefusedError(
+        'openTerminal',
+        this.hooks.backend,
+        "this backend's channel cannot allocate a pseudo-terminal; use exec or start",
+      )
+    }
+    const terminal = await this.track(() => this.inner.openTerminal!(options))
+    this.holdWhile(terminal.exited)
+    return terminal
+  }
+
+  exec(
     command: string,
     args?: readonly string[],
     options: SandboxExecOptions = {},
   ): Promise<SandboxExecResult> {
-    this.running++
-    try {
-      return await this.inner.exec(command, args, {
+    return this.track(() =>
+      this.inner.exec(command, args, {
         ...options,
         timeout: options.timeout ?? this.hooks.execTimeoutMs,
-      })
-    } finally {
-      this.running--
-    }
+      }),
+    )
   }
 
   async start(
@@ -133,14 +223,8 @@ export class ManagedSandbox implements CordonSandbox {
     args?: readonly string[],
     options?: SandboxStartOptions,
   ): Promise<SandboxProcess> {
-    const process = await this.inner.start(command, args, options)
-    this.running++
-    let counted = true
-    const settle = (): void => {
-      if (counted) this.running--
-      counted = false
-    }
-    process.wait().then(settle, settle)
+    const process = await this.track(() => this.inner.start(command, args, options))
+    this.holdWhile(process.wait())
     return process
   }
 
@@ -149,11 +233,15 @@ export class ManagedSandbox implements CordonSandbox {
     content: string | Uint8Array,
     options?: SandboxWriteFileOptions,
   ): Promise<void> {
-    return this.inner.writeFile(path, content, options)
+    return this.fileOperation('write', path, () => this.inner.writeFile(path, content, options), {
+      bytes: byteLength(content),
+    })
   }
 
   readFile(path: string, options?: SandboxReadFileOptions): Promise<Buffer> {
-    return this.inner.readFile(path, options)
+    return this.fileOperation('read', path, () => this.inner.readFile(path, options), {
+      measure: (content) => ({ bytes: content.length }),
+    })
   }
 
   writeFileStream(
@@ -161,37 +249,67 @@ export class ManagedSandbox implements CordonSandbox {
     source: SandboxByteSource,
     options?: SandboxWriteFileOptions,
   ): Promise<void> {
-    return this.inner.writeFileStream(path, source, options)
+    let bytes = 0
+    const counted = async function* (): AsyncIterable<Uint8Array> {
+      for await (const chunk of source as AsyncIterable<Uint8Array>) {
+        bytes += chunk.length
+        yield chunk
+      }
+    }
+    return this.fileOperation(
+      'write-stream',
+      path,
+      () => this.inner.writeFileStream(path, counted(), options),
+      { measure: () => ({ bytes }) },
+    )
   }
 
-  readFileStream(path: string, options?: SandboxFileOptions): Promise<AsyncIterable<Uint8Array>> {
-    return this.inner.readFileStream(path, options)
+  async readFileStream(
+    path: string,
+    options?: SandboxFileOptions,
+  ): Promise<AsyncIterable<Uint8Array>> {
+    const started = performance.now()
+    const stream = await this.track(() => this.inner.readFileStream(path, options))
+    return this.countedIteration(stream, (chunk) => chunk.length, 'read-stream', path, started)
   }
 
   listFiles(rootPath?: string, options?: SandboxFileOptions): Promise<readonly SandboxFileEntry[]> {
-    return this.inner.listFiles(rootPath, options)
+    return this.fileOperation(
+      'list',
+      rootPath ?? this.rootDir,
+      () => this.inner.listFiles(rootPath, options),
+      { measure: (entries) => ({ files: entries.length }) },
+    )
   }
 
   destroy(options?: SandboxDestroyOptions): Promise<void> {
-    if (this.expiry) clearTimeout(this.expiry)
-    this.destroying ??= this.runDestroy(options)
-    return this.destroying
+    return this.end('destroyed', options)
+  }
+
+  /** The provider's `close()`: ends the sandbox with `provider-closed`. */
+  closeWithProvider(): Promise<void> {
+    return this.end('provider-closed')
   }
 
   [Symbol.asyncDispose](): Promise<void> {
     return this.destroy()
   }
 
-  private async runDestroy(options: SandboxDestroyOptions | undefined): Promise<void> {
-    const { emit, backend } = this.hooks
+  /** Ends the sandbox for `reason` (the first reason given is the one kept). */
+  private end(reason: SandboxEndReason, options?: SandboxDestroyOptions): Promise<void> {
+    if (this.expiry) clearTimeout(this.expiry)
+    if (this.idleTimer) clearTimeout(this.idleTimer)
+    this.destroying ??= this.runDestroy(reason, options)
+    return this.destroying
+  }
+
+  private async runDestroy(
+    reason: SandboxEndReason,
+    options: SandboxDestroyOptions | undefined,
+  ): Promise<void> {
+    const { emit } = this.hooks
     const started = performance.now()
-    emit({
-      type: 'lifecycle',
-      phase: 'destroy.start',
-      sandboxId: this.id,
-      backend,
-      timestamp: Date.now(),
-    })
+    emit(this.lifecycle('destroy.start'))
     try {
       await this.inner.destroy(options)
     } catch (error) {
@@ -199,14 +317,193 @@ export class ManagedSandbox implements CordonSandbox {
       this.destroying = undefined
       throw error
     }
+    this.ended ??= reason
     this.hooks.onDestroyed(this)
     emit({
-      type: 'lifecycle',
-      phase: 'destroy.end',
-      sandboxId: this.id,
-      backend,
-      timestamp: Date.now(),
+      ...this.lifecycle('destroy.end'),
       durationMs: performance.now() - started,
+      endReason: this.ended,
     })
   }
+
+  private lifecycle(phase: 'expired' | 'idle' | 'ended' | 'destroy.start' | 'destroy.end') {
+    return {
+      type: 'lifecycle' as const,
+      phase,
+      sandboxId: this.id,
+      backend: this.hooks.backend,
+      timestamp: Date.now(),
+    }
+  }
+
+  /** Runs an operation as activity: busy while it runs, the idle clock restarted when it ends. */
+  private async track<T>(operation: () => Promise<T>): Promise<T> {
+    this.running++
+    this.lastActivity = performance.now()
+    try {
+      return await operation()
+    } finally {
+      this.running--
+      this.lastActivity = performance.now()
+    }
+  }
+
+  /** Counts a process or terminal as running until `done` settles. */
+  private holdWhile(done: Promise<unknown>): void {
+    this.running++
+    let held = true
+    const release = (): void => {
+      if (!held) return
+      held = false
+      this.running--
+      this.lastActivity = performance.now()
+    }
+    done.then(release, release)
+  }
+
+  private async fileOperation<T>(
+    operation: FileOperation,
+    path: string,
+    run: () => Promise<T>,
+    known: {
+      readonly bytes?: number
+      readonly files?: number
+      readonly measure?: (result: T) => { bytes?: number; files?: number }
+    },
+  ): Promise<T> {
+    const started = performance.now()
+    try {
+      const result = await this.track(run)
+      const measured = known.measure?.(result) ?? {}
+      this.emitFile(operation, path, started, {
+        ...(known.bytes === undefined ? {} : { bytes: known.bytes }),
+        ...(known.files === undefined ? {} : { files: known.files }),
+        ...measured,
+      })
+      return result
+    } catch (error) {
+      this.emitFile(operation, path, started, { error: describeError(error) })
+      throw error
+    }
+  }
+
+  private async readBatch(
+    read: NonNullable<CordonBackendSandbox['readFiles']>,
+    dir: string | undefined,
+    options: SandboxReadFileOptions | undefined,
+  ): Promise<AsyncIterable<SandboxFileContent>> {
+    const started = performance.now()
+    const files = await this.track(() => read(dir, options))
+    return this.countedIteration(
+      files,
+      (file) => file.content.length,
+      'read-batch',
+      dir ?? this.rootDir,
+      started,
+    )
+  }
+
+  /**
+   * Passes an iteration through, as activity while it is consumed, and
+   * reports the bytes and items it yielded when it ends.
+   */
+  private countedIteration<T>(
+    source: AsyncIterable<T>,
+    sizeOf: (item: T) => number,
+    operation: FileOperation,
+    path: string,
+    started: number,
+  ): AsyncIterable<T> {
+    const self = this
+    return {
+      async *[Symbol.asyncIterator]() {
+        let bytes = 0
+        let items = 0
+        self.running++
+        try {
+          for await (const item of source) {
+            bytes += sizeOf(item)
+            items++
+            self.lastActivity = performance.now()
+            yield item
+          }
+          self.emitFile(operation, path, started, {
+            bytes,
+            ...(operation === 'read-batch' ? { files: items } : {}),
+          })
+        } catch (error) {
+          self.emitFile(operation, path, started, { bytes, error: describeError(error) })
+          throw error
+        } finally {
+          self.running--
+          self.lastActivity = performance.now()
+        }
+      },
+    }
+  }
+
+  private emitFile(
+    operation: FileOperation,
+    path: string,
+    started: number,
+    details: Pick<SandboxFileEvent, 'bytes' | 'files' | 'error'>,
+  ): void {
+    this.hooks.emit({
+      type: 'file',
+      operation,
+      sandboxId: this.id,
+      backend: this.hooks.backend,
+      timestamp: Date.now(),
+      path,
+      durationMs: performance.now() - started,
+      ...details,
+    })
+  }
+
+  private armIdleCheck(delayMs: number): void {
+    this.idleTimer = setTimeout(() => this.checkIdle(), Math.max(1, Math.ceil(delayMs)))
+    this.idleTimer.unref?.()
+  }
+
+  /** Ends the sandbox if it has been idle long enough; otherwise looks again when it could be. */
+  private checkIdle(): void {
+    const idleTimeoutMs = this.hooks.idleTimeoutMs!
+    if (this.destroying) return
+    const now = performance.now()
+    const connections = [...this.forwards].reduce(
+      (sum, forward) => sum + forward.activeConnections,
+      0,
+    )
+    if (this.running > 0 || connections > 0 || now < this.busyUntil) {
+      // Busy now: the idle clock starts no earlier than this moment.
+      this.lastActivity = Math.max(this.lastActivity, now)
+      this.armIdleCheck(Math.max(idleTimeoutMs, this.busyUntil - now))
+      return
+    }
+    const idleFor = now - Math.max(this.lastActivity, this.busyUntil)
+    if (idleFor >= idleTimeoutMs) {
+      this.hooks.emit(this.lifecycle('idle'))
+      void this.end('idle').catch(() => {})
+      return
+    }
+    this.armIdleCheck(idleTimeoutMs - idleFor)
+  }
+}
+
+function byteLength(content: string | Uint8Array): number {
+  return typeof content === 'string' ? globalThis.Buffer.byteLength(content) : content.length
+}
+
+/** The deepest directory every path of a batch is under (`/` at worst). */
+function commonDirectory(paths: readonly string[]): string {
+  const split = paths.map((path) => path.split('/').slice(0, -1))
+  const first = split[0] ?? []
+  let length = first.length
+  for (const parts of split)
+    for (let index = 0; index < length; index++)
+      if (parts[index] !== first[index]) {
+        length = index
+        break
+      }
+  return first.slice(0, length).join('/') || '/'
 }

@@ -167,8 +167,91 @@ export interface SandboxPortForward extends AsyncDisposable {
   readonly port: number
   /** `http://host:port`, for the common case of an HTTP server. */
   readonly url: string
+  /** Connections carried now; while there are any the sandbox is not idle. */
+  readonly activeConnections: number
   /** Stops listening and ends the connections it carried. */
   close(): Promise<void>
+}
+
+/**
+ * Why a sandbox ended, on `sandbox.endReason` and on its `destroy.end`
+ * event. A host may retry the work on a fresh sandbox after `lost` and
+ * `evicted` (the platform's doing), after `out-of-memory` only with more
+ * memory, and after `idle` or `lifetime` if it still wants the work done.
+ */
+export type SandboxEndReason =
+  /** The host called `destroy()`. */
+  | 'destroyed'
+  /** Its lifetime (`lifetimeMs`) ran out. */
+  | 'lifetime'
+  /** Its idle timeout (`idleTimeoutMs`) passed with nothing running. */
+  | 'idle'
+  /** It was killed as a whole for using more memory than it may. */
+  | 'out-of-memory'
+  /** Its engine, VM or agent went away underneath it. */
+  | 'lost'
+  /** The platform removed it (a container group deleted or reclaimed). */
+  | 'evicted'
+  /** Its provider was closed. */
+  | 'provider-closed'
+
+/**
+ * A sandbox's resource use, from `sandbox.stats()`. A field is present only
+ * where the backend measures it (each backend's README lists which).
+ */
+export interface SandboxUsage {
+  /** CPU time its processes used, user and system, in ms. */
+  readonly cpuTimeMs?: number
+  /** Memory charged to it now, in bytes (page cache included, as the kernel counts it). */
+  readonly memoryBytes?: number
+  /** The most memory charged to it at once so far, in bytes. */
+  readonly memoryPeakBytes?: number
+  /** Processes and threads of the sandbox's user now. */
+  readonly processes?: number
+  /** Bytes of regular files in its writable directories. */
+  readonly diskBytes?: number
+  /** Bytes its connections sent out through the egress gateway (ended connections). */
+  readonly egressBytesOut: number
+  /** Bytes its connections received through the egress gateway (ended connections). */
+  readonly egressBytesIn: number
+  /** When this was measured (ms since the epoch). */
+  readonly measuredAt: number
+}
+
+/** What a backend measures itself; the provider adds the egress counts. */
+export type SandboxBackendUsage = Omit<
+  SandboxUsage,
+  'egressBytesOut' | 'egressBytesIn' | 'measuredAt'
+>
+
+/** Options of `Sandbox.openTerminal`. */
+export interface SandboxTerminalOptions {
+  /** Program to run (default: `/bin/sh`). */
+  readonly command?: string
+  readonly args?: readonly string[]
+  /** Working directory (default: the sandbox's). */
+  readonly cwd?: string
+  /** Environment on top of the sandbox's (`TERM` defaults to `xterm-256color`). */
+  readonly env?: Readonly<Record<string, string>>
+  /** Terminal size in character cells. */
+  readonly size: { readonly cols: number; readonly rows: number }
+}
+
+/**
+ * An interactive program on a pseudo-terminal in the sandbox. Bytes written
+ * are what a user types; `onData` gets what the terminal shows (one stream:
+ * a terminal merges stdout and stderr), escape sequences included.
+ */
+export interface SandboxTerminal extends AsyncDisposable {
+  write(data: string | Uint8Array): Promise<void>
+  /** Tells the program its terminal is now this size (it gets SIGWINCH). */
+  resize(size: { readonly cols: number; readonly rows: number }): Promise<void>
+  /** Calls `listener` with each chunk of output; returns the unsubscribe. */
+  onData(listener: (data: Uint8Array) => void): () => void
+  /** Resolves with the program's exit code when it ends (-1 if it was killed by a signal). */
+  readonly exited: Promise<number>
+  /** Kills the program and everything it started on this terminal. */
+  kill(signal?: 'SIGTERM' | 'SIGKILL' | 'SIGHUP'): Promise<void>
 }
 
 /** Bytes to stream into a sandbox file. */
@@ -270,11 +353,13 @@ export interface Sandbox {
 }
 
 /**
- * What a cordon provider's `create()` resolves with: a {@link Sandbox} with
- * every member cordon's backends implement. `await using sandbox = await
- * provider.create()` destroys it when the scope ends.
+ * What a cordon backend's `create()` resolves with: a {@link Sandbox} with
+ * every member a backend implements. The provider wraps it into the
+ * {@link CordonSandbox} hosts get, adding what every backend shares (the
+ * default exec timeout, lifetime and idle timers, end reasons, usage's egress
+ * counts). The optional hooks tell the provider what only the backend knows.
  */
-export interface CordonSandbox extends Sandbox, AsyncDisposable {
+export interface CordonBackendSandbox extends Sandbox, AsyncDisposable {
   exec(
     command: string,
     args?: readonly string[],
@@ -291,4 +376,39 @@ export interface CordonSandbox extends Sandbox, AsyncDisposable {
     options?: SandboxWriteFileOptions,
   ): Promise<void>
   readFileStream(path: string, options?: SandboxFileOptions): Promise<AsyncIterable<Uint8Array>>
+  /** Opens a terminal; absent where the backend cannot allocate a pseudo-terminal. */
+  openTerminal?(options: SandboxTerminalOptions): Promise<SandboxTerminal>
+  /** What the backend measures of the sandbox's resource use. */
+  usage?(options?: SandboxFileOptions): Promise<SandboxBackendUsage>
+  /**
+   * Resolves when the sandbox ends underneath its host (its container died,
+   * its agent or VM was lost, the platform removed it), with why. Never
+   * resolves for a sandbox the host destroys.
+   */
+  whenEnded?(): Promise<SandboxEndReason>
+}
+
+/**
+ * What a cordon provider's `create()` resolves with: a {@link Sandbox} with
+ * every member cordon implements. `await using sandbox = await
+ * provider.create()` destroys it when the scope ends.
+ */
+export interface CordonSandbox
+  extends Omit<CordonBackendSandbox, 'usage' | 'whenEnded' | 'openTerminal'> {
+  /** Why the sandbox ended; undefined while it lives. */
+  readonly endReason: SandboxEndReason | undefined
+  /**
+   * Counts as activity for the idle timeout: the idle clock starts again
+   * now, and with `durationMs` the sandbox counts as busy for at least that
+   * long (a lease for work the provider cannot see, such as a client about
+   * to connect to a forwarded port).
+   */
+  keepAlive(durationMs?: number): void
+  /** The sandbox's resource use now (see {@link SandboxUsage}). */
+  stats(options?: SandboxFileOptions): Promise<SandboxUsage>
+  /**
+   * Runs an interactive program on a pseudo-terminal. A backend that cannot
+   * allocate one refuses with `SandboxControlRefusedError` (`openTerminal`).
+   */
+  openTerminal(options: SandboxTerminalOptions): Promise<SandboxTerminal>
 }

@@ -2,7 +2,7 @@ import { Buffer } from 'node:buffer'
 import type { CordonSandboxBackend } from '../src/backend-kit.js'
 import { ExecOutputCollector, resolveBackendOptions } from '../src/backend-kit.js'
 import {
-  type CordonSandbox,
+  type CordonBackendSandbox,
   type SandboxBackendOptions,
   SandboxDestroyedError,
   type SandboxExecOptions,
@@ -24,7 +24,7 @@ export class RecordingBackend implements CordonSandboxBackend {
   execDelayMs = 0
   failNext = false
 
-  async create(options: SandboxBackendOptions): Promise<CordonSandbox> {
+  async create(options: SandboxBackendOptions): Promise<CordonBackendSandbox> {
     this.requests.push(options)
     const request = resolveBackendOptions(options)
     if (this.createDelayMs) await new Promise((resolve) => setTimeout(resolve, this.createDelayMs))
@@ -34,7 +34,7 @@ export class RecordingBackend implements CordonSandboxBackend {
     }
     let destroyedFlag = false
     const backend = this
-    const sandbox: CordonSandbox = {
+    const sandbox: CordonBackendSandbox = {
       id: request.id,
       get status() {
         return destroyedFlag ? ('destroyed' as const) : ('ready' as const)

@@ -13,6 +13,7 @@ import {
   PROTOCOL_VERSION,
   ProtocolError,
   parseAgentMessage,
+  type UsageOkMessage,
 } from './messages.js'
 
 /**
@@ -88,6 +89,26 @@ export async function requestHealth(connection: FramedConnection): Promise<Healt
   if (reply.type !== 'health-ok') throw remoteOrUnexpected(reply, 'health-ok')
   connection.close()
   return reply
+}
+
+export async function requestUsage(connection: FramedConnection): Promise<UsageOkMessage> {
+  await connection.send({ type: 'usage' })
+  const reply = await nextMessage(connection)
+  if (reply.type !== 'usage-ok') throw remoteOrUnexpected(reply, 'usage-ok')
+  connection.close()
+  return reply
+}
+
+export async function requestSignalMarked(
+  connection: FramedConnection,
+  marker: string,
+  signal: 'SIGKILL' | 'SIGTERM' | 'SIGHUP',
+): Promise<number> {
+  await connection.send({ type: 'signal-marked', marker, signal })
+  const reply = await nextMessage(connection)
+  if (reply.type !== 'signal-ok') throw remoteOrUnexpected(reply, 'signal-ok')
+  connection.close()
+  return reply.signalled
 }
 
 export async function requestListFiles(

@@ -22,6 +22,8 @@ export {
   requestHealth,
   requestListFiles,
   requestReadFile,
+  requestSignalMarked,
+  requestUsage,
   requestWriteFile,
 } from './client-operations.js'
 export {
@@ -74,9 +76,13 @@ export {
   parseAgentMessage,
   parseClientMessage,
   type ReadFileRequest,
+  type SignalMarkedRequest,
+  type SignalOkMessage,
   type StartedMessage,
   type StdinAckMessage,
   type StdinEndMessage,
+  type UsageOkMessage,
+  type UsageRequest,
   type WriteDoneMessage,
   type WriteFileRequest,
   type WriteReadyMessage,

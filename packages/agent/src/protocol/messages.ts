@@ -49,6 +49,21 @@ export interface AuthMessage {
 export interface HealthRequest {
   readonly type: 'health'
 }
+/**
+ * Signals every process carrying an exec marker (see process-tree.ts) and
+ * their descendants: the processes of a program the agent did not start
+ * itself, such as a terminal the engine opened with the marker in its
+ * environment.
+ */
+export interface SignalMarkedRequest {
+  readonly type: 'signal-marked'
+  readonly marker: string
+  readonly signal: 'SIGKILL' | 'SIGTERM' | 'SIGHUP'
+}
+/** What the sandbox uses now: its user's processes, its writable directories' bytes, its cgroup. */
+export interface UsageRequest {
+  readonly type: 'usage'
+}
 export interface ExecRequest {
   readonly type: 'exec'
   readonly command: string
@@ -93,6 +108,8 @@ export interface HeartbeatMessage {
 
 export type AgentRequest =
   | HealthRequest
+  | UsageRequest
+  | SignalMarkedRequest
   | ExecRequest
   | ReadFileRequest
   | WriteFileRequest
@@ -126,6 +143,22 @@ export interface HealthOkMessage {
   readonly agentVersion: string
   readonly writeRoots: readonly string[]
   readonly readRoots: readonly string[]
+}
+export interface SignalOkMessage {
+  readonly type: 'signal-ok'
+  /** How many processes were signalled. */
+  readonly signalled: number
+}
+export interface UsageOkMessage {
+  readonly type: 'usage-ok'
+  /** Processes and threads whose real uid is the sandbox user's (all, without a `RUN_AS`). */
+  readonly processes: number
+  /** Bytes of regular files under the write roots, counted as the sandbox user. */
+  readonly diskBytes: number
+  /** From the agent's cgroup, where the guest has one to read (a VM's or a container's under runc). */
+  readonly cpuTimeMs?: number
+  readonly memoryBytes?: number
+  readonly memoryPeakBytes?: number
 }
 export interface StartedMessage {
   readonly type: 'started'
@@ -177,6 +210,8 @@ export type AgentMessage =
   | HelloMessage
   | AuthOkMessage
   | HealthOkMessage
+  | UsageOkMessage
+  | SignalOkMessage
   | StartedMessage
   | StdinAckMessage
   | CancelAckMessage
@@ -290,6 +325,7 @@ export function parseClientMessage(raw: Raw): ClientMessage {
         : { type: 'auth', proof, heartbeatMs }
     }
     case 'health':
+    case 'usage':
     case 'stdin-end':
     case 'end':
     case 'heartbeat':
@@ -314,6 +350,15 @@ export function parseClientMessage(raw: Raw): ClientMessage {
       const reason = raw.reason
       if (reason !== 'abort' && reason !== 'kill') fail(raw, '"reason" must be abort or kill')
       return { type: 'cancel', signal, reason }
+    }
+    case 'signal-marked': {
+      const marker = str(raw, 'marker', { nonEmpty: true })!
+      if (!/^[0-9a-f]{16,64}$/.test(marker))
+        fail(raw, '"marker" must be 16 to 64 lowercase hex digits')
+      const signal = raw.signal
+      if (signal !== 'SIGKILL' && signal !== 'SIGTERM' && signal !== 'SIGHUP')
+        fail(raw, '"signal" must be SIGKILL, SIGTERM or SIGHUP')
+      return { type: 'signal-marked', marker, signal }
     }
     case 'read-file':
       return { type: 'read-file', path: absolutePath(raw, 'path') }
@@ -365,6 +410,22 @@ export function parseAgentMessage(raw: Raw): AgentMessage {
         writeRoots: stringList(raw, 'writeRoots'),
         readRoots: stringList(raw, 'readRoots'),
       }
+    case 'signal-ok':
+      return { type: 'signal-ok', signalled: int(raw, 'signalled', { min: 0 })! }
+    case 'usage-ok': {
+      const optional = (name: string) => int(raw, name, { optional: true, min: 0 })
+      const cpuTimeMs = optional('cpuTimeMs')
+      const memoryBytes = optional('memoryBytes')
+      const memoryPeakBytes = optional('memoryPeakBytes')
+      return {
+        type: 'usage-ok',
+        processes: int(raw, 'processes', { min: 0 })!,
+        diskBytes: int(raw, 'diskBytes', { min: 0 })!,
+        ...(cpuTimeMs === undefined ? {} : { cpuTimeMs }),
+        ...(memoryBytes === undefined ? {} : { memoryBytes }),
+        ...(memoryPeakBytes === undefined ? {} : { memoryPeakBytes }),
+      }
+    }
     case 'started':
       return { type: 'started', pid: int(raw, 'pid', { min: 0 })! }
     case 'stdin-ack':

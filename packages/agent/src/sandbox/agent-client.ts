@@ -16,7 +16,10 @@ import {
   requestHealth,
   requestListFiles,
   requestReadFile,
+  requestSignalMarked,
+  requestUsage,
   requestWriteFile,
+  type UsageOkMessage,
 } from '../protocol/index.js'
 import { toSandboxError } from './agent-error-mapping.js'
 
@@ -209,6 +212,21 @@ export class AgentClient {
     return this.withConnection('health', undefined, signal, (connection) =>
       requestHealth(connection),
     )
+  }
+
+  /** Signals the processes carrying `marker` (a program the engine started; see process-tree.ts). */
+  async signalMarked(
+    marker: string,
+    name: 'SIGKILL' | 'SIGTERM' | 'SIGHUP',
+    signal?: AbortSignal,
+  ): Promise<number> {
+    return this.withConnection('signal', undefined, signal, (connection) =>
+      requestSignalMarked(connection, marker, name),
+    )
+  }
+
+  async usage(signal?: AbortSignal): Promise<UsageOkMessage> {
+    return this.withConnection('usage', undefined, signal, (connection) => requestUsage(connection))
   }
 
   async listFiles(path: string, signal?: AbortSignal): Promise<FileEntryMessage[]> {

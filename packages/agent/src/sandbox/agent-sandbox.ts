@@ -1,11 +1,13 @@
 import { Buffer } from 'node:buffer'
 import { posix } from 'node:path'
 import {
-  type CordonSandbox,
+  type CordonBackendSandbox,
   SANDBOX_DEFAULT_MAX_READ_BYTES,
+  type SandboxBackendUsage,
   type SandboxByteSource,
   SandboxDestroyedError,
   type SandboxDestroyOptions,
+  type SandboxEndReason,
   type SandboxEnvironment,
   type SandboxEvent,
   type SandboxExecOptions,
@@ -24,6 +26,8 @@ import {
   type SandboxReadFileOptions,
   type SandboxStartOptions,
   type SandboxStatus,
+  type SandboxTerminal,
+  type SandboxTerminalOptions,
   type SandboxWriteFileOptions,
 } from '@cordon/core'
 import { ExecOutputCollector, throwIfAborted, validateExecRequest } from '@cordon/core/backend'
@@ -71,6 +75,13 @@ export interface AgentSandboxInit {
    * backend's channel; without it the sandbox has no `forwardPort`.
    */
   readonly connectPort?: SandboxPortDialer
+  /**
+   * Opens a terminal the backend's channel cannot carry (the agent cannot
+   * allocate a pseudo-terminal); without it the sandbox has no `openTerminal`.
+   */
+  readonly openTerminal?: (options: SandboxTerminalOptions) => Promise<SandboxTerminal>
+  /** The backend's own usage figures, which take precedence over the agent's (see `usage`). */
+  readonly measureUsage?: (signal?: AbortSignal) => Promise<Partial<SandboxBackendUsage>>
   /** See `AgentProcessHooks.explainLost`. */
   readonly explainLostCommand?: (startedAt: number) => Promise<SandboxExecResult | undefined>
 }
@@ -84,12 +95,22 @@ export interface AgentSandboxInit {
  * `setNetworkPolicy` is there only when the backend can change egress at run
  * time (it passes `setNetworkPolicy` in the init).
  */
-export class AgentSandbox implements CordonSandbox {
+/** Why a sandbox can end without its host destroying it. */
+export type LostReason = Extract<
+  SandboxEndReason,
+  'lost' | 'out-of-memory' | 'evicted' | 'lifetime'
+>
+
+export class AgentSandbox implements CordonBackendSandbox {
   readonly id: SandboxId
   readonly rootDir: string
   readonly environment: SandboxEnvironment = 'linux-namespace'
   private state: 'ready' | 'destroying' | 'destroyed' = 'ready'
   private lost = false
+  private signalEnded: ((reason: SandboxEndReason) => void) | undefined
+  private readonly ended = new Promise<SandboxEndReason>((resolve) => {
+    this.signalEnded = resolve
+  })
   private destroying: Promise<void> | undefined
   private readonly running = new Set<AgentProcess>()
 
@@ -102,10 +123,18 @@ export class AgentSandbox implements CordonSandbox {
     options?: SandboxPortForwardOptions,
   ) => Promise<SandboxPortForward>
   private readonly forwards = new Set<SandboxPortForward>()
+  readonly openTerminal?: (options: SandboxTerminalOptions) => Promise<SandboxTerminal>
 
   constructor(private readonly init: AgentSandboxInit) {
     this.id = init.id
     this.rootDir = init.rootDir
+    const open = init.openTerminal
+    if (open) {
+      this.openTerminal = async (options) => {
+        this.assertUsable('openTerminal', undefined)
+        return open(options)
+      }
+    }
     const change = init.setNetworkPolicy
     if (change) {
       this.setNetworkPolicy = async (policy, options = {}) => {
@@ -131,8 +160,19 @@ export class AgentSandbox implements CordonSandbox {
    * or guest ended underneath): every later call fails with
    * `SandboxDestroyedError`, and `destroy()` still releases what is left.
    */
-  markLost(): void {
-    if (this.state === 'ready') this.lost = true
+  markLost(reason: LostReason | Promise<LostReason> = 'lost'): void {
+    if (this.state !== 'ready' || this.lost) return
+    this.lost = true
+    // The reason may take a moment to learn (an engine event); the sandbox is unusable at once.
+    void Promise.resolve(reason).then(
+      (known) => this.signalEnded?.(known),
+      () => this.signalEnded?.('lost'),
+    )
+  }
+
+  /** Resolves when {@link markLost} is called, with its reason. */
+  whenEnded(): Promise<SandboxEndReason> {
+    return this.ended
   }
 
   get status(): SandboxStatus {
@@ -317,6 +357,21 @@ export class AgentSandbox implements CordonSandbox {
     this.assertUsable('readFile', options.signal)
     const download = await this.init.client.readFile(this.resolvePath(path), options.signal)
     return download.chunks
+  }
+
+  /**
+   * The agent's measurements (its user's processes, the bytes in the write
+   * roots, its cgroup where readable), with the backend's own view on top
+   * (`measureUsage` in the init: the Docker engine's cgroup figures).
+   */
+  async usage(options: SandboxFileOptions = {}): Promise<SandboxBackendUsage> {
+    this.assertUsable('stats', options.signal)
+    const [fromAgent, fromBackend] = await Promise.all([
+      this.init.client.usage(options.signal),
+      this.init.measureUsage?.(options.signal),
+    ])
+    const { type: _type, ...measured } = fromAgent
+    return { ...measured, ...fromBackend }
   }
 
   async listFiles(dir?: string, options: SandboxFileOptions = {}): Promise<SandboxFileEntry[]> {

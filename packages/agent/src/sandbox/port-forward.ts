@@ -68,6 +68,9 @@ export async function forwardPort(
     host,
     port,
     url: `http://${host.includes(':') ? `[${host}]` : host}:${port}`,
+    get activeConnections() {
+      return connections.size
+    },
     close() {
       closing ??= new Promise<void>((resolve) => {
         for (const socket of connections) socket.destroy()

@@ -1,0 +1,80 @@
+import { type Dirent, lstatSync, readdirSync, readFileSync } from 'node:fs'
+import { join } from 'node:path'
+import { readProcessTable } from './process-table.js'
+import type { UsageOkMessage } from './protocol/messages.js'
+import type { ActAs } from './user-identity.js'
+
+/**
+ * What a sandbox uses, measured from inside: its user's processes and
+ * threads, the bytes of regular files in its writable directories (walked as
+ * its user, so it is exactly what that user can see), and the CPU time and
+ * memory of the agent's cgroup where one is readable (a microVM guest's
+ * whole system, or a container's under runc; gVisor shows none, and a
+ * backend with a better view, such as the Docker engine's, supplies its own).
+ */
+export function measureUsage(
+  uid: number | undefined,
+  writeRoots: readonly string[],
+  actAs: ActAs,
+): UsageOkMessage {
+  const processes = readProcessTable()
+    .filter((entry) => uid === undefined || entry.uid === uid)
+    .reduce((sum, entry) => sum + entry.threads, 0)
+  let diskBytes = 0
+  for (const root of writeRoots) diskBytes += actAs(() => bytesUnder(root))
+  return { type: 'usage-ok', processes, diskBytes, ...readCgroup() }
+}
+
+function bytesUnder(root: string): number {
+  let total = 0
+  const pending = [root]
+  while (pending.length > 0) {
+    const directory = pending.pop()!
+    let entries: Dirent[]
+    try {
+      entries = readdirSync(directory, { withFileTypes: true })
+    } catch {
+      continue
+    }
+    for (const entry of entries) {
+      const path = join(directory, entry.name)
+      if (entry.isDirectory()) pending.push(path)
+      else if (entry.isFile()) {
+        try {
+          total += lstatSync(path).size
+        } catch {
+          // Removed in between.
+        }
+      }
+    }
+  }
+  return total
+}
+
+/** cgroup v2, then v1; nothing when neither is readable. */
+function readCgroup(): Pick<UsageOkMessage, 'cpuTimeMs' | 'memoryBytes' | 'memoryPeakBytes'> {
+  const read = (path: string): number | undefined => {
+    try {
+      const value = Number(readFileSync(path, 'utf8').trim())
+      return Number.isFinite(value) ? value : undefined
+    } catch {
+      return undefined
+    }
+  }
+  const measured: { cpuTimeMs?: number; memoryBytes?: number; memoryPeakBytes?: number } = {}
+  let cpuStat: string | undefined
+  try {
+    cpuStat = readFileSync('/sys/fs/cgroup/cpu.stat', 'utf8')
+  } catch {}
+  const usageUsec = cpuStat && /^usage_usec (\d+)/m.exec(cpuStat)
+  const cpuNs = read('/sys/fs/cgroup/cpuacct/cpuacct.usage')
+  if (usageUsec) measured.cpuTimeMs = Math.round(Number(usageUsec[1]) / 1000)
+  else if (cpuNs !== undefined) measured.cpuTimeMs = Math.round(cpuNs / 1e6)
+  const memory =
+    read('/sys/fs/cgroup/memory.current') ?? read('/sys/fs/cgroup/memory/memory.usage_in_bytes')
+  const peak =
+    read('/sys/fs/cgroup/memory.peak') ?? read('/sys/fs/cgroup/memory/memory.max_usage_in_bytes')
+  if (memory !== undefined) measured.memoryBytes = memory
+  if (peak !== undefined) measured.memoryPeakBytes = peak
+  return measured
+}

@@ -1,0 +1,162 @@
+import { randomBytes } from 'node:crypto'
+import type { Duplex } from 'node:stream'
+import { EXEC_MARKER_VARIABLE } from '@cordon/agent'
+import type { AgentClient } from '@cordon/agent/sandbox'
+import {
+  SandboxConfigValidationError,
+  SandboxDestroyedError,
+  type SandboxId,
+  type SandboxTerminal,
+  type SandboxTerminalOptions,
+} from '@cordon/core'
+import type Docker from 'dockerode'
+
+/**
+ * Interactive terminals on Docker sandboxes.
+ *
+ * cordon's agent is pure JavaScript and Node cannot allocate a
+ * pseudo-terminal, so a terminal is the one thing that goes through the
+ * engine's exec API (with `Tty`): the engine makes the pty, and the program
+ * runs as the sandbox's user with the container's hardening (no capabilities,
+ * no-new-privileges, its rlimits and cgroup). Opening one therefore costs the
+ * engine's exec round trips (tens of milliseconds), which an interactive
+ * session does not notice. The program is not the agent's child, so it
+ * carries an exec marker in its environment, and `kill` asks the agent to
+ * signal every process with that marker and their descendants, which is
+ * everything started on the terminal.
+ */
+
+export interface DockerTerminalContext {
+  readonly docker: Docker
+  readonly containerId: string
+  readonly sandboxId: SandboxId
+  readonly user: { readonly uid: number; readonly gid: number }
+  /** The sandbox's environment (image, create's `env`, proxy settings). */
+  readonly env: Readonly<Record<string, string>>
+  readonly workingDirectory: string
+  readonly agent: AgentClient
+}
+
+const MAX_CELLS = 10_000
+/** Output kept for a first `onData` listener that subscribes after the program started. */
+const MAX_EARLY_BYTES = 1024 * 1024
+
+export async function openDockerTerminal(
+  context: DockerTerminalContext,
+  options: SandboxTerminalOptions,
+): Promise<SandboxTerminal> {
+  validate(options)
+  const marker = randomBytes(16).toString('hex')
+  const env = {
+    TERM: 'xterm-256color',
+    ...context.env,
+    ...options.env,
+    [EXEC_MARKER_VARIABLE]: marker,
+  }
+  const exec = await context.docker.getContainer(context.containerId).exec({
+    Cmd: [options.command ?? '/bin/sh', ...(options.args ?? [])],
+    Env: Object.entries(env).map(([key, value]) => `${key}=${value}`),
+    User: `${context.user.uid}:${context.user.gid}`,
+    WorkingDir: options.cwd ?? context.workingDirectory,
+    Tty: true,
+    AttachStdin: true,
+    AttachStdout: true,
+    AttachStderr: true,
+  })
+  const stream = (await exec.start({ hijack: true, stdin: true, Tty: true })) as Duplex
+  const listeners = new Set<(data: Uint8Array) => void>()
+  // What the program shows before the host subscribes (its first prompt) is kept for the first listener.
+  let early: Buffer[] | undefined = []
+  let earlyBytes = 0
+  stream.on('data', (chunk: Buffer) => {
+    if (early) {
+      if (earlyBytes + chunk.length <= MAX_EARLY_BYTES) {
+        early.push(chunk)
+        earlyBytes += chunk.length
+      }
+      return
+    }
+    for (const listener of listeners) listener(chunk)
+  })
+  stream.on('error', () => {})
+  const exited = new Promise<number>((resolve) => {
+    let settled = false
+    const settle = () => {
+      if (settled) return
+      settled = true
+      exec.inspect().then(
+        (info: { ExitCode?: number | null }) => resolve(info.ExitCode ?? -1),
+        () => resolve(-1),
+      )
+    }
+    stream.once('end', settle)
+    stream.once('close', settle)
+  })
+  let ended = false
+  void exited.then(() => {
+    ended = true
+  })
+  const resize = async (size: SandboxTerminalOptions['size']) => {
+    validateSize(size)
+    if (ended) return
+    await exec.resize({ h: size.rows, w: size.cols })
+  }
+  await resize(options.size)
+  const terminal: SandboxTerminal = {
+    async write(data) {
+      if (ended) throw new SandboxDestroyedError(context.sandboxId)
+      await new Promise<void>((resolve, reject) =>
+        stream.write(data, (error) => (error ? reject(error) : resolve())),
+      )
+    },
+    resize,
+    onData(listener) {
+      listeners.add(listener)
+      if (early) {
+        const kept = early
+        early = undefined
+        for (const chunk of kept) listener(chunk)
+      }
+      return () => listeners.delete(listener)
+    },
+    exited,
+    async kill(signal = 'SIGKILL') {
+      if (ended) return
+      await context.agent.signalMarked(marker, signal)
+    },
+    async [Symbol.asyncDispose]() {
+      await terminal.kill('SIGKILL')
+      stream.destroy()
+      await exited
+    },
+  }
+  return terminal
+}
+
+function validate(options: SandboxTerminalOptions): void {
+  const issues: Array<{ path: string; message: string }> = []
+  if (options.command !== undefined && (options.command === '' || options.command.includes('\0')))
+    issues.push({ path: 'command', message: 'must be a non-empty string without NUL' })
+  for (const [index, arg] of (options.args ?? []).entries())
+    if (arg.includes('\0')) issues.push({ path: `args.${index}`, message: 'cannot contain NUL' })
+  for (const [key, value] of Object.entries(options.env ?? {}))
+    if (!/^[A-Za-z_][A-Za-z0-9_]*$/.test(key) || value.includes('\0'))
+      issues.push({ path: `env.${key}`, message: 'names are letters, digits and "_"; no NUL' })
+  if (options.cwd !== undefined && !options.cwd.startsWith('/'))
+    issues.push({ path: 'cwd', message: 'must be an absolute path' })
+  try {
+    validateSize(options.size)
+  } catch (error) {
+    issues.push(...(error as SandboxConfigValidationError).issues)
+  }
+  if (issues.length > 0) throw new SandboxConfigValidationError('openTerminal options', issues)
+}
+
+function validateSize(size: SandboxTerminalOptions['size'] | undefined): void {
+  const ok = (value: unknown) =>
+    typeof value === 'number' && Number.isInteger(value) && value >= 1 && value <= MAX_CELLS
+  if (!size || !ok(size.cols) || !ok(size.rows))
+    throw new SandboxConfigValidationError('terminal size', [
+      { path: 'size', message: `cols and rows must be integers from 1 to ${MAX_CELLS}` },
+    ])
+}

@@ -1,0 +1,121 @@
+import type { CordonSandbox, CordonSandboxProvider, SandboxEvent } from '@cordon/core'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createDockerSandboxProvider } from '../src/index.js'
+import { BUSYBOX_IMAGE } from './test-images.js'
+import { docker, TEST_RUN_ID, TEST_RUN_LABEL } from './test-run.js'
+
+/** Waits until `sandbox.endReason` is set; returns it. */
+async function endReasonOf(sandbox: CordonSandbox, timeoutMs = 15_000) {
+  const deadline = Date.now() + timeoutMs
+  while (sandbox.endReason === undefined) {
+    if (Date.now() > deadline) throw new Error('the sandbox did not end')
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  }
+  return sandbox.endReason
+}
+
+for (const runtime of ['docker', 'runsc'] as const) {
+  describe(`lifetime that follows work, end reasons and usage (${runtime})`, () => {
+    let provider: CordonSandboxProvider
+    const events: SandboxEvent[] = []
+    beforeAll(() => {
+      provider = createDockerSandboxProvider({
+        backend: {
+          tier: 'container',
+          runtime,
+          image: BUSYBOX_IMAGE,
+          cpus: 1,
+          labels: { [TEST_RUN_LABEL]: TEST_RUN_ID },
+        },
+        layout: { outputs: { source: { type: 'ephemeral' } } },
+        onEvent: (event) => events.push(event),
+      })
+    })
+    afterAll(async () => {
+      await provider.close()
+    })
+
+    it('the idle reaper spares a long silent command and reaps an idle sandbox on time', async () => {
+      const idleTimeoutMs = 1_500
+      const [working, idle] = await Promise.all([
+        provider.create({ idleTimeoutMs }),
+        provider.create({ idleTimeoutMs }),
+      ])
+      const idleSince = Date.now()
+      // Silent for twice the idle timeout.
+      const result = await working.exec('sleep', ['3'])
+      expect(result.exitCode).toBe(0)
+      expect(working.endReason).toBeUndefined()
+      expect(await endReasonOf(idle)).toBe('idle')
+      const idleFor = Date.now() - idleSince
+      expect(idleFor).toBeGreaterThanOrEqual(idleTimeoutMs)
+      // Gone from the engine too.
+      await expect(docker.getContainer(`cordon-${idle.id}`).inspect()).rejects.toThrow()
+      expect(await endReasonOf(working)).toBe('idle')
+      expect(
+        events.some(
+          (event) =>
+            event.type === 'lifecycle' &&
+            event.phase === 'destroy.end' &&
+            event.sandboxId === idle.id &&
+            event.endReason === 'idle',
+        ),
+      ).toBe(true)
+    })
+
+    it('a started process and keepAlive hold off the idle reaper', async () => {
+      const sandbox = await provider.create({ idleTimeoutMs: 1_000 })
+      const process = await sandbox.start('sleep', ['2.5'])
+      await process.wait()
+      expect(sandbox.endReason).toBeUndefined()
+      sandbox.keepAlive(2_000)
+      await new Promise((resolve) => setTimeout(resolve, 2_200))
+      expect(sandbox.endReason).toBeUndefined()
+      expect(await endReasonOf(sandbox)).toBe('idle')
+    })
+
+    it('records lifetime, destroyed and lost as the end reason', async () => {
+      const expiring = await provider.create({ lifetimeMs: 1_500 })
+      const destroyed = await provider.create()
+      const lost = await provider.create()
+      await destroyed.destroy()
+      expect(destroyed.endReason).toBe('destroyed')
+      // Killed behind cordon's back: the engine or an operator removed it.
+      await docker.getContainer(`cordon-${lost.id}`).kill()
+      expect(await endReasonOf(lost)).toBe('lost')
+      expect(await endReasonOf(expiring)).toBe('lifetime')
+    })
+
+    if (runtime === 'runsc') {
+      it('records out-of-memory when the whole sandbox is killed for memory', async () => {
+        const sandbox = await provider.create({ memoryLimitMb: 64 })
+        const result = await sandbox
+          .exec('sh', ['-c', 'a=x; while :; do a="$a$a"; done'], { timeout: 30_000 })
+          .catch((error: unknown) => error)
+        expect(result).toBeDefined()
+        expect(await endReasonOf(sandbox)).toBe('out-of-memory')
+      })
+    }
+
+    it('reports usage measured from the engine and the agent, and nproc matches the CPU limit', async () => {
+      const sandbox = await provider.create()
+      await sandbox.exec('dd', ['if=/dev/zero', 'of=big', 'bs=1024', 'count=1024'])
+      await sandbox.writeFile('small.txt', 'x'.repeat(1000))
+      const sleeper = await sandbox.start('sleep', ['30'])
+      // Some CPU time to count.
+      await sandbox.exec('sh', ['-c', 'i=0; while [ $i -lt 20000 ]; do i=$((i+1)); done'])
+      const usage = await sandbox.stats()
+      expect(usage.diskBytes).toBe(1024 * 1024 + 1000)
+      expect(usage.processes).toBeGreaterThanOrEqual(1)
+      expect(usage.cpuTimeMs).toBeGreaterThan(10)
+      expect(usage.memoryBytes).toBeGreaterThan(0)
+      expect(usage.memoryPeakBytes).toBeGreaterThanOrEqual(usage.memoryBytes!)
+      expect(usage).toMatchObject({ egressBytesOut: 0, egressBytesIn: 0 })
+      await sleeper.kill('SIGKILL')
+      // One CPU allowed, one CPU seen (the engine machine has more).
+      const cores = await sandbox.exec('nproc')
+      expect(cores.stdout.trim()).toBe('1')
+      await sandbox.destroy()
+    })
+  })
+}

@@ -1,0 +1,103 @@
+import type { CordonSandboxProvider, SandboxTerminal } from '@cordon/core'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { testProvider } from './test-run.js'
+
+/** Collects what a terminal shows and waits for text to appear in it. */
+function screen(terminal: SandboxTerminal) {
+  let text = ''
+  const waiters = new Set<() => void>()
+  terminal.onData((data) => {
+    text += Buffer.from(data).toString('utf8')
+    for (const wake of waiters) wake()
+  })
+  return {
+    get text() {
+      return text
+    },
+    async waitFor(pattern: RegExp, timeoutMs = 10_000): Promise<RegExpMatchArray> {
+      const deadline = Date.now() + timeoutMs
+      for (;;) {
+        const match = text.match(pattern)
+        if (match) return match
+        if (Date.now() > deadline)
+          throw new Error(`timed out waiting for ${pattern} in ${JSON.stringify(text)}`)
+        await new Promise<void>((resolve) => {
+          const wake = () => {
+            waiters.delete(wake)
+            resolve()
+          }
+          waiters.add(wake)
+          setTimeout(wake, 100)
+        })
+      }
+    },
+    clear() {
+      text = ''
+    },
+  }
+}
+
+for (const runtime of ['docker', 'runsc'] as const) {
+  describe(`terminals (${runtime})`, () => {
+    let provider: CordonSandboxProvider
+    beforeAll(() => {
+      provider = testProvider({ runtime })
+    })
+    afterAll(async () => {
+      await provider.close()
+    })
+
+    it('runs an interactive shell: prompt, line editing, a resize seen by stty, exit code', async () => {
+      const sandbox = await provider.create()
+      const terminal = await sandbox.openTerminal({
+        command: 'sh',
+        args: ['-i'],
+        env: { PS1: 'cordon$ ' },
+        size: { cols: 80, rows: 24 },
+      })
+      const shown = screen(terminal)
+      await shown.waitFor(/cordon\$ /)
+      // A typo fixed with backspace, and a word inserted after Ctrl-A (start of line).
+      await terminal.write('cho hellx\x7fo\x01e\r')
+      await shown.waitFor(/\r\nhello\r\n/)
+      // It is a terminal, of the size asked for, then of the new size.
+      await terminal.write('[ -t 0 ] && stty size\r')
+      await shown.waitFor(/\r\n24 80\r\n/)
+      await terminal.resize({ cols: 100, rows: 40 })
+      await terminal.write('stty size; id -u\r')
+      const [, uid] = await shown.waitFor(/\r\n40 100\r\n(\d+)\r\n/)
+      // As the sandbox's own user, like its commands.
+      expect(Number(uid)).toBeGreaterThanOrEqual(2 ** 30)
+      await terminal.write('exit 3\r')
+      expect(await terminal.exited).toBe(3)
+      await sandbox.destroy()
+    })
+
+    it('kill ends the program and everything it started on the terminal', async () => {
+      const sandbox = await provider.create()
+      const terminal = await sandbox.openTerminal({
+        command: 'sh',
+        args: ['-c', '(sleep 300 &); (setsid sleep 301 &); echo started; sleep 302'],
+        size: { cols: 80, rows: 24 },
+      })
+      await screen(terminal).waitFor(/started/)
+      const before = await sandbox.exec('sh', ['-c', 'ps -o args | grep -c "^sleep 30[0-2]"'])
+      expect(before.stdout.trim()).toBe('3')
+      // A terminal counts as running work.
+      expect(sandbox.status).toBe('busy')
+      await terminal.kill()
+      expect(await terminal.exited).not.toBe(0)
+      const after = await sandbox.exec('sh', ['-c', 'ps -o args | grep -c "^sleep 30[0-2]"'])
+      expect(after.stdout.trim()).toBe('0')
+      await sandbox.destroy()
+    })
+
+    it('refuses a bad size with a typed error', async () => {
+      const sandbox = await provider.create()
+      await expect(sandbox.openTerminal({ size: { cols: 0, rows: 24 } })).rejects.toThrow(
+        'cols and rows must be integers',
+      )
+      await sandbox.destroy()
+    })
+  })
+}

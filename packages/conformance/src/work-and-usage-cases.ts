@@ -1,0 +1,108 @@
+import { type CordonSandbox, SandboxControlRefusedError } from '@cordon/core'
+import { describe, expect, it } from 'vitest'
+import { ALL_CAPABILITIES } from './capabilities.js'
+import type { SandboxesUnderTest } from './shared-sandbox.js'
+import type { SandboxConformanceOptions } from './suite-options.js'
+
+async function endReasonOf(sandbox: CordonSandbox, timeoutMs: number) {
+  const deadline = Date.now() + timeoutMs
+  while (sandbox.endReason === undefined && Date.now() < deadline)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  return sandbox.endReason
+}
+
+/** Lifetime that follows work, end reasons, usage and terminals. */
+export function workAndUsageCases(
+  options: SandboxConformanceOptions,
+  sandboxes: SandboxesUnderTest,
+): void {
+  const timeout = options.timeoutMs ?? 60_000
+  const { measuredUsage, terminal } = options.capabilities
+
+  describe('work, usage and terminals', () => {
+    it(
+      'reaps an idle sandbox after its idle timeout, never while a command runs, and says why',
+      async () => {
+        const sandbox = await sandboxes.provider.create({ idleTimeoutMs: 1_000 })
+        try {
+          expect((await sandbox.exec('sleep', ['2'])).exitCode).toBe(0)
+          expect(sandbox.endReason).toBeUndefined()
+          expect(await endReasonOf(sandbox, 10_000)).toBe('idle')
+          expect(sandbox.status).toBe('destroyed')
+        } finally {
+          await sandbox.destroy()
+        }
+      },
+      timeout,
+    )
+
+    it(
+      'records destroyed when the host destroys it',
+      async () => {
+        const sandbox = await sandboxes.provider.create()
+        expect(sandbox.endReason).toBeUndefined()
+        await sandbox.destroy()
+        expect(sandbox.endReason).toBe('destroyed')
+      },
+      timeout,
+    )
+
+    it(
+      'stats reports what the backend measures, and nothing it does not',
+      async () => {
+        await sandboxes.withFresh({}, async (sandbox) => {
+          const before = await sandbox.stats()
+          await sandbox.writeFile('usage-probe.bin', new Uint8Array(100_000))
+          const sleeper = await sandbox.start('sleep', ['30'])
+          try {
+            const usage = await sandbox.stats()
+            for (const field of ALL_CAPABILITIES.measuredUsage) {
+              if (measuredUsage.includes(field))
+                expect(typeof usage[field], `${field} is measured`).toBe('number')
+              else expect(usage[field], `${field} is not claimed`).toBeUndefined()
+            }
+            if (measuredUsage.includes('diskBytes'))
+              expect(usage.diskBytes! - (before.diskBytes ?? 0)).toBe(100_000)
+            if (measuredUsage.includes('processes'))
+              expect(usage.processes).toBeGreaterThanOrEqual(1)
+            expect(usage.measuredAt).toBeGreaterThan(0)
+            expect(usage.egressBytesOut).toBeGreaterThanOrEqual(0)
+          } finally {
+            await sleeper.kill('SIGKILL')
+          }
+        })
+      },
+      timeout,
+    )
+
+    it(
+      terminal
+        ? 'openTerminal runs a program on a terminal'
+        : 'openTerminal is refused with a typed error',
+      async () => {
+        const sandbox = sandboxes.sandbox
+        const opening = sandbox.openTerminal({
+          command: 'sh',
+          args: ['-c', '[ -t 0 ] && echo tty; read line; echo "got $line"'],
+          size: { cols: 80, rows: 24 },
+        })
+        if (!terminal) {
+          const error = await opening.catch((caught: unknown) => caught)
+          expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
+          expect((error as Error).message).toContain('openTerminal')
+          return
+        }
+        const session = await opening
+        let shown = ''
+        session.onData((data) => {
+          shown += Buffer.from(data).toString()
+        })
+        await session.write('hello\r')
+        expect(await session.exited).toBe(0)
+        expect(shown).toContain('tty')
+        expect(shown).toContain('got hello')
+      },
+      timeout,
+    )
+  })
+}

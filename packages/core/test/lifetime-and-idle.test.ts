@@ -1,0 +1,185 @@
+import { describe, expect, it } from 'vitest'
+import { composeProvider, prepareProviderConfig, sleep } from '../src/backend-kit.js'
+import {
+  type CordonBackendSandbox,
+  SandboxControlRefusedError,
+  type SandboxEndReason,
+  type SandboxEvent,
+  type SandboxProviderConfig,
+} from '../src/index.js'
+import { RecordingBackend } from './memory-backend.js'
+
+function makeProvider(
+  extra: Partial<SandboxProviderConfig> = {},
+  decorate: (sandbox: CordonBackendSandbox) => CordonBackendSandbox = (sandbox) => sandbox,
+) {
+  const backend = new RecordingBackend()
+  const create = backend.create.bind(backend)
+  backend.create = async (options) => decorate(await create(options))
+  const events: SandboxEvent[] = []
+  const prepared = prepareProviderConfig({
+    backend: { tier: 'container', image: 'img' },
+    layout: { outputs: { source: { type: 'ephemeral' } } },
+    onEvent: (event) => events.push(event),
+    ...extra,
+  } as SandboxProviderConfig)
+  const provider = composeProvider({
+    config: prepared.config,
+    backendName: prepared.backendName,
+    layout: prepared.layout,
+    loadBackend: async () => backend,
+  })
+  return { provider, backend, events }
+}
+
+const endOf = (events: SandboxEvent[]) =>
+  events.find((event) => event.type === 'lifecycle' && event.phase === 'destroy.end') as
+    | { endReason?: SandboxEndReason }
+    | undefined
+
+describe('why a sandbox ended', () => {
+  it('records destroyed, lifetime and provider-closed, on the sandbox and the last event', async () => {
+    const destroyed = makeProvider()
+    const a = await destroyed.provider.create()
+    expect(a.endReason).toBeUndefined()
+    await a.destroy()
+    expect(a.endReason).toBe('destroyed')
+    expect(endOf(destroyed.events)?.endReason).toBe('destroyed')
+
+    const expiring = makeProvider()
+    const b = await expiring.provider.create({ lifetimeMs: 20 })
+    await sleep(100)
+    expect(b.endReason).toBe('lifetime')
+    expect(endOf(expiring.events)?.endReason).toBe('lifetime')
+
+    const closing = makeProvider()
+    const c = await closing.provider.create()
+    await closing.provider.close()
+    expect(c.endReason).toBe('provider-closed')
+  })
+
+  it('takes the reason a backend reports when a sandbox ends underneath its host', async () => {
+    let endNow: (reason: SandboxEndReason) => void = () => {}
+    const { provider, backend, events } = makeProvider({}, (sandbox) =>
+      Object.assign(sandbox, {
+        whenEnded: () => new Promise<SandboxEndReason>((resolve) => (endNow = resolve)),
+      }),
+    )
+    const sandbox = await provider.create()
+    endNow('out-of-memory')
+    await sleep(10)
+    expect(sandbox.endReason).toBe('out-of-memory')
+    expect(backend.destroyed).toEqual([sandbox.id])
+    expect(
+      events.some(
+        (event) =>
+          event.type === 'lifecycle' &&
+          event.phase === 'ended' &&
+          event.endReason === 'out-of-memory',
+      ),
+    ).toBe(true)
+  })
+})
+
+describe('idle timeout', () => {
+  it('reaps an idle sandbox on time, and never one that is running something', async () => {
+    const { provider, backend, events } = makeProvider({ defaultIdleTimeoutMs: 60 })
+    backend.execDelayMs = 250
+    const busy = await provider.create()
+    const idle = await provider.create()
+    const running = busy.exec('sleep')
+    await sleep(150)
+    expect(idle.endReason).toBe('idle')
+    expect(events.some((event) => event.type === 'lifecycle' && event.phase === 'idle')).toBe(true)
+    // A silent command four times longer than the idle timeout keeps its sandbox.
+    expect(busy.endReason).toBeUndefined()
+    await running
+    expect(busy.endReason).toBeUndefined()
+    await sleep(150)
+    expect(busy.endReason).toBe('idle')
+  })
+
+  it('keepAlive restarts the idle clock and can lease a stretch of busy time', async () => {
+    const { provider } = makeProvider()
+    const sandbox = await provider.create({ idleTimeoutMs: 60 })
+    for (let i = 0; i < 4; i++) {
+      await sleep(30)
+      sandbox.keepAlive()
+    }
+    expect(sandbox.endReason).toBeUndefined()
+    sandbox.keepAlive(200)
+    await sleep(150)
+    expect(sandbox.endReason).toBeUndefined()
+    await sleep(200)
+    expect(sandbox.endReason).toBe('idle')
+    expect(() => sandbox.keepAlive(-1)).toThrow('non-negative')
+  })
+
+  it('validates idleTimeoutMs like every other duration', async () => {
+    const { provider } = makeProvider()
+    await expect(provider.create({ idleTimeoutMs: 0 })).rejects.toThrow('idleTimeoutMs')
+  })
+})
+
+describe('usage and events the provider adds', () => {
+  it("counts a sandbox's egress from the gateway's events and reports file operations", async () => {
+    let emitEvent: (event: SandboxEvent) => void = () => {}
+    const backend = new RecordingBackend()
+    const events: SandboxEvent[] = []
+    const prepared = prepareProviderConfig({
+      backend: { tier: 'container', image: 'img' },
+      layout: { outputs: { source: { type: 'ephemeral' } } },
+      onEvent: (event) => events.push(event),
+    } as SandboxProviderConfig)
+    const provider = composeProvider({
+      config: prepared.config,
+      backendName: prepared.backendName,
+      layout: prepared.layout,
+      loadBackend: async (context) => {
+        emitEvent = context.emit
+        return backend
+      },
+    })
+    const sandbox = await provider.create()
+    for (const [up, down] of [
+      [100, 2000],
+      [50, 10],
+    ] as const)
+      emitEvent({
+        type: 'egress',
+        sandboxId: sandbox.id,
+        timestamp: Date.now(),
+        kind: 'connect',
+        host: 'example.com',
+        port: 443,
+        decision: 'allow',
+        reason: 'allowed',
+        bytesUp: up,
+        bytesDown: down,
+        durationMs: 5,
+      })
+    const usage = await sandbox.stats()
+    expect(usage).toMatchObject({ egressBytesOut: 150, egressBytesIn: 2010 })
+    expect(usage.cpuTimeMs).toBeUndefined()
+    await sandbox.writeFile('a.txt', 'héllo')
+    expect(events.at(-1)).toMatchObject({
+      type: 'file',
+      operation: 'write',
+      path: 'a.txt',
+      bytes: 6,
+      sandboxId: sandbox.id,
+    })
+    await sandbox.listFiles()
+    expect(events.at(-1)).toMatchObject({ type: 'file', operation: 'list', files: 0 })
+  })
+
+  it('refuses a terminal where the backend has none, naming the control', async () => {
+    const { provider } = makeProvider()
+    const sandbox = await provider.create()
+    const error = await sandbox
+      .openTerminal({ size: { cols: 80, rows: 24 } })
+      .catch((caught: unknown) => caught)
+    expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
+    expect((error as SandboxControlRefusedError).message).toContain('openTerminal')
+  })
+})
