@@ -59,6 +59,42 @@ describe('the cordon command', () => {
     expect(await run(true, ['--raw'])).toBe('\x1b]0;pwned\x07\x1b[2Jok\rno\n')
   })
 
+  it('cordon shell gives an interactive terminal of the local size, resized with it, and passes the exit code', async () => {
+    const { PassThrough } = await import('node:stream')
+    const { shellCommand } = await import('../dist/cli/shell-command.js')
+    const stdin = new PassThrough()
+    const stdout = Object.assign(new PassThrough(), { columns: 100, rows: 30 })
+    let shown = ''
+    stdout.on('data', (chunk: Buffer) => {
+      shown += chunk.toString()
+    })
+    let resized: () => void = () => {}
+    const until = async (pattern: RegExp) => {
+      for (let waited = 0; !pattern.test(shown); waited += 50) {
+        if (waited > 20_000) throw new Error(`no ${pattern} in ${JSON.stringify(shown)}`)
+        await new Promise((resolve) => setTimeout(resolve, 50))
+      }
+    }
+    const running = shellCommand(['--', 'sh', '-i'], {
+      stdin,
+      stdout,
+      stderr: () => {},
+      onResize: (listener) => {
+        resized = listener
+        return () => {}
+      },
+    })
+    await until(/outputs \$ /)
+    stdin.write('stty size\r')
+    await until(/30 100/)
+    Object.assign(stdout, { columns: 120, rows: 40 })
+    resized()
+    await new Promise((resolve) => setTimeout(resolve, 300))
+    stdin.write('stty size; exit 4\r')
+    expect(await running).toBe(4)
+    expect(shown).toContain('40 120')
+  })
+
   it('reports a timeout and kills the command', async () => {
     const result = await cordon(['run', '--timeout', '500', '--', 'sleep', '30'])
     expect(result.stderr).toContain('timed out after 500 ms')

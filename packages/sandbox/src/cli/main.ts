@@ -5,10 +5,12 @@ import { gcCommand } from './gc-command.js'
 import { prepareCommand } from './prepare-command.js'
 import { reportError } from './report-error.js'
 import { RUN_USAGE, type RunIo, runCommand } from './run-command.js'
+import { shellCommand } from './shell-command.js'
 
 const USAGE = `usage: cordon <command>
 
   run [options] -- COMMAND [ARGS...]   run one command in a fresh sandbox
+  shell [options] [-- COMMAND ...]     an interactive terminal in a fresh sandbox
   demo [--image I] [--runtime R]       show cordon's main job step by step
   gc [--dry-run]                       remove leftovers of owners that are gone
   prepare [--image I]                  fill the agent runtime volume on the engine now
@@ -26,6 +28,16 @@ async function main(argv: readonly string[]): Promise<number> {
   switch (command) {
     case 'run':
       return runCommand(rest, io)
+    case 'shell':
+      return shellCommand(rest, {
+        stdin: process.stdin,
+        stdout: process.stdout,
+        stderr: io.stderr,
+        onResize: (listener) => {
+          process.stdout.on('resize', listener)
+          return () => process.stdout.off('resize', listener)
+        },
+      })
     case 'demo':
       return demoCommand(rest, io)
     case 'gc':
