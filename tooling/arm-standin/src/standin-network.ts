@@ -146,14 +146,19 @@ export class StandinNetwork {
       readonly resourceGroupId: string
       readonly location: string
     },
-    spec: StandinSubnetSpec,
+    private readonly initial: StandinSubnetSpec,
   ) {
-    this.spec = spec
+    this.spec = initial
   }
 
-  /** Replaces the subnet's settings (its security group and rules included). */
+  /** Changes the given settings of the subnet (its security group and rules included), keeping the others. */
   configure(spec: Partial<StandinSubnetSpec>): void {
     this.spec = { ...this.spec, ...spec }
+  }
+
+  /** Back to the subnet the stand-in started with. */
+  reset(): void {
+    this.spec = this.initial
   }
 
   get current(): StandinSubnetSpec {

@@ -165,7 +165,7 @@ describe('ARM stand-in', () => {
         .filter((rule) => rule.properties.direction === 'Outbound')
         .map((rule) => `${rule.name} ${rule.properties.priority} ${rule.properties.access}`)
 
-    afterAll(() => standin.network.configure(DEFAULT_SUBNET))
+    afterAll(() => standin.network.reset())
 
     it("serves the pool's subnet, delegated to ACI, naming its security group", async () => {
       const response = await get(standin.ids.subnetId)
