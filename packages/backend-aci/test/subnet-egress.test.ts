@@ -1,5 +1,5 @@
 import { README_SECURITY_RULES } from '@cordon/arm-standin'
-import { SandboxControlRefusedError } from '@cordon/core'
+import { SandboxControlRefusedError, SandboxCreateTimeoutError } from '@cordon/core'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { ArmAuthorizationError, type ArmRequestFailure } from '../src/index.js'
 import {
@@ -143,6 +143,29 @@ describe('deny-all is checked against the subnet and its network security group'
     expect(missing.reason).toContain('(HTTP 404)')
     expect(((missing.cause as Error).cause as ArmRequestFailure).code).toBe('ResourceNotFound')
     expect(requests.filter((line) => line.startsWith('PUT'))).toEqual([])
+  })
+
+  it('retries a transient failure of the read, and names the phase when reading outlasts the budget', async () => {
+    standin!.faults.inject(
+      { kind: 'server-error', status: 503 },
+      { count: 1, resource: 'networkSecurityGroup' },
+    )
+    const { error, requests } = await tryCreate()
+    expect(error).toBeUndefined()
+    expect(requests).toEqual(
+      expect.arrayContaining(['GET networkSecurityGroups 503', 'GET networkSecurityGroups 200']),
+    )
+    expect(await groupsGone(standin!)).toEqual([])
+
+    standin!.faults.inject(
+      { kind: 'throttle', retryAfterSeconds: 1 },
+      { count: 100, resource: 'subnet' },
+    )
+    const { backend } = testBackend(standin!, { readyTimeoutMs: 1_500 })
+    const slow = await rejectionOf(backend.create(createRequest(standin!)))
+    await backend.close()
+    expect(SandboxCreateTimeoutError.isInstance(slow), String(slow)).toBe(true)
+    expect((slow as SandboxCreateTimeoutError).phase).toBe('egress.subnet')
   })
 
   it('reads the subnet and its group once for many creates, at once and after', async () => {
