@@ -35,11 +35,12 @@ import {
 } from './claim-refusals.js'
 import { groupNameFor, namePrefixProblems } from './group-name.js'
 import type { ProfileFacts } from './profile-facts.js'
+import { SharedRead } from './shared-read.js'
 import { StandbyPoolClaims } from './standby-pool-claims.js'
-import { untilAborted } from './until-aborted.js'
+import { readSubnetEgress, type SubnetEgressVerdict } from './subnet-egress-read.js'
 
-/** How long a read of the container group profile is trusted before it is read again. */
-const PROFILE_TTL_MS = 60_000
+/** How long a read of the profile, or of the subnet's security group, is trusted. */
+const REMOTE_FACTS_TTL_MS = 60_000
 
 /**
  * The `container:aci-standby-pool` backend: each sandbox is a container group
@@ -48,11 +49,12 @@ const PROFILE_TTL_MS = 60_000
  *
  * `create()` resolves only when the agent in the claimed group has answered
  * a health request over a connection authenticated with a secret minted for
- * this claim. Everything it does (reading the profile, the claim, ARM's
- * long-running operation, waiting for an address, the agent's health) shares
- * one readiness budget. If anything fails, runs out of time or is aborted on
- * the way, the group is deleted by name (waiting first for a claim still on
- * the wire) before `create()` rejects.
+ * this claim. Everything it does (reading the profile and the subnet's
+ * security group, the claim, ARM's long-running operation, waiting for an
+ * address, the agent's health) shares one readiness budget. If anything
+ * fails, runs out of time or is aborted on the way, the group is deleted by
+ * name (waiting first for a claim still on the wire) before `create()`
+ * rejects.
  *
  * Construction does no I/O; it refuses a layout a claim cannot mount.
  */
@@ -103,19 +105,36 @@ export function createAciStandbyPoolBackend(
     tags: { 'cordon.managed': '1', 'cordon.provider': context.providerId },
   })
 
-  // One read of the profile serves every create for a while. It runs under
-  // no caller's signal (the client's retries bound it), so one caller giving
-  // up does not fail the others waiting on the same read.
-  let profile: { facts: Promise<ProfileFacts>; readAt: number } | undefined
-  const profileFacts = (signal: AbortSignal): Promise<ProfileFacts> => {
-    if (!profile || Date.now() - profile.readAt > PROFILE_TTL_MS) {
-      const facts = claims.readProfile()
-      profile = { facts, readAt: Date.now() }
-      facts.catch(() => {
-        if (profile?.facts === facts) profile = undefined
-      })
+  // One read of the profile, and one of the subnet's security group, serve
+  // every create for a while (the first create after the provider starts
+  // makes them: construction does no I/O).
+  const profile = new SharedRead<ProfileFacts>(() => claims.readProfile(), REMOTE_FACTS_TTL_MS)
+  const subnetId = config.subnetId
+  const subnetEgress =
+    subnetId === undefined
+      ? undefined
+      : new SharedRead<SubnetEgressVerdict>(
+          () => readSubnetEgress(client, subnetId),
+          REMOTE_FACTS_TTL_MS,
+        )
+
+  /**
+   * `deny-all` is the subnet's to enforce, so it holds only if the subnet's
+   * security group denies outbound internet traffic; refused otherwise.
+   * (egressRefusal has already refused every other policy, and deny-all
+   * without a subnet.)
+   */
+  const refuseUnenforcedDenyAll = async (signal: AbortSignal): Promise<void> => {
+    if (!subnetEgress) {
+      throw new SandboxControlRefusedError(
+        'egress.deny-all',
+        BACKEND_NAME,
+        'without a subnetId nothing denies outbound traffic',
+      )
     }
-    return untilAborted(profile.facts, signal, 'create')
+    const { problem } = await subnetEgress.get(signal, 'create')
+    if (problem !== undefined)
+      throw new SandboxControlRefusedError('egress.deny-all', BACKEND_NAME, problem)
   }
 
   const create = async (options: SandboxBackendOptions): Promise<AgentSandbox> => {
@@ -124,12 +143,18 @@ export function createAciStandbyPoolBackend(
     const refusal = egressRefusal(BACKEND_NAME, config, request.egress)
     if (refusal) throw refusal
     const groupName = groupNameFor(prefix, request.id)
-    let phase = 'profile'
+    let phase = 'egress.subnet'
     let setback: Error | undefined
     let putOnWire: Promise<unknown> | undefined
     return withDeadline(
       async (signal) => {
-        const facts = await profileFacts(signal)
+        // Both reads start at once; the egress verdict is judged first, and a
+        // failed profile read is reported only after it.
+        const pendingFacts = profile.get(signal, 'create')
+        pendingFacts.catch(() => {})
+        await refuseUnenforcedDenyAll(signal)
+        phase = 'profile'
+        const facts = await pendingFacts
         refuseLimitMismatch(request, facts)
         refuseLayoutProfileMismatch(layout, facts)
         phase = 'claim'

@@ -10,6 +10,11 @@ export const DEFAULT_ARM_ENDPOINT = 'https://management.azure.com'
 export const DEFAULT_ARM_API_VERSION = '2025-09-01'
 /** api-version for the standby pool's runtime view (`Microsoft.StandbyPool`). */
 export const STANDBY_POOL_API_VERSION = '2025-10-01'
+/**
+ * api-version for `Microsoft.Network`, to read the pool's subnet and its
+ * network security group.
+ */
+export const NETWORK_API_VERSION = '2024-05-01'
 /** Budget of `create()`: claim, address, and the agent answering. */
 export const DEFAULT_READINESS_TIMEOUT_MS = 60_000
 /** TCP port the agent listens on in the container (the profile must expose it). */

@@ -62,7 +62,7 @@ export function requestsSince(
 /** A request line such as `PUT containerGroups 201`, short enough to compare in a test. */
 export function describeRequest(request: { method: string; path: string; status: number }): string {
   const kind =
-    /\/(containerGroups|containerGroupProfiles|operations|operationResults|runtimeViews)\b/i.exec(
+    /\/(containerGroups|containerGroupProfiles|operations|operationResults|runtimeViews|subnets|networkSecurityGroups)\b/i.exec(
       request.path,
     )?.[1] ?? request.path
   return `${request.method} ${kind} ${request.status}`

@@ -7,7 +7,13 @@ import {
 } from '@cordon/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createAciStandbyPoolBackend } from '../src/index.js'
-import { createRequest, groupsGone, requestsSince, testBackend } from './backend-fixture.js'
+import {
+  createRequest,
+  describeRequest,
+  groupsGone,
+  requestsSince,
+  testBackend,
+} from './backend-fixture.js'
 import {
   backendConfig,
   closeTestStandin,
@@ -153,7 +159,11 @@ describe('refusals', () => {
       'layout.uploads.azureFileShare',
     )
     await backend.close()
-    expect(requestsSince(standin!, mark).map((request) => request.method)).toEqual(['GET'])
+    expect(requestsSince(standin!, mark).map(describeRequest).sort()).toEqual([
+      'GET containerGroupProfiles 200',
+      'GET networkSecurityGroups 200',
+      'GET subnets 200',
+    ])
   })
 
   it('refuses brokered credentials and inward exemptions, which need a gateway', () => {
@@ -188,7 +198,11 @@ describe('refusals', () => {
       'properties.containers[sandbox].environmentVariables.CORDON_AGENT_LISTEN',
       'properties.ipAddress.ports',
     ])
-    expect(requestsSince(standin!, mark).map((request) => request.method)).toEqual(['GET'])
+    expect(requestsSince(standin!, mark).map(describeRequest).sort()).toEqual([
+      'GET containerGroupProfiles 200',
+      'GET networkSecurityGroups 200',
+      'GET subnets 200',
+    ])
   })
 
   it('refuses a name prefix that gives names ACI rejects', () => {

@@ -5,12 +5,22 @@ export type ArmRoute =
   | { readonly kind: 'profile'; readonly name: string; readonly revision: number | undefined }
   | { readonly kind: 'operation'; readonly id: string; readonly style: 'status' | 'result' }
   | { readonly kind: 'runtimeView'; readonly pool: string }
+  | { readonly kind: 'subnet'; readonly virtualNetwork: string; readonly name: string }
+  | { readonly kind: 'networkSecurityGroup'; readonly name: string }
 
 /** The resource provider a route belongs to, which decides the accepted api-versions. */
 export function providerOf(
   route: ArmRoute,
-): 'Microsoft.ContainerInstance' | 'Microsoft.StandbyPool' {
-  return route.kind === 'runtimeView' ? 'Microsoft.StandbyPool' : 'Microsoft.ContainerInstance'
+): 'Microsoft.ContainerInstance' | 'Microsoft.StandbyPool' | 'Microsoft.Network' {
+  switch (route.kind) {
+    case 'runtimeView':
+      return 'Microsoft.StandbyPool'
+    case 'subnet':
+    case 'networkSecurityGroup':
+      return 'Microsoft.Network'
+    default:
+      return 'Microsoft.ContainerInstance'
+  }
 }
 
 export function requestKindOf(route: ArmRoute): ArmRequestKind {
@@ -35,6 +45,7 @@ export function parseArmPath(
   const sub = `/subscriptions/${escapeRegExp(scope.subscriptionId)}`
   const rg = `${sub}/resourceGroups/${escapeRegExp(scope.resourceGroup)}`
   const aci = `${rg}/providers/Microsoft\\.ContainerInstance`
+  const network = `${rg}/providers/Microsoft\\.Network`
   const ops = `${sub}/providers/Microsoft\\.ContainerInstance/locations/${escapeRegExp(scope.location)}`
   const patterns: Array<[RegExp, (m: RegExpExecArray) => ArmRoute]> = [
     [
@@ -63,6 +74,14 @@ export function parseArmPath(
         'i',
       ),
       (m) => ({ kind: 'runtimeView', pool: m[1]! }),
+    ],
+    [
+      new RegExp(`^${network}/virtualNetworks/${segment}/subnets/${segment}$`, 'i'),
+      (m) => ({ kind: 'subnet', virtualNetwork: m[1]!, name: m[2]! }),
+    ],
+    [
+      new RegExp(`^${network}/networkSecurityGroups/${segment}$`, 'i'),
+      (m) => ({ kind: 'networkSecurityGroup', name: m[1]! }),
     ],
   ]
   const decoded = decodeURIComponent(path)

@@ -11,12 +11,14 @@ import { type ArmAnswer, ContainerGroups, type StandinResourceIds } from './cont
 import { FaultPlan } from './fault-plan.js'
 import { startSandboxContainer } from './sandbox-container.js'
 import { StandbyPool } from './standby-pool.js'
+import { DEFAULT_SUBNET, StandinNetwork, type StandinSubnetSpec } from './standin-network.js'
 import { DEFAULT_PROFILE, profileDocument, type StandinProfileSpec } from './standin-profile.js'
 
 /** api-versions each resource provider accepts, as ARM checks them. */
 export const SUPPORTED_API_VERSIONS = {
   'Microsoft.ContainerInstance': ['2024-05-01-preview', '2024-10-01-preview', '2025-09-01'],
   'Microsoft.StandbyPool': ['2025-03-01', '2025-10-01'],
+  'Microsoft.Network': ['2023-09-01', '2023-11-01', '2024-01-01', '2024-03-01', '2024-05-01'],
 } as const
 
 export interface ArmStandinOptions {
@@ -32,6 +34,11 @@ export interface ArmStandinOptions {
   /** `maxReadyCapacity` of the standby pool (default 2). */
   readonly poolSize?: number
   readonly profile?: Partial<StandinProfileSpec>
+  /**
+   * The pool's subnet (default {@link DEFAULT_SUBNET}: a security group with
+   * the rules the backend-aci README asks for, which deny all outbound traffic).
+   */
+  readonly subnet?: Partial<StandinSubnetSpec>
   /** `Retry-After` on long-running-operation answers, in seconds (default 1, as ARM tends to send). */
   readonly retryAfterSeconds?: number
   /** How a claim points at its operation (default `azure-async-operation`). */
@@ -64,6 +71,8 @@ export interface ArmStandin {
   readonly id: string
   readonly ids: StandinResourceIds
   readonly profile: StandinProfileSpec
+  /** The pool's subnet and its security group, as `Microsoft.Network` serves them; reconfigurable. */
+  readonly network: StandinNetwork
   /** Faults to inject into the next requests or claims. */
   readonly faults: FaultPlan
   /** The `aci-standby-pool` backend config that points at this stand-in, but for `getArmToken`. */
@@ -129,6 +138,10 @@ export async function startArmStandin(options: ArmStandinOptions): Promise<ArmSt
     containerGroupProfileResourceId: `${rg}/providers/Microsoft.ContainerInstance/containerGroupProfiles/${profile.name}`,
     subnetId: `${rg}/providers/Microsoft.Network/virtualNetworks/cordon-vnet/subnets/${standinId}`,
   }
+  const subnet = new StandinNetwork(
+    { subnetId: ids.subnetId, resourceGroupId: rg, location },
+    { ...DEFAULT_SUBNET, ...options.subnet },
+  )
   let counter = 0
   const startContainer = () => {
     const name = `${standinId}-${++counter}`
@@ -194,7 +207,7 @@ export async function startArmStandin(options: ArmStandinOptions): Promise<ArmSt
         resource: requestKindOf(route),
       },
     )
-    if (fault) throw faultError(fault)
+    if (fault) throw faultError(fault, route)
     switch (route.kind) {
       case 'containerGroup':
         if (method === 'PUT') return groups.claim(route.name, await readJsonBody(req), apiVersion)
@@ -253,6 +266,27 @@ export async function startArmStandin(options: ArmStandinOptions): Promise<ArmSt
           },
         }
       }
+      case 'subnet':
+        if (method !== 'GET') break
+        if (
+          `${rg}/providers/Microsoft.Network/virtualNetworks/${route.virtualNetwork}/subnets/${route.name}`.toLowerCase() !==
+          ids.subnetId.toLowerCase()
+        ) {
+          throw new ArmHttpError(404, 'NotFound', `Resource ${url.pathname} not found.`)
+        }
+        return { status: 200, body: subnet.subnetDocument() }
+      case 'networkSecurityGroup': {
+        if (method !== 'GET') break
+        const document = subnet.securityGroupDocument(route.name)
+        if (!document) {
+          throw new ArmHttpError(
+            404,
+            'ResourceNotFound',
+            `The Resource 'Microsoft.Network/networkSecurityGroups/${route.name}' under resource group '${resourceGroup}' was not found.`,
+          )
+        }
+        return { status: 200, body: document }
+      }
     }
     throw new ArmHttpError(
       405,
@@ -300,6 +334,7 @@ export async function startArmStandin(options: ArmStandinOptions): Promise<ArmSt
     id: standinId,
     ids,
     profile,
+    network: subnet,
     faults,
     backendConfig: () => ({
       tier: 'container',
@@ -356,7 +391,10 @@ function checkApiVersion(url: URL, route: ArmRoute): string {
   return apiVersion
 }
 
-function faultError(fault: NonNullable<ReturnType<FaultPlan['take']>>): ArmHttpError {
+function faultError(
+  fault: NonNullable<ReturnType<FaultPlan['take']>>,
+  route: ArmRoute,
+): ArmHttpError {
   switch (fault.kind) {
     case 'throttle':
       return new ArmHttpError(429, 'TooManyRequests', 'The request is being throttled.', {
@@ -392,7 +430,7 @@ function faultError(fault: NonNullable<ReturnType<FaultPlan['take']>>): ArmHttpE
       return new ArmHttpError(
         403,
         'AuthorizationFailed',
-        "The client does not have authorization to perform action 'Microsoft.ContainerInstance/containerGroups/write'.",
+        `The client does not have authorization to perform action '${deniedAction(route)}'.`,
       )
     default:
       return new ArmHttpError(
@@ -400,5 +438,21 @@ function faultError(fault: NonNullable<ReturnType<FaultPlan['take']>>): ArmHttpE
         'InternalServerError',
         `fault ${fault.kind} cannot answer a request`,
       )
+  }
+}
+
+/** The action a 403 names for a request on `route`. */
+function deniedAction(route: ArmRoute): string {
+  switch (route.kind) {
+    case 'subnet':
+      return 'Microsoft.Network/virtualNetworks/subnets/read'
+    case 'networkSecurityGroup':
+      return 'Microsoft.Network/networkSecurityGroups/read'
+    case 'runtimeView':
+      return 'Microsoft.StandbyPool/standbyContainerGroupPools/runtimeViews/read'
+    case 'profile':
+      return 'Microsoft.ContainerInstance/containerGroupProfiles/read'
+    default:
+      return 'Microsoft.ContainerInstance/containerGroups/write'
   }
 }

@@ -1,5 +1,11 @@
 /** What a request is about, for aiming a fault at some requests only. */
-export type ArmRequestKind = 'containerGroup' | 'operation' | 'profile' | 'runtimeView' | 'network'
+export type ArmRequestKind =
+  | 'containerGroup'
+  | 'operation'
+  | 'profile'
+  | 'runtimeView'
+  | 'subnet'
+  | 'networkSecurityGroup'
 
 export type ArmFault =
   /** 429 with `Retry-After`, as ARM answers a throttled caller. */

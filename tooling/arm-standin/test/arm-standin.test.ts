@@ -2,7 +2,12 @@ import { randomBytes } from 'node:crypto'
 import { fileURLToPath } from 'node:url'
 import Dockerode from 'dockerode'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { type ArmStandin, SECRET_CONFIG_MAP_KEY, startArmStandin } from '../src/index.js'
+import {
+  type ArmStandin,
+  DEFAULT_SUBNET,
+  SECRET_CONFIG_MAP_KEY,
+  startArmStandin,
+} from '../src/index.js'
 
 const docker = new Dockerode()
 const token = randomBytes(24).toString('base64url')
@@ -145,5 +150,133 @@ describe('ARM stand-in', () => {
     expect(throttled.status).toBe(429)
     expect(throttled.headers.get('retry-after')).toBe('3')
     expect((await call('GET', groupUrl('anything'))).status).toBe(404)
+  })
+
+  describe('the subnet and its network security group', () => {
+    const networkApi = '?api-version=2024-05-01'
+    const get = async (path: string, query = networkApi): Promise<Response> =>
+      call('GET', `${standin.url}${path}${query}`)
+    interface RuleDocument {
+      name: string
+      properties: Record<string, unknown>
+    }
+    const outbound = (rules: RuleDocument[]) =>
+      rules
+        .filter((rule) => rule.properties.direction === 'Outbound')
+        .map((rule) => `${rule.name} ${rule.properties.priority} ${rule.properties.access}`)
+
+    afterAll(() => standin.network.reset())
+
+    it("serves the pool's subnet, delegated to ACI, naming its security group", async () => {
+      const response = await get(standin.ids.subnetId)
+      expect(response.status).toBe(200)
+      const subnet = (await response.json()) as { id: string; properties: Record<string, unknown> }
+      expect(subnet).toMatchObject({
+        id: standin.ids.subnetId,
+        type: 'Microsoft.Network/virtualNetworks/subnets',
+        properties: {
+          addressPrefix: '10.40.2.0/24',
+          networkSecurityGroup: {
+            id: expect.stringMatching(
+              /\/providers\/Microsoft\.Network\/networkSecurityGroups\/cordon-sandboxes$/,
+            ),
+          },
+          delegations: [
+            expect.objectContaining({
+              properties: expect.objectContaining({
+                serviceName: 'Microsoft.ContainerInstance/containerGroups',
+              }),
+            }),
+          ],
+        },
+      })
+      // Microsoft.Network has api-versions of its own.
+      const wrongVersion = await get(standin.ids.subnetId, api)
+      expect(wrongVersion.status).toBe(400)
+      expect(await wrongVersion.json()).toMatchObject({
+        error: { code: 'NoRegisteredProviderFound' },
+      })
+      const other = await get(standin.ids.subnetId.replace(/[^/]+$/, 'other'))
+      expect(other.status).toBe(404)
+    })
+
+    it("serves the security group's own rules and Azure's default rules, in Azure's shape", async () => {
+      const subnet = (await (await get(standin.ids.subnetId)).json()) as {
+        properties: { networkSecurityGroup: { id: string } }
+      }
+      const response = await get(subnet.properties.networkSecurityGroup.id)
+      expect(response.status).toBe(200)
+      const group = (await response.json()) as {
+        type: string
+        properties: { securityRules: RuleDocument[]; defaultSecurityRules: RuleDocument[] }
+      }
+      expect(group.type).toBe('Microsoft.Network/networkSecurityGroups')
+      expect(outbound(group.properties.securityRules)).toEqual([
+        'no-platform-dns 100 Deny',
+        'no-platform-imds 110 Deny',
+        'no-outbound 120 Deny',
+      ])
+      expect(outbound(group.properties.defaultSecurityRules)).toEqual([
+        'AllowVnetOutBound 65000 Allow',
+        'AllowInternetOutBound 65001 Allow',
+        'DenyAllOutBound 65500 Deny',
+      ])
+      expect(group.properties.securityRules[4]!.properties).toEqual({
+        provisioningState: 'Succeeded',
+        protocol: '*',
+        sourcePortRange: '*',
+        sourcePortRanges: [],
+        destinationPortRange: '*',
+        destinationPortRanges: [],
+        sourceAddressPrefix: '*',
+        sourceAddressPrefixes: [],
+        destinationAddressPrefix: '*',
+        destinationAddressPrefixes: [],
+        access: 'Deny',
+        priority: 120,
+        direction: 'Outbound',
+      })
+    })
+
+    it('lets a test take the security group away, make it unreadable, or change its rules', async () => {
+      const groupId = standin.network.securityGroupId('cordon-sandboxes')
+      standin.network.configure({ securityGroup: undefined, natGateway: 'nat', routeTable: 'udr' })
+      const bare = (await (await get(standin.ids.subnetId)).json()) as {
+        properties: Record<string, unknown>
+      }
+      expect(bare.properties.networkSecurityGroup).toBeUndefined()
+      expect(bare.properties).toMatchObject({
+        natGateway: { id: expect.stringMatching(/\/natGateways\/nat$/) },
+        routeTable: { id: expect.stringMatching(/\/routeTables\/udr$/) },
+      })
+      expect((await get(groupId)).status).toBe(404)
+
+      standin.network.configure({
+        securityGroup: DEFAULT_SUBNET.securityGroup,
+        securityGroupMissing: true,
+      })
+      const missing = await get(groupId)
+      expect(missing.status).toBe(404)
+      expect(await missing.json()).toMatchObject({ error: { code: 'ResourceNotFound' } })
+
+      standin.network.configure({
+        securityGroupMissing: false,
+        securityGroup: { name: 'cordon-sandboxes', securityRules: [] },
+      })
+      const defaultsOnly = (await (await get(groupId)).json()) as {
+        properties: { securityRules: unknown[] }
+      }
+      expect(defaultsOnly.properties.securityRules).toEqual([])
+    })
+
+    it('injects a 403 on a network read, naming the read action', async () => {
+      standin.faults.inject({ kind: 'forbidden' }, { resource: 'subnet' })
+      const forbidden = await get(standin.ids.subnetId)
+      expect(forbidden.status).toBe(403)
+      expect(JSON.stringify(await forbidden.json())).toContain(
+        'Microsoft.Network/virtualNetworks/subnets/read',
+      )
+      expect((await get(standin.ids.subnetId)).status).toBe(200)
+    })
   })
 })
