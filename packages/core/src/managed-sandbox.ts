@@ -137,6 +137,8 @@ export class ManagedSandbox implements CordonSandbox {
     inner.whenEnded?.().then(
       (reason) => {
         if (this.ended || this.destroying) return
+        // Already over, whatever the cleanup below meets (an engine that is gone with it).
+        this.ended = reason
         hooks.emit({ ...this.lifecycle('ended'), endReason: reason })
         void this.end(reason).catch(() => {})
       },
