@@ -41,6 +41,8 @@ import { readSubnetEgress, type SubnetEgressVerdict } from './subnet-egress-read
 
 /** How long a read of the profile, or of the subnet's security group, is trusted. */
 const REMOTE_FACTS_TTL_MS = 60_000
+/** How long asking ARM whether a group is gone may take. */
+const EXPLAIN_LOSS_TIMEOUT_MS = 10_000
 
 /**
  * The `container:aci-standby-pool` backend: each sandbox is a container group
@@ -201,6 +203,8 @@ export function createAciStandbyPoolBackend(
           backend: BACKEND_NAME,
           emit: context.emit,
           release: (releaseSignal) => claims.release(groupName, releaseSignal),
+          explainLoss: () =>
+            claims.whyGone(groupName, AbortSignal.timeout(EXPLAIN_LOSS_TIMEOUT_MS)),
         })
       },
       {

@@ -151,6 +151,27 @@ export class StandbyPoolClaims {
   }
 
   /**
+   * Whether a claimed group is gone: `evicted` when ARM no longer has it (the
+   * platform or someone else deleted it), `lost` when it has it but it
+   * stopped or failed, undefined while it is running.
+   */
+  async whyGone(groupName: string, signal?: AbortSignal): Promise<'evicted' | 'lost' | undefined> {
+    const { client } = this.options
+    const response = await client.send('GET', this.groupUrl(groupName), {
+      ...(signal ? { signal } : {}),
+    })
+    if (response.status === 404) return 'evicted'
+    if (response.status !== 200) throw client.failure('claim', response)
+    const state = provisioningStateOf(response.body) ?? ''
+    const instance = (
+      response.body as { properties?: { instanceView?: { state?: unknown } } } | undefined
+    )?.properties?.instanceView?.state
+    if (/^(failed|canceled|cancelled|deleting)$/i.test(state)) return 'lost'
+    if (typeof instance === 'string' && /^(stopped|failed)$/i.test(instance)) return 'lost'
+    return undefined
+  }
+
+  /**
    * Deletes a group and resolves when it is gone. A group ARM does not know
    * (404, or 204 on DELETE) is already gone.
    */

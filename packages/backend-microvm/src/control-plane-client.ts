@@ -73,12 +73,29 @@ export class ControlPlaneClient {
     throw this.failure('delete', status, payload)
   }
 
+  /**
+   * Whether a guest is gone: `evicted` when the control plane no longer has
+   * it (removed by the orchestrator, a host failure, an operator), undefined
+   * while it exists.
+   */
+  async whyGone(sandboxId: string, signal?: AbortSignal): Promise<'evicted' | undefined> {
+    const { status, payload } = await this.call(
+      'GET',
+      `/v1/sandboxes/${encodeURIComponent(sandboxId)}`,
+      undefined,
+      signal,
+    )
+    if (status === 404) return 'evicted'
+    if (status === 200) return undefined
+    throw this.failure('describe', status, payload)
+  }
+
   async close(): Promise<void> {
     await this.dispatcher.close()
   }
 
   private async call(
-    method: 'POST' | 'DELETE',
+    method: 'GET' | 'POST' | 'DELETE',
     path: string,
     body: unknown,
     signal: AbortSignal | undefined,
@@ -124,7 +141,7 @@ export class ControlPlaneClient {
   }
 
   private failure(
-    operation: 'create' | 'delete',
+    operation: 'create' | 'delete' | 'describe',
     status: number,
     payload: unknown,
     describeRefusedControl: (control: string) => string = (control) => control,

@@ -119,6 +119,7 @@ export function createMicroVMBackend(
           backend: BACKEND_NAME,
           emit: context.emit,
           release: (releaseSignal) => controlPlane.deleteSandbox(request.id, releaseSignal),
+          explainLoss: () => controlPlane.whyGone(request.id, AbortSignal.timeout(10_000)),
         })
       },
       {

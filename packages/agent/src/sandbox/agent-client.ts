@@ -1,5 +1,5 @@
 import type { Duplex } from 'node:stream'
-import { SandboxAbortedError, type SandboxError } from '@cordon/core'
+import { SandboxAbortedError, type SandboxError, SandboxTransportError } from '@cordon/core'
 import { sleep } from '@cordon/core/backend'
 import {
   type AgentExecHandlers,
@@ -208,6 +208,8 @@ export class AgentClient {
     )
   }
 
+  private transportFailureListener: (() => void) | undefined
+
   async health(signal?: AbortSignal): Promise<HealthOkMessage> {
     return this.withConnection('health', undefined, signal, (connection) =>
       requestHealth(connection),
@@ -301,12 +303,23 @@ export class AgentClient {
 
   /** Translates a protocol or socket error into a cordon error naming this endpoint. */
   translate(error: unknown, operation: string, path?: string, signal?: AbortSignal): SandboxError {
-    return toSandboxError(error, {
+    const translated = toSandboxError(error, {
       operation,
       endpoint: this.description,
       signal,
       ...(path === undefined ? {} : { path }),
     })
+    if (SandboxTransportError.isInstance(translated)) this.transportFailureListener?.()
+    return translated
+  }
+
+  /**
+   * Calls `listener` whenever an operation fails because the agent could not
+   * be reached or the connection broke: the moment to ask the platform
+   * whether the sandbox itself is gone.
+   */
+  onTransportFailure(listener: () => void): void {
+    this.transportFailureListener = listener
   }
 
   private async withConnection<T>(

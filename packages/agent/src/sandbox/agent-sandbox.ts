@@ -80,6 +80,12 @@ export interface AgentSandboxInit {
    * allocate a pseudo-terminal); without it the sandbox has no `openTerminal`.
    */
   readonly openTerminal?: (options: SandboxTerminalOptions) => Promise<SandboxTerminal>
+  /**
+   * Asked when the agent cannot be reached: whether the sandbox itself is
+   * gone, and why (`evicted` when the platform no longer has it, `lost` when
+   * it reports it stopped), or undefined when it is still there.
+   */
+  readonly explainLoss?: () => Promise<LostReason | undefined>
   /** The backend's own usage figures, which take precedence over the agent's (see `usage`). */
   readonly measureUsage?: (signal?: AbortSignal) => Promise<Partial<SandboxBackendUsage>>
   /** See `AgentProcessHooks.explainLost`. */
@@ -128,6 +134,8 @@ export class AgentSandbox implements CordonBackendSandbox {
   constructor(private readonly init: AgentSandboxInit) {
     this.id = init.id
     this.rootDir = init.rootDir
+    const explain = init.explainLoss
+    if (explain) init.client.onTransportFailure(() => void this.checkLoss(explain))
     const open = init.openTerminal
     if (open) {
       this.openTerminal = async (options) => {
@@ -168,6 +176,22 @@ export class AgentSandbox implements CordonBackendSandbox {
       (known) => this.signalEnded?.(known),
       () => this.signalEnded?.('lost'),
     )
+  }
+
+  private checkingLoss = false
+
+  /** Asks the backend whether the sandbox is gone (one question at a time); marks it lost if so. */
+  private async checkLoss(explain: () => Promise<LostReason | undefined>): Promise<void> {
+    if (this.checkingLoss || this.lost || this.state !== 'ready') return
+    this.checkingLoss = true
+    try {
+      const reason = await explain()
+      if (reason) this.markLost(reason)
+    } catch {
+      // The platform could not say either; the next failure asks again.
+    } finally {
+      this.checkingLoss = false
+    }
   }
 
   /** Resolves when {@link markLost} is called, with its reason. */

@@ -1,0 +1,56 @@
+import { composeProvider, prepareProviderConfig } from '@cordon/core/backend'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createBackend } from '../src/index.js'
+import { startTestStandin } from './standin-fixture.js'
+
+/**
+ * A guest the orchestrator removes underneath its host (a host failure, an
+ * operator): the next operation that cannot reach the agent asks the control
+ * plane about it, and the sandbox ends with `evicted`.
+ */
+describe('a guest removed behind the host (orchestrator stand-in)', () => {
+  let standin: Awaited<ReturnType<typeof startTestStandin>>
+  beforeAll(async () => {
+    standin = await startTestStandin()
+  })
+  afterAll(async () => {
+    await standin?.close()
+  })
+
+  it('ends the sandbox with end reason evicted', async () => {
+    const token = standin.token
+    const prepared = prepareProviderConfig({
+      backend: {
+        tier: 'microvm',
+        service: 'self-hosted',
+        orchestratorEndpoint: standin.url,
+        getToken: async () => token,
+      },
+    })
+    const provider = composeProvider({
+      config: prepared.config,
+      backendName: prepared.backendName,
+      layout: prepared.layout,
+      loadBackend: async (context) =>
+        createBackend(prepared.config.backend as Parameters<typeof createBackend>[0], context),
+    })
+    try {
+      const sandbox = await provider.create()
+      expect((await sandbox.exec('echo', ['up'])).stdout).toBe('up\n')
+      const deleted = await fetch(`${standin.url}/v1/sandboxes/${sandbox.id}`, {
+        method: 'DELETE',
+        headers: { authorization: `Bearer ${token}` },
+      })
+      expect(deleted.status).toBe(204)
+      const failed = await sandbox.exec('echo', ['gone?']).catch((error: unknown) => error)
+      expect(failed).toBeInstanceOf(Error)
+      for (let waited = 0; sandbox.endReason === undefined; waited += 50) {
+        if (waited > 15_000) throw new Error('no end reason')
+        await new Promise((resolve) => setTimeout(resolve, 50))
+      }
+      expect(sandbox.endReason).toBe('evicted')
+    } finally {
+      await provider.close()
+    }
+  }, 120_000)
+})
