@@ -210,9 +210,12 @@ export interface SandboxUsage {
   readonly processes?: number
   /** Bytes of regular files in its writable directories. */
   readonly diskBytes?: number
-  /** Bytes its connections sent out through the egress gateway (ended connections). */
+  /**
+   * Bytes it sent out through the egress gateway, over ended connections:
+   * everything through a `CONNECT` tunnel, request bodies of plain HTTP.
+   */
   readonly egressBytesOut: number
-  /** Bytes its connections received through the egress gateway (ended connections). */
+  /** Bytes it received through the egress gateway, counted the same way. */
   readonly egressBytesIn: number
   /** When this was measured (ms since the epoch). */
   readonly measuredAt: number
