@@ -146,6 +146,7 @@ import type { SandboxConformanceOptions } from '@cordon/conformance'
 import { isHostAllowed, resolveLayout, type Sandbox } from '@cordon/core'
 import { composeProvider, withDeadline } from '@cordon/core/backend'
 import { EgressProxy, splitAuthority } from '@cordon/egress'
+import { CordonSandboxClient } from '@cordon/openai-agents'
 import { createSandboxProvider } from '@cordon/sandbox'
 
 const types: Array<Sandbox | SandboxConformanceOptions> = []
@@ -164,6 +165,7 @@ const values = [
   withDeadline,
   EgressProxy,
   splitAuthority,
+  CordonSandboxClient,
   createSandboxProvider,
 ]
 console.log(JSON.stringify({ loaded: values.filter((value) => typeof value === 'function').length, types: types.length }))
@@ -226,6 +228,6 @@ describe('a stranger installs the packed tarballs', () => {
   it('every entry point of every package installs, type-checks and loads', () => {
     expect(everything.install).toBe('ok')
     expect(everything.typeCheck.output).toBe('')
-    expect(JSON.parse(everything.output.trim() || '{}')).toEqual({ loaded: 15, types: 0 })
+    expect(JSON.parse(everything.output.trim() || '{}')).toEqual({ loaded: 16, types: 0 })
   })
 })
