@@ -1,8 +1,10 @@
+import { posix } from 'node:path'
 import { type Sandbox, SandboxFileNotFoundError } from '@cordon/core'
 import { applyDiff, type Editor } from '@openai/agents-core'
 import {
   SandboxApplyPatchFileNotFoundError,
   SandboxApplyPatchPathError,
+  SandboxRuntimeError,
 } from '@openai/agents-core/sandbox'
 
 /** Largest file `update_file` patches, as the SDK's own Docker editor. */
@@ -15,7 +17,6 @@ const MAX_PATCH_SOURCE_BYTES = 10 * 1024 * 1024
  * refuses to replace an existing file.
  */
 export function createWorkspaceEditor(sandbox: Sandbox, resolve: (path: string) => string): Editor {
-  const exists = async (path: string) => (await sandbox.exec('test', ['-e', path])).exitCode === 0
   const readText = async (path: string, shown: string) => {
     try {
       return (await sandbox.readFile(path, { maxBytes: MAX_PATCH_SOURCE_BYTES })).toString('utf8')
@@ -28,13 +29,12 @@ export function createWorkspaceEditor(sandbox: Sandbox, resolve: (path: string) 
   }
   return {
     async createFile(operation) {
-      const path = resolve(operation.path)
-      if (await exists(path)) {
-        throw new SandboxApplyPatchPathError(`File already exists: ${operation.path}`, {
-          path: operation.path,
-        })
-      }
-      await sandbox.writeFile(path, applyDiff('', operation.diff, 'create'))
+      await createExclusively(
+        sandbox,
+        resolve(operation.path),
+        applyDiff('', operation.diff, 'create'),
+        operation.path,
+      )
       return {}
     },
     async updateFile(operation) {
@@ -62,4 +62,30 @@ async function remove(sandbox: Sandbox, path: string, shown: string): Promise<vo
       },
     )
   }
+}
+
+/**
+ * Creates a file that must not exist yet, in one command: the shell's
+ * noclobber makes the check and the creation one atomic step (no window for
+ * another process to create it in between), missing parent directories are
+ * made first, and the content arrives on stdin.
+ */
+async function createExclusively(
+  sandbox: Sandbox,
+  path: string,
+  content: string,
+  shown: string,
+): Promise<void> {
+  const created = await sandbox.exec(
+    'sh',
+    ['-c', 'mkdir -p -- "$2" && set -C && cat > "$1"', 'create-file', path, posix.dirname(path)],
+    { stdin: content },
+  )
+  if (created.exitCode === 0) return
+  if (/exists/i.test(created.stderr)) {
+    throw new SandboxApplyPatchPathError(`File already exists: ${shown}`, { path: shown })
+  }
+  throw new SandboxRuntimeError(`Could not create ${shown}: ${created.stderr.trim()}`, {
+    path: shown,
+  })
 }

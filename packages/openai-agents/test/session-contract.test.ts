@@ -3,6 +3,8 @@ import { Runner } from '@openai/agents-core'
 import {
   Manifest,
   SandboxAgent,
+  SandboxApplyPatchFileNotFoundError,
+  SandboxApplyPatchPathError,
   SandboxConfigurationError,
   SandboxLifecycleError,
   SandboxPathResolutionError,
@@ -229,6 +231,40 @@ describe('CordonSandboxSession: files, listing and ports', () => {
         return body !== ''
       })
       expect(body).toBe('hi\n')
+    } finally {
+      await client.delete(session.state)
+    }
+  })
+})
+
+describe('CordonSandboxSession: the apply_patch editor', () => {
+  it('creates exclusively (parents made), updates, moves and deletes with the SDK’s errors', async () => {
+    const client = new CordonSandboxClient(provider)
+    const session = await client.create()
+    try {
+      const editor = session.createEditor()
+      await editor.createFile({ type: 'create_file', path: 'deep/dir/a.txt', diff: '+one\n+two\n' })
+      await expect(
+        editor.createFile({ type: 'create_file', path: 'deep/dir/a.txt', diff: '+again\n' }),
+      ).rejects.toBeInstanceOf(SandboxApplyPatchPathError)
+      await editor.updateFile({
+        type: 'update_file',
+        path: 'deep/dir/a.txt',
+        diff: '@@\n one\n-two\n+2\n',
+        moveTo: 'b.txt',
+      })
+      expect(await session.pathExists('deep/dir/a.txt')).toBe(false)
+      expect(Buffer.from(await session.readFile({ path: 'b.txt' })).toString()).toBe('one\n2')
+      await expect(
+        editor.updateFile({ type: 'update_file', path: 'missing.txt', diff: '@@\n-x\n+y\n' }),
+      ).rejects.toBeInstanceOf(SandboxApplyPatchFileNotFoundError)
+      await editor.deleteFile({ type: 'delete_file', path: 'b.txt' })
+      await expect(
+        editor.deleteFile({ type: 'delete_file', path: 'b.txt' }),
+      ).rejects.toBeInstanceOf(SandboxApplyPatchFileNotFoundError)
+      await expect(
+        editor.createFile({ type: 'create_file', path: '../escape.txt', diff: '+x\n' }),
+      ).rejects.toBeInstanceOf(SandboxPathResolutionError)
     } finally {
       await client.delete(session.state)
     }
