@@ -62,6 +62,10 @@ export function createCordonHarnessSandbox(
         await session.destroy()
         throw error
       }
+      // Sessions whose sandbox ended without stop (lifetime, lost) are dropped here.
+      for (const [key, held] of live) {
+        if (held.sandbox.status === 'destroyed') live.delete(key)
+      }
       live.set(id, session)
       return session
     },

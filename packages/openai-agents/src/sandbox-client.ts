@@ -102,6 +102,7 @@ export class CordonSandboxClient
       await sandbox.destroy()
       throw error
     }
+    this.#forgetDestroyed()
     this.#live.set(sandbox.id, sandbox)
     return new CordonSandboxSession(sandbox, {
       manifest,
@@ -136,6 +137,16 @@ export class CordonSandboxClient
   canReusePreservedOwnedSession(state: CordonSandboxSessionState): boolean {
     const sandbox = this.#live.get(state.sandboxId)
     return sandbox !== undefined && sandbox.status !== 'destroyed'
+  }
+
+  /**
+   * Drops sandboxes that are gone (shut down by the runtime, ended by their
+   * lifetime or lost), so a long-lived client holds only live ones.
+   */
+  #forgetDestroyed(): void {
+    for (const [id, sandbox] of this.#live) {
+      if (sandbox.status === 'destroyed') this.#live.delete(id)
+    }
   }
 
   async serializeSessionState(state: CordonSandboxSessionState): Promise<Record<string, unknown>> {

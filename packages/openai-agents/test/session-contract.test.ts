@@ -270,3 +270,44 @@ describe('CordonSandboxSession: the apply_patch editor', () => {
     }
   })
 })
+
+describe('CordonSandboxClient: host files in the manifest', () => {
+  it('writes local_file and local_dir entries from the host into the workspace', async () => {
+    const { mkdtemp, mkdir, writeFile, rm } = await import('node:fs/promises')
+    const { tmpdir } = await import('node:os')
+    const { join } = await import('node:path')
+    const hostDir = await mkdtemp(join(tmpdir(), 'cordon-openai-manifest-'))
+    const client = new CordonSandboxClient(provider)
+    try {
+      await mkdir(join(hostDir, 'project/src'), { recursive: true })
+      await writeFile(join(hostDir, 'project/src/main.sh'), 'echo main\n')
+      await writeFile(join(hostDir, 'project/README'), 'readme\n')
+      await writeFile(join(hostDir, 'single.txt'), 'single\n')
+      const session = await client.create({
+        manifest: {
+          entries: {
+            repo: { type: 'local_dir', src: join(hostDir, 'project') },
+            'notes/single.txt': { type: 'local_file', src: join(hostDir, 'single.txt') },
+          },
+        },
+      })
+      try {
+        const files = (await session.sandbox.listFiles('/workspace'))
+          .map((file) => file.path)
+          .sort()
+        expect(files).toEqual([
+          '/workspace/notes/single.txt',
+          '/workspace/repo/README',
+          '/workspace/repo/src/main.sh',
+        ])
+        expect(
+          (await session.exec({ cmd: 'sh repo/src/main.sh; cat notes/single.txt' })).output,
+        ).toBe('main\nsingle\n')
+      } finally {
+        await client.delete(session.state)
+      }
+    } finally {
+      await rm(hostDir, { recursive: true, force: true })
+    }
+  })
+})
