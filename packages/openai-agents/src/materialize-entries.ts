@@ -1,13 +1,23 @@
 import { readdir, readFile } from 'node:fs/promises'
 import { join, resolve } from 'node:path'
 import type { Sandbox, SandboxFileWrite } from '@cordon/core'
-import type { Entry } from '@openai/agents-core/sandbox'
+import type { Entry, Manifest } from '@openai/agents-core/sandbox'
 import { permissionsForSandboxEntry, SandboxRuntimeError } from '@openai/agents-core/sandbox'
+import { resolveWorkspacePath } from './workspace-path.js'
 
 /** One manifest entry at its absolute path in the sandbox. */
 export interface PlacedEntry {
   readonly absolutePath: string
   readonly entry: Entry
+}
+
+/** Every entry of a manifest at its path under `root` (the workspace), parents first. */
+export function placeManifestEntries(manifest: Manifest, root = manifest.root): PlacedEntry[] {
+  return [...manifest.iterEntries()].map(({ logicalPath, entry }) => ({
+    absolutePath: resolveWorkspacePath(root, logicalPath),
+    // A directory's children are yielded by iterEntries as entries of their own.
+    entry: entry.type === 'dir' ? { ...entry, children: {} } : entry,
+  }))
 }
 
 /**

@@ -16,7 +16,7 @@ import {
   serializeManifest,
 } from '@openai/agents-core/sandbox/internal'
 import { assertManifestSupported } from './manifest-support.js'
-import { materializeEntries } from './materialize-entries.js'
+import { materializeEntries, placeManifestEntries } from './materialize-entries.js'
 import { CordonSandboxSession, type CordonSandboxSessionState } from './sandbox-session.js'
 
 /**
@@ -90,14 +90,7 @@ export class CordonSandboxClient
     })
     try {
       await prepareWorkspace(sandbox, manifest, providerId)
-      await materializeEntries(
-        sandbox,
-        [...manifest.iterEntries()].map(({ absolutePath, entry }) => ({
-          absolutePath,
-          // A directory's children are yielded by iterEntries as entries of their own.
-          entry: entry.type === 'dir' ? { ...entry, children: {} } : entry,
-        })),
-      )
+      await materializeEntries(sandbox, placeManifestEntries(manifest))
     } catch (error) {
       await sandbox.destroy()
       throw error

@@ -25,7 +25,7 @@ import {
   truncateOutput,
 } from '@openai/agents-core/sandbox/internal'
 import { assertEntrySupported, assertManifestSupported } from './manifest-support.js'
-import { materializeEntries } from './materialize-entries.js'
+import { materializeEntries, placeManifestEntries } from './materialize-entries.js'
 import { createWorkspaceEditor } from './workspace-editor.js'
 import { resolveWorkspacePath } from './workspace-path.js'
 
@@ -190,13 +190,7 @@ export class CordonSandboxSession implements SandboxSession<CordonSandboxSession
     this.#assertUsable()
     refuseRunAs(runAs)
     assertManifestSupported(manifest, this.state.providerId)
-    const placed = [...manifest.iterEntries()]
-      // A directory's children are written with it (iterEntries yields them too).
-      .map(({ logicalPath, entry }) => ({
-        absolutePath: resolveWorkspacePath(this.#root, logicalPath),
-        entry: entry.type === 'dir' ? { ...entry, children: {} } : entry,
-      }))
-    await materializeEntries(this.sandbox, placed)
+    await materializeEntries(this.sandbox, placeManifestEntries(manifest, this.#root))
   }
 
   /**

@@ -134,11 +134,23 @@ describe('the OpenAI Agents SDK runs its agent loop in a cordon sandbox', () => 
         ],
         [assistantMessage('ok')],
       ])
-      const agent = new SandboxAgent({ name: 'w', model, capabilities: [filesystem(), shell()] })
+      // The agent's own manifest entries reach a provided session through applyManifest.
+      const agent = new SandboxAgent({
+        name: 'w',
+        model,
+        capabilities: [filesystem(), shell()],
+        defaultManifest: {
+          entries: { 'out/agent.txt': { type: 'file', content: 'from the agent\n' } },
+        },
+      })
       await new Runner().run(agent, 'go', { sandbox: { session } })
       model.assertComplete()
       const files = (await session.sandbox.listFiles('/workspace')).map((file) => file.path).sort()
-      expect(files).toEqual(['/workspace/out/copy.txt', '/workspace/out/new.txt'])
+      expect(files).toEqual([
+        '/workspace/out/agent.txt',
+        '/workspace/out/copy.txt',
+        '/workspace/out/new.txt',
+      ])
       expect((await session.sandbox.readFile('/workspace/out/new.txt')).toString()).toBe('made\n')
       expect(session.sandbox.status).not.toBe('destroyed')
     } finally {
