@@ -6,7 +6,12 @@ import {
   type HarnessV1NetworkSandboxSession,
   type HarnessV1PortEndpoint,
 } from '@ai-sdk/harness'
-import { type Sandbox, SandboxFileNotFoundError, type SandboxPortForward } from '@cordon/core'
+import {
+  type Sandbox,
+  type SandboxExecResult,
+  SandboxFileNotFoundError,
+  type SandboxPortForward,
+} from '@cordon/core'
 import type { SandboxProcessHandle, SandboxSessionView } from './harness-types.js'
 import { applyNetworkPolicy } from './network-policy.js'
 import { spawnProcess } from './spawned-process.js'
@@ -197,7 +202,7 @@ export class CordonHarnessSession implements HarnessV1NetworkSandboxSession {
       ...(options.abortSignal ? { signal: options.abortSignal } : {}),
     })
     if (result.aborted && options.abortSignal?.aborted) throw options.abortSignal.reason
-    return { exitCode: result.exitCode, stdout: result.stdout, stderr: result.stderr }
+    return { exitCode: result.exitCode, stdout: result.stdout, stderr: withEndNotes(result) }
   }
 
   /**
@@ -314,4 +319,21 @@ function singleChunkStream(bytes: Uint8Array): ReadableStream<Uint8Array> {
       controller.close()
     },
   })
+}
+
+/**
+ * The harness's result has only an exit code (137 after cordon's SIGKILL), so
+ * why cordon ended a command is said where the caller (often a model) reads:
+ * a last line of stderr.
+ */
+function withEndNotes(result: SandboxExecResult): string {
+  const notes = [
+    result.timedOut
+      ? `cordon: the command was killed when it reached the sandbox's exec timeout (${Math.round(result.durationMs)} ms)`
+      : '',
+    result.oomKilled ? 'cordon: the sandbox ran out of memory while the command ran' : '',
+  ].filter(Boolean)
+  if (notes.length === 0) return result.stderr
+  const separator = result.stderr === '' || result.stderr.endsWith('\n') ? '' : '\n'
+  return `${result.stderr}${separator}${notes.join('\n')}\n`
 }

@@ -108,6 +108,18 @@ describe('CordonHarnessSession: files and processes', () => {
     })
   })
 
+  it('says on stderr why cordon ended a command that outlived the exec timeout', async () => {
+    const harness = createCordonHarnessSandbox(provider, { sandbox: { timeoutMs: 500 } })
+    await withSession(async (session) => {
+      const result = await session.run({ command: 'echo started; sleep 10' })
+      expect(result.exitCode).toBe(137)
+      expect(result.stdout).toBe('started\n')
+      expect(result.stderr).toMatch(
+        /^cordon: the command was killed when it reached the sandbox's exec timeout \(\d+ ms\)\n$/,
+      )
+    }, harness)
+  })
+
   it('restricted() exposes files and processes only, on the same sandbox', async () => {
     await withSession(async (session) => {
       const view = session.restricted()

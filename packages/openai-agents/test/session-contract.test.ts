@@ -6,6 +6,7 @@ import {
   SandboxApplyPatchFileNotFoundError,
   SandboxApplyPatchPathError,
   SandboxConfigurationError,
+  SandboxExecTimeoutError,
   SandboxLifecycleError,
   SandboxPathResolutionError,
   SandboxUnsupportedFeatureError,
@@ -139,6 +140,18 @@ describe('CordonSandboxClient: what cordon refuses, in the SDK’s error terms',
       }
     } finally {
       await defaultLayout.close()
+    }
+  })
+
+  it('passes sandbox options to cordon, and a command killed at its timeout is the SDK’s timeout error', async () => {
+    const client = new CordonSandboxClient(provider, { sandbox: { timeoutMs: 500 } })
+    const session = await client.create()
+    try {
+      const error = await session.exec({ cmd: 'sleep 10' }).catch((caught: unknown) => caught)
+      expect(error).toBeInstanceOf(SandboxExecTimeoutError)
+      expect((await session.exec({ cmd: 'echo fast' })).output).toBe('fast\n')
+    } finally {
+      await client.delete(session.state)
     }
   })
 
