@@ -17,12 +17,21 @@ export const CORDON_BUILD = alternative ?? '@cordon/backend-docker (workspace)'
 /**
  * A cordon provider as a host would configure it: the Docker backend, the
  * bench image, an `ephemeral` outputs mount and every default (deny-all,
- * 512 MiB, 32 processes, one CPU).
+ * 512 MiB, 32 processes, one CPU). `outputsPath` moves the outputs mount
+ * (an agent framework's workspace root, e.g. `/workspace`); `image` replaces
+ * the bench image.
  */
-export function cordonProvider(options: { poolSize?: number } = {}): CordonSandboxProvider {
+export function cordonProvider(
+  options: { poolSize?: number; outputsPath?: string; image?: string } = {},
+): CordonSandboxProvider {
   return backend.createDockerSandboxProvider({
-    backend: { tier: 'container', image: BENCH_IMAGE, labels: BENCH_LABELS },
-    layout: { outputs: { source: { type: 'ephemeral' } } },
+    backend: { tier: 'container', image: options.image ?? BENCH_IMAGE, labels: BENCH_LABELS },
+    layout: {
+      outputs: {
+        source: { type: 'ephemeral' },
+        ...(options.outputsPath ? { containerPath: options.outputsPath } : {}),
+      },
+    },
     ...(options.poolSize ? { pool: { size: options.poolSize } } : {}),
   })
 }

@@ -26,6 +26,7 @@ const SCENARIOS: Record<string, () => Promise<Scenario>> = {
   'small-files': async () => (await import('./small-files.js')).smallFiles,
   'exec-soak': async () => (await import('./exec-soak.js')).execSoak,
   density: async () => (await import('./density.js')).density,
+  'agent-sdk-task': async () => (await import('./agent-sdk-task.js')).agentSdkTask,
 }
 
 function parseArgs(argv: readonly string[]): {

@@ -6,7 +6,12 @@
  * - `docker-host` installs what a Docker host installs (`@cordon/sandbox`
  *   and `@cordon/backend-docker`) and runs a sandbox on the real engine.
  * - `everything` installs every publishable package and type-checks one
- *   import from each entry point.
+ *   import from each entry point (but `@cordon/ai-sdk`'s, see below).
+ * - `ai-sdk-host` installs `@cordon/ai-sdk` (npm brings its peers, the AI
+ *   SDK harness, from the registry) and runs a harness session on the real
+ *   engine. The AI SDK's own declarations name `HeadersInit` (the DOM lib)
+ *   and `json-schema` types without depending on them, so this project has
+ *   what every AI SDK user's project has: the DOM lib and `@types/json-schema`.
  */
 import { execFile } from 'node:child_process'
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises'
@@ -47,6 +52,7 @@ async function project(
   name: string,
   packages: readonly string[],
   program: string,
+  extra: { lib?: readonly string[]; devDependencies?: Record<string, string> } = {},
 ): Promise<Outcome> {
   const dir = join(work, name)
   await mkdir(dir, { recursive: true })
@@ -60,10 +66,17 @@ async function project(
       private: true,
       type: 'module',
       dependencies,
-      devDependencies: { typescript: '5.9.3', '@types/node': '20.19.43' },
+      devDependencies: {
+        typescript: '5.9.3',
+        '@types/node': '20.19.43',
+        ...extra.devDependencies,
+      },
     }),
   )
-  await writeFile(join(dir, 'tsconfig.json'), JSON.stringify(TSCONFIG))
+  const tsconfig = extra.lib
+    ? { ...TSCONFIG, compilerOptions: { ...TSCONFIG.compilerOptions, lib: extra.lib } }
+    : TSCONFIG
+  await writeFile(join(dir, 'tsconfig.json'), JSON.stringify(tsconfig))
   await writeFile(join(dir, 'main.ts'), program)
   const install = await run('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error'], {
     cwd: dir,
@@ -146,6 +159,7 @@ import type { SandboxConformanceOptions } from '@cordon/conformance'
 import { isHostAllowed, resolveLayout, type Sandbox } from '@cordon/core'
 import { composeProvider, withDeadline } from '@cordon/core/backend'
 import { EgressProxy, splitAuthority } from '@cordon/egress'
+import { CordonSandboxClient } from '@cordon/openai-agents'
 import { createSandboxProvider } from '@cordon/sandbox'
 
 const types: Array<Sandbox | SandboxConformanceOptions> = []
@@ -164,13 +178,34 @@ const values = [
   withDeadline,
   EgressProxy,
   splitAuthority,
+  CordonSandboxClient,
   createSandboxProvider,
 ]
 console.log(JSON.stringify({ loaded: values.filter((value) => typeof value === 'function').length, types: types.length }))
 `
 
+const AI_SDK_HOST_PROGRAM = `import { type CordonHarnessSession, createCordonHarnessSandbox } from '@cordon/ai-sdk'
+import { createSandboxProvider } from '@cordon/sandbox'
+
+const provider = createSandboxProvider({
+  backend: {
+    tier: 'container',
+    image: 'cordon-test/busybox:latest',
+    labels: { 'cordon-test.run': process.env.RUN_LABEL ?? 'consumer' },
+  },
+  layout: { outputs: { source: { type: 'ephemeral' } } },
+})
+const harness = createCordonHarnessSandbox(provider)
+const session = (await harness.createSession()) as CordonHarnessSession
+const result = await session.restricted().run({ command: 'echo "$((6 * 7))"' })
+await session.destroy()
+await provider.close()
+console.log(JSON.stringify({ spec: harness.specificationVersion, stdout: result.stdout }))
+`
+
 let dockerHost: Outcome
 let everything: Outcome
+let aiSdkHost: Outcome
 
 beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), 'cordon-consumer-'))
@@ -193,6 +228,19 @@ beforeAll(async () => {
     DOCKER_HOST_PROGRAM,
   )
   everything = await project('everything', [...tarballs.keys()], EVERYTHING_PROGRAM)
+  aiSdkHost = await project(
+    'ai-sdk-host',
+    [
+      '@cordon/ai-sdk',
+      '@cordon/sandbox',
+      '@cordon/backend-docker',
+      '@cordon/core',
+      '@cordon/egress',
+      '@cordon/agent',
+    ],
+    AI_SDK_HOST_PROGRAM,
+    { lib: ['ES2022', 'DOM'], devDependencies: { '@types/json-schema': '7.0.15' } },
+  )
 }, 600_000)
 
 afterAll(async () => {
@@ -223,9 +271,18 @@ describe('a stranger installs the packed tarballs', () => {
     })
   })
 
-  it('every entry point of every package installs, type-checks and loads', () => {
+  it('every entry point of every package (the AI SDK add-on: below) installs, type-checks and loads', () => {
     expect(everything.install).toBe('ok')
     expect(everything.typeCheck.output).toBe('')
-    expect(JSON.parse(everything.output.trim() || '{}')).toEqual({ loaded: 15, types: 0 })
+    expect(JSON.parse(everything.output.trim() || '{}')).toEqual({ loaded: 16, types: 0 })
+  })
+
+  it('an AI SDK host installs the harness add-on with its peers from the registry and runs a session', () => {
+    expect(aiSdkHost.install).toBe('ok')
+    expect(aiSdkHost.typeCheck.output).toBe('')
+    expect(JSON.parse(aiSdkHost.output.trim() || '{}')).toEqual({
+      spec: 'harness-sandbox-v1',
+      stdout: '42\n',
+    })
   })
 })

@@ -1,0 +1,220 @@
+import type { Sandbox, SandboxCreateConfig, SandboxProvider } from '@cordon/core'
+import {
+  isNoopSnapshotSpec,
+  type Manifest,
+  normalizeSandboxClientCreateArgs,
+  type SandboxClient,
+  type SandboxClientCreateArgs,
+  type SandboxClientOptions,
+  SandboxConfigurationError,
+  SandboxLifecycleError,
+  SandboxUnsupportedFeatureError,
+} from '@openai/agents-core/sandbox'
+import {
+  deserializeManifest,
+  sanitizeEnvironmentForPersistence,
+  serializeManifest,
+} from '@openai/agents-core/sandbox/internal'
+import { assertManifestSupported } from './manifest-support.js'
+import { materializeEntries, placeManifestEntries } from './materialize-entries.js'
+import { CordonSandboxSession, type CordonSandboxSessionState } from './sandbox-session.js'
+
+/**
+ * What one `create` passes to cordon besides the manifest: the sandbox's
+ * egress policy, exec timeout, memory and process limits, lifetime. The
+ * manifest supplies the environment and working directory.
+ */
+export type CordonSandboxCreateOptions = Omit<
+  SandboxCreateConfig,
+  'env' | 'workingDirectory' | 'signal'
+>
+
+export interface CordonSandboxClientOptions extends SandboxClientOptions {
+  /** Applied to every sandbox this client creates (a `create` call's own options win). */
+  readonly sandbox?: CordonSandboxCreateOptions
+}
+
+const OPTION_KEYS = new Set(['sandbox'])
+
+/**
+ * A `SandboxClient` of the OpenAI Agents SDK over any cordon provider: each
+ * session is one cordon sandbox, created from the SDK's manifest (its
+ * entries written into the workspace, its environment and root as the
+ * sandbox's environment and working directory).
+ *
+ * The manifest root must be the sandbox's writable root (`rootDir`, the
+ * provider layout's outputs path) or a directory under it; anything else is
+ * refused at create with the SDK's configuration error.
+ *
+ * Session state resumes within the process that created the sandbox: the
+ * client keeps its live sandboxes by id. No cordon backend can find a
+ * sandbox again from another process (a container ends with the channel
+ * that drives it), so resuming a state this client does not hold is refused
+ * with the SDK's lifecycle error and the runtime creates a fresh sandbox.
+ */
+export class CordonSandboxClient
+  implements SandboxClient<CordonSandboxClientOptions, CordonSandboxSessionState>
+{
+  readonly backendId = 'cordon'
+  readonly provider: SandboxProvider
+  readonly #options: CordonSandboxClientOptions
+  readonly #live = new Map<string, Sandbox>()
+
+  constructor(provider: SandboxProvider, options: CordonSandboxClientOptions = {}) {
+    refuseUnknownOptions(options, provider.id)
+    this.provider = provider
+    this.#options = options
+  }
+
+  async create(
+    args?: SandboxClientCreateArgs<CordonSandboxClientOptions> | Manifest,
+    manifestOptions?: CordonSandboxClientOptions,
+  ): Promise<CordonSandboxSession> {
+    const createArgs = normalizeSandboxClientCreateArgs(args, manifestOptions)
+    const manifest = createArgs.manifest
+    const providerId = this.provider.id
+    if (createArgs.snapshot !== undefined && !isNoopSnapshotSpec(createArgs.snapshot)) {
+      throw new SandboxUnsupportedFeatureError(
+        `cordon (${providerId}) does not snapshot or restore workspaces: remove the snapshot spec.`,
+        { provider: 'cordon', feature: 'snapshot', snapshotType: createArgs.snapshot.type },
+      )
+    }
+    if (createArgs.options) refuseUnknownOptions(createArgs.options, providerId)
+    assertManifestSupported(manifest, providerId)
+    const environment = await manifest.resolveEnvironment()
+    const sandbox = await this.provider.create({
+      ...this.#options.sandbox,
+      ...createArgs.options?.sandbox,
+      env: environment,
+      workingDirectory: manifest.root,
+    })
+    try {
+      await prepareWorkspace(sandbox, manifest, providerId)
+      await materializeEntries(sandbox, placeManifestEntries(manifest))
+    } catch (error) {
+      await sandbox.destroy()
+      throw error
+    }
+    this.#forgetDestroyed()
+    this.#live.set(sandbox.id, sandbox)
+    return new CordonSandboxSession(sandbox, {
+      manifest,
+      environment,
+      sandboxId: sandbox.id,
+      providerId,
+      snapshot: null,
+      workspaceReady: true,
+    })
+  }
+
+  /** Destroys the session's sandbox. Idempotent. */
+  async delete(state: CordonSandboxSessionState): Promise<void> {
+    const sandbox = this.#live.get(state.sandboxId)
+    this.#live.delete(state.sandboxId)
+    await sandbox?.destroy()
+  }
+
+  async resume(state: CordonSandboxSessionState): Promise<CordonSandboxSession> {
+    const sandbox = this.#live.get(state.sandboxId)
+    if (!sandbox || sandbox.status === 'destroyed') {
+      this.#live.delete(state.sandboxId)
+      throw new SandboxLifecycleError(
+        `cordon (${state.providerId}) cannot resume sandbox ${state.sandboxId}: it is not live in this process, and no cordon backend finds a sandbox again from another process. Create a fresh sandbox.`,
+        { provider: 'cordon', sandboxId: state.sandboxId, feature: 'resume' },
+      )
+    }
+    return new CordonSandboxSession(sandbox, state)
+  }
+
+  /** A preserved session is reusable while its sandbox is live in this client. */
+  canReusePreservedOwnedSession(state: CordonSandboxSessionState): boolean {
+    const sandbox = this.#live.get(state.sandboxId)
+    return sandbox !== undefined && sandbox.status !== 'destroyed'
+  }
+
+  /**
+   * Drops sandboxes that are gone (shut down by the runtime, ended by their
+   * lifetime or lost), so a long-lived client holds only live ones.
+   */
+  #forgetDestroyed(): void {
+    for (const [id, sandbox] of this.#live) {
+      if (sandbox.status === 'destroyed') this.#live.delete(id)
+    }
+  }
+
+  async serializeSessionState(state: CordonSandboxSessionState): Promise<Record<string, unknown>> {
+    return {
+      manifest: serializeManifest(state.manifest),
+      // Ephemeral and referenced values (secrets) are left out, as the SDK's own clients do.
+      environment: sanitizeEnvironmentForPersistence(state),
+      sandboxId: state.sandboxId,
+      providerId: state.providerId,
+      exposedPorts: state.exposedPorts ?? null,
+    }
+  }
+
+  async deserializeSessionState(
+    state: Record<string, unknown>,
+  ): Promise<CordonSandboxSessionState> {
+    const { sandboxId, providerId, environment, manifest } = state
+    if (typeof sandboxId !== 'string' || typeof providerId !== 'string') {
+      throw new SandboxConfigurationError(
+        'cordon sandbox session state needs a sandboxId and a providerId.',
+        { provider: 'cordon' },
+      )
+    }
+    return {
+      manifest: deserializeManifest(manifest as Record<string, unknown> | undefined),
+      environment: isStringRecord(environment) ? environment : {},
+      sandboxId,
+      providerId,
+      snapshot: null,
+      workspaceReady: true,
+    }
+  }
+}
+
+/**
+ * The workspace is the manifest root, which must be writable: the sandbox's
+ * root or a directory under it (made here).
+ */
+async function prepareWorkspace(sandbox: Sandbox, manifest: Manifest, providerId: string) {
+  const root = manifest.root
+  const writable = sandbox.rootDir
+  if (root === writable) return
+  if (!root.startsWith(`${writable}/`)) {
+    throw new SandboxConfigurationError(
+      `The manifest root ${root} is not writable in a cordon sandbox of ${providerId}, whose writable root is ${writable}: set the provider's layout.outputs.containerPath to ${root}, or the manifest root to ${writable} or a directory under it.`,
+      { provider: 'cordon', root, rootDir: writable },
+    )
+  }
+  const made = await sandbox.exec('mkdir', ['-p', '--', root], { cwd: writable })
+  if (made.exitCode !== 0) {
+    throw new SandboxConfigurationError(
+      `Could not create the manifest root ${root}: ${made.stderr}`,
+      {
+        provider: 'cordon',
+        root,
+      },
+    )
+  }
+}
+
+function refuseUnknownOptions(options: SandboxClientOptions, providerId: string): void {
+  for (const key of Object.keys(options)) {
+    if (!OPTION_KEYS.has(key)) {
+      throw new SandboxUnsupportedFeatureError(
+        `cordon (${providerId}) has no client option "${key}": sandbox settings go in "sandbox" (egress, timeoutMs, memoryLimitMb, ...) or in the cordon provider.`,
+        { provider: 'cordon', feature: key },
+      )
+    }
+  }
+}
+
+function isStringRecord(value: unknown): value is Record<string, string> {
+  return (
+    typeof value === 'object' &&
+    value !== null &&
+    Object.values(value).every((entry) => typeof entry === 'string')
+  )
+}

@@ -1,0 +1,326 @@
+import { createDockerSandboxProvider } from '@cordon/backend-docker'
+import { Runner } from '@openai/agents-core'
+import {
+  Manifest,
+  SandboxAgent,
+  SandboxApplyPatchFileNotFoundError,
+  SandboxApplyPatchPathError,
+  SandboxConfigurationError,
+  SandboxExecTimeoutError,
+  SandboxLifecycleError,
+  SandboxPathResolutionError,
+  SandboxUnsupportedFeatureError,
+  SandboxWorkspaceReadNotFoundError,
+  shell,
+} from '@openai/agents-core/sandbox'
+import {
+  assistantMessage,
+  functionCall,
+  modelResponder,
+  ScriptedModel,
+} from '@openai/agents-core/testing'
+import { afterAll, describe, expect, it } from 'vitest'
+import { CordonSandboxClient } from '../src/index.js'
+import { BUSYBOX_IMAGE, leftovers, TEST_RUN_ID, TEST_RUN_LABEL, testProvider } from './test-run.js'
+
+const provider = testProvider()
+afterAll(async () => {
+  await provider.close()
+})
+
+async function until(condition: () => Promise<boolean>): Promise<void> {
+  for (let attempt = 0; attempt < 50; attempt++) {
+    if (await condition()) return
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
+  throw new Error('condition never held')
+}
+
+describe('CordonSandboxClient: session state', () => {
+  it('serialises, deserialises and resumes onto the same live sandbox within the process', async () => {
+    const client = new CordonSandboxClient(provider)
+    const session = await client.create({
+      manifest: { environment: { KEPT: 'yes', SECRET: { value: 's3cret', ephemeral: true } } },
+    })
+    try {
+      await session.exec({ cmd: 'echo before > state.txt' })
+      const serialized = JSON.parse(
+        JSON.stringify(await client.serializeSessionState(session.state)),
+      )
+      // An ephemeral value never leaves the process in the serialised state.
+      expect(JSON.stringify(serialized)).not.toContain('s3cret')
+      expect(serialized).toMatchObject({ sandboxId: session.sandbox.id, providerId: provider.id })
+      const state = await client.deserializeSessionState(serialized)
+      expect(client.canReusePreservedOwnedSession(state)).toBe(true)
+      const resumed = await client.resume(state)
+      expect(resumed.sandbox).toBe(session.sandbox)
+      expect((await resumed.exec({ cmd: 'cat state.txt; echo "$KEPT $SECRET"' })).output).toBe(
+        'before\nyes s3cret\n',
+      )
+
+      // The SDK's runner resumes an explicit session state through the client.
+      const model = new ScriptedModel([
+        [functionCall('exec_command', { cmd: 'echo after >> state.txt' }, { callId: 'c1' })],
+        modelResponder(async () => {
+          seen = (await session.sandbox.readFile('/workspace/state.txt')).toString()
+          return [assistantMessage('ok')]
+        }),
+      ])
+      let seen = ''
+      const agent = new SandboxAgent({ name: 'w', model, capabilities: [shell()] })
+      await new Runner().run(agent, 'go', { sandbox: { client, sessionState: state } })
+      model.assertComplete()
+      expect(seen).toBe('before\nafter\n')
+      // The run resumed the session, so it owned it and cleaned it up at the end.
+      expect(session.sandbox.status).toBe('destroyed')
+    } finally {
+      await client.delete(session.state)
+    }
+  })
+
+  it('refuses, in the SDK’s lifecycle terms, a state whose sandbox this process does not hold', async () => {
+    const first = new CordonSandboxClient(provider)
+    const session = await first.create()
+    try {
+      const serialized = await first.serializeSessionState(session.state)
+      // A second client stands for another process: it never saw the sandbox.
+      const other = new CordonSandboxClient(provider)
+      const state = await other.deserializeSessionState(JSON.parse(JSON.stringify(serialized)))
+      expect(other.canReusePreservedOwnedSession(state)).toBe(false)
+      const refused = await other.resume(state).catch((error: unknown) => error)
+      expect(refused).toBeInstanceOf(SandboxLifecycleError)
+      expect((refused as SandboxLifecycleError).message).toContain('another process')
+    } finally {
+      await first.delete(session.state)
+    }
+    // After delete, not even the creating client resumes it.
+    await expect(first.resume(session.state)).rejects.toBeInstanceOf(SandboxLifecycleError)
+  })
+})
+
+describe('CordonSandboxClient: what cordon refuses, in the SDK’s error terms', () => {
+  it('refuses manifest features it cannot honour before any sandbox is made', async () => {
+    const client = new CordonSandboxClient(provider)
+    const cases: Array<[string, () => Promise<unknown>]> = [
+      [
+        'git_repo',
+        () => client.create({ manifest: { entries: { repo: { type: 'git_repo', repo: 'a/b' } } } }),
+      ],
+      ['users', () => client.create({ manifest: { users: [{ name: 'alice' }] } })],
+      ['snapshot', () => client.create({ snapshot: { type: 'local' } })],
+      ['option', () => client.create({ options: { image: 'python:3.14-slim' } })],
+    ]
+    for (const [name, attempt] of cases) {
+      const error = await attempt().catch((caught: unknown) => caught)
+      expect(error, name).toBeInstanceOf(SandboxUnsupportedFeatureError)
+    }
+    expect(await leftovers()).toMatchObject({ containers: [] })
+  })
+
+  it('refuses a manifest root outside the sandbox’s writable root, and removes the sandbox', async () => {
+    const defaultLayout = createDockerSandboxProvider({
+      backend: {
+        tier: 'container',
+        image: BUSYBOX_IMAGE,
+        labels: { [TEST_RUN_LABEL]: TEST_RUN_ID },
+      },
+      layout: { outputs: { source: { type: 'ephemeral' } } },
+    })
+    try {
+      const client = new CordonSandboxClient(defaultLayout)
+      const error = await client.create().catch((caught: unknown) => caught)
+      expect(error).toBeInstanceOf(SandboxConfigurationError)
+      expect((error as Error).message).toContain('layout.outputs.containerPath')
+      // A root under the writable root is made and used.
+      const session = await client.create(new Manifest({ root: '/mnt/user-data/outputs/project' }))
+      try {
+        expect((await session.exec({ cmd: 'pwd' })).output).toBe('/mnt/user-data/outputs/project\n')
+      } finally {
+        await client.delete(session.state)
+      }
+    } finally {
+      await defaultLayout.close()
+    }
+  })
+
+  it('passes sandbox options to cordon, and a command killed at its timeout is the SDK’s timeout error', async () => {
+    const client = new CordonSandboxClient(provider, { sandbox: { timeoutMs: 500 } })
+    const session = await client.create()
+    try {
+      const error = await session.exec({ cmd: 'sleep 10' }).catch((caught: unknown) => caught)
+      expect(error).toBeInstanceOf(SandboxExecTimeoutError)
+      expect((await session.exec({ cmd: 'echo fast' })).output).toBe('fast\n')
+    } finally {
+      await client.delete(session.state)
+    }
+  })
+
+  it('refuses runAs, tty and paths outside the workspace; reports a missing file as the SDK does', async () => {
+    const client = new CordonSandboxClient(provider)
+    const session = await client.create()
+    try {
+      await expect(session.exec({ cmd: 'id', runAs: 'root' })).rejects.toBeInstanceOf(
+        SandboxUnsupportedFeatureError,
+      )
+      await expect(session.exec({ cmd: 'true', tty: true })).rejects.toBeInstanceOf(
+        SandboxUnsupportedFeatureError,
+      )
+      expect(session.supportsPty()).toBe(false)
+      await expect(session.readFile({ path: '/etc/passwd' })).rejects.toBeInstanceOf(
+        SandboxPathResolutionError,
+      )
+      await expect(session.readFile({ path: '../etc/passwd' })).rejects.toBeInstanceOf(
+        SandboxPathResolutionError,
+      )
+      await expect(session.readFile({ path: 'missing.txt' })).rejects.toBeInstanceOf(
+        SandboxWorkspaceReadNotFoundError,
+      )
+    } finally {
+      await client.delete(session.state)
+    }
+  })
+})
+
+describe('CordonSandboxSession: files, listing and ports', () => {
+  it('lists a directory with kinds, checks paths, and reads with a byte cap', async () => {
+    const client = new CordonSandboxClient(provider)
+    const session = await client.create({
+      manifest: {
+        entries: {
+          'a.txt': { type: 'file', content: 'abcdef' },
+          'tool.sh': { type: 'file', content: '#!/bin/sh\necho tool\n', permissions: 0o755 },
+          sub: { type: 'dir', children: { 'b.txt': { type: 'file', content: 'b' } } },
+        },
+      },
+    })
+    try {
+      const listed = await session.listDir({ path: '.' })
+      expect(listed.map(({ name, type }) => `${type}:${name}`).sort()).toEqual([
+        'dir:sub',
+        'file:a.txt',
+        'file:tool.sh',
+      ])
+      expect(await session.pathExists('sub/b.txt')).toBe(true)
+      expect(await session.directoryExists('sub')).toBe(true)
+      expect(await session.directoryExists('a.txt')).toBe(false)
+      expect(Buffer.from(await session.readFile({ path: 'a.txt', maxBytes: 3 })).toString()).toBe(
+        'abc',
+      )
+      // The mode is the entry's; the workspace (an ephemeral tmpfs) is noexec, so scripts run through sh.
+      expect((await session.exec({ cmd: 'stat -c %a tool.sh; sh tool.sh' })).output).toBe(
+        '755\ntool\n',
+      )
+    } finally {
+      await client.delete(session.state)
+    }
+  })
+
+  it('exposes a port through cordon’s port forwarding and records the endpoint', async () => {
+    const client = new CordonSandboxClient(provider)
+    const session = await client.create({
+      manifest: {
+        entries: {
+          site: { type: 'dir', children: { 'index.html': { type: 'file', content: 'hi\n' } } },
+        },
+      },
+    })
+    try {
+      await session.sandbox.start?.('httpd', [
+        '-f',
+        '-p',
+        '127.0.0.1:8080',
+        '-h',
+        '/workspace/site',
+      ])
+      const endpoint = await session.resolveExposedPort(8080)
+      expect(endpoint).toMatchObject({ host: '127.0.0.1', tls: false })
+      expect(session.state.exposedPorts?.['8080']).toMatchObject({ port: endpoint.port })
+      let body = ''
+      await until(async () => {
+        body = await fetch(`http://127.0.0.1:${endpoint.port}/index.html`).then(
+          (response) => response.text(),
+          () => '',
+        )
+        return body !== ''
+      })
+      expect(body).toBe('hi\n')
+    } finally {
+      await client.delete(session.state)
+    }
+  })
+})
+
+describe('CordonSandboxSession: the apply_patch editor', () => {
+  it('creates exclusively (parents made), updates, moves and deletes with the SDK’s errors', async () => {
+    const client = new CordonSandboxClient(provider)
+    const session = await client.create()
+    try {
+      const editor = session.createEditor()
+      await editor.createFile({ type: 'create_file', path: 'deep/dir/a.txt', diff: '+one\n+two\n' })
+      await expect(
+        editor.createFile({ type: 'create_file', path: 'deep/dir/a.txt', diff: '+again\n' }),
+      ).rejects.toBeInstanceOf(SandboxApplyPatchPathError)
+      await editor.updateFile({
+        type: 'update_file',
+        path: 'deep/dir/a.txt',
+        diff: '@@\n one\n-two\n+2\n',
+        moveTo: 'b.txt',
+      })
+      expect(await session.pathExists('deep/dir/a.txt')).toBe(false)
+      expect(Buffer.from(await session.readFile({ path: 'b.txt' })).toString()).toBe('one\n2')
+      await expect(
+        editor.updateFile({ type: 'update_file', path: 'missing.txt', diff: '@@\n-x\n+y\n' }),
+      ).rejects.toBeInstanceOf(SandboxApplyPatchFileNotFoundError)
+      await editor.deleteFile({ type: 'delete_file', path: 'b.txt' })
+      await expect(
+        editor.deleteFile({ type: 'delete_file', path: 'b.txt' }),
+      ).rejects.toBeInstanceOf(SandboxApplyPatchFileNotFoundError)
+      await expect(
+        editor.createFile({ type: 'create_file', path: '../escape.txt', diff: '+x\n' }),
+      ).rejects.toBeInstanceOf(SandboxPathResolutionError)
+    } finally {
+      await client.delete(session.state)
+    }
+  })
+})
+
+describe('CordonSandboxClient: host files in the manifest', () => {
+  it('writes local_file and local_dir entries from the host into the workspace', async () => {
+    const { mkdtemp, mkdir, writeFile, rm } = await import('node:fs/promises')
+    const { tmpdir } = await import('node:os')
+    const { join } = await import('node:path')
+    const hostDir = await mkdtemp(join(tmpdir(), 'cordon-openai-manifest-'))
+    const client = new CordonSandboxClient(provider)
+    try {
+      await mkdir(join(hostDir, 'project/src'), { recursive: true })
+      await writeFile(join(hostDir, 'project/src/main.sh'), 'echo main\n')
+      await writeFile(join(hostDir, 'project/README'), 'readme\n')
+      await writeFile(join(hostDir, 'single.txt'), 'single\n')
+      const session = await client.create({
+        manifest: {
+          entries: {
+            repo: { type: 'local_dir', src: join(hostDir, 'project') },
+            'notes/single.txt': { type: 'local_file', src: join(hostDir, 'single.txt') },
+          },
+        },
+      })
+      try {
+        const files = (await session.sandbox.listFiles('/workspace'))
+          .map((file) => file.path)
+          .sort()
+        expect(files).toEqual([
+          '/workspace/notes/single.txt',
+          '/workspace/repo/README',
+          '/workspace/repo/src/main.sh',
+        ])
+        expect(
+          (await session.exec({ cmd: 'sh repo/src/main.sh; cat notes/single.txt' })).output,
+        ).toBe('main\nsingle\n')
+      } finally {
+        await client.delete(session.state)
+      }
+    } finally {
+      await rm(hostDir, { recursive: true, force: true })
+    }
+  })
+})
