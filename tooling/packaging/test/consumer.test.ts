@@ -6,7 +6,9 @@
  * - `docker-host` installs what a Docker host installs (`@cordon/sandbox`
  *   and `@cordon/backend-docker`) and runs a sandbox on the real engine.
  * - `everything` installs every publishable package and type-checks one
- *   import from each entry point.
+ *   import from each entry point. Peers that are not cordon's (the
+ *   OpenTelemetry API `@cordon/otel` needs) come from the npm registry, as
+ *   they would for anyone.
  */
 import { execFile } from 'node:child_process'
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises'
@@ -146,9 +148,10 @@ import type { SandboxConformanceOptions } from '@cordon/conformance'
 import { isHostAllowed, resolveLayout, type Sandbox } from '@cordon/core'
 import { composeProvider, withDeadline } from '@cordon/core/backend'
 import { EgressProxy, splitAuthority } from '@cordon/egress'
+import { chainEventListeners, type CordonTelemetry, cordonTelemetry } from '@cordon/otel'
 import { createSandboxProvider } from '@cordon/sandbox'
 
-const types: Array<Sandbox | SandboxConformanceOptions> = []
+const types: Array<Sandbox | SandboxConformanceOptions | CordonTelemetry> = []
 const values = [
   agentProgramPath,
   FramedConnection,
@@ -165,6 +168,8 @@ const values = [
   EgressProxy,
   splitAuthority,
   createSandboxProvider,
+  cordonTelemetry,
+  chainEventListeners,
 ]
 console.log(JSON.stringify({ loaded: values.filter((value) => typeof value === 'function').length, types: types.length }))
 `
@@ -226,6 +231,6 @@ describe('a stranger installs the packed tarballs', () => {
   it('every entry point of every package installs, type-checks and loads', () => {
     expect(everything.install).toBe('ok')
     expect(everything.typeCheck.output).toBe('')
-    expect(JSON.parse(everything.output.trim() || '{}')).toEqual({ loaded: 15, types: 0 })
+    expect(JSON.parse(everything.output.trim() || '{}')).toEqual({ loaded: 17, types: 0 })
   })
 })
