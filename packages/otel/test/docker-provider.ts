@@ -10,6 +10,7 @@ export const TEST_RUN_LABEL = 'cordon-test.run'
 export function dockerProvider(
   onEvent: SandboxEventListener,
   backend: {
+    runtime?: 'docker' | 'runsc'
     gatewayHosts?: Record<string, string>
     gatewayAllowedPorts?: number[]
   } = {},

@@ -293,4 +293,45 @@ describe('telemetry of real Docker sandboxes, read back through the SDK in-memor
       await sandbox.destroy()
     }
   })
+
+  it('under gVisor, a sandbox killed for memory ends out-of-memory and counts an OOM kill', async () => {
+    const gvisor = dockerProvider(telemetry.onEvent, { runtime: 'runsc' })
+    try {
+      const killsBefore = await sum('cordon.sandbox.oom_kills')
+      const sandbox = await gvisor.create({ memoryLimitMb: 64 })
+      // Doubles a string until the sandbox runs out of memory.
+      await sandbox
+        .exec('sh', ['-c', 'a=x; while :; do a="$a$a"; done'], { timeout: 30_000 })
+        .catch(() => undefined)
+      await eventually(
+        () => sandbox.endReason,
+        (reason) => reason !== undefined,
+      )
+      expect(sandbox.endReason).toBe('out-of-memory')
+      // The root span ends at destroy.end, which follows the end reason being set.
+      await eventually(
+        () =>
+          otel
+            .spans()
+            .some(
+              (span) =>
+                span.name === 'cordon.sandbox' &&
+                span.attributes['cordon.sandbox.id'] === sandbox.id,
+            ),
+        Boolean,
+      )
+      const { root, children } = traceOf(otel, sandbox)
+      expect(root.attributes).toMatchObject({
+        'cordon.sandbox.backend': 'container:runsc',
+        'cordon.sandbox.end_reason': 'out-of-memory',
+      })
+      expect(children.at(-1)?.name).toBe('cordon.sandbox.destroy')
+      expect(await sum('cordon.sandbox.oom_kills')).toBe(killsBefore + 1)
+      expect(
+        await sum('cordon.sandbox.ended', { 'cordon.sandbox.end_reason': 'out-of-memory' }),
+      ).toBe(1)
+    } finally {
+      await gvisor.close()
+    }
+  })
 })
