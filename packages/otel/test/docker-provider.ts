@@ -15,6 +15,7 @@ export function dockerProvider(
     gatewayAllowedPorts?: number[]
   } = {},
   allowInwardFor: string[] = [],
+  pool?: { size: number },
 ): CordonSandboxProvider {
   return createSandboxProvider({
     backend: {
@@ -25,6 +26,7 @@ export function dockerProvider(
     },
     layout: { outputs: { source: { type: 'ephemeral' } } },
     allowInwardFor,
+    ...(pool ? { pool } : {}),
     onEvent,
   })
 }

@@ -334,4 +334,51 @@ describe('telemetry of real Docker sandboxes, read back through the SDK in-memor
       await gvisor.close()
     }
   })
+
+  it('a pooled sandbox: the claim is marked on its trace, and an unclaimed one is ended by endOpenSpans', async () => {
+    // Its own telemetry, so that ending open spans touches no other test's.
+    const pooledOtel = inMemoryOtel()
+    const pooledTelemetry = cordonTelemetry({
+      tracerProvider: pooledOtel.tracerProvider,
+      meterProvider: pooledOtel.meterProvider,
+    })
+    const pooled = dockerProvider(pooledTelemetry.onEvent, {}, [], { size: 1 })
+    try {
+      await pooled.warm()
+      const sandbox = await pooled.create()
+      await sandbox.exec('true')
+      await sandbox.destroy()
+      const { root, children } = traceOf(pooledOtel, sandbox)
+      expect(root.events.map((event) => event.name)).toEqual([
+        'cordon.sandbox.pool.refill',
+        'cordon.sandbox.pool.claim',
+      ])
+      expect(children.map((span) => span.name)).toEqual([
+        'cordon.sandbox.create',
+        'cordon.exec',
+        'cordon.sandbox.destroy',
+      ])
+      // The claim refills the pool in the background; wait for that sandbox to be ready.
+      await eventually(
+        async () => (await pooledOtel.points('cordon.sandbox.active'))[0]?.value,
+        (active) => active === 1,
+      )
+    } finally {
+      await pooled.close()
+    }
+    // Closing the provider removed the refilled sandbox without a destroy.end.
+    expect(pooledTelemetry.trackedSandboxes).toBe(1)
+    pooledTelemetry.endOpenSpans()
+    expect(pooledTelemetry.trackedSandboxes).toBe(0)
+    const unclaimed = pooledOtel
+      .spans()
+      .filter(
+        (span) =>
+          span.name === 'cordon.sandbox' &&
+          span.attributes['cordon.telemetry.unfinished'] === 'closed',
+      )
+    expect(unclaimed).toHaveLength(1)
+    expect((await pooledOtel.points('cordon.sandbox.active'))[0]?.value).toBe(0)
+    await pooledOtel.shutdown()
+  })
 })
