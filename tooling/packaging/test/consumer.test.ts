@@ -6,7 +6,9 @@
  * - `docker-host` installs what a Docker host installs (`@cordon/sandbox`
  *   and `@cordon/backend-docker`) and runs a sandbox on the real engine.
  * - `everything` installs every publishable package and type-checks one
- *   import from each entry point (but `@cordon/ai-sdk`'s, see below).
+ *   import from each entry point (but `@cordon/ai-sdk`'s, see below). Peers
+ *   that are not cordon's (the OpenTelemetry API `@cordon/otel` needs, the
+ *   OpenAI Agents SDK) come from the npm registry, as they would for anyone.
  * - `ai-sdk-host` installs `@cordon/ai-sdk` (npm brings its peers, the AI
  *   SDK harness, from the registry) and runs a harness session on the real
  *   engine. The AI SDK's own declarations name `HeadersInit` (the DOM lib)
@@ -160,9 +162,10 @@ import { isHostAllowed, resolveLayout, type Sandbox } from '@cordon/core'
 import { composeProvider, withDeadline } from '@cordon/core/backend'
 import { EgressProxy, splitAuthority } from '@cordon/egress'
 import { CordonSandboxClient } from '@cordon/openai-agents'
+import { chainEventListeners, type CordonTelemetry, cordonTelemetry } from '@cordon/otel'
 import { createSandboxProvider } from '@cordon/sandbox'
 
-const types: Array<Sandbox | SandboxConformanceOptions> = []
+const types: Array<Sandbox | SandboxConformanceOptions | CordonTelemetry> = []
 const values = [
   agentProgramPath,
   FramedConnection,
@@ -180,6 +183,8 @@ const values = [
   splitAuthority,
   CordonSandboxClient,
   createSandboxProvider,
+  cordonTelemetry,
+  chainEventListeners,
 ]
 console.log(JSON.stringify({ loaded: values.filter((value) => typeof value === 'function').length, types: types.length }))
 `
@@ -274,7 +279,7 @@ describe('a stranger installs the packed tarballs', () => {
   it('every entry point of every package (the AI SDK add-on: below) installs, type-checks and loads', () => {
     expect(everything.install).toBe('ok')
     expect(everything.typeCheck.output).toBe('')
-    expect(JSON.parse(everything.output.trim() || '{}')).toEqual({ loaded: 16, types: 0 })
+    expect(JSON.parse(everything.output.trim() || '{}')).toEqual({ loaded: 18, types: 0 })
   })
 
   it('an AI SDK host installs the harness add-on with its peers from the registry and runs a session', () => {
