@@ -3,7 +3,8 @@ import type { SandboxEvent } from '@cordon/core'
 import { createSandboxProvider } from '../create-sandbox-provider.js'
 import { hostBridgeAddress, startDemoUpstream } from './demo-upstream.js'
 import { loadDockerBackend } from './docker-backend-module.js'
-import { DEFAULT_IMAGE, type RunIo } from './run-command.js'
+import type { RunIo } from './run-command.js'
+import { DEFAULT_IMAGE } from './sandbox-flags.js'
 
 /**
  * `cordon demo`: cordon's main job in one go. A hardened sandbox runs a

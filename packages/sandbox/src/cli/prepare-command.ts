@@ -1,6 +1,7 @@
 import { parseArgs } from 'node:util'
 import { loadDockerBackend } from './docker-backend-module.js'
-import { DEFAULT_IMAGE, type RunIo } from './run-command.js'
+import type { RunIo } from './run-command.js'
+import { DEFAULT_IMAGE } from './sandbox-flags.js'
 
 /**
  * `cordon prepare`: fills the agent runtime volume on the engine now (cordon's

@@ -1,9 +1,8 @@
 import { parseArgs } from 'node:util'
-import { escapeTerminalControls, type SandboxProviderConfig } from '@cordon/core'
+import { escapeTerminalControls } from '@cordon/core'
 import { createSandboxProvider } from '../create-sandbox-provider.js'
 import { EXIT_USAGE } from './exit-codes.js'
-
-export const DEFAULT_IMAGE = 'cordon-test/busybox:latest'
+import { providerConfigFromFlags, SANDBOX_FLAG_OPTIONS, splitAtSeparator } from './sandbox-flags.js'
 
 export const RUN_USAGE = `usage: cordon run [--image IMAGE] [--runtime docker|runsc] [--memory MB] [--pids N]
                   [--timeout MS] [--outputs HOST_DIR] [--env KEY=VALUE]... [--raw]
@@ -23,18 +22,13 @@ export interface RunIo {
 
 /** `cordon run`: one command in one sandbox, output streamed, exit code passed through. */
 export async function runCommand(argv: readonly string[], io: RunIo): Promise<number> {
-  const separator = argv.indexOf('--')
-  const flags = separator >= 0 ? argv.slice(0, separator) : argv
-  const command = separator >= 0 ? argv.slice(separator + 1) : []
+  const { flags, command } = splitAtSeparator(argv)
   const { values } = parseArgs({
-    args: [...flags],
+    args: flags,
     options: {
-      image: { type: 'string', default: process.env.CORDON_IMAGE ?? DEFAULT_IMAGE },
-      runtime: { type: 'string', default: 'docker' },
-      memory: { type: 'string' },
+      ...SANDBOX_FLAG_OPTIONS,
       pids: { type: 'string' },
       timeout: { type: 'string' },
-      outputs: { type: 'string' },
       env: { type: 'string', multiple: true, default: [] },
       raw: { type: 'boolean', default: false },
     },
@@ -44,20 +38,7 @@ export async function runCommand(argv: readonly string[], io: RunIo): Promise<nu
     io.stderr(`${RUN_USAGE}\n`)
     return EXIT_USAGE
   }
-  const config: SandboxProviderConfig = {
-    backend: {
-      tier: 'container', // Checked by the provider's config validation, which names a bad value.
-      runtime: values.runtime as 'docker' | 'runsc',
-      image: values.image,
-    },
-    layout: {
-      outputs: {
-        source: values.outputs
-          ? { type: 'hostDir', hostPath: values.outputs }
-          : { type: 'ephemeral' },
-      },
-    },
-  }
+  const config = providerConfigFromFlags(values)
   const env = Object.fromEntries(
     (values.env ?? []).map((pair) => [
       pair.slice(0, pair.indexOf('=')),

@@ -2,7 +2,7 @@ import type { Readable, Writable } from 'node:stream'
 import { parseArgs } from 'node:util'
 import { createSandboxProvider } from '../create-sandbox-provider.js'
 import { EXIT_USAGE } from './exit-codes.js'
-import { DEFAULT_IMAGE } from './run-command.js'
+import { providerConfigFromFlags, SANDBOX_FLAG_OPTIONS, splitAtSeparator } from './sandbox-flags.js'
 
 export const SHELL_USAGE = `usage: cordon shell [--image IMAGE] [--runtime docker|runsc] [--memory MB]
                     [--outputs HOST_DIR] [-- COMMAND [ARGS...]]
@@ -22,16 +22,11 @@ export interface ShellIo {
 
 /** `cordon shell`: a terminal on a fresh sandbox, local keystrokes in, its screen out. */
 export async function shellCommand(argv: readonly string[], io: ShellIo): Promise<number> {
-  const separator = argv.indexOf('--')
-  const flags = separator >= 0 ? argv.slice(0, separator) : argv
-  const command = separator >= 0 ? argv.slice(separator + 1) : []
+  const { flags, command } = splitAtSeparator(argv)
   const { values } = parseArgs({
-    args: [...flags],
+    args: flags,
     options: {
-      image: { type: 'string', default: process.env.CORDON_IMAGE ?? DEFAULT_IMAGE },
-      runtime: { type: 'string', default: 'docker' },
-      memory: { type: 'string' },
-      outputs: { type: 'string' },
+      ...SANDBOX_FLAG_OPTIONS,
       help: { type: 'boolean', short: 'h', default: false },
     },
     allowPositionals: false,
@@ -40,20 +35,7 @@ export async function shellCommand(argv: readonly string[], io: ShellIo): Promis
     io.stderr(`${SHELL_USAGE}\n`)
     return EXIT_USAGE
   }
-  const provider = createSandboxProvider({
-    backend: {
-      tier: 'container',
-      runtime: values.runtime as 'docker' | 'runsc',
-      image: values.image,
-    },
-    layout: {
-      outputs: {
-        source: values.outputs
-          ? { type: 'hostDir', hostPath: values.outputs }
-          : { type: 'ephemeral' },
-      },
-    },
-  })
+  const provider = createSandboxProvider(providerConfigFromFlags(values))
   const size = () => ({ cols: io.stdout.columns || 80, rows: io.stdout.rows || 24 })
   const raw = io.stdin.isTTY === true && typeof io.stdin.setRawMode === 'function'
   try {
