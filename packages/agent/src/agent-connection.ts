@@ -1,9 +1,10 @@
 import type { Duplex } from 'node:stream'
 import type { AgentConfig } from './agent-config.js'
 import { serveExec } from './exec-runner.js'
+import { serveReadFiles } from './file-batch-read.js'
 import { serveListFiles } from './file-list.js'
 import { serveReadFile } from './file-read.js'
-import { serveWriteFile } from './file-write.js'
+import { serveWriteFile, serveWriteFiles } from './file-write.js'
 import type { NonceSource } from './nonce-source.js'
 import { AgentOperationError } from './operation-error.js'
 import { type PathJail, PathRefusedError } from './path-jail.js'
@@ -40,6 +41,8 @@ export const ALL_OPERATIONS: ReadonlySet<AgentOperation> = new Set<AgentOperatio
   'exec',
   'read-file',
   'write-file',
+  'write-files',
+  'read-files',
   'list-files',
 ])
 
@@ -120,6 +123,12 @@ export async function serveConnection(socket: Duplex, context: ConnectionContext
         break
       case 'write-file':
         await serveWriteFile(connection, request, context.jail)
+        break
+      case 'write-files':
+        await serveWriteFiles(connection, context.jail)
+        break
+      case 'read-files':
+        await serveReadFiles(connection, request, context.jail)
         break
       case 'list-files':
         await serveListFiles(connection, request, context.jail)

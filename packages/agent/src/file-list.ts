@@ -26,7 +26,8 @@ export async function serveListFiles(
   await connection.send({ type: 'end' })
 }
 
-function walk(real: string, shownRoot: string): FileEntryMessage[] {
+/** Every regular file under `real`, reported under `shownRoot`; call it acting as the sandbox's user. */
+export function walk(real: string, shownRoot: string): FileEntryMessage[] {
   const entries: FileEntryMessage[] = []
   const rootStat = lstatSync(real, { throwIfNoEntry: false })
   if (!rootStat?.isDirectory()) return entries

@@ -111,6 +111,120 @@ export async function requestSignalMarked(
   return reply.signalled
 }
 
+/** Bytes per data frame of a batch upload. */
+const BATCH_CHUNK_BYTES = 256 * 1024
+
+/**
+ * Uploads many files on one connection (`write-files`): for each a
+ * `file-begin` and its bytes, then `end`. Resolves with the files and bytes
+ * the agent placed; an early refusal (a path it may not write, a full disk)
+ * stops the upload and rejects.
+ */
+export async function requestWriteFiles(
+  connection: FramedConnection,
+  files: Iterable<{ readonly path: string; readonly content: Uint8Array; readonly mode?: number }>,
+): Promise<{ files: number; bytes: number }> {
+  await connection.send({ type: 'write-files' })
+  const ready = await nextMessage(connection)
+  if (ready.type !== 'write-ready') throw remoteOrUnexpected(ready, 'write-ready')
+  const reply = nextMessage(connection)
+  let early: AgentMessage | undefined
+  let replyError: unknown
+  reply.then(
+    (message) => {
+      early = message
+    },
+    (error: unknown) => {
+      replyError = error
+    },
+  )
+  try {
+    for (const file of files) {
+      if (early || replyError) break
+      await connection.send({
+        type: 'file-begin',
+        path: file.path,
+        size: file.content.byteLength,
+        ...(file.mode === undefined ? {} : { mode: file.mode }),
+      })
+      for (let offset = 0; offset < file.content.byteLength; offset += BATCH_CHUNK_BYTES)
+        await connection.sendData(
+          'file',
+          file.content.subarray(
+            offset,
+            Math.min(offset + BATCH_CHUNK_BYTES, file.content.byteLength),
+          ),
+        )
+    }
+    if (!early && !replyError) await connection.send({ type: 'end' })
+    const done = await reply
+    if (done.type !== 'write-done') throw remoteOrUnexpected(done, 'write-done')
+    connection.close()
+    return { files: done.files ?? 0, bytes: done.bytes }
+  } catch (error) {
+    connection.destroy()
+    throw error
+  }
+}
+
+/** A `read-files` in progress: the listing, then the files once `proceed` is called. */
+export interface AgentBatchDownload {
+  readonly entries: readonly FileEntryMessage[]
+  /** Asks for the files; each arrives whole. The connection closes when they are consumed or abandoned. */
+  proceed(): AsyncGenerator<{ path: string; content: Buffer }>
+  abandon(): void
+}
+
+/**
+ * Lists every regular file under `path` and, on `proceed()`, receives them
+ * all on the same connection, one whole file at a time (the channel's flow
+ * control keeps what is in flight bounded).
+ */
+export async function requestReadFiles(
+  connection: FramedConnection,
+  path: string,
+): Promise<AgentBatchDownload> {
+  await connection.send({ type: 'read-files', path })
+  const entries: FileEntryMessage[] = []
+  for (;;) {
+    const message = await nextMessage(connection)
+    if (message.type === 'end') break
+    if (message.type !== 'entries') throw remoteOrUnexpected(message, 'entries')
+    entries.push(...message.entries)
+  }
+  async function* files(): AsyncGenerator<{ path: string; content: Buffer }> {
+    let finished = false
+    try {
+      await connection.send({ type: 'proceed' })
+      for (;;) {
+        const message = await nextMessage(connection)
+        if (message.type === 'end') {
+          finished = true
+          return
+        }
+        if (message.type !== 'file-begin') throw remoteOrUnexpected(message, 'file-begin')
+        const content = Buffer.allocUnsafe(message.size)
+        let filled = 0
+        while (filled < message.size) {
+          const frame = await connection.read()
+          if (!frame) throw new ConnectionClosedError('the agent closed the connection mid-file')
+          if (frame.kind !== 'data' || frame.channel !== 'file')
+            throw new ProtocolError(`expected file data for ${message.path}`)
+          if (filled + frame.data.byteLength > message.size)
+            throw new ProtocolError(`more bytes than ${message.path} declared`)
+          content.set(frame.data, filled)
+          filled += frame.data.byteLength
+        }
+        yield { path: message.path, content }
+      }
+    } finally {
+      if (finished) connection.close()
+      else connection.destroy()
+    }
+  }
+  return { entries, proceed: files, abandon: () => connection.destroy() }
+}
+
 export async function requestListFiles(
   connection: FramedConnection,
   path: string,

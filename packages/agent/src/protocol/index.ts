@@ -10,6 +10,7 @@ export {
   verifyAuthProof,
 } from './auth.js'
 export {
+  type AgentBatchDownload,
   type AgentExecHandlers,
   AgentExecSession,
   type AgentFileDownload,
@@ -22,9 +23,11 @@ export {
   requestHealth,
   requestListFiles,
   requestReadFile,
+  requestReadFiles,
   requestSignalMarked,
   requestUsage,
   requestWriteFile,
+  requestWriteFiles,
 } from './client-operations.js'
 export {
   DATA_CHANNELS,
@@ -63,6 +66,7 @@ export {
   type ErrorMessage,
   type ExecRequest,
   type ExitMessage,
+  type FileBeginMessage,
   type FileEntryMessage,
   type FileInfoMessage,
   type HealthOkMessage,
@@ -72,10 +76,12 @@ export {
   type KillSignalName,
   type ListFilesRequest,
   PROTOCOL_VERSION,
+  type ProceedMessage,
   ProtocolError,
   parseAgentMessage,
   parseClientMessage,
   type ReadFileRequest,
+  type ReadFilesRequest,
   type SignalMarkedRequest,
   type SignalOkMessage,
   type StartedMessage,
@@ -85,6 +91,7 @@ export {
   type UsageRequest,
   type WriteDoneMessage,
   type WriteFileRequest,
+  type WriteFilesRequest,
   type WriteReadyMessage,
 } from './messages.js'
 export {

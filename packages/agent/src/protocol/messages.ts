@@ -95,6 +95,26 @@ export interface WriteFileRequest {
   /** Declared size; a different number of bytes fails the write. */
   readonly size?: number
 }
+/** Many files on one connection: `file-begin` and its bytes for each, then `end` (see file-write.ts). */
+export interface WriteFilesRequest {
+  readonly type: 'write-files'
+}
+/** One file of a batch: its bytes follow in data frames, exactly `size` of them. */
+export interface FileBeginMessage {
+  readonly type: 'file-begin'
+  readonly path: string
+  readonly size: number
+  readonly mode?: number
+}
+/** Every regular file under `path`: the listing, then (after `proceed`) each file's bytes (see file-batch-read.ts). */
+export interface ReadFilesRequest {
+  readonly type: 'read-files'
+  readonly path: string
+}
+/** The client accepts the listing of a `read-files` and wants the files. */
+export interface ProceedMessage {
+  readonly type: 'proceed'
+}
 export interface ListFilesRequest {
   readonly type: 'list-files'
   readonly path: string
@@ -113,10 +133,14 @@ export type AgentRequest =
   | ExecRequest
   | ReadFileRequest
   | WriteFileRequest
+  | WriteFilesRequest
+  | ReadFilesRequest
   | ListFilesRequest
 export type ClientMessage =
   | AuthMessage
   | AgentRequest
+  | FileBeginMessage
+  | ProceedMessage
   | StdinEndMessage
   | CancelMessage
   | EndMessage
@@ -195,6 +219,8 @@ export interface WriteReadyMessage {
 export interface WriteDoneMessage {
   readonly type: 'write-done'
   readonly bytes: number
+  /** For a batch: how many files were placed. */
+  readonly files?: number
 }
 export interface EntriesMessage {
   readonly type: 'entries'
@@ -220,6 +246,7 @@ export type AgentMessage =
   | WriteReadyMessage
   | WriteDoneMessage
   | EntriesMessage
+  | FileBeginMessage
   | EndMessage
   | ErrorMessage
   | HeartbeatMessage
@@ -326,6 +353,8 @@ export function parseClientMessage(raw: Raw): ClientMessage {
     }
     case 'health':
     case 'usage':
+    case 'write-files':
+    case 'proceed':
     case 'stdin-end':
     case 'end':
     case 'heartbeat':
@@ -360,10 +389,23 @@ export function parseClientMessage(raw: Raw): ClientMessage {
         fail(raw, '"signal" must be SIGKILL, SIGTERM or SIGHUP')
       return { type: 'signal-marked', marker, signal }
     }
+    case 'file-begin': {
+      const mode = int(raw, 'mode', { optional: true, min: 0 })
+      if (mode !== undefined && mode > 0o7777)
+        fail(raw, '"mode" must be permission bits (at most 0o7777)')
+      return {
+        type: 'file-begin',
+        path: absolutePath(raw, 'path'),
+        size: int(raw, 'size', { min: 0 })!,
+        ...(mode === undefined ? {} : { mode }),
+      }
+    }
     case 'read-file':
       return { type: 'read-file', path: absolutePath(raw, 'path') }
     case 'list-files':
       return { type: 'list-files', path: absolutePath(raw, 'path') }
+    case 'read-files':
+      return { type: 'read-files', path: absolutePath(raw, 'path') }
     case 'write-file': {
       const mode = int(raw, 'mode', { optional: true, min: 0 })
       if (mode !== undefined && mode > 0o7777)
@@ -454,8 +496,20 @@ export function parseAgentMessage(raw: Raw): AgentMessage {
         size: int(raw, 'size', { min: 0 })!,
         mode: int(raw, 'mode', { min: 0 })!,
       }
-    case 'write-done':
-      return { type: 'write-done', bytes: int(raw, 'bytes', { min: 0 })! }
+    case 'write-done': {
+      const files = int(raw, 'files', { optional: true, min: 0 })
+      return {
+        type: 'write-done',
+        bytes: int(raw, 'bytes', { min: 0 })!,
+        ...(files === undefined ? {} : { files }),
+      }
+    }
+    case 'file-begin':
+      return {
+        type: 'file-begin',
+        path: absolutePath(raw, 'path'),
+        size: int(raw, 'size', { min: 0 })!,
+      }
     case 'entries': {
       const entries = raw.entries
       if (!Array.isArray(entries)) fail(raw, '"entries" must be an array')

@@ -96,6 +96,21 @@ export class MuxStream extends Duplex {
     this.flushWrite()
   }
 
+  /**
+   * Writes that queued up while an earlier one waited (for credit, or for
+   * the channel) go out together: one copy into one payload instead of a
+   * frame, and a write through the engine's attach, per small write. A batch
+   * of small files is thousands of small writes.
+   */
+  override _writev(
+    chunks: Array<{ chunk: Buffer; encoding: BufferEncoding }>,
+    callback: (error?: Error | null) => void,
+  ): void {
+    const chunk =
+      chunks.length === 1 ? chunks[0]!.chunk : Buffer.concat(chunks.map((item) => item.chunk))
+    this._write(chunk, chunks[0]!.encoding, callback)
+  }
+
   override _final(callback: (error?: Error | null) => void): void {
     if (!this.reset && !this.localEnded) {
       this.localEnded = true

@@ -2,6 +2,7 @@ import type { Duplex } from 'node:stream'
 import { SandboxAbortedError, type SandboxError, SandboxTransportError } from '@cordon/core'
 import { sleep } from '@cordon/core/backend'
 import {
+  type AgentBatchDownload,
   type AgentExecHandlers,
   type AgentExecSession,
   type AgentFileDownload,
@@ -16,9 +17,11 @@ import {
   requestHealth,
   requestListFiles,
   requestReadFile,
+  requestReadFiles,
   requestSignalMarked,
   requestUsage,
   requestWriteFile,
+  requestWriteFiles,
   type UsageOkMessage,
 } from '../protocol/index.js'
 import { toSandboxError } from './agent-error-mapping.js'
@@ -227,6 +230,21 @@ export class AgentClient {
     )
   }
 
+  /** Uploads many files on one file connection (see `requestWriteFiles`). */
+  async writeFiles(
+    directory: string,
+    files: Iterable<{
+      readonly path: string
+      readonly content: Uint8Array
+      readonly mode?: number
+    }>,
+    signal?: AbortSignal,
+  ): Promise<{ files: number; bytes: number }> {
+    return this.withConnection('writeFiles', directory, signal, (connection) =>
+      requestWriteFiles(connection, files),
+    )
+  }
+
   async usage(signal?: AbortSignal): Promise<UsageOkMessage> {
     return this.withConnection('usage', undefined, signal, (connection) => requestUsage(connection))
   }
@@ -248,6 +266,44 @@ export class AgentClient {
         ...(options.size === undefined ? {} : { size: options.size }),
       }),
     )
+  }
+
+  /**
+   * Lists every regular file under `path` on one connection and, on
+   * `proceed()`, streams them whole (see `requestReadFiles`); the connection
+   * lives until the files are consumed or abandoned.
+   */
+  async readFiles(path: string, signal?: AbortSignal): Promise<AgentBatchDownload> {
+    const connection = await this.open(signal, 'file')
+    const onAbort = (): void =>
+      connection.destroy(new SandboxAbortedError('readFiles', { cause: signal?.reason }))
+    signal?.addEventListener('abort', onAbort, { once: true })
+    let batch: AgentBatchDownload
+    try {
+      batch = await requestReadFiles(connection, path)
+    } catch (error) {
+      signal?.removeEventListener('abort', onAbort)
+      connection.destroy()
+      throw this.translate(error, 'readFiles', path, signal)
+    }
+    const translate = (error: unknown): SandboxError =>
+      this.translate(error, 'readFiles', path, signal)
+    return {
+      entries: batch.entries,
+      async *proceed() {
+        try {
+          for await (const file of batch.proceed()) yield file
+        } catch (error) {
+          throw translate(error)
+        } finally {
+          signal?.removeEventListener('abort', onAbort)
+        }
+      },
+      abandon: () => {
+        signal?.removeEventListener('abort', onAbort)
+        batch.abandon()
+      },
+    }
   }
 
   /** Opens a download; the returned chunks keep the connection until consumed or abandoned. */

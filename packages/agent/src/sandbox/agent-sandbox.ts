@@ -38,11 +38,6 @@ import { forwardPort, type SandboxPortDialer } from './port-forward.js'
 
 const textEncoder = new TextEncoder()
 
-/** Files of a batch moved at once, each over a stream of its own. */
-const BATCH_CONCURRENCY = 8
-/** Bytes a batch read may hold ahead of its consumer (one file is always allowed, up to maxBytes). */
-const BATCH_READ_AHEAD_BYTES = 32 * 1024 * 1024
-
 export interface AgentSandboxInit {
   readonly id: SandboxId
   readonly rootDir: string
@@ -290,70 +285,47 @@ export class AgentSandbox implements CordonBackendSandbox {
         throw new SandboxPathError(target, `outside the writable directories (${roots.join(', ')})`)
       return target
     })
-    let next = 0
-    let failed = false
-    const worker = async (): Promise<void> => {
-      while (!failed && next < files.length) {
-        const index = next++
-        const file = files[index]!
-        try {
-          await this.writeFile(targets[index]!, file.content, {
-            ...(file.mode === undefined ? {} : { mode: file.mode }),
-            ...(options.signal ? { signal: options.signal } : {}),
-          })
-        } catch (error) {
-          failed = true
-          throw error
-        }
-      }
-    }
-    const results = await Promise.allSettled(
-      Array.from({ length: Math.min(BATCH_CONCURRENCY, files.length) }, worker),
+    // One connection for the whole batch: no handshake or round trip per file.
+    await this.init.client.writeFiles(
+      this.rootDir,
+      files.map((file, index) => ({
+        path: targets[index]!,
+        content: typeof file.content === 'string' ? textEncoder.encode(file.content) : file.content,
+        ...(file.mode === undefined ? {} : { mode: file.mode }),
+      })),
+      options.signal,
     )
-    const rejected = results.find((result) => result.status === 'rejected')
-    if (rejected) throw (rejected as PromiseRejectedResult).reason
   }
 
   /**
-   * Every regular file under `dir`, each read whole (at most `maxBytes`),
-   * several at a time but never more than 32 MiB ahead of the consumer, so
-   * host memory stays bounded whatever the sandbox wrote.
+   * Every regular file under `dir`, each read whole (at most `maxBytes`), on
+   * one connection: the listing first, so a file over `maxBytes` is refused
+   * before anything is read, then the files in turn, the channel's flow
+   * control keeping what is in flight bounded whatever the sandbox wrote.
    */
   async readFiles(
     dir?: string,
     options: SandboxReadFileOptions = {},
   ): Promise<AsyncIterable<SandboxFileContent>> {
-    const entries = await this.listFiles(dir, options)
+    this.assertUsable('readFiles', options.signal)
     const maxBytes = options.maxBytes ?? SANDBOX_DEFAULT_MAX_READ_BYTES
-    for (const entry of entries)
-      if (entry.size > maxBytes)
-        throw new SandboxFileTooLargeError(entry.path, entry.size, maxBytes)
-    const read = (entry: SandboxFileEntry) =>
-      this.readFile(entry.path, options).then((content) => ({ path: entry.path, content }))
+    const batch = await this.init.client.readFiles(
+      this.resolvePath(dir ?? this.rootDir),
+      options.signal,
+    )
+    const tooLarge = batch.entries.find((entry) => entry.size > maxBytes)
+    if (tooLarge) {
+      batch.abandon()
+      throw new SandboxFileTooLargeError(tooLarge.path, tooLarge.size, maxBytes)
+    }
     return {
       [Symbol.asyncIterator]: async function* () {
-        const inFlight: Array<{ size: number; content: Promise<SandboxFileContent> }> = []
-        let ahead = 0
-        let index = 0
-        const fill = () => {
-          while (
-            index < entries.length &&
-            inFlight.length < BATCH_CONCURRENCY &&
-            (inFlight.length === 0 || ahead + entries[index]!.size <= BATCH_READ_AHEAD_BYTES)
-          ) {
-            const entry = entries[index++]!
-            const content = read(entry)
-            content.catch(() => {})
-            inFlight.push({ size: entry.size, content })
-            ahead += entry.size
+        for await (const file of batch.proceed()) {
+          // A file that grew past the limit since it was listed.
+          if (file.content.byteLength > maxBytes) {
+            batch.abandon()
+            throw new SandboxFileTooLargeError(file.path, file.content.byteLength, maxBytes)
           }
-        }
-        fill()
-        while (inFlight.length > 0) {
-          const head = inFlight.shift()!
-          const file = await head.content
-          ahead -= head.size
-          fill()
           yield file
         }
       },

@@ -1,0 +1,98 @@
+import { closeSync, constants, fstatSync, openSync, readSync } from 'node:fs'
+import { relative, resolve } from 'node:path'
+import { walk } from './file-list.js'
+import { AgentOperationError } from './operation-error.js'
+import type { PathJail } from './path-jail.js'
+import type { FramedConnection } from './protocol/framed-connection.js'
+import {
+  type FileEntryMessage,
+  parseClientMessage,
+  type ReadFilesRequest,
+} from './protocol/messages.js'
+
+const ENTRIES_PER_MESSAGE = 256
+/** Files are read in groups of at most this many files or bytes, within one switch to the user. */
+const GROUP_FILES = 128
+const GROUP_BYTES = 4 * 1024 * 1024
+
+/**
+ * Sends every regular file under a directory on one connection: first the
+ * listing (as `list-files` does), so the client can refuse a file larger
+ * than it accepts before any is read; then, once the client says `proceed`,
+ * each file as a `file-begin` with its size and that many bytes. Files are
+ * opened and read as the sandbox's user, several within one switch of the
+ * agent's ids (what a small file costs most). A file that disappeared or
+ * became something else since the listing is left out; one that grew or
+ * shrank is sent as it is now.
+ */
+export async function serveReadFiles(
+  connection: FramedConnection,
+  request: ReadFilesRequest,
+  jail: PathJail,
+): Promise<void> {
+  const shownRoot = resolve(request.path)
+  const entries = jail.actAs(() => walk(jail.resolveForRead(request.path), shownRoot))
+  for (let start = 0; start < entries.length; start += ENTRIES_PER_MESSAGE)
+    await connection.send({
+      type: 'entries',
+      entries: entries.slice(start, start + ENTRIES_PER_MESSAGE),
+    })
+  await connection.send({ type: 'end' })
+  const frame = await connection.read()
+  if (!frame) return
+  if (frame.kind !== 'message' || parseClientMessage(frame.message).type !== 'proceed')
+    throw new AgentOperationError('bad-request', 'expected "proceed" after the listing')
+  for (let start = 0; start < entries.length; ) {
+    const group: FileEntryMessage[] = []
+    let bytes = 0
+    while (
+      start < entries.length &&
+      group.length < GROUP_FILES &&
+      (group.length === 0 || bytes + entries[start]!.size <= GROUP_BYTES)
+    ) {
+      bytes += entries[start]!.size
+      group.push(entries[start++]!)
+    }
+    const contents = jail.actAs(() => group.map((entry) => readWhole(jail, entry, shownRoot)))
+    for (const [index, content] of contents.entries()) {
+      if (!content) continue
+      await connection.send({
+        type: 'file-begin',
+        path: group[index]!.path,
+        size: content.byteLength,
+      })
+      if (content.byteLength > 0) await connection.sendData('file', content)
+    }
+  }
+  await connection.send({ type: 'end' })
+}
+
+/** Reads one listed file whole, as the user; undefined if it is no longer a regular file. */
+function readWhole(jail: PathJail, entry: FileEntryMessage, shownRoot: string): Buffer | undefined {
+  let fd: number
+  try {
+    fd = openSync(
+      jail.resolveForRead(resolve(shownRoot, relative(shownRoot, entry.path))),
+      constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK,
+    )
+  } catch {
+    return undefined
+  }
+  try {
+    jail.checkOpened(fd, entry.path, 'read')
+    const stat = fstatSync(fd)
+    if (!stat.isFile()) return undefined
+    const content = Buffer.allocUnsafe(stat.size)
+    let filled = 0
+    while (filled < content.byteLength) {
+      const read = readSync(fd, content, filled, content.byteLength - filled, null)
+      if (read === 0) break
+      filled += read
+    }
+    return content.subarray(0, filled)
+  } catch {
+    return undefined
+  } finally {
+    closeSync(fd)
+  }
+}
