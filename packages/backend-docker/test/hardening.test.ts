@@ -60,6 +60,16 @@ for (const runtime of ['docker', 'runsc'] as const) {
       expect(su.exitCode).not.toBe(0)
     })
 
+    it('runs all of its commands as one uid: one command can signal another (a documented limit)', async () => {
+      const other = await sandbox.start('sleep', ['30'])
+      const killed = await sandbox.exec('sh', [
+        '-c',
+        'for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = sleep ] && kill ${p#/proc/} && echo killed; done',
+      ])
+      expect(killed.stdout).toContain('killed')
+      expect((await other.wait()).exitCode).not.toBe(0)
+    })
+
     it('cannot signal, trace or read the agent that runs it', async () => {
       const agent = await sandbox.exec('sh', [
         '-c',
