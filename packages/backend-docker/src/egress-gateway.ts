@@ -56,6 +56,13 @@ const GATEWAY_USER = '65534:65534'
  * says. Sandboxes have no network interface at all, under runc and gVisor
  * alike. Started on first use, removed when its last sandbox goes.
  */
+/**
+ * How long a control command may wait for the gateway's answer before the
+ * gateway counts as failed. Generous: a gateway tearing down hundreds of
+ * tunnels on a loaded two-core host was seen to take over 10 s to answer.
+ */
+const CONTROL_ANSWER_TIMEOUT_MS = 30_000
+
 export class EgressGateway {
   private starting: Promise<void> | undefined
   private channel: AttachedChannel | undefined
@@ -254,8 +261,13 @@ export class EgressGateway {
     return new Promise<GatewayAck>((resolve, reject) => {
       const timer = setTimeout(() => {
         this.pending.delete(id)
-        reject(new SandboxOperationError('egress gateway', `no answer to "${body.op}" within 10 s`))
-      }, 10_000)
+        reject(
+          new SandboxOperationError(
+            'egress gateway',
+            `no answer to "${body.op}" within ${CONTROL_ANSWER_TIMEOUT_MS / 1000} s`,
+          ),
+        )
+      }, CONTROL_ANSWER_TIMEOUT_MS)
       this.pending.set(id, (ack) => {
         clearTimeout(timer)
         if (ack.ok) resolve(ack)
