@@ -40,6 +40,13 @@ const DEFAULT_IDLE_MS = 2000
 const GATEWAY_USER = '65534:65534'
 
 /**
+ * How long a control command may wait for the gateway's answer before the
+ * gateway counts as failed. Generous: a gateway tearing down hundreds of
+ * tunnels on a loaded two-core host was seen to take over 10 s to answer.
+ */
+const CONTROL_ANSWER_TIMEOUT_MS = 30_000
+
+/**
  * One egress gateway per provider: a container running `@cordon/egress`'s
  * gateway program (from the agent runtime volume) on the engine's default
  * bridge network. It listens on no port at all (its clients arrive over its
@@ -56,13 +63,6 @@ const GATEWAY_USER = '65534:65534'
  * says. Sandboxes have no network interface at all, under runc and gVisor
  * alike. Started on first use, removed when its last sandbox goes.
  */
-/**
- * How long a control command may wait for the gateway's answer before the
- * gateway counts as failed. Generous: a gateway tearing down hundreds of
- * tunnels on a loaded two-core host was seen to take over 10 s to answer.
- */
-const CONTROL_ANSWER_TIMEOUT_MS = 30_000
-
 export class EgressGateway {
   private starting: Promise<void> | undefined
   private channel: AttachedChannel | undefined
