@@ -64,7 +64,7 @@ for (const runtime of ['docker', 'runsc'] as const) {
       const other = await sandbox.start('sleep', ['30'])
       const killed = await sandbox.exec('sh', [
         '-c',
-        'for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = sleep ] && kill ${p#/proc/} && echo killed; done',
+        'for p in /proc/[0-9]*; do [ "$(cat $p/comm 2>/dev/null)" = sleep ] && kill $(basename $p) && echo killed; done',
       ])
       expect(killed.stdout).toContain('killed')
       expect((await other.wait()).exitCode).not.toBe(0)
