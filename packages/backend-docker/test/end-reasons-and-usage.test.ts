@@ -86,6 +86,24 @@ for (const runtime of ['docker', 'runsc'] as const) {
       expect(await endReasonOf(expiring)).toBe('lifetime')
     })
 
+    if (runtime === 'docker') {
+      it('reports a command killed for memory as an oom event, and the sandbox goes on', async () => {
+        const sandbox = await provider.create({ memoryLimitMb: 64 })
+        const result = await sandbox.exec('sh', ['-c', 'a=x; while :; do a="$a$a"; done'], {
+          timeout: 30_000,
+        })
+        expect(result.oomKilled).toBe(true)
+        expect(
+          events.some(
+            (event) =>
+              event.type === 'lifecycle' && event.phase === 'oom' && event.sandboxId === sandbox.id,
+          ),
+        ).toBe(true)
+        expect((await sandbox.exec('echo', ['alive'])).stdout).toBe('alive\n')
+        await sandbox.destroy()
+      })
+    }
+
     if (runtime === 'runsc') {
       it('records out-of-memory when the whole sandbox is killed for memory', async () => {
         const sandbox = await provider.create({ memoryLimitMb: 64 })

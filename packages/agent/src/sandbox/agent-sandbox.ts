@@ -476,6 +476,15 @@ export class AgentSandbox implements CordonBackendSandbox {
                 }
               : {}),
           })
+          // A command the kernel killed for memory: the OOM kill as a lifecycle event of its own.
+          if (result?.oomKilled)
+            this.init.emit({
+              type: 'lifecycle',
+              phase: 'oom',
+              sandboxId: this.id,
+              backend: this.init.backend,
+              timestamp: Date.now(),
+            })
         },
       },
       options.signal,
