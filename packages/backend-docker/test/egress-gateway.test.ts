@@ -500,8 +500,13 @@ describe('egress through the gateway (Docker backend)', () => {
       for (let attempt = 0; attempt < 600 && !output.includes('}'); attempt++)
         await new Promise((resolve) => setTimeout(resolve, 100))
       expect(output, 'every tunnel was answered within 60 s').toContain('}')
-      // The greedy sandbox gets its share (256 tunnels) and no more.
-      expect(JSON.parse(output)).toEqual({ ok: 256, refused: 44, other: 0 })
+      // The greedy sandbox gets its share (256 tunnels) and no more: 44 are
+      // refused. (On a loaded host some admitted tunnels may fail to reach the
+      // upstream in time; they were still admitted within the share.)
+      const counts = JSON.parse(output) as { ok: number; refused: number; other: number }
+      expect(counts.refused, output).toBe(44)
+      expect(counts.ok + counts.other, output).toBe(256)
+      expect(counts.ok, output).toBeGreaterThan(0)
       // Its neighbour, on the same gateway, is served as if nothing happened.
       const served = await neighbour.exec(
         'wget',
