@@ -111,6 +111,30 @@ export async function requestSignalMarked(
   return reply.signalled
 }
 
+/**
+ * Waits for the agent's `write-ready`, then listens for its next message
+ * while the caller sends: the agent only speaks again to finish or to refuse,
+ * so an early refusal (a path it may not write, a full disk, a size exceeded)
+ * stops the upload.
+ */
+async function uploadReply(
+  connection: FramedConnection,
+): Promise<{ readonly message: Promise<AgentMessage>; arrived(): boolean }> {
+  const ready = await nextMessage(connection)
+  if (ready.type !== 'write-ready') throw remoteOrUnexpected(ready, 'write-ready')
+  const message = nextMessage(connection)
+  let settled = false
+  message.then(
+    () => {
+      settled = true
+    },
+    () => {
+      settled = true
+    },
+  )
+  return { message, arrived: () => settled }
+}
+
 /** Bytes per data frame of a batch upload. */
 const BATCH_CHUNK_BYTES = 256 * 1024
 
@@ -125,22 +149,10 @@ export async function requestWriteFiles(
   files: Iterable<{ readonly path: string; readonly content: Uint8Array; readonly mode?: number }>,
 ): Promise<{ files: number; bytes: number }> {
   await connection.send({ type: 'write-files' })
-  const ready = await nextMessage(connection)
-  if (ready.type !== 'write-ready') throw remoteOrUnexpected(ready, 'write-ready')
-  const reply = nextMessage(connection)
-  let early: AgentMessage | undefined
-  let replyError: unknown
-  reply.then(
-    (message) => {
-      early = message
-    },
-    (error: unknown) => {
-      replyError = error
-    },
-  )
+  const reply = await uploadReply(connection)
   try {
     for (const file of files) {
-      if (early || replyError) break
+      if (reply.arrived()) break
       await connection.send({
         type: 'file-begin',
         path: file.path,
@@ -156,8 +168,8 @@ export async function requestWriteFiles(
           ),
         )
     }
-    if (!early && !replyError) await connection.send({ type: 'end' })
-    const done = await reply
+    if (!reply.arrived()) await connection.send({ type: 'end' })
+    const done = await reply.message
     if (done.type !== 'write-done') throw remoteOrUnexpected(done, 'write-done')
     connection.close()
     return { files: done.files ?? 0, bytes: done.bytes }
@@ -306,25 +318,11 @@ export async function requestWriteFile(
     ...(options.mode === undefined ? {} : { mode: options.mode }),
     ...(options.size === undefined ? {} : { size: options.size }),
   })
-  const ready = await nextMessage(connection)
-  if (ready.type !== 'write-ready') throw remoteOrUnexpected(ready, 'write-ready')
-  // The agent only speaks again to finish or to refuse; listen while sending so
-  // an early refusal (disk full, size exceeded) stops the upload.
-  const reply = nextMessage(connection)
-  let early: AgentMessage | undefined
-  let replyError: unknown
-  reply.then(
-    (message) => {
-      early = message
-    },
-    (error: unknown) => {
-      replyError = error
-    },
-  )
+  const reply = await uploadReply(connection)
   let sent = 0
   try {
     for await (const chunk of source) {
-      if (early || replyError) break
+      if (reply.arrived()) break
       sent += chunk.byteLength
       if (options.size !== undefined && sent > options.size) {
         throw new AgentRemoteError(
@@ -334,8 +332,8 @@ export async function requestWriteFile(
       }
       await connection.sendData('file', chunk)
     }
-    if (!early && !replyError) await connection.send({ type: 'end' })
-    const done = await reply
+    if (!reply.arrived()) await connection.send({ type: 'end' })
+    const done = await reply.message
     if (done.type !== 'write-done') throw remoteOrUnexpected(done, 'write-done')
     connection.close()
     return done.bytes
