@@ -54,6 +54,13 @@ export interface AgentConfig {
    * output-seal.ts). Needs `runAs`.
    */
   readonly sealRoots: readonly string[]
+  /**
+   * Writable directories with a cap on the disk they take (storage-watch.ts):
+   * past it, the agent kills the sandbox's processes and ends. Needs `runAs`.
+   */
+  readonly storageCaps: readonly StorageCap[]
+  /** How often the agent measures the capped directories while the sandbox's user has processes. */
+  readonly storageCheckMs: number
   /** With `stdio`: a loopback port whose connections go to the host as `egress` streams. */
   readonly egressPort: number | undefined
   /** The agent exits this long after it started: a lifetime the host's death cannot stop. */
@@ -80,7 +87,17 @@ export const AGENT_ENV = {
   egressPort: 'CORDON_AGENT_EGRESS_PORT',
   lifetimeMs: 'CORDON_AGENT_LIFETIME_MS',
   sealRoots: 'CORDON_AGENT_SEAL_ROOTS',
+  storageCaps: 'CORDON_AGENT_STORAGE_CAPS',
+  storageCheckMs: 'CORDON_AGENT_STORAGE_CHECK_MS',
 } as const
+
+/** A directory and the most disk, in bytes, it may take. */
+export interface StorageCap {
+  readonly root: string
+  readonly bytes: number
+}
+
+export const DEFAULT_STORAGE_CHECK_MS = 100
 
 export const DEFAULT_WRITE_ROOT = '/mnt/user-data/outputs'
 
@@ -168,6 +185,19 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
   const sealRoots = parseRoots(get(AGENT_ENV.sealRoots) ?? '', AGENT_ENV.sealRoots, problems)
   if (sealRoots.length > 0 && !runAs)
     problems.push(`${AGENT_ENV.sealRoots} needs ${AGENT_ENV.runAs}: it acts as the sandbox's user`)
+  const storageCaps = parseStorageCaps(get(AGENT_ENV.storageCaps) ?? '', problems)
+  if (storageCaps.length > 0 && !runAs)
+    problems.push(
+      `${AGENT_ENV.storageCaps} needs ${AGENT_ENV.runAs}: it measures as the sandbox's user`,
+    )
+  const storageCheckMs =
+    optionalInteger(
+      get(AGENT_ENV.storageCheckMs),
+      AGENT_ENV.storageCheckMs,
+      10,
+      60_000,
+      problems,
+    ) ?? DEFAULT_STORAGE_CHECK_MS
   const lifetimeMs = optionalInteger(
     get(AGENT_ENV.lifetimeMs),
     AGENT_ENV.lifetimeMs,
@@ -190,6 +220,8 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
     protectFromOom,
     runAs,
     sealRoots,
+    storageCaps,
+    storageCheckMs,
     egressPort,
     lifetimeMs,
     log: quiet ? () => {} : writeLogLine,
@@ -244,6 +276,22 @@ function parseListenAddress(text: string, socketMode: string | undefined): Agent
     return { kind: 'tcp', host, port }
   }
   throw new AgentConfigError(`${AGENT_ENV.listen} must be stdio or start with unix:, fd: or tcp:`)
+}
+
+/** `root=bytes` entries separated by `:`, as the roots are; a root may itself hold `=`. */
+function parseStorageCaps(text: string, problems: string[]): StorageCap[] {
+  const caps: StorageCap[] = []
+  for (const entry of text.split(':').filter(Boolean)) {
+    const at = entry.lastIndexOf('=')
+    const root = entry.slice(0, at)
+    const bytes = Number(entry.slice(at + 1))
+    if (at <= 0 || !isAbsolute(root) || !Number.isSafeInteger(bytes) || bytes <= 0) {
+      problems.push(`${AGENT_ENV.storageCaps}: "${entry}" is not "/absolute/path=bytes"`)
+      continue
+    }
+    caps.push({ root: root.length > 1 ? root.replace(/\/+$/, '') : root, bytes })
+  }
+  return caps
 }
 
 function parseRoots(text: string, name: string, problems: string[]): string[] {

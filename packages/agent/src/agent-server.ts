@@ -156,7 +156,8 @@ async function startStdioAgent(
     })())
   mux.onClose((reason) => {
     config.log('info', 'the host closed the channel; stopping', { reason: reason.message })
-    void close().finally(() => process.exit(0))
+    // process.exitCode: the status a deliberate end (a storage cap) set, 0 otherwise.
+    void close().finally(() => process.exit())
   })
   const egressAddress = egress?.address()
   config.log('info', 'agent serving on stdio', {

@@ -6,9 +6,13 @@
  * Signals: SIGHUP is the resume signal (re-seed, re-read the secret, listen
  * again); SIGTERM and SIGINT stop the agent.
  */
-import { AgentConfigError, readAgentConfig } from './agent-config.js'
+import { type AgentConfig, AgentConfigError, readAgentConfig } from './agent-config.js'
 import { AGENT_VERSION } from './agent-connection.js'
-import { startAgent } from './agent-server.js'
+import { type RunningAgent, startAgent } from './agent-server.js'
+import { killProcessesOf } from './output-seal.js'
+import { AGENT_EXIT_CODES } from './protocol/exit-codes.js'
+import { findExcess, type StorageExcess, watchStorage } from './storage-watch.js'
+import { actAsUser } from './user-identity.js'
 
 async function main(): Promise<void> {
   if (process.argv.includes('--version')) {
@@ -16,7 +20,18 @@ async function main(): Promise<void> {
     return
   }
   const config = readAgentConfig(process.env)
+  const runAs = config.runAs
+  if (runAs && config.storageCaps.length > 0) {
+    // A directory already past its cap (left so by an earlier sandbox, or by
+    // the host) is refused before the host is told the sandbox is ready.
+    const excess = await findExcess(config.storageCaps, actAsUser(runAs))
+    if (excess) {
+      process.stderr.write(`${describeExcess(excess)} before the sandbox started\n`)
+      process.exit(AGENT_EXIT_CODES.storageLimit)
+    }
+  }
   const agent = await startAgent(config)
+  if (runAs && config.storageCaps.length > 0) watchCaps(config, runAs, agent)
   if (config.lifetimeMs !== undefined) {
     setTimeout(() => {
       config.log('info', 'lifetime reached; stopping', { lifetimeMs: config.lifetimeMs })
@@ -38,6 +53,27 @@ async function main(): Promise<void> {
   }
   process.on('SIGTERM', stop)
   process.on('SIGINT', stop)
+}
+
+function watchCaps(config: AgentConfig, runAs: { uid: number; gid: number }, agent: RunningAgent) {
+  watchStorage({
+    caps: config.storageCaps,
+    actAs: actAsUser(runAs),
+    uid: runAs.uid,
+    intervalMs: config.storageCheckMs,
+    onExceeded: (excess) => {
+      // Stop the writers first; closing then seals the outputs as every end does.
+      const killed = killProcessesOf(runAs.uid)
+      config.log('error', `${describeExcess(excess)}; ending the sandbox`, { killed })
+      // Set before closing: the channel's end also exits, with this status.
+      process.exitCode = AGENT_EXIT_CODES.storageLimit
+      void agent.close().finally(() => process.exit())
+    },
+  })
+}
+
+function describeExcess(excess: StorageExcess): string {
+  return `${excess.root} takes ${excess.usedBytes} bytes of disk, over its cap of ${excess.capBytes}`
 }
 
 main().catch((error: unknown) => {

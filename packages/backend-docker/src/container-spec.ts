@@ -18,6 +18,11 @@ export const DEFAULT_CPUS = 1
 export const DEFAULT_TMPFS_MB = 64
 /** Size cap of an `ephemeral` mount that does not set `sizeMb`. */
 export const DEFAULT_EPHEMERAL_SIZE_MB = 256
+/**
+ * Disk cap of a writable `hostDir` mount that does not set `sizeMb`: finite,
+ * so that no sandbox can fill its host's disk by default.
+ */
+export const DEFAULT_HOST_DIR_SIZE_MB = 1024
 /** The loopback port a sandbox behind the egress gateway uses as its HTTP proxy. */
 export const EGRESS_PROXY_PORT = 3128
 
@@ -156,6 +161,7 @@ export function tmpfsMounts(
 export function processLimits(
   config: Pick<ContainerBackendConfig, 'runtime'>,
   maxProcesses: number,
+  fileSizeBytes?: number,
 ): { PidsLimit: number; Ulimits: Array<{ Name: string; Soft: number; Hard: number }> } {
   const nproc = maxProcesses
   return {
@@ -166,7 +172,12 @@ export function processLimits(
           // (a sentry that cannot make a host thread ends the whole sandbox).
           (nproc + AGENT_TASK_ALLOWANCE) * RUNSC_HOST_PIDS_PER_GUEST_PROCESS + RUNSC_HOST_PIDS_BASE
         : nproc + AGENT_TASK_ALLOWANCE,
-    Ulimits: [{ Name: 'nproc', Soft: nproc, Hard: nproc }],
+    Ulimits: [
+      { Name: 'nproc', Soft: nproc, Hard: nproc },
+      ...(fileSizeBytes === undefined
+        ? []
+        : [{ Name: 'fsize', Soft: fileSizeBytes, Hard: fileSizeBytes }]),
+    ],
   }
 }
 
@@ -207,6 +218,9 @@ export function agentEnvironment(options: {
   }
   const sealed = sealedOutputPaths(options.layout)
   if (sealed.length > 0) env.CORDON_AGENT_SEAL_ROOTS = sealed.join(':')
+  const caps = hostDirCaps(options.layout)
+  if (caps.length > 0)
+    env.CORDON_AGENT_STORAGE_CAPS = caps.map((cap) => `${cap.containerPath}=${cap.bytes}`).join(':')
   return Object.entries(env).map(([key, value]) => `${key}=${value}`)
 }
 
@@ -219,6 +233,40 @@ export function sealedOutputPaths(layout: ResolvedContainerSandboxLayout): strin
   return planLayoutMounts(layout)
     .filter((mount) => mount.source.type === 'hostDir' && !mount.readOnly)
     .map((mount) => mount.containerPath)
+}
+
+/**
+ * Writable host directories and the most disk each may take. A bind mount
+ * has no size of its own, so the cap is held by the agent (its storage
+ * watch ends the sandbox past it) and by the kernel's file size limit
+ * ({@link fileSizeLimit}).
+ */
+export function hostDirCaps(
+  layout: ResolvedContainerSandboxLayout,
+): Array<{ containerPath: string; bytes: number }> {
+  return planLayoutMounts(layout).flatMap((mount) =>
+    mount.source.type === 'hostDir' && !mount.readOnly
+      ? [
+          {
+            containerPath: mount.containerPath,
+            bytes: (mount.source.sizeMb ?? DEFAULT_HOST_DIR_SIZE_MB) * 1024 * 1024,
+          },
+        ]
+      : [],
+  )
+}
+
+/**
+ * RLIMIT_FSIZE for everything in the container when it has a capped host
+ * directory: the largest such cap, so that a lone writer is stopped at the
+ * cap exactly by the kernel (EFBIG, or SIGXFSZ), not by the agent's next
+ * measurement. The limit is per process, not per mount, so it holds for
+ * every file in the sandbox: with a 1 GiB cap (the default), no file in its
+ * `/tmp` or `ephemeral` mounts can be larger either.
+ */
+export function fileSizeLimit(layout: ResolvedContainerSandboxLayout): number | undefined {
+  const caps = hostDirCaps(layout)
+  return caps.length === 0 ? undefined : Math.max(...caps.map((cap) => cap.bytes))
 }
 
 /**
@@ -246,6 +294,8 @@ export function containerSpec(options: {
   readonly env: string[]
   /** Cores the sandbox may use (see cpu-placement.ts); undefined for all. */
   readonly cpuSet: string | undefined
+  /** RLIMIT_FSIZE, in bytes ({@link fileSizeLimit}); undefined for none. */
+  readonly fileSizeBytes: number | undefined
 }): ContainerCreateOptions {
   const { config, request } = options
   const memoryBytes = (request.memoryLimitMb + AGENT_MEMORY_ALLOWANCE_MB) * 1024 * 1024
@@ -274,7 +324,7 @@ export function containerSpec(options: {
       SecurityOpt: ['no-new-privileges:true'],
       ReadonlyRootfs: true,
       Tmpfs: options.tmpfs,
-      ...processLimits(config, request.maxProcesses),
+      ...processLimits(config, request.maxProcesses, options.fileSizeBytes),
       Memory: memoryBytes,
       MemorySwap: memoryBytes,
       NanoCpus: Math.round((config.cpus ?? DEFAULT_CPUS) * 1e9),

@@ -1,4 +1,4 @@
-import { newAgentSecret } from '@cordon/agent/protocol'
+import { AGENT_EXIT_CODES, newAgentSecret } from '@cordon/agent/protocol'
 import { AgentClient, AgentSandbox, waitForAgent } from '@cordon/agent/sandbox'
 import {
   type ContainerBackendConfig,
@@ -29,6 +29,7 @@ import {
   containerSpec,
   DEFAULT_CPUS,
   EGRESS_PROXY_PORT,
+  fileSizeLimit,
   layoutMounts,
   sandboxUser,
   sealedOutputPaths,
@@ -64,6 +65,12 @@ function proxyEnvironment(): Record<string, string> {
 const LATE_SWEEPS_MS = [1000, 3000, 8000]
 /** How long after a container ends an OOM event may still arrive from the engine. */
 const OOM_EVENT_GRACE_MS = 1000
+/**
+ * How long after the channel closes the container's `die` event (with the
+ * agent's exit status) may still come: the agent seals the outputs after
+ * closing the channel and before it exits.
+ */
+const DIE_EVENT_GRACE_MS = 15_000
 /**
  * How long `destroy()` lets the agent seal writable host directories (kill
  * the user's processes, walk the outputs) before the engine kills it.
@@ -212,6 +219,7 @@ export class DockerBackend implements CordonSandboxBackend {
             runtime,
             mounts: layoutMounts(layout, runtime, this.name, this.engine.socketPath),
             tmpfs: tmpfsMounts(this.config, layout, user),
+            fileSizeBytes: fileSizeLimit(layout),
             labels: this.labels(request, 'sandbox'),
             cpuSet: cpuSet(this.config.cpus ?? DEFAULT_CPUS, engineCpus, request.id),
             env: agentEnvironment({
@@ -299,22 +307,26 @@ export class DockerBackend implements CordonSandboxBackend {
         })
         // The container ending underneath leaves a sandbox that can run nothing more;
         // the engine's events tell an out-of-memory kill (gVisor: the whole sandbox)
-        // from the agent's own lifetime ending it and from the engine going away.
+        // and the agent ending it for a storage cap (its exit status) from its own
+        // lifetime ending it and from the engine going away.
         const startedAt = Date.now()
         channel.onClose(() => {
           if (sandbox.status === 'destroyed') return
           const closedAt = Date.now()
           sandbox.markLost(
-            this.events
-              .oomSince(container.id, startedAt, OOM_EVENT_GRACE_MS)
-              .then((oom) =>
-                oom
-                  ? 'out-of-memory'
+            Promise.all([
+              this.events.oomSince(container.id, startedAt, OOM_EVENT_GRACE_MS),
+              this.events.exitCode(container.id, DIE_EVENT_GRACE_MS),
+            ]).then(([oom, exitCode]) =>
+              oom
+                ? 'out-of-memory'
+                : exitCode === AGENT_EXIT_CODES.storageLimit
+                  ? 'storage-limit'
                   : request.lifetimeMs !== undefined &&
                       closedAt - startedAt >= request.lifetimeMs - LIFETIME_SLACK_MS
                     ? 'lifetime'
                     : 'lost',
-              ),
+            ),
           )
         })
         return sandbox

@@ -14,6 +14,8 @@ type DeathListener = () => void
  */
 export class EngineEvents {
   private readonly lastOom = new Map<string, number>()
+  private readonly exitCodes = new Map<string, number>()
+  private readonly exitListeners = new Set<() => void>()
   private readonly deathListeners = new Map<string, Set<DeathListener>>()
   private readonly oomListeners = new Set<() => void>()
   private stream: NodeJS.ReadableStream | undefined
@@ -52,14 +54,24 @@ export class EngineEvents {
     // readline re-emits the stream's errors; the stream's own handler resets.
     lines.on('error', () => {})
     const reset = () => {
-      if (this.stream === stream) this.starting = undefined
+      if (this.stream === stream) {
+        this.starting = undefined
+        this.stream = undefined
+      }
+      // No `die` will come over a broken stream (the engine may be gone): stop waiting for one.
+      for (const listener of this.exitListeners) listener()
     }
     stream.on('error', reset)
     stream.on('end', reset)
   }
 
   private handle(line: string): void {
-    let event: { id?: string; status?: string; Action?: string; Actor?: { ID?: string } }
+    let event: {
+      id?: string
+      status?: string
+      Action?: string
+      Actor?: { ID?: string; Attributes?: { exitCode?: string } }
+    }
     try {
       event = JSON.parse(line)
     } catch {
@@ -72,7 +84,10 @@ export class EngineEvents {
       this.lastOom.set(id, Date.now())
       for (const listener of this.oomListeners) listener()
     } else if (action === 'die') {
+      const exitCode = Number(event.Actor?.Attributes?.exitCode)
+      if (Number.isInteger(exitCode)) this.exitCodes.set(id, exitCode)
       for (const listener of this.deathListeners.get(id) ?? []) listener()
+      for (const listener of this.exitListeners) listener()
     }
   }
 
@@ -112,8 +127,35 @@ export class EngineEvents {
     })
   }
 
+  /**
+   * The container's exit status from its `die` event, waiting up to
+   * `graceMs` for it; undefined if none came (or the event stream broke,
+   * as it does when the engine goes away).
+   */
+  async exitCode(containerId: string, graceMs: number): Promise<number | undefined> {
+    if (this.exitCodes.has(containerId)) return this.exitCodes.get(containerId)
+    if (!this.stream) return undefined
+    return new Promise<number | undefined>((resolve) => {
+      const listener = () => {
+        if (!this.exitCodes.has(containerId) && this.stream) return
+        cleanup()
+        resolve(this.exitCodes.get(containerId))
+      }
+      const timer = setTimeout(() => {
+        cleanup()
+        resolve(this.exitCodes.get(containerId))
+      }, graceMs)
+      const cleanup = () => {
+        clearTimeout(timer)
+        this.exitListeners.delete(listener)
+      }
+      this.exitListeners.add(listener)
+    })
+  }
+
   forget(containerId: string): void {
     this.lastOom.delete(containerId)
+    this.exitCodes.delete(containerId)
     this.deathListeners.delete(containerId)
   }
 

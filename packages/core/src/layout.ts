@@ -18,14 +18,16 @@ export const SKILL_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/
 
 /**
  * Where a mount's content comes from.
- * - `hostDir`: a directory on the engine's host (bind mount).
+ * - `hostDir`: a directory on the engine's host (bind mount). Writable, it is
+ *   capped at `sizeMb` (cordon; the backend's default when absent), counted
+ *   over everything in it, what was there before the sandbox included.
  * - `azureFileShare`: an Azure Files share (ACI).
  * - `inImage`: the path already exists in the image; nothing is mounted.
  * - `ephemeral` (cordon): storage the backend creates for this sandbox, capped
  *   at `sizeMb` (default 256), and removes with it.
  */
 export type ContainerSandboxMountSource =
-  | { readonly type: 'hostDir'; readonly hostPath: string }
+  | { readonly type: 'hostDir'; readonly hostPath: string; readonly sizeMb?: number }
   | {
       readonly type: 'azureFileShare'
       readonly storageAccountName: string
@@ -83,7 +85,11 @@ export interface ResolvedContainerSandboxLayout {
 
 const mountSourceSchema = z.discriminatedUnion('type', [
   z
-    .object({ type: z.literal('hostDir'), hostPath: z.string() })
+    .object({
+      type: z.literal('hostDir'),
+      hostPath: z.string(),
+      sizeMb: z.number().int().positive().max(1_048_576).optional(),
+    })
     .strict()
     .readonly(),
   z
@@ -178,10 +184,10 @@ export function resolveLayout(layout: ContainerSandboxLayout): ResolvedContainer
   const problems: SandboxConfigIssue[] = []
   const resolved: Record<string, unknown> = {}
 
-  for (const [role, defaultPath] of ROLES) {
+  for (const [role, defaultPath, readOnly] of ROLES) {
     const mount = input[role]
     if (!mount) continue
-    checkSource(mount.source, `${role}.source`, problems)
+    checkSource(mount.source, `${role}.source`, readOnly, problems)
     resolved[role] = {
       source: mount.source,
       containerPath: checkContainerPath(
@@ -205,7 +211,7 @@ export function resolveLayout(layout: ContainerSandboxLayout): ResolvedContainer
         problems.push({ path: `${at}.id`, message: `duplicate skill id "${skill.id}"` })
       }
       seen.add(skill.id)
-      checkSource(skill.source, `${at}.source`, problems)
+      checkSource(skill.source, `${at}.source`, true, problems)
       return {
         id: skill.id,
         source: skill.source,
@@ -288,9 +294,18 @@ function checkContainerPath(path: string, at: string, problems: SandboxConfigIss
 function checkSource(
   source: ContainerSandboxMountSource,
   at: string,
+  readOnly: boolean,
   problems: SandboxConfigIssue[],
 ): void {
   if (source.type !== 'hostDir') return
+  if (readOnly && source.sizeMb !== undefined) {
+    // A cap on what the sandbox writes means nothing on a mount it cannot write;
+    // refused so that a host does not believe a read-only directory is bounded.
+    problems.push({
+      path: `${at}.sizeMb`,
+      message: 'sizeMb caps what a sandbox writes; this mount is read-only',
+    })
+  }
   if (!source.hostPath.startsWith('/')) {
     problems.push({
       path: `${at}.hostPath`,

@@ -177,7 +177,8 @@ export interface SandboxPortForward extends AsyncDisposable {
  * Why a sandbox ended, on `sandbox.endReason` and on its `destroy.end`
  * event. A host may retry the work on a fresh sandbox after `lost` and
  * `evicted` (the platform's doing), after `out-of-memory` only with more
- * memory, and after `idle` or `lifetime` if it still wants the work done.
+ * memory, after `storage-limit` only with a larger cap or less output,
+ * and after `idle` or `lifetime` if it still wants the work done.
  */
 export type SandboxEndReason =
   /** The host called `destroy()`. */
@@ -188,6 +189,8 @@ export type SandboxEndReason =
   | 'idle'
   /** It was killed as a whole for using more memory than it may. */
   | 'out-of-memory'
+  /** It wrote more into a capped writable mount (a host directory's `sizeMb`) than the cap allows. */
+  | 'storage-limit'
   /** Its engine, VM or agent went away underneath it. */
   | 'lost'
   /** The platform removed it (a container group deleted or reclaimed). */

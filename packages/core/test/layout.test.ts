@@ -142,6 +142,24 @@ describe('resolveLayout', () => {
     ).toBeGreaterThan(0)
   })
 
+  it('accepts a cap on a writable host directory and refuses one on a read-only mount', () => {
+    const capped = { type: 'hostDir' as const, hostPath: '/o', sizeMb: 64 }
+    expect(resolveLayout({ outputs: { source: capped } }).outputs.source).toEqual(capped)
+    expect(
+      resolveLayout({ outputs: { source: host('/o') }, scratch: { source: capped } }).scratch,
+    ).toBeDefined()
+    const readOnly = layoutError({
+      outputs: { source: host('/o') },
+      uploads: { source: { ...capped, hostPath: '/u' } },
+      skills: [{ id: 'tools', source: { ...capped, hostPath: '/s' } }],
+    })
+    expect(readOnly.reasons.join('\n')).toMatch(/uploads\.source\.sizeMb.*read-only/)
+    expect(readOnly.reasons.join('\n')).toMatch(/skills\.0\.source\.sizeMb.*read-only/)
+    expect(layoutError({ outputs: { source: { ...capped, sizeMb: 0 } } }).reasons.join()).toContain(
+      'sizeMb',
+    )
+  })
+
   it('refuses a mount over the root directory', () => {
     expect(() =>
       resolveLayout({ outputs: { source: { type: 'ephemeral' }, containerPath: '/' } }),

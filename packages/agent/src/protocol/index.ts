@@ -29,6 +29,7 @@ export {
   requestWriteFile,
   requestWriteFiles,
 } from './client-operations.js'
+export { AGENT_EXIT_CODES } from './exit-codes.js'
 export {
   DATA_CHANNELS,
   DATA_CHUNK_BYTES,

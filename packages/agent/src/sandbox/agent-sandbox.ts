@@ -99,7 +99,7 @@ export interface AgentSandboxInit {
 /** Why a sandbox can end without its host destroying it. */
 export type LostReason = Extract<
   SandboxEndReason,
-  'lost' | 'out-of-memory' | 'evicted' | 'lifetime'
+  'lost' | 'out-of-memory' | 'evicted' | 'lifetime' | 'storage-limit'
 >
 
 export class AgentSandbox implements CordonBackendSandbox {

@@ -1,0 +1,139 @@
+import { type Dirent, lstatSync, readdirSync } from 'node:fs'
+import { join } from 'node:path'
+import { setTimeout as sleep, setImmediate as yieldToEventLoop } from 'node:timers/promises'
+import type { StorageCap } from './agent-config.js'
+import { readProcessTable } from './process-table.js'
+import type { ActAs } from './user-identity.js'
+
+/**
+ * Holding a writable host directory to its cap.
+ *
+ * A bind-mounted host directory has no size of its own: without a quota on
+ * the host's filesystem (which cordon cannot count on: XFS project quotas,
+ * a loop device or a dedicated volume all need the host's administrator),
+ * a sandbox could fill the host's disk through it. Two things bound it
+ * instead. The kernel's file size limit (RLIMIT_FSIZE, which the backend sets
+ * to the cap) stops any single file at the cap, exactly, whoever writes it.
+ * And this watch measures each capped directory while the sandbox's user has
+ * processes, as that user, and ends the sandbox once the total passes the
+ * cap, as Kubernetes evicts a pod whose `emptyDir` passes its `sizeLimit`.
+ * What a sandbox can write past the cap is what it writes between two
+ * measurements (the check interval plus one walk of the tree), spread over
+ * several files; the Docker README gives the figure measured here.
+ *
+ * A regular file counts its size (a sparse file what it claims: what a host
+ * tool copying it out would write), and every entry counts at least one
+ * 4 KiB block, so a flood of empty files or directories, which takes inodes
+ * rather than bytes, counts too. A single file exactly at the cap, alone,
+ * is within it.
+ */
+
+/** Entries examined per synchronous slice; between slices the agent serves its other work. */
+const ENTRIES_PER_SLICE = 2_000
+/** The least an entry is charged: one block, for the inode and directory entry it takes. */
+const MIN_ENTRY_BYTES = 4_096
+
+/** A capped directory found past its cap. */
+export interface StorageExcess {
+  readonly root: string
+  readonly usedBytes: number
+  readonly capBytes: number
+}
+
+/**
+ * The disk the tree under `root` takes, walked as the user (so exactly what
+ * that user can reach), the root itself not counted. Stops early once past
+ * `stopAbove`. Walks in slices so that a large tree does not hold up the
+ * agent's other work.
+ */
+export async function measureStorage(
+  root: string,
+  actAs: ActAs,
+  stopAbove = Number.POSITIVE_INFINITY,
+): Promise<number> {
+  const walk = { pending: [root], total: 0 }
+  while (walk.pending.length > 0 && walk.total <= stopAbove) {
+    actAs(() => walkSlice(walk, stopAbove))
+    if (walk.pending.length > 0) await yieldToEventLoop()
+  }
+  return walk.total
+}
+
+function walkSlice(walk: { pending: string[]; total: number }, stopAbove: number): void {
+  let examined = 0
+  while (walk.pending.length > 0 && examined < ENTRIES_PER_SLICE && walk.total <= stopAbove) {
+    const directory = walk.pending.pop()!
+    let entries: Dirent[]
+    try {
+      entries = readdirSync(directory, { withFileTypes: true })
+    } catch {
+      continue // Removed in between, or not the user's to read (then not the user's to fill either).
+    }
+    for (const entry of entries) {
+      const path = join(directory, entry.name)
+      examined++
+      try {
+        walk.total += entry.isFile()
+          ? Math.max(lstatSync(path).size, MIN_ENTRY_BYTES)
+          : MIN_ENTRY_BYTES
+      } catch {
+        continue // Removed in between.
+      }
+      if (entry.isDirectory()) walk.pending.push(path)
+      if (walk.total > stopAbove) return
+    }
+  }
+}
+
+/** Measures every cap once; the first directory past its cap, if any. */
+export async function findExcess(
+  caps: readonly StorageCap[],
+  actAs: ActAs,
+): Promise<StorageExcess | undefined> {
+  for (const cap of caps) {
+    const usedBytes = await measureStorage(cap.root, actAs, cap.bytes)
+    if (usedBytes > cap.bytes) return { root: cap.root, usedBytes, capBytes: cap.bytes }
+  }
+  return undefined
+}
+
+export interface StorageWatchOptions {
+  readonly caps: readonly StorageCap[]
+  readonly actAs: ActAs
+  /** The sandbox's user: the watch measures while it has processes, and once after they end. */
+  readonly uid: number
+  readonly intervalMs: number
+  readonly onExceeded: (excess: StorageExcess) => void
+}
+
+/**
+ * Measures the capped directories every `intervalMs` while the sandbox's
+ * user has a process (only its processes write there; the host's own writes
+ * through the agent are checked on the next such round), and once more
+ * after the last one ends. Calls `onExceeded` once and stops.
+ */
+export function watchStorage(options: StorageWatchOptions): { stop(): void } {
+  let stopped = false
+  let measureAgain = true
+  void (async () => {
+    while (!stopped) {
+      const active = readProcessTable().some((entry) => entry.uid === options.uid)
+      if (active || measureAgain) {
+        const excess = await findExcess(options.caps, options.actAs)
+        if (excess && !stopped) {
+          stopped = true
+          options.onExceeded(excess)
+          return
+        }
+      }
+      measureAgain = active
+      // Not a reason for the agent to stay alive on its own.
+      await sleep(options.intervalMs, undefined, { ref: false })
+    }
+  })()
+  return {
+    stop() {
+      stopped = true
+    },
+  }
+}

@@ -1,0 +1,89 @@
+import { mkdir, mkdtemp, rm, truncate, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { afterEach, describe, expect, it } from 'vitest'
+import { AGENT_ENV, DEFAULT_STORAGE_CHECK_MS, readAgentConfig } from '../src/agent-config.js'
+import { findExcess, measureStorage } from '../src/storage-watch.js'
+import { actAsItself } from '../src/user-identity.js'
+
+const roots: string[] = []
+afterEach(async () => {
+  for (const root of roots.splice(0)) await rm(root, { recursive: true, force: true })
+})
+
+async function directory(): Promise<string> {
+  const root = await mkdtemp(join(tmpdir(), 'cordon-storage-'))
+  roots.push(root)
+  return root
+}
+
+describe('measuring a capped directory', () => {
+  it('counts file sizes, and at least 4 KiB for every entry, empty files and directories too', async () => {
+    const root = await directory()
+    await writeFile(join(root, 'data'), Buffer.alloc(100_000))
+    await mkdir(join(root, 'nested'))
+    for (let index = 0; index < 10; index++) await writeFile(join(root, 'nested', `${index}`), '')
+    expect(await measureStorage(root, actAsItself)).toBe(100_000 + 4096 + 10 * 4096)
+  })
+
+  it('counts a sparse file by the size it claims, and stops early once past a bound', async () => {
+    const root = await directory()
+    await writeFile(join(root, 'sparse'), '')
+    await truncate(join(root, 'sparse'), 64 * 1024 * 1024)
+    expect(await measureStorage(root, actAsItself)).toBe(64 * 1024 * 1024)
+    for (let index = 0; index < 5000; index++) await writeFile(join(root, `f${index}`), '')
+    const whole = await measureStorage(root, actAsItself)
+    expect(whole).toBe(64 * 1024 * 1024 + 5000 * 4096)
+    // The walk gives up as soon as it knows the answer.
+    const early = await measureStorage(root, actAsItself, 1024)
+    expect(early).toBeGreaterThan(1024)
+    expect(early).toBeLessThan(whole)
+  })
+
+  it('names the first directory past its cap, and nothing for one exactly at it', async () => {
+    const root = await directory()
+    await writeFile(join(root, 'file'), Buffer.alloc(8192))
+    expect(await findExcess([{ root, bytes: 8192 }], actAsItself)).toBeUndefined()
+    expect(await findExcess([{ root, bytes: 8191 }], actAsItself)).toEqual({
+      root,
+      usedBytes: 8192,
+      capBytes: 8191,
+    })
+  })
+})
+
+describe('the storage cap settings', () => {
+  const base = {
+    [AGENT_ENV.listen]: 'stdio',
+    [AGENT_ENV.secretStdin]: '1',
+    [AGENT_ENV.runAs]: '1000:1000',
+    [AGENT_ENV.quiet]: '1',
+  }
+
+  it('reads root=bytes pairs (a root may hold "=") and the check interval', () => {
+    const config = readAgentConfig({
+      ...base,
+      [AGENT_ENV.storageCaps]: '/out/=1048576:/odd=name=42',
+      [AGENT_ENV.storageCheckMs]: '250',
+    })
+    expect(config.storageCaps).toEqual([
+      { root: '/out', bytes: 1_048_576 },
+      { root: '/odd=name', bytes: 42 },
+    ])
+    expect(config.storageCheckMs).toBe(250)
+    expect(readAgentConfig({ ...base }).storageCheckMs).toBe(DEFAULT_STORAGE_CHECK_MS)
+  })
+
+  it('refuses malformed caps, and caps without a user to measure as', () => {
+    expect(() => readAgentConfig({ ...base, [AGENT_ENV.storageCaps]: 'relative=5' })).toThrow(
+      /CORDON_AGENT_STORAGE_CAPS/,
+    )
+    expect(() => readAgentConfig({ ...base, [AGENT_ENV.storageCaps]: '/out=-1' })).toThrow(
+      /CORDON_AGENT_STORAGE_CAPS/,
+    )
+    const { [AGENT_ENV.runAs]: _, ...withoutUser } = base
+    expect(() => readAgentConfig({ ...withoutUser, [AGENT_ENV.storageCaps]: '/out=5' })).toThrow(
+      /needs CORDON_AGENT_RUN_AS/,
+    )
+  })
+})
