@@ -61,6 +61,14 @@ export interface AgentConfig {
   readonly storageCaps: readonly StorageCap[]
   /** How often the agent measures the capped directories while the sandbox's user has processes. */
   readonly storageCheckMs: number
+  /**
+   * With `stdio`: a second, direct listener for the host's file streams, a
+   * unix socket (mode 0600, root's) in a directory only root may enter. It
+   * carries bulk bytes past the engine's attach stream where the host can
+   * reach the container's filesystem (a local engine, runc); every
+   * connection on it authenticates as on any other listener.
+   */
+  readonly directSocket: string | undefined
   /** With `stdio`: a loopback port whose connections go to the host as `egress` streams. */
   readonly egressPort: number | undefined
   /** The agent exits this long after it started: a lifetime the host's death cannot stop. */
@@ -85,6 +93,7 @@ export const AGENT_ENV = {
   quiet: 'CORDON_AGENT_QUIET',
   runAs: 'CORDON_AGENT_RUN_AS',
   egressPort: 'CORDON_AGENT_EGRESS_PORT',
+  directSocket: 'CORDON_AGENT_DIRECT_SOCKET',
   lifetimeMs: 'CORDON_AGENT_LIFETIME_MS',
   sealRoots: 'CORDON_AGENT_SEAL_ROOTS',
   storageCaps: 'CORDON_AGENT_STORAGE_CAPS',
@@ -182,6 +191,11 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
   )
   if (egressPort !== undefined && listen && listen.kind !== 'stdio')
     problems.push(`${AGENT_ENV.egressPort} needs ${AGENT_ENV.listen}=stdio`)
+  const directSocket = get(AGENT_ENV.directSocket)
+  if (directSocket !== undefined && !isAbsolute(directSocket))
+    problems.push(`${AGENT_ENV.directSocket} must be an absolute path`)
+  if (directSocket !== undefined && listen && listen.kind !== 'stdio')
+    problems.push(`${AGENT_ENV.directSocket} needs ${AGENT_ENV.listen}=stdio`)
   const sealRoots = parseRoots(get(AGENT_ENV.sealRoots) ?? '', AGENT_ENV.sealRoots, problems)
   if (sealRoots.length > 0 && !runAs)
     problems.push(`${AGENT_ENV.sealRoots} needs ${AGENT_ENV.runAs}: it acts as the sandbox's user`)
@@ -222,6 +236,7 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
     sealRoots,
     storageCaps,
     storageCheckMs,
+    directSocket,
     egressPort,
     lifetimeMs,
     log: quiet ? () => {} : writeLogLine,

@@ -1,6 +1,11 @@
 import { chmod, unlink } from 'node:fs/promises'
 import { connect, createServer, type Server, Socket } from 'node:net'
-import { type AgentConfig, loadSecret, readSecretLine } from './agent-config.js'
+import {
+  type AgentConfig,
+  type AgentListenAddress,
+  loadSecret,
+  readSecretLine,
+} from './agent-config.js'
 import { ALL_OPERATIONS, type ConnectionContext, serveConnection } from './agent-connection.js'
 import { NonceSource, runReseedHook } from './nonce-source.js'
 import { killProcessesOf, sealOutputs } from './output-seal.js'
@@ -48,7 +53,7 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
   }
   if (config.listen.kind === 'stdio') return startStdioAgent(config, context)
   const sockets = new Set<Socket>()
-  let server = await listen(config, context, sockets)
+  let server = await listen(config.listen, context, sockets)
   config.log('info', 'agent listening', { address: describeAddress(config, server) })
 
   return {
@@ -78,7 +83,7 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
       // An inherited listening descriptor belongs to the supervisor and survives a resume as it is.
       if (config.listen.kind !== 'fd') {
         await closeServer(server)
-        server = await listen(config, context, sockets)
+        server = await listen(config.listen, context, sockets)
       }
       config.log('info', 'agent resumed and listening again', { resumes })
     },
@@ -146,10 +151,29 @@ async function startStdioAgent(
       egress!.listen(config.egressPort, '127.0.0.1', () => resolve())
     })
   }
+  const directSockets = new Set<Socket>()
+  const direct = config.directSocket
+    ? await listen(
+        { kind: 'unix', path: config.directSocket, mode: 0o600 },
+        context,
+        directSockets,
+      ).catch((error: unknown) => {
+        // Not fatal: the host finds no socket and keeps every stream on stdio.
+        config.log('warn', 'no direct socket; file streams stay on stdio', {
+          error: (error as Error).message,
+        })
+        return undefined
+      })
+    : undefined
   let closing: Promise<void> | undefined
   const close = (): Promise<void> =>
     (closing ??= (async () => {
       mux.close()
+      if (direct) {
+        // The host's idle spare connections would otherwise hold the close open.
+        for (const socket of directSockets) socket.destroy()
+        await closeServer(direct)
+      }
       // Before the egress server's connections drain: the user's processes hold them.
       sealOnEnd(config)
       if (egress) await closeServer(egress)
@@ -176,7 +200,7 @@ async function startStdioAgent(
 }
 
 async function listen(
-  config: AgentConfig,
+  address: AgentListenAddress,
   context: ConnectionContext,
   sockets: Set<Socket>,
 ): Promise<Server> {
@@ -190,7 +214,6 @@ async function listen(
     socket.on('error', () => {})
     void serveConnection(socket, context)
   })
-  const { listen: address } = config
   if (address.kind === 'stdio') throw new Error('stdio is served by startStdioAgent')
   if (address.kind === 'unix') await unlink(address.path).catch(() => {})
   await new Promise<void>((resolve, reject) => {

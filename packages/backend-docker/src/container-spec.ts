@@ -196,6 +196,8 @@ export function agentEnvironment(options: {
   readonly user: { uid: number; gid: number }
   readonly egressPort: number | undefined
   readonly lifetimeMs: number | undefined
+  /** The agent's direct file socket (direct-socket.ts), where the host can reach it. */
+  readonly directSocket?: string | undefined
 }): string[] {
   const writable = writableRoots(options.layout)
   // The working directory first: the agent's default for a command without cwd.
@@ -215,6 +217,9 @@ export function agentEnvironment(options: {
     ...(options.lifetimeMs === undefined
       ? {}
       : { CORDON_AGENT_LIFETIME_MS: String(options.lifetimeMs) }),
+    ...(options.directSocket === undefined
+      ? {}
+      : { CORDON_AGENT_DIRECT_SOCKET: options.directSocket }),
   }
   const sealed = sealedOutputPaths(options.layout)
   if (sealed.length > 0) env.CORDON_AGENT_SEAL_ROOTS = sealed.join(':')

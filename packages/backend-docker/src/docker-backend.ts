@@ -1,3 +1,4 @@
+import { Socket } from 'node:net'
 import { AGENT_EXIT_CODES, newAgentSecret } from '@cordon/agent/protocol'
 import { AgentClient, AgentSandbox, waitForAgent } from '@cordon/agent/sandbox'
 import {
@@ -36,6 +37,12 @@ import {
   tmpfsMounts,
 } from './container-spec.js'
 import { cpuSet } from './cpu-placement.js'
+import {
+  DIRECT_SOCKET_PATH,
+  DirectSocket,
+  directSocketTmpfs,
+  wantsDirectSocket,
+} from './direct-socket.js'
 import { openDockerTerminal } from './docker-terminal.js'
 import { EgressGateway } from './egress-gateway.js'
 import { connectEngine, type EngineConnection } from './engine-connection.js'
@@ -164,9 +171,19 @@ export class DockerBackend implements CordonSandboxBackend {
     let channel: AttachedChannel | undefined
     let egress: SandboxEgress | undefined
     let registering: Promise<SandboxEgress> | undefined
+    // File streams go over the direct socket once it is proved (direct-socket.ts).
+    const directWanted = wantsDirectSocket(this.config, this.engine.socketPath)
+    let direct: DirectSocket | undefined
+    let directClosed = false
+    const closeDirect = (): void => {
+      directClosed = true
+      direct?.close()
+      direct = undefined
+    }
 
     const sealsOutputs = sealedOutputPaths(layout).length > 0
     const remove = async (): Promise<void> => {
+      closeDirect()
       const running = channel !== undefined && !channel.isClosed
       channel?.close()
       // The agent seals host-visible outputs as it ends; let it finish before the engine kills it.
@@ -218,7 +235,10 @@ export class DockerBackend implements CordonSandboxBackend {
             request,
             runtime,
             mounts: layoutMounts(layout, runtime, this.name, this.engine.socketPath),
-            tmpfs: tmpfsMounts(this.config, layout, user),
+            tmpfs: {
+              ...tmpfsMounts(this.config, layout, user),
+              ...(directWanted ? directSocketTmpfs() : {}),
+            },
             fileSizeBytes: fileSizeLimit(layout),
             labels: this.labels(request, 'sandbox'),
             cpuSet: cpuSet(this.config.cpus ?? DEFAULT_CPUS, engineCpus, request.id),
@@ -228,6 +248,7 @@ export class DockerBackend implements CordonSandboxBackend {
               user,
               egressPort: proxied ? EGRESS_PROXY_PORT : undefined,
               lifetimeMs: request.lifetimeMs,
+              directSocket: directWanted ? DIRECT_SOCKET_PATH : undefined,
             }),
           }),
           abortSignal: signal,
@@ -246,16 +267,30 @@ export class DockerBackend implements CordonSandboxBackend {
         const client = new AgentClient({
           secret,
           description: `container ${name}`,
-          dial: async (_attempt, kind) => channel!.open({ kind }),
+          dial: async (attempt, kind) =>
+            kind === 'file' && direct ? direct.connect(attempt) : channel!.open({ kind }),
           // Streams over the attach are cheap and live as long as the container.
           keepSpareConnection: true,
-          onSpare: (stream, spare) => channel?.setSpare(stream, spare),
+          onSpare: (stream, spare) => {
+            // A waiting spare keeps no host process alive, whichever way it goes.
+            if (stream instanceof Socket) {
+              if (spare) stream.unref()
+              else stream.ref()
+            } else channel?.setSpare(stream, spare)
+          },
         })
         const [registered] = await Promise.all([
           registering,
           this.waitForAgent(client, request.id, signal, channel),
         ])
         egress = registered
+        if (directWanted) {
+          // Proved in the background: until then (and if it never is), files use the attach.
+          void DirectSocket.open(this.engine.docker, container.id).then((opened) => {
+            if (directClosed) opened?.close()
+            else direct = opened
+          })
+        }
         const sandboxEnv = {
           HOME: '/tmp',
           ...imageEnv,
@@ -311,6 +346,7 @@ export class DockerBackend implements CordonSandboxBackend {
         // lifetime ending it and from the engine going away.
         const startedAt = Date.now()
         channel.onClose(() => {
+          closeDirect()
           if (sandbox.status === 'destroyed') return
           const closedAt = Date.now()
           sandbox.markLost(

@@ -1,0 +1,115 @@
+import { closeSync, openSync, readFileSync } from 'node:fs'
+import { connect, type Socket } from 'node:net'
+import type { Duplex } from 'node:stream'
+import { RetryableDialError } from '@cordon/agent/sandbox'
+import type { ContainerBackendConfig } from '@cordon/core'
+import type Docker from 'dockerode'
+
+/**
+ * The direct file channel: a unix socket the agent listens on inside the
+ * container, which the host reaches through the container's root as the
+ * kernel shows it to the host (`/proc/<pid>/root`), past the engine.
+ *
+ * Every byte a file operation moves otherwise crosses the engine's attach
+ * stream, whose throughput on this kind of machine (about 160 MiB/s up and
+ * 115 MiB/s down) is below what `docker cp` gets through the archive
+ * endpoint. A unix socket has no such ceiling.
+ *
+ * What keeps it the host's alone: the socket lives in a tmpfs of its own,
+ * root's and mode 0700, which the sandbox's user (no capabilities, no
+ * CAP_DAC_OVERRIDE) cannot enter; the socket itself is root's, mode 0600;
+ * and every connection authenticates with the sandbox's secret as any other
+ * does. The sandbox has still no network interface and nothing new to reach.
+ *
+ * When it works: the engine runs on this machine (its socket is a local
+ * unix socket), the runtime is runc (gVisor keeps the socket inside its own
+ * kernel), and the host may enter another process's root (root, or
+ * CAP_SYS_PTRACE). Anywhere else the probe fails and every stream stays on
+ * the attach, which is always correct, only slower.
+ */
+
+/** Where the agent's direct socket lives inside the container. */
+export const DIRECT_SOCKET_DIR = '/run/cordon-agent'
+export const DIRECT_SOCKET_PATH = `${DIRECT_SOCKET_DIR}/files.sock`
+
+/** Whether a container of this config gets the socket's tmpfs and the agent its listener. */
+export function wantsDirectSocket(
+  config: Pick<ContainerBackendConfig, 'runtime'>,
+  engineSocketPath: string | undefined,
+): boolean {
+  return (
+    config.runtime !== 'runsc' && engineSocketPath !== undefined && process.platform === 'linux'
+  )
+}
+
+/** The tmpfs that holds the socket: root's, mode 0700, tiny, nothing executable. */
+export function directSocketTmpfs(): Record<string, string> {
+  return { [DIRECT_SOCKET_DIR]: 'rw,nosuid,nodev,noexec,size=65536,mode=0700' }
+}
+
+export class DirectSocket {
+  private constructor(
+    /** A descriptor on the container's root: it pins that filesystem even if the pid is reused. */
+    private readonly rootFd: number,
+  ) {}
+
+  /**
+   * Finds the container's root through its init's pid and checks that the
+   * process is that container's (its cgroup names the container), then
+   * proves a connection. Undefined when any step fails: the host then keeps
+   * file streams on the attach.
+   */
+  static async open(docker: Docker, containerId: string): Promise<DirectSocket | undefined> {
+    let rootFd: number | undefined
+    try {
+      const pid = (await docker.getContainer(containerId).inspect()).State?.Pid
+      if (!pid) return undefined
+      // On an engine in another machine or VM (Docker Desktop) the pid means
+      // nothing here; a process of this machine with that pid is not the container.
+      if (!readFileSync(`/proc/${pid}/cgroup`, 'utf8').includes(containerId)) return undefined
+      rootFd = openSync(`/proc/${pid}/root`, 'r')
+      const direct = new DirectSocket(rootFd)
+      const probe = await direct.connect(AbortSignal.timeout(2_000))
+      probe.destroy()
+      return direct
+    } catch {
+      if (rootFd !== undefined) closeSync(rootFd)
+      return undefined
+    }
+  }
+
+  private get path(): string {
+    return `/proc/self/fd/${this.rootFd}${DIRECT_SOCKET_PATH}`
+  }
+
+  /** One connection to the agent's direct listener. */
+  connect(signal: AbortSignal): Promise<Duplex> {
+    return new Promise((resolve, reject) => {
+      const socket: Socket = connect({ path: this.path })
+      const abort = () => {
+        socket.destroy()
+        reject(new RetryableDialError('the direct socket did not answer in time'))
+      }
+      if (signal.aborted) return abort()
+      signal.addEventListener('abort', abort, { once: true })
+      socket.once('connect', () => {
+        signal.removeEventListener('abort', abort)
+        resolve(socket)
+      })
+      socket.once('error', (error) => {
+        signal.removeEventListener('abort', abort)
+        reject(
+          new RetryableDialError(`the direct socket refused: ${error.message}`, { cause: error }),
+        )
+      })
+    })
+  }
+
+  close(): void {
+    try {
+      closeSync(this.rootFd)
+    } catch {
+      // Closed already.
+    }
+  }
+}

@@ -1,0 +1,134 @@
+import { randomBytes } from 'node:crypto'
+import { connect } from 'node:net'
+import { afterEach, describe, expect, it, vi } from 'vitest'
+import { DIRECT_SOCKET_DIR, DIRECT_SOCKET_PATH, DirectSocket } from '../src/direct-socket.js'
+import { docker, testProvider } from './test-run.js'
+
+/**
+ * Issue 15: file streams skip the engine's attach where the host can reach
+ * the container's filesystem (a local engine, runc, a root host): the agent
+ * listens on a unix socket in a root-only tmpfs, reached through
+ * `/proc/<pid>/root`. The sandbox's user cannot reach it; gVisor, where it
+ * cannot work, keeps everything on the attach.
+ */
+
+afterEach(() => {
+  vi.restoreAllMocks()
+})
+
+/** Resolves once `DirectSocket.open` has settled for the sandbox just created. */
+function watchOpen(): { opened: Promise<DirectSocket | undefined> } {
+  const original = DirectSocket.open.bind(DirectSocket)
+  let settle!: (value: DirectSocket | undefined) => void
+  const opened = new Promise<DirectSocket | undefined>((resolve) => {
+    settle = resolve
+  })
+  vi.spyOn(DirectSocket, 'open').mockImplementation(async (engine, containerId) => {
+    const result = await original(engine, containerId)
+    settle(result)
+    return result
+  })
+  return { opened }
+}
+
+describe('the direct file socket (Docker)', () => {
+  it('carries file streams under runc, byte-exact, and no command stream', async () => {
+    const { opened } = watchOpen()
+    const dials = vi.spyOn(DirectSocket.prototype, 'connect')
+    const provider = testProvider()
+    try {
+      const sandbox = await provider.create()
+      expect(await opened).toBeInstanceOf(DirectSocket)
+      const before = dials.mock.calls.length
+      const content = randomBytes(8 * 1024 * 1024 + 17)
+      await sandbox.writeFile('payload.bin', content)
+      expect((await sandbox.readFile('payload.bin')).equals(content)).toBe(true)
+      expect(dials.mock.calls.length).toBeGreaterThan(before)
+      const afterFiles = dials.mock.calls.length
+      expect((await sandbox.exec('cat', ['payload.bin'])).stdout.length).toBeGreaterThan(0)
+      // Commands stay on the attach (dials may still make a spare for files, never for commands).
+      expect(dials.mock.calls.length - afterFiles).toBeLessThanOrEqual(1)
+    } finally {
+      await provider.close()
+    }
+  })
+
+  it("cannot be reached, listed or found by the sandbox's user (runc)", async () => {
+    const { opened } = watchOpen()
+    const provider = testProvider()
+    try {
+      const sandbox = await provider.create()
+      expect(await opened).toBeInstanceOf(DirectSocket)
+      const probe = await sandbox.exec('sh', [
+        '-c',
+        [
+          `ls ${DIRECT_SOCKET_DIR} 2>&1 && echo LISTED`,
+          `cat ${DIRECT_SOCKET_PATH} 2>&1 && echo OPENED`,
+          `test -e ${DIRECT_SOCKET_PATH} && echo EXISTS`,
+          // The agent's open descriptors are not the user's to see.
+          'for pid in $(ls /proc | grep -E "^[0-9]+$"); do ls -l /proc/$pid/fd 2>/dev/null; done | grep -c files.sock',
+        ].join('; '),
+      ])
+      expect(probe.stdout).toContain('Permission denied')
+      expect(probe.stdout).not.toMatch(/LISTED|OPENED|EXISTS/)
+      expect(probe.stdout.trim().split('\n').at(-1)).toBe('0')
+    } finally {
+      await provider.close()
+    }
+  })
+
+  it('asks every connection to authenticate: a stranger on the socket gets nothing', async () => {
+    const { opened } = watchOpen()
+    const provider = testProvider()
+    try {
+      const sandbox = await provider.create()
+      expect(await opened).toBeInstanceOf(DirectSocket)
+      const container = await docker.getContainer(`cordon-${sandbox.id}`).inspect()
+      const socket = connect({ path: `/proc/${container.State.Pid}/root${DIRECT_SOCKET_PATH}` })
+      const answer = await new Promise<string>((resolve) => {
+        let received = ''
+        socket.on('data', (chunk: Buffer) => {
+          received += chunk.toString('latin1')
+          // Anything but a proof: the agent refuses and hangs up.
+          socket.write(Buffer.from([0, 0, 0, 3, 1, 123, 125]))
+        })
+        socket.on('close', () => resolve(received))
+        socket.on('error', () => resolve(received))
+      })
+      expect(answer).toContain('hello')
+      expect(answer).not.toContain('auth-ok')
+    } finally {
+      await provider.close()
+    }
+  })
+
+  it('is not used under gVisor, whose files stay on the attach and work', async () => {
+    const open = vi.spyOn(DirectSocket, 'open')
+    const provider = testProvider({ runtime: 'runsc' })
+    try {
+      const sandbox = await provider.create()
+      const content = randomBytes(1024 * 1024)
+      await sandbox.writeFile('payload.bin', content)
+      expect((await sandbox.readFile('payload.bin')).equals(content)).toBe(true)
+      expect(open).not.toHaveBeenCalled()
+      const probe = await sandbox.exec('sh', ['-c', `test -e ${DIRECT_SOCKET_DIR} || echo ABSENT`])
+      expect(probe.stdout).toContain('ABSENT')
+    } finally {
+      await provider.close()
+    }
+  })
+
+  it('finds nothing where no socket can be reached, and says so by giving none', async () => {
+    const provider = testProvider({ runtime: 'runsc' })
+    try {
+      const sandbox = await provider.create()
+      // A gVisor container: its pid is the sandbox's, and no socket is behind its root.
+      const { Id } = await docker.getContainer(`cordon-${sandbox.id}`).inspect()
+      expect(await DirectSocket.open(docker, Id)).toBeUndefined()
+      // An id the engine does not know.
+      expect(await DirectSocket.open(docker, 'f'.repeat(64))).toBeUndefined()
+    } finally {
+      await provider.close()
+    }
+  })
+})
