@@ -82,7 +82,9 @@ function readWhole(jail: PathJail, entry: FileEntryMessage, shownRoot: string): 
     jail.checkOpened(fd, entry.path, 'read')
     const stat = fstatSync(fd)
     if (!stat.isFile()) return undefined
-    const content = Buffer.allocUnsafe(stat.size)
+    // At most what was listed: the host sized its checks by the listing, and a
+    // file the sandbox grows in between must not make either side allocate more.
+    const content = Buffer.allocUnsafe(Math.min(stat.size, entry.size))
     let filled = 0
     while (filled < content.byteLength) {
       const read = readSync(fd, content, filled, content.byteLength - filled, null)

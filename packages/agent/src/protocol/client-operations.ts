@@ -204,6 +204,10 @@ export async function requestReadFiles(
     if (message.type !== 'entries') throw remoteOrUnexpected(message, 'entries')
     entries.push(...message.entries)
   }
+  // The host sizes each buffer by what the agent announces; the announcement
+  // must stay within what was listed (and checked against the caller's limit),
+  // or an agent the sandbox had taken over could make the host allocate anything.
+  const listed = new Map(entries.map((entry) => [entry.path, entry.size]))
   async function* files(): AsyncGenerator<{ path: string; content: Buffer }> {
     let finished = false
     try {
@@ -215,6 +219,11 @@ export async function requestReadFiles(
           return
         }
         if (message.type !== 'file-begin') throw remoteOrUnexpected(message, 'file-begin')
+        const listedSize = listed.get(message.path)
+        if (listedSize === undefined || message.size > listedSize)
+          throw new ProtocolError(
+            `${message.path}: ${message.size} bytes announced, ${listedSize ?? 'none'} listed`,
+          )
         const content = Buffer.allocUnsafe(message.size)
         let filled = 0
         while (filled < message.size) {

@@ -321,7 +321,8 @@ export class AgentSandbox implements CordonBackendSandbox {
     return {
       [Symbol.asyncIterator]: async function* () {
         for await (const file of batch.proceed()) {
-          // A file that grew past the limit since it was listed.
+          // Never more than listed (a file that grew since is read up to its listed
+          // size, and the protocol refuses more); kept as a second fence.
           if (file.content.byteLength > maxBytes) {
             batch.abandon()
             throw new SandboxFileTooLargeError(file.path, file.content.byteLength, maxBytes)
