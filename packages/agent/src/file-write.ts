@@ -36,12 +36,23 @@ interface Upload {
  * (later) the rename are made as that user, so what is written belongs to it
  * and goes only where it may write.
  */
-function openUploadAsUser(jail: PathJail, path: string, requestedMode: number | undefined): Upload {
+function openUploadAsUser(
+  jail: PathJail,
+  path: string,
+  requestedMode: number | undefined,
+  madeDirectories?: Set<string>,
+): Upload {
   const real = jail.resolveForWrite(path)
   const directory = dirname(real)
-  mkdirSync(directory, { recursive: true, mode: 0o755 })
-  // The directories just made must still lead inside the roots.
-  jail.resolveForWrite(directory)
+  // Within one batch a directory is made and checked once: what the sandbox
+  // may change meanwhile, the check of the opened file below still catches,
+  // and everything here acts with the sandbox user's rights only.
+  if (!madeDirectories?.has(directory)) {
+    mkdirSync(directory, { recursive: true, mode: 0o755 })
+    // The directories just made must still lead inside the roots.
+    jail.resolveForWrite(directory)
+    madeDirectories?.add(directory)
+  }
   const existing = statSync(real, { throwIfNoEntry: false })
   if (existing?.isDirectory())
     throw new AgentOperationError('bad-request', `${path} is a directory`)
@@ -81,9 +92,10 @@ function writeWholeFiles(
   jail: PathJail,
   files: ReadonlyArray<{ path: string; mode: number | undefined; content: Uint8Array }>,
 ): void {
+  const madeDirectories = new Set<string>()
   jail.actAs(() => {
     for (const file of files) {
-      const upload = openUploadAsUser(jail, file.path, file.mode)
+      const upload = openUploadAsUser(jail, file.path, file.mode, madeDirectories)
       try {
         for (let offset = 0; offset < file.content.byteLength; )
           offset += writeSync(upload.fd, file.content, offset, file.content.byteLength - offset)

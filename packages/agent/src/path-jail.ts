@@ -1,4 +1,13 @@
 import { readlinkSync, realpathSync } from 'node:fs'
+
+/**
+ * The C library's realpath: one call, where Node's JavaScript one makes a
+ * system call per path component and caches nothing between calls. Every
+ * file operation resolves its path and the roots, so this is most of what a
+ * small file costs the agent.
+ */
+const realPath = realpathSync.native
+
 import { dirname, isAbsolute, join, resolve, sep } from 'node:path'
 import { type ActAs, actAsItself } from './user-identity.js'
 
@@ -79,7 +88,7 @@ export class PathJail {
     for (const root of roots) {
       let realRoot: string
       try {
-        realRoot = realpathSync(root)
+        realRoot = realPath(root)
       } catch {
         continue
       }
@@ -99,7 +108,7 @@ export function realPathOfNearestAncestor(absolute: string): string {
   let current = absolute
   for (;;) {
     try {
-      const real = realpathSync(current)
+      const real = realPath(current)
       return missing.length === 0 ? real : join(real, ...missing.reverse())
     } catch (error) {
       const code = (error as NodeJS.ErrnoException).code
