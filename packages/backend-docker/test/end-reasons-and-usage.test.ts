@@ -75,7 +75,9 @@ for (const runtime of ['docker', 'runsc'] as const) {
     })
 
     it('records lifetime, destroyed and lost as the end reason', async () => {
-      const expiring = await provider.create({ lifetimeMs: 1_500 })
+      // Long enough that a gVisor create on a loaded machine (over 1.5 s seen in
+      // CI) finishes inside it: the agent's lifetime counts from its own start.
+      const expiring = await provider.create({ lifetimeMs: 5_000 })
       const destroyed = await provider.create()
       const lost = await provider.create()
       await destroyed.destroy()

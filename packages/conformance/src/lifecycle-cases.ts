@@ -118,9 +118,12 @@ export function lifecycleCases(
     it(
       'destroys a sandbox when its lifetime (lifetimeMs) runs out',
       async () => {
-        const sandbox = await sandboxes.provider.create({ lifetimeMs: 1500 })
+        // Long enough to outlast a create on a loaded machine (a gVisor one took
+        // over 1.5 s in CI): a lifetime may count from the sandbox's own start.
+        const requestedAt = Date.now()
+        const sandbox = await sandboxes.provider.create({ lifetimeMs: 4000 })
         expect((await sandbox.exec('true')).exitCode).toBe(0)
-        await new Promise((resolve) => setTimeout(resolve, 3000))
+        await new Promise((resolve) => setTimeout(resolve, requestedAt + 6000 - Date.now()))
         const error = await sandbox.exec('true').catch((caught: unknown) => caught)
         expect(SandboxDestroyedError.isInstance(error)).toBe(true)
       },

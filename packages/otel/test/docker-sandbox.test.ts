@@ -183,7 +183,8 @@ describe('telemetry of real Docker sandboxes, read back through the SDK in-memor
   })
 
   it('records the end reason of a sandbox whose lifetime ran out, and of one lost underneath', async () => {
-    const expiring = await provider.create({ lifetimeMs: 1_000 })
+    // Long enough to outlast the create itself on a loaded machine.
+    const expiring = await provider.create({ lifetimeMs: 3_000 })
     const lost = await provider.create()
     // Killed behind cordon's back, as an operator or a crashing engine would.
     execFileSync('docker', ['kill', `cordon-${lost.id}`], { stdio: 'ignore' })
