@@ -97,7 +97,11 @@ export async function serveConnection(socket: Duplex, context: ConnectionContext
         break
       case 'usage':
         await connection.send(
-          measureUsage(context.config.runAs?.uid, context.config.writeRoots, context.jail.actAs),
+          await measureUsage(
+            context.config.runAs?.uid,
+            context.config.writeRoots,
+            context.jail.actAs,
+          ),
         )
         break
       case 'signal-marked':

@@ -35,7 +35,7 @@ async function main(): Promise<void> {
   if (config.lifetimeMs !== undefined) {
     setTimeout(() => {
       config.log('info', 'lifetime reached; stopping', { lifetimeMs: config.lifetimeMs })
-      void agent.close().finally(() => process.exit(0))
+      void agent.close().finally(() => process.exit(AGENT_EXIT_CODES.stopped))
     }, config.lifetimeMs)
   }
   let resuming = Promise.resolve()
@@ -44,12 +44,12 @@ async function main(): Promise<void> {
       .then(() => agent.resume())
       .catch((error: unknown) => {
         config.log('error', 'resume failed', { error: (error as Error).message })
-        process.exitCode = 1
-        void agent.close().finally(() => process.exit(1))
+        process.exitCode = AGENT_EXIT_CODES.resumeFailed
+        void agent.close().finally(() => process.exit(AGENT_EXIT_CODES.resumeFailed))
       })
   })
   const stop = (): void => {
-    void agent.close().finally(() => process.exit(0))
+    void agent.close().finally(() => process.exit(AGENT_EXIT_CODES.stopped))
   }
   process.on('SIGTERM', stop)
   process.on('SIGINT', stop)
@@ -82,5 +82,5 @@ main().catch((error: unknown) => {
       ? error.message
       : `agent failed to start: ${(error as Error)?.stack ?? error}`
   process.stderr.write(`${message}\n`)
-  process.exit(2)
+  process.exit(AGENT_EXIT_CODES.cannotStart)
 })

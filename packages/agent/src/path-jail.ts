@@ -1,4 +1,6 @@
 import { readlinkSync, realpathSync } from 'node:fs'
+import { dirname, isAbsolute, join, resolve, sep } from 'node:path'
+import { type ActAs, actAsItself } from './user-identity.js'
 
 /**
  * The C library's realpath: one call, where Node's JavaScript one makes a
@@ -7,9 +9,6 @@ import { readlinkSync, realpathSync } from 'node:fs'
  * small file costs the agent.
  */
 const realPath = realpathSync.native
-
-import { dirname, isAbsolute, join, resolve, sep } from 'node:path'
-import { type ActAs, actAsItself } from './user-identity.js'
 
 /** A path the host asked for lies outside the roots it may use. */
 export class PathRefusedError extends Error {

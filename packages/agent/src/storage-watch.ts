@@ -1,8 +1,7 @@
-import { type Dirent, lstatSync, readdirSync } from 'node:fs'
-import { join } from 'node:path'
-import { setTimeout as sleep, setImmediate as yieldToEventLoop } from 'node:timers/promises'
+import { setTimeout as sleep } from 'node:timers/promises'
 import type { StorageCap } from './agent-config.js'
 import { readProcessTable } from './process-table.js'
+import { treeBytes } from './tree-size.js'
 import type { ActAs } from './user-identity.js'
 
 /**
@@ -28,8 +27,6 @@ import type { ActAs } from './user-identity.js'
  * is within it.
  */
 
-/** Entries examined per synchronous slice; between slices the agent serves its other work. */
-const ENTRIES_PER_SLICE = 2_000
 /** The least an entry is charged: one block, for the inode and directory entry it takes. */
 const MIN_ENTRY_BYTES = 4_096
 
@@ -40,49 +37,13 @@ export interface StorageExcess {
   readonly capBytes: number
 }
 
-/**
- * The disk the tree under `root` takes, walked as the user (so exactly what
- * that user can reach), the root itself not counted. Stops early once past
- * `stopAbove`. Walks in slices so that a large tree does not hold up the
- * agent's other work.
- */
-export async function measureStorage(
+/** The disk the tree under `root` takes, as the cap counts it; stops early once past `stopAbove`. */
+export function measureStorage(
   root: string,
   actAs: ActAs,
   stopAbove = Number.POSITIVE_INFINITY,
 ): Promise<number> {
-  const walk = { pending: [root], total: 0 }
-  while (walk.pending.length > 0 && walk.total <= stopAbove) {
-    actAs(() => walkSlice(walk, stopAbove))
-    if (walk.pending.length > 0) await yieldToEventLoop()
-  }
-  return walk.total
-}
-
-function walkSlice(walk: { pending: string[]; total: number }, stopAbove: number): void {
-  let examined = 0
-  while (walk.pending.length > 0 && examined < ENTRIES_PER_SLICE && walk.total <= stopAbove) {
-    const directory = walk.pending.pop()!
-    let entries: Dirent[]
-    try {
-      entries = readdirSync(directory, { withFileTypes: true })
-    } catch {
-      continue // Removed in between, or not the user's to read (then not the user's to fill either).
-    }
-    for (const entry of entries) {
-      const path = join(directory, entry.name)
-      examined++
-      try {
-        walk.total += entry.isFile()
-          ? Math.max(lstatSync(path).size, MIN_ENTRY_BYTES)
-          : MIN_ENTRY_BYTES
-      } catch {
-        continue // Removed in between.
-      }
-      if (entry.isDirectory()) walk.pending.push(path)
-      if (walk.total > stopAbove) return
-    }
-  }
+  return treeBytes(root, actAs, { minEntryBytes: MIN_ENTRY_BYTES, stopAbove })
 }
 
 /** Measures every cap once; the first directory past its cap, if any. */
@@ -107,10 +68,18 @@ export interface StorageWatchOptions {
 }
 
 /**
- * Measures the capped directories every `intervalMs` while the sandbox's
- * user has a process (only its processes write there; the host's own writes
- * through the agent are checked on the next such round), and once more
- * after the last one ends. Calls `onExceeded` once and stops.
+ * A pause between measurements at least this many times as long as the last
+ * measurement took: a large tree (a dependency folder in the outputs) is then
+ * walked at most a fifth of the time, not back to back while a long command runs.
+ */
+const PAUSE_PER_WALK = 4
+
+/**
+ * Measures the capped directories every `intervalMs` (or longer, for a tree
+ * that takes long to walk) while the sandbox's user has a process (only its
+ * processes write there; the host's own writes through the agent are checked
+ * on the next such round), and once more after the last one ends. Calls
+ * `onExceeded` once and stops.
  */
 export function watchStorage(options: StorageWatchOptions): { stop(): void } {
   let stopped = false
@@ -118,8 +87,11 @@ export function watchStorage(options: StorageWatchOptions): { stop(): void } {
   void (async () => {
     while (!stopped) {
       const active = readProcessTable().some((entry) => entry.uid === options.uid)
+      let walkedMs = 0
       if (active || measureAgain) {
+        const started = performance.now()
         const excess = await findExcess(options.caps, options.actAs)
+        walkedMs = performance.now() - started
         if (excess && !stopped) {
           stopped = true
           options.onExceeded(excess)
@@ -128,7 +100,9 @@ export function watchStorage(options: StorageWatchOptions): { stop(): void } {
       }
       measureAgain = active
       // Not a reason for the agent to stay alive on its own.
-      await sleep(options.intervalMs, undefined, { ref: false })
+      await sleep(Math.max(options.intervalMs, PAUSE_PER_WALK * walkedMs), undefined, {
+        ref: false,
+      })
     }
   })()
   return {

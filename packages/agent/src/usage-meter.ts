@@ -1,7 +1,7 @@
-import { type Dirent, lstatSync, readdirSync, readFileSync } from 'node:fs'
-import { join } from 'node:path'
+import { readFileSync } from 'node:fs'
 import { readProcessTable } from './process-table.js'
 import type { UsageOkMessage } from './protocol/messages.js'
+import { treeBytes } from './tree-size.js'
 import type { ActAs } from './user-identity.js'
 
 /**
@@ -12,43 +12,17 @@ import type { ActAs } from './user-identity.js'
  * whole system, or a container's under runc; gVisor shows none, and a
  * backend with a better view, such as the Docker engine's, supplies its own).
  */
-export function measureUsage(
+export async function measureUsage(
   uid: number | undefined,
   writeRoots: readonly string[],
   actAs: ActAs,
-): UsageOkMessage {
+): Promise<UsageOkMessage> {
   const processes = readProcessTable()
     .filter((entry) => uid === undefined || entry.uid === uid)
     .reduce((sum, entry) => sum + entry.threads, 0)
   let diskBytes = 0
-  for (const root of writeRoots) diskBytes += actAs(() => bytesUnder(root))
+  for (const root of writeRoots) diskBytes += await treeBytes(root, actAs)
   return { type: 'usage-ok', processes, diskBytes, ...readCgroup() }
-}
-
-function bytesUnder(root: string): number {
-  let total = 0
-  const pending = [root]
-  while (pending.length > 0) {
-    const directory = pending.pop()!
-    let entries: Dirent[]
-    try {
-      entries = readdirSync(directory, { withFileTypes: true })
-    } catch {
-      continue
-    }
-    for (const entry of entries) {
-      const path = join(directory, entry.name)
-      if (entry.isDirectory()) pending.push(path)
-      else if (entry.isFile()) {
-        try {
-          total += lstatSync(path).size
-        } catch {
-          // Removed in between.
-        }
-      }
-    }
-  }
-  return total
 }
 
 /** cgroup v2, then v1; nothing when neither is readable. */

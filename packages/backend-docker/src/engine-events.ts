@@ -108,23 +108,8 @@ export class EngineEvents {
   /** True if the container had an OOM kill at or after `sinceMs`, waiting up to `graceMs` for the event. */
   async oomSince(containerId: string, sinceMs: number, graceMs: number): Promise<boolean> {
     const seen = () => (this.lastOom.get(containerId) ?? 0) >= sinceMs
-    if (seen()) return true
-    return new Promise<boolean>((resolve) => {
-      const listener = () => {
-        if (!seen()) return
-        cleanup()
-        resolve(true)
-      }
-      const timer = setTimeout(() => {
-        cleanup()
-        resolve(seen())
-      }, graceMs)
-      const cleanup = () => {
-        clearTimeout(timer)
-        this.oomListeners.delete(listener)
-      }
-      this.oomListeners.add(listener)
-    })
+    await this.waitUntil(this.oomListeners, seen, graceMs)
+    return seen()
   }
 
   /**
@@ -133,23 +118,32 @@ export class EngineEvents {
    * as it does when the engine goes away).
    */
   async exitCode(containerId: string, graceMs: number): Promise<number | undefined> {
-    if (this.exitCodes.has(containerId)) return this.exitCodes.get(containerId)
-    if (!this.stream) return undefined
-    return new Promise<number | undefined>((resolve) => {
-      const listener = () => {
-        if (!this.exitCodes.has(containerId) && this.stream) return
-        cleanup()
-        resolve(this.exitCodes.get(containerId))
-      }
-      const timer = setTimeout(() => {
-        cleanup()
-        resolve(this.exitCodes.get(containerId))
-      }, graceMs)
-      const cleanup = () => {
+    await this.waitUntil(
+      this.exitListeners,
+      () => this.exitCodes.has(containerId) || !this.stream,
+      graceMs,
+    )
+    return this.exitCodes.get(containerId)
+  }
+
+  /** Resolves once `done()` holds, checked now and whenever `listeners` are called, or after `graceMs`. */
+  private waitUntil(
+    listeners: Set<() => void>,
+    done: () => boolean,
+    graceMs: number,
+  ): Promise<void> {
+    if (done()) return Promise.resolve()
+    return new Promise((resolve) => {
+      const finish = () => {
         clearTimeout(timer)
-        this.exitListeners.delete(listener)
+        listeners.delete(check)
+        resolve()
       }
-      this.exitListeners.add(listener)
+      const check = () => {
+        if (done()) finish()
+      }
+      const timer = setTimeout(finish, graceMs)
+      listeners.add(check)
     })
   }
 
