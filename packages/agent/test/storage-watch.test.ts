@@ -3,8 +3,8 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
 import { AGENT_ENV, DEFAULT_STORAGE_CHECK_MS, readAgentConfig } from '../src/agent-config.js'
-import { findExcess, measureStorage } from '../src/storage-watch.js'
-import { actAsItself } from '../src/user-identity.js'
+import { findExcess, measureStorage, watchStorage } from '../src/storage-watch.js'
+import { type ActAs, actAsItself } from '../src/user-identity.js'
 
 const roots: string[] = []
 afterEach(async () => {
@@ -49,6 +49,53 @@ describe('measuring a capped directory', () => {
       usedBytes: 8192,
       capBytes: 8191,
     })
+  })
+})
+
+describe('watching the caps', () => {
+  it('pauses at least four times as long as a walk took, so a slow tree is not walked back to back', async () => {
+    const root = await directory()
+    await writeFile(join(root, 'file'), 'x')
+    let walks = 0
+    // Each walk of this one-slice tree takes 40 ms, as a large tree would.
+    const slowActAs: ActAs = (operation) => {
+      walks++
+      const until = performance.now() + 40
+      while (performance.now() < until) {}
+      return operation()
+    }
+    const watch = watchStorage({
+      caps: [{ root, bytes: 1024 * 1024 }],
+      actAs: slowActAs,
+      // This test's own uid: it has a process, so the watch keeps measuring.
+      uid: process.getuid!(),
+      intervalMs: 10,
+      onExceeded: () => {},
+    })
+    await new Promise((resolve) => setTimeout(resolve, 1_000))
+    watch.stop()
+    // Back to back every 10 ms that would be about 20 walks; with the pause (40 + 160 ms), about 5.
+    expect(walks).toBeGreaterThanOrEqual(2)
+    expect(walks).toBeLessThanOrEqual(8)
+  })
+
+  it('calls onExceeded once a capped directory passes its cap', async () => {
+    const root = await directory()
+    let excess: unknown
+    const watch = watchStorage({
+      caps: [{ root, bytes: 8192 }],
+      actAs: actAsItself,
+      uid: process.getuid!(),
+      intervalMs: 10,
+      onExceeded: (found) => {
+        excess = found
+      },
+    })
+    await writeFile(join(root, 'big'), Buffer.alloc(10_000))
+    for (let waited = 0; excess === undefined && waited < 2_000; waited += 20)
+      await new Promise((resolve) => setTimeout(resolve, 20))
+    watch.stop()
+    expect(excess).toEqual({ root, usedBytes: 10_000, capBytes: 8192 })
   })
 })
 
