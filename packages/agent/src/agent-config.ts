@@ -73,6 +73,12 @@ export interface AgentConfig {
   readonly egressPort: number | undefined
   /** The agent exits this long after it started: a lifetime the host's death cannot stop. */
   readonly lifetimeMs: number | undefined
+  /**
+   * cordon-launcher, the native program that starts commands with vfork()
+   * (launcher-client.ts); unset, or if it cannot start, commands start with
+   * Node's spawn, which behaves the same and costs a few milliseconds more.
+   */
+  readonly launcher: string | undefined
   readonly log: (
     level: 'info' | 'warn' | 'error',
     message: string,
@@ -98,6 +104,7 @@ export const AGENT_ENV = {
   sealRoots: 'CORDON_AGENT_SEAL_ROOTS',
   storageCaps: 'CORDON_AGENT_STORAGE_CAPS',
   storageCheckMs: 'CORDON_AGENT_STORAGE_CHECK_MS',
+  launcher: 'CORDON_AGENT_LAUNCHER',
 } as const
 
 /** A directory and the most disk, in bytes, it may take. */
@@ -220,6 +227,10 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
     problems,
   )
 
+  const launcher = get(AGENT_ENV.launcher)
+  if (launcher !== undefined && !isAbsolute(launcher))
+    problems.push(`${AGENT_ENV.launcher} must be an absolute path`)
+
   for (const name of Object.keys(env)) if (name.startsWith('CORDON_AGENT_')) delete env[name]
 
   if (problems.length > 0 || !listen || !secret) {
@@ -239,6 +250,7 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
     directSocket,
     egressPort,
     lifetimeMs,
+    launcher,
     log: quiet ? () => {} : writeLogLine,
   }
 }

@@ -1,6 +1,7 @@
 import type { Duplex } from 'node:stream'
 import type { AgentConfig } from './agent-config.js'
 import { serveExec } from './exec-runner.js'
+import type { ProcessLauncher } from './process-launcher.js'
 import { serveReadFiles } from './file-batch-read.js'
 import { serveListFiles } from './file-list.js'
 import { serveReadFile } from './file-read.js'
@@ -53,6 +54,8 @@ export interface ConnectionContext {
   readonly jail: PathJail
   readonly nonces: NonceSource
   readonly startedAt: number
+  /** What starts commands. */
+  readonly launcher: ProcessLauncher
   /** The secret in force now (it changes when a resume delivers a new one). */
   secret(): string
   resumes(): number
@@ -120,6 +123,7 @@ export async function serveConnection(socket: Duplex, context: ConnectionContext
           defaultCwd: context.config.writeRoots[0] ?? '/',
           protectFromOom: context.config.protectFromOom,
           runAs: context.config.runAs,
+          launcher: context.launcher,
         })
         break
       case 'read-file':

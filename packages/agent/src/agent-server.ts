@@ -7,9 +7,11 @@ import {
   readSecretLine,
 } from './agent-config.js'
 import { ALL_OPERATIONS, type ConnectionContext, serveConnection } from './agent-connection.js'
+import { NativeLauncher } from './launcher-client.js'
 import { NonceSource, runReseedHook } from './nonce-source.js'
 import { killProcessesOf, sealOutputs } from './output-seal.js'
 import { PathJail } from './path-jail.js'
+import { nodeLauncher } from './process-launcher.js'
 import { type MuxStream, pipeBothWays, StreamMux } from './protocol/stream-mux.js'
 import { actAsItself, actAsUser } from './user-identity.js'
 
@@ -38,8 +40,14 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
     throw new Error('the secret file does not exist; the agent never runs unauthenticated')
   let resumes = 0
   const nonces = new NonceSource()
+  const native = config.launcher
+    ? new NativeLauncher(config.launcher, (level, message) => config.log(level, message))
+    : undefined
+  // Started now, off the path of the first command; a failure shows at the first command.
+  native?.start().catch(() => {})
   const context: ConnectionContext = {
     config,
+    launcher: native ?? nodeLauncher,
     operations: ALL_OPERATIONS,
     jail: new PathJail(
       config.writeRoots,
@@ -51,7 +59,7 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
     secret: () => secret!,
     resumes: () => resumes,
   }
-  if (config.listen.kind === 'stdio') return startStdioAgent(config, context)
+  if (config.listen.kind === 'stdio') return startStdioAgent(config, context, native)
   const sockets = new Set<Socket>()
   let server = await listen(config.listen, context, sockets)
   config.log('info', 'agent listening', { address: describeAddress(config, server) })
@@ -91,6 +99,7 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
       for (const socket of sockets) socket.destroy()
       await closeServer(server)
       sealOnEnd(config)
+      native?.close()
     },
   }
 }
@@ -118,6 +127,7 @@ function sealOnEnd(config: AgentConfig): void {
 async function startStdioAgent(
   config: AgentConfig,
   context: ConnectionContext,
+  native: NativeLauncher | undefined,
 ): Promise<RunningAgent> {
   // fd 1 as a socket: writes to a pipe through process.stdout would block the event loop.
   const output = new Socket({ fd: 1, readable: false, writable: true })
@@ -176,6 +186,7 @@ async function startStdioAgent(
       }
       // Before the egress server's connections drain: the user's processes hold them.
       sealOnEnd(config)
+      native?.close()
       if (egress) await closeServer(egress)
     })())
   mux.onClose((reason) => {

@@ -1,10 +1,10 @@
-import { type ChildProcess, spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
-import { readFileSync, statSync, writeFileSync } from 'node:fs'
+import { statSync } from 'node:fs'
 import { constants } from 'node:os'
 import type { Readable } from 'node:stream'
 import { readOomKillCount } from './oom-counter.js'
 import { AgentOperationError } from './operation-error.js'
+import type { LaunchedProcess, ProcessLauncher } from './process-launcher.js'
 import { EXEC_MARKER_VARIABLE, signalExecProcesses } from './process-tree.js'
 import type { DataChannel } from './protocol/frame-codec.js'
 import type { FramedConnection } from './protocol/framed-connection.js'
@@ -19,6 +19,8 @@ export interface ExecContext {
   readonly protectFromOom: boolean
   /** Spawn the command as this user (the agent then holds only the rights to do so). */
   readonly runAs: { readonly uid: number; readonly gid: number } | undefined
+  /** What starts the command (process-launcher.ts). */
+  readonly launcher: ProcessLauncher
 }
 
 /**
@@ -53,13 +55,23 @@ export async function serveExec(
   const oomBefore = readOomKillCount()
   const started = performance.now()
 
-  const child = spawnWithOomPreference(request, cwd, env, context)
-  const spawnError = await spawnOutcome(child)
-  if (spawnError) {
-    await reportSpawnFailure(connection, request.command, spawnError, started)
+  let child: LaunchedProcess
+  try {
+    child = await context.launcher.launch({
+      command: request.command,
+      args: request.args,
+      cwd,
+      env,
+      stdin: request.stdin === true,
+      runAs: context.runAs,
+      raiseOomScore: context.protectFromOom,
+    })
+  } catch (error) {
+    if (typeof (error as NodeJS.ErrnoException).errno !== 'number') throw error
+    await reportSpawnFailure(connection, request.command, error as NodeJS.ErrnoException, started)
     return
   }
-  const pid = child.pid!
+  const pid = child.pid
   await connection.send({ type: 'started', pid })
 
   let timedOut = false
@@ -86,10 +98,7 @@ export async function serveExec(
           kill('SIGKILL')
         }, request.timeoutMs)
 
-  const closed = new Promise<{ code: number | null; signal: NodeJS.Signals | null }>((resolve) => {
-    child.on('close', (code, signal) => resolve({ code, signal }))
-  })
-  child.on('exit', () => {
+  void child.exited.then(() => {
     exited = true
   })
 
@@ -110,7 +119,7 @@ export async function serveExec(
   })
   void stdinDone.catch(() => {})
 
-  const { code, signal } = await closed
+  const { code, signal } = await child.closed
   await Promise.allSettled(outputs)
   if (timeout) clearTimeout(timeout)
   if (killTimer) clearTimeout(killTimer)
@@ -130,56 +139,6 @@ export async function serveExec(
     aborted,
     oomKilled,
     durationMs: Math.round(performance.now() - started),
-  })
-}
-
-/**
- * Spawns the command. With `protectFromOom`, the agent raises its own OOM score
- * to the maximum just for the synchronous spawn, so the child inherits it, then
- * lowers it back: the kernel then kills a runaway command rather than the agent.
- * Lowering back is allowed without privileges because it returns to the value
- * the agent started with.
- */
-function spawnWithOomPreference(
-  request: ExecRequest,
-  cwd: string,
-  env: Record<string, string>,
-  context: ExecContext,
-): ChildProcess {
-  let previous: string | undefined
-  if (context.protectFromOom) {
-    try {
-      previous = readFileSync('/proc/self/oom_score_adj', 'utf8').trim()
-      writeFileSync('/proc/self/oom_score_adj', '1000')
-    } catch {
-      previous = undefined
-    }
-  }
-  try {
-    return spawn(request.command, [...request.args], {
-      cwd,
-      env,
-      ...(context.runAs ? { uid: context.runAs.uid, gid: context.runAs.gid } : {}),
-      detached: true,
-      stdio: [request.stdin ? 'pipe' : 'ignore', 'pipe', 'pipe'],
-      windowsHide: true,
-    })
-  } finally {
-    if (previous !== undefined) {
-      try {
-        writeFileSync('/proc/self/oom_score_adj', previous)
-      } catch {
-        // Stays raised; the agent is then no more protected than its commands.
-      }
-    }
-  }
-}
-
-function spawnOutcome(child: ChildProcess): Promise<NodeJS.ErrnoException | undefined> {
-  if (child.pid !== undefined) return Promise.resolve(undefined)
-  return new Promise((resolve) => {
-    child.once('error', (error) => resolve(error as NodeJS.ErrnoException))
-    child.once('spawn', () => resolve(undefined))
   })
 }
 
@@ -248,7 +207,7 @@ async function watchControl(
 /** Feeds stdin from data frames, acknowledging what the command was handed, and handles cancel. */
 async function feedStdin(
   connection: FramedConnection,
-  child: ChildProcess,
+  child: LaunchedProcess,
   kill: (signal: KillSignalName) => void,
   onCancel: (reason: 'abort' | 'kill') => void,
 ): Promise<void> {
@@ -265,7 +224,7 @@ async function feedStdin(
       ack()
     }
   })
-  child.on('exit', () => {
+  void child.exited.then(() => {
     if (!closed) {
       closed = true
       ack()

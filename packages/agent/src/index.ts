@@ -1,3 +1,4 @@
+import { existsSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 
 export {
@@ -17,4 +18,15 @@ export { EXEC_MARKER_VARIABLE } from './process-tree.js'
  */
 export function agentProgramPath(): string {
   return fileURLToPath(new URL('./cordon-agent.mjs', import.meta.url))
+}
+
+/**
+ * Absolute path of cordon-launcher built for `arch` (Node's names: `x64`,
+ * `arm64`), the program the agent starts commands through when
+ * `CORDON_AGENT_LAUNCHER` names it; undefined when this package holds no
+ * build for that architecture.
+ */
+export function launcherProgramPath(arch: string = process.arch): string | undefined {
+  const path = fileURLToPath(new URL(`./launcher/linux-${arch}/cordon-launcher`, import.meta.url))
+  return existsSync(path) ? path : undefined
 }

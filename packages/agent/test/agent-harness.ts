@@ -10,6 +10,17 @@ import { authenticateToAgent, FramedConnection } from '../src/protocol/index.js'
 /** The bundled program, exactly what guests run. Built by `pnpm build`. */
 export const AGENT_PROGRAM = fileURLToPath(new URL('../dist/cordon-agent.mjs', import.meta.url))
 
+/** cordon-launcher for this machine, built by `pnpm build` (scripts/build-launcher.mjs). */
+export const LAUNCHER_PROGRAM = fileURLToPath(
+  new URL(`../dist/launcher/linux-${process.arch}/cordon-launcher`, import.meta.url),
+)
+
+/** The two ways the agent starts commands; tests of command behaviour run under both. */
+export const LAUNCHERS: ReadonlyArray<readonly [string, Record<string, string>]> = [
+  ["Node's spawn", {}],
+  ['cordon-launcher', { CORDON_AGENT_LAUNCHER: LAUNCHER_PROGRAM }],
+]
+
 export interface AgentUnderTest {
   readonly dir: string
   readonly outputs: string
@@ -35,10 +46,17 @@ export async function startAgentProcess(
     listen?: string
     stdio3?: number
     secret?: string
+    /**
+     * Start the agent with only the capabilities it has in a Docker sandbox
+     * (SETUID, SETGID, KILL), through util-linux's setpriv; needs root.
+     */
+    sandboxCapabilities?: boolean
   } = {},
 ): Promise<AgentUnderTest> {
   if (!existsSync(AGENT_PROGRAM))
     throw new Error(`${AGENT_PROGRAM} is missing: run pnpm build in packages/agent first`)
+  if (options.env?.CORDON_AGENT_LAUNCHER === LAUNCHER_PROGRAM && !existsSync(LAUNCHER_PROGRAM))
+    throw new Error(`${LAUNCHER_PROGRAM} is missing: run pnpm build in packages/agent first`)
   const dir = await mkdtemp(join(tmpdir(), 'cordon-agent-test-'))
   const outputs = join(dir, 'out')
   await mkdir(outputs)
@@ -57,7 +75,16 @@ export async function startAgentProcess(
   } else env.CORDON_AGENT_SECRET = secret
   const stdio: Array<'ignore' | 'pipe' | number> = ['ignore', 'pipe', 'pipe']
   if (options.stdio3 !== undefined) stdio.push(options.stdio3)
-  const child = spawn(process.execPath, [AGENT_PROGRAM], { env, stdio })
+  const command = options.sandboxCapabilities
+    ? [
+        'setpriv',
+        '--bounding-set=-all,+setuid,+setgid,+kill',
+        '--inh-caps=-all',
+        process.execPath,
+        AGENT_PROGRAM,
+      ]
+    : [process.execPath, AGENT_PROGRAM]
+  const child = spawn(command[0]!, command.slice(1), { env, stdio })
   let stderr = ''
   child.stderr!.on('data', (chunk: Buffer) => {
     stderr += chunk.toString()

@@ -24,6 +24,7 @@ import {
   AGENT_PROGRAM,
   type AgentUnderTest,
   delay,
+  LAUNCHERS,
   processesMatching,
   startAgentProcess,
   tcpPortOf,
@@ -77,10 +78,10 @@ async function collect(chunks: AsyncIterable<Uint8Array>): Promise<Buffer> {
   return Buffer.concat(parts)
 }
 
-describe('agent program (bundled, real child process)', () => {
+describe.each(LAUNCHERS)('agent program (bundled, real child process), %s', (_, launcherEnv) => {
   let agent: AgentUnderTest
   beforeAll(async () => {
-    agent = await startAgentProcess({ env: { CORDON_AGENT_RESEED_HOOK: '' } })
+    agent = await startAgentProcess({ env: { CORDON_AGENT_RESEED_HOOK: '', ...launcherEnv } })
   })
   afterAll(async () => {
     await agent?.stop()

@@ -4,7 +4,7 @@ import { createReadStream, readdirSync, realpathSync, statSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { arch as hostArch, platform } from 'node:os'
 import { basename, dirname, join } from 'node:path'
-import { agentProgramPath } from '@cordon/agent'
+import { agentProgramPath, launcherProgramPath } from '@cordon/agent'
 import { SandboxBackendUnavailableError } from '@cordon/core'
 import { LABEL } from '@cordon/core/backend'
 import type Docker from 'dockerode'
@@ -42,6 +42,12 @@ export interface AgentRuntime {
   readonly agentScript: string
   /** The egress gateway program inside the runtime. */
   readonly gatewayScript: string
+  /**
+   * cordon-launcher inside the runtime (the agent starts commands through it,
+   * with vfork(), rather than forking Node); undefined when `@cordon/agent`
+   * holds no build for this architecture, and the agent uses Node's spawn.
+   */
+  readonly launcher: string | undefined
 }
 
 interface RuntimeFile {
@@ -126,7 +132,7 @@ function* walk(dir: string): Generator<string> {
   }
 }
 
-function runtimeFiles(): { files: RuntimeFile[]; loaderName: string } {
+function runtimeFiles(): { files: RuntimeFile[]; loaderName: string; launcher: boolean } {
   if (platform() !== 'linux') {
     throw new Error(`the agent runtime is this host's Node, and this host runs ${platform()}`)
   }
@@ -144,7 +150,9 @@ function runtimeFiles(): { files: RuntimeFile[]; loaderName: string } {
     { name: 'agent.mjs', source: agentProgramPath(), mode: 0o644 },
     ...gatewayFiles(),
   ]
-  return { files, loaderName }
+  const launcher = launcherProgramPath(hostArch())
+  if (launcher) files.push({ name: 'bin/cordon-launcher', source: launcher, mode: 0o755 })
+  return { files, loaderName, launcher: launcher !== undefined }
 }
 
 /** The content's fingerprint: names, sizes and modification times (fast; no need to read 100 MB). */
@@ -228,6 +236,7 @@ async function prepare(
     ],
     agentScript: `${RUNTIME_MOUNT}/agent.mjs`,
     gatewayScript: `${RUNTIME_MOUNT}/gateway/node_modules/@cordon/egress/dist/gateway.js`,
+    launcher: content.launcher ? `${RUNTIME_MOUNT}/bin/cordon-launcher` : undefined,
   }
   const deadline = Date.now() + 120_000
   for (;;) {

@@ -198,6 +198,8 @@ export function agentEnvironment(options: {
   readonly lifetimeMs: number | undefined
   /** The agent's direct file socket (direct-socket.ts), where the host can reach it. */
   readonly directSocket?: string | undefined
+  /** cordon-launcher in the runtime volume, if it holds one ({@link AgentRuntime.launcher}). */
+  readonly launcher?: string | undefined
 }): string[] {
   const writable = writableRoots(options.layout)
   // The working directory first: the agent's default for a command without cwd.
@@ -220,6 +222,7 @@ export function agentEnvironment(options: {
     ...(options.directSocket === undefined
       ? {}
       : { CORDON_AGENT_DIRECT_SOCKET: options.directSocket }),
+    ...(options.launcher === undefined ? {} : { CORDON_AGENT_LAUNCHER: options.launcher }),
   }
   const sealed = sealedOutputPaths(options.layout)
   if (sealed.length > 0) env.CORDON_AGENT_SEAL_ROOTS = sealed.join(':')

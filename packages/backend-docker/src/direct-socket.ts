@@ -6,14 +6,17 @@ import type { ContainerBackendConfig } from '@cordon/core'
 import type Docker from 'dockerode'
 
 /**
- * The direct file channel: a unix socket the agent listens on inside the
+ * The direct channel: a unix socket the agent listens on inside the
  * container, which the host reaches through the container's root as the
  * kernel shows it to the host (`/proc/<pid>/root`), past the engine.
  *
  * Every byte a file operation moves otherwise crosses the engine's attach
  * stream, whose throughput on this kind of machine (about 160 MiB/s up and
  * 115 MiB/s down) is below what `docker cp` gets through the archive
- * endpoint. A unix socket has no such ceiling.
+ * endpoint; and every message of a command passes through the engine and
+ * its shim, each a process to wake and a copy to make (an exec round trip
+ * measured 7.3 ms median on the attach against 4.6 ms on the socket). A
+ * unix socket has neither cost.
  *
  * What keeps it the host's alone: the socket lives in a tmpfs of its own,
  * root's and mode 0700, which the sandbox's user (no capabilities, no
@@ -57,7 +60,7 @@ export class DirectSocket {
    * Finds the container's root through its init's pid and checks that the
    * process is that container's (its cgroup names the container), then
    * proves a connection. Undefined when any step fails: the host then keeps
-   * file streams on the attach.
+   * command and file streams on the attach.
    */
   static async open(docker: Docker, containerId: string): Promise<DirectSocket | undefined> {
     let rootFd: number | undefined

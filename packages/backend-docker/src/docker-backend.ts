@@ -171,7 +171,7 @@ export class DockerBackend implements CordonSandboxBackend {
     let channel: AttachedChannel | undefined
     let egress: SandboxEgress | undefined
     let registering: Promise<SandboxEgress> | undefined
-    // File streams go over the direct socket once it is proved (direct-socket.ts).
+    // Command and file streams go over the direct socket once it is proved (direct-socket.ts).
     const directWanted = wantsDirectSocket(this.config, this.engine.socketPath)
     let direct: DirectSocket | undefined
     let directClosed = false
@@ -249,6 +249,7 @@ export class DockerBackend implements CordonSandboxBackend {
               egressPort: proxied ? EGRESS_PROXY_PORT : undefined,
               lifetimeMs: request.lifetimeMs,
               directSocket: directWanted ? DIRECT_SOCKET_PATH : undefined,
+              launcher: runtime.launcher,
             }),
           }),
           abortSignal: signal,
@@ -267,9 +268,10 @@ export class DockerBackend implements CordonSandboxBackend {
         const client = new AgentClient({
           secret,
           description: `container ${name}`,
+          // Both kinds, once the socket is proved; port forwards stay on the attach.
           dial: async (attempt, kind) =>
-            kind === 'file' && direct ? direct.connect(attempt) : channel!.open({ kind }),
-          // Streams over the attach are cheap and live as long as the container.
+            direct ? direct.connect(attempt) : channel!.open({ kind }),
+          // Streams are cheap and live as long as the container.
           keepSpareConnection: true,
           onSpare: (stream, spare) => {
             // A waiting spare keeps no host process alive, whichever way it goes.

@@ -32,11 +32,13 @@ export { collectGarbage, type GarbageReport } from './garbage-collect.js'
  * Fills the agent runtime volume on the engine ahead of time (normally the
  * first `create()` on an engine does it), so no sandbox pays for it. `image`
  * runs the short-lived container that fills it: any image the sandboxes use.
- * Resolves with the volume's name; a second call finds it there.
+ * Resolves with the volume's name, and whether it holds cordon-launcher (the
+ * agent then starts commands with vfork() rather than by forking Node; see
+ * the README, "How a command starts"); a second call finds it there.
  */
 export async function prepareAgentRuntime(
   config: Pick<ContainerBackendConfig, 'image' | 'socketPath' | 'host' | 'port' | 'tls'>,
-): Promise<{ readonly volume: string }> {
+): Promise<{ readonly volume: string; readonly launcher: boolean }> {
   const engine = connectEngine(config)
   const runtime = await ensureAgentRuntime(
     engine.docker,
@@ -44,7 +46,7 @@ export async function prepareAgentRuntime(
     config.image,
     'container:docker',
   )
-  return { volume: runtime.volume }
+  return { volume: runtime.volume, launcher: runtime.launcher !== undefined }
 }
 
 /** The backend factory the umbrella (`@cordon/sandbox`) loads for `tier: 'container'`. */

@@ -393,6 +393,9 @@ export class AgentExecSession {
     const acknowledged = new Promise<void>((resolve, reject) =>
       this.pendingWrites.push({ end, resolve, reject }),
     )
+    // It may be refused (the command closed its input) while the send below is
+    // still waiting; it is awaited right after, but must not count as unhandled meanwhile.
+    acknowledged.catch(() => {})
     await this.connection.sendData('stdin', bytes)
     await acknowledged
   }

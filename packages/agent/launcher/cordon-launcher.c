@@ -1,0 +1,418 @@
+/*
+ * cordon-launcher: starts commands for cordon's agent.
+ *
+ * Why it exists: Node starts a child with fork(), which copies the page tables
+ * of the whole agent (tens of MiB) and then pays a page fault for every page
+ * either side touches before the child execs. Measured on the machines cordon
+ * is benchmarked on, that is 5-6 ms of a 10 ms exec round trip; vfork() from a
+ * process this small costs a fraction of it. The agent starts this program once
+ * and asks it to start every command. Everything else about a command (its
+ * output, input, timeouts, tree kill, accounting) stays in the agent.
+ *
+ * Why C and not a library: it must run in any image (no libc of the image's is
+ * assumed: it is linked statically), it runs as the agent's user with the
+ * agent's capabilities, and it is small enough to read in one sitting. It does
+ * no parsing beyond the length-prefixed frames below and never interprets a
+ * command.
+ *
+ * Protocol. Only the agent can talk to it: its stdin and stdout are pipes to
+ * the agent, a process of the same (root) user that the sandbox's user cannot
+ * signal, trace or open the descriptors of.
+ *
+ *   agent -> launcher, on stdin, frames: u32 length (little-endian), then
+ *     'S' u32 id u32 flags u32 uid u32 gid u32 argc u32 envc
+ *         cwd\0 file\0 argv[0]\0 ... argv[argc-1]\0 env[0]\0 ... env[envc-1]\0
+ *       start a command (flags: 1 stdin is a pipe, 2 new session,
+ *       4 raise its OOM score to 1000; uid/gid 0xffffffff: keep the launcher's)
+ *     'R' u32 id
+ *       the agent holds its own copies of the command's pipes (it opened
+ *       /proc/<launcher>/fd/<n>): the launcher closes its ends
+ *
+ *   launcher -> agent, on stdout, lines:
+ *     ready <pid>
+ *     started <id> <pid> <stdout fd> <stderr fd> <stdin fd or -1>
+ *     failed <id> <errno>
+ *     exited <id> <exit code or -1> <signal number or 0>
+ *
+ * The launcher exits when its stdin ends (the agent is gone).
+ */
+#define _GNU_SOURCE
+#include <errno.h>
+#include <fcntl.h>
+#include <poll.h>
+#include <signal.h>
+#include <stdarg.h>
+#include <stdint.h>
+#include <stdio.h>
+#include <stdlib.h>
+#include <string.h>
+#include <sys/prctl.h>
+#include <sys/signalfd.h>
+#include <sys/syscall.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#define FLAG_STDIN_PIPE 1u
+#define FLAG_NEW_SESSION 2u
+#define FLAG_RAISE_OOM_SCORE 4u
+#define KEEP_ID 0xffffffffu
+/* Far above any argv and environment the kernel accepts (ARG_MAX is 2 MiB by default). */
+#define MAX_FRAME (64u << 20)
+#define MAX_PATH_CANDIDATE 4096
+
+struct command {
+  uint32_t id;
+  pid_t pid; /* 0 once reaped */
+  int out_fd, err_fd, in_fd; /* the launcher's ends, -1 once released */
+};
+
+static struct command *commands;
+static size_t command_count, command_capacity;
+static int dev_null = -1;
+
+static void die(const char *what) {
+  fprintf(stderr, "cordon-launcher: %s: %s\n", what, strerror(errno));
+  exit(1);
+}
+
+static void write_all(int fd, const char *text, size_t length) {
+  while (length > 0) {
+    ssize_t written = write(fd, text, length);
+    if (written < 0) {
+      if (errno == EINTR) continue;
+      exit(0); /* the agent is gone */
+    }
+    text += written;
+    length -= (size_t)written;
+  }
+}
+
+static void reply(const char *format, ...) __attribute__((format(printf, 1, 2)));
+static void reply(const char *format, ...) {
+  char line[160];
+  va_list args;
+  va_start(args, format);
+  int length = vsnprintf(line, sizeof line, format, args);
+  va_end(args);
+  if (length < 0 || (size_t)length >= sizeof line) {
+    fprintf(stderr, "cordon-launcher: reply too long\n");
+    exit(1);
+  }
+  write_all(STDOUT_FILENO, line, (size_t)length);
+}
+
+static uint32_t read_u32(const unsigned char *at) {
+  return (uint32_t)at[0] | (uint32_t)at[1] << 8 | (uint32_t)at[2] << 16 | (uint32_t)at[3] << 24;
+}
+
+static void close_if_open(int *fd) {
+  if (*fd >= 0) close(*fd);
+  *fd = -1;
+}
+
+static struct command *remember(uint32_t id) {
+  if (command_count == command_capacity) {
+    size_t capacity = command_capacity ? command_capacity * 2 : 16;
+    struct command *grown = realloc(commands, capacity * sizeof *grown);
+    if (!grown) die("out of memory");
+    commands = grown;
+    command_capacity = capacity;
+  }
+  struct command *command = &commands[command_count++];
+  memset(command, 0, sizeof *command);
+  command->id = id;
+  command->out_fd = command->err_fd = command->in_fd = -1;
+  return command;
+}
+
+/* A command is forgotten once it is reaped and its pipes are released. */
+static void forget_finished(void) {
+  size_t kept = 0;
+  for (size_t i = 0; i < command_count; i++) {
+    struct command *command = &commands[i];
+    if (command->pid == 0 && command->out_fd < 0 && command->err_fd < 0 && command->in_fd < 0)
+      continue;
+    commands[kept++] = *command;
+  }
+  command_count = kept;
+}
+
+/*
+ * Everything the child does between vfork() and execve(): only system calls,
+ * no allocation, no locks, nothing that touches the parent's state except
+ * `child_errno` (the vfork child shares the parent's memory until it execs).
+ * Mirrors what Node's own spawn does (libuv's uv__process_child_init), in its
+ * order: descriptors, signals, session, directory, groups, group, user, exec.
+ */
+static volatile int child_errno;
+
+static void child_fail(int error) {
+  child_errno = error;
+  _exit(127);
+}
+
+static void child(const char *cwd, const char *file, char *const argv[], char *const envp[],
+                  const char *search_path, uint32_t flags, uint32_t uid, uint32_t gid,
+                  int in_fd, int out_fd, int err_fd) {
+  if (dup2(in_fd, STDIN_FILENO) < 0 || dup2(out_fd, STDOUT_FILENO) < 0 ||
+      dup2(err_fd, STDERR_FILENO) < 0)
+    child_fail(errno);
+  /* Descriptors the agent inherited without close-on-exec stop here: a command
+   * gets its three and nothing else. close_range() where the kernel has it. */
+  if (syscall(SYS_close_range, 3u, ~0u, 0u) != 0) {
+    for (int fd = 3; fd < 65536; fd++) close(fd);
+  }
+  /* Signals the agent (or this launcher) ignores or blocks must not reach the command so. */
+  for (int sig = 1; sig < NSIG; sig++) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    struct sigaction action;
+    memset(&action, 0, sizeof action);
+    action.sa_handler = SIG_DFL;
+    sigaction(sig, &action, NULL);
+  }
+  sigset_t none;
+  sigemptyset(&none);
+  if (sigprocmask(SIG_SETMASK, &none, NULL) != 0) child_fail(errno);
+  if ((flags & FLAG_NEW_SESSION) && setsid() < 0) child_fail(errno);
+  if (flags & FLAG_RAISE_OOM_SCORE) {
+    /* The kernel's OOM killer then picks a runaway command before the agent. */
+    int score = open("/proc/self/oom_score_adj", O_WRONLY | O_CLOEXEC);
+    if (score >= 0) {
+      (void)!write(score, "1000", 4);
+      close(score);
+    }
+  }
+  if (cwd[0] && chdir(cwd) != 0) child_fail(errno);
+  /* Raw system calls: glibc's wrappers would try to change every thread's ids. */
+  if (uid != KEEP_ID || gid != KEEP_ID) {
+    if (syscall(SYS_setgroups, 0, NULL) != 0) child_fail(errno);
+  }
+  if (gid != KEEP_ID && syscall(SYS_setgid, gid) != 0) child_fail(errno);
+  if (uid != KEEP_ID && syscall(SYS_setuid, uid) != 0) child_fail(errno);
+
+  if (strchr(file, '/')) {
+    execve(file, argv, envp);
+    child_fail(errno);
+  }
+  /* Search PATH as execvp does, from the command's own environment: a missing
+   * or unsearchable entry moves on, a file found but refused is remembered,
+   * any other failure (not an executable, too many arguments) ends the search. */
+  char candidate[MAX_PATH_CANDIDATE];
+  size_t file_length = strlen(file);
+  int denied = 0;
+  const char *entry = search_path;
+  for (;;) {
+    const char *end = strchr(entry, ':');
+    size_t dir_length = end ? (size_t)(end - entry) : strlen(entry);
+    const char *dir = dir_length ? entry : ".";
+    if (!dir_length) dir_length = 1;
+    if (dir_length + 1 + file_length + 1 <= sizeof candidate) {
+      memcpy(candidate, dir, dir_length);
+      candidate[dir_length] = '/';
+      memcpy(candidate + dir_length + 1, file, file_length + 1);
+      execve(candidate, argv, envp);
+      if (errno == EACCES) denied = 1;
+      else if (errno != ENOENT && errno != ENOTDIR) child_fail(errno);
+    }
+    if (!end) break;
+    entry = end + 1;
+  }
+  child_fail(denied ? EACCES : ENOENT);
+}
+
+static const char *search_path_of(char *const envp[]) {
+  for (size_t i = 0; envp[i]; i++)
+    if (strncmp(envp[i], "PATH=", 5) == 0) return envp[i] + 5;
+  return "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+}
+
+static void start_command(const unsigned char *frame, size_t length) {
+  if (length < 25) {
+    fprintf(stderr, "cordon-launcher: short start frame\n");
+    exit(1);
+  }
+  uint32_t id = read_u32(frame + 1), flags = read_u32(frame + 5);
+  uint32_t uid = read_u32(frame + 9), gid = read_u32(frame + 13);
+  uint32_t argc = read_u32(frame + 17), envc = read_u32(frame + 21);
+  size_t strings = 2 + (size_t)argc + (size_t)envc;
+  if (argc == 0 || strings > length) {
+    fprintf(stderr, "cordon-launcher: bad start frame\n");
+    exit(1);
+  }
+  char **list = calloc(strings + 2, sizeof *list); /* room for two NULL terminators */
+  if (!list) die("out of memory");
+  char *at = (char *)frame + 25;
+  char *end = (char *)frame + length;
+  for (size_t i = 0; i < strings; i++) {
+    char *nul = memchr(at, '\0', (size_t)(end - at));
+    if (!nul) {
+      fprintf(stderr, "cordon-launcher: unterminated string in start frame\n");
+      exit(1);
+    }
+    list[i] = at;
+    at = nul + 1;
+  }
+  /* cwd, file, argv[argc], NULL, env[envc], NULL */
+  char *cwd = list[0], *file = list[1];
+  char **argv = calloc((size_t)argc + 1, sizeof *argv);
+  char **envp = calloc((size_t)envc + 1, sizeof *envp);
+  if (!argv || !envp) die("out of memory");
+  memcpy(argv, list + 2, argc * sizeof *argv);
+  memcpy(envp, list + 2 + argc, envc * sizeof *envp);
+
+  int out_pipe[2] = {-1, -1}, err_pipe[2] = {-1, -1}, in_pipe[2] = {-1, -1};
+  if (pipe2(out_pipe, O_CLOEXEC) != 0 || pipe2(err_pipe, O_CLOEXEC) != 0 ||
+      ((flags & FLAG_STDIN_PIPE) && pipe2(in_pipe, O_CLOEXEC) != 0)) {
+    int error = errno;
+    close_if_open(&out_pipe[0]); close_if_open(&out_pipe[1]);
+    close_if_open(&err_pipe[0]); close_if_open(&err_pipe[1]);
+    close_if_open(&in_pipe[0]); close_if_open(&in_pipe[1]);
+    reply("failed %u %d\n", id, error);
+    free(list); free(argv); free(envp);
+    return;
+  }
+  int child_in = (flags & FLAG_STDIN_PIPE) ? in_pipe[0] : dev_null;
+  const char *search_path = search_path_of(envp);
+  child_errno = 0;
+  pid_t pid = vfork();
+  if (pid == 0)
+    child(cwd, file, argv, envp, search_path, flags, uid, gid, child_in, out_pipe[1], err_pipe[1]);
+  int error = pid < 0 ? errno : child_errno;
+  /* The child shared this process's memory map until it exec'd, and its
+   * setuid() marked that map not dumpable, which would stop the agent (same
+   * user, no CAP_SYS_PTRACE) from opening /proc/<launcher>/fd/<n>. Restore it:
+   * this process never changes its own ids, so it is what it was before. */
+  if (pid > 0) prctl(PR_SET_DUMPABLE, 1, 0, 0, 0);
+  close_if_open(&out_pipe[1]);
+  close_if_open(&err_pipe[1]);
+  close_if_open(&in_pipe[0]);
+  free(list); free(argv); free(envp);
+  if (pid > 0 && error != 0) {
+    while (waitpid(pid, NULL, 0) < 0 && errno == EINTR) {
+    }
+  }
+  if (error != 0) {
+    close_if_open(&out_pipe[0]);
+    close_if_open(&err_pipe[0]);
+    close_if_open(&in_pipe[1]);
+    reply("failed %u %d\n", id, error);
+    return;
+  }
+  struct command *command = remember(id);
+  command->pid = pid;
+  command->out_fd = out_pipe[0];
+  command->err_fd = err_pipe[0];
+  command->in_fd = in_pipe[1];
+  reply("started %u %d %d %d %d\n", id, (int)pid, command->out_fd, command->err_fd, command->in_fd);
+}
+
+static void release_command(const unsigned char *frame, size_t length) {
+  if (length < 5) {
+    fprintf(stderr, "cordon-launcher: short release frame\n");
+    exit(1);
+  }
+  uint32_t id = read_u32(frame + 1);
+  for (size_t i = 0; i < command_count; i++) {
+    if (commands[i].id != id) continue;
+    close_if_open(&commands[i].out_fd);
+    close_if_open(&commands[i].err_fd);
+    close_if_open(&commands[i].in_fd);
+  }
+  forget_finished();
+}
+
+static void reap(void) {
+  for (;;) {
+    int status;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid <= 0) return;
+    for (size_t i = 0; i < command_count; i++) {
+      if (commands[i].pid != pid) continue;
+      commands[i].pid = 0;
+      if (WIFEXITED(status)) reply("exited %u %d 0\n", commands[i].id, WEXITSTATUS(status));
+      else reply("exited %u -1 %d\n", commands[i].id, WTERMSIG(status));
+    }
+    forget_finished();
+  }
+}
+
+/* Feeds bytes from stdin into whole frames; returns 0 at end of input. */
+static int read_frames(void) {
+  static unsigned char *buffer;
+  static size_t filled, capacity;
+  if (capacity - filled < 65536) {
+    size_t grown_capacity = capacity ? capacity * 2 : 262144;
+    unsigned char *grown = realloc(buffer, grown_capacity);
+    if (!grown) die("out of memory");
+    buffer = grown;
+    capacity = grown_capacity;
+  }
+  ssize_t got = read(STDIN_FILENO, buffer + filled, capacity - filled);
+  if (got < 0) return errno == EINTR || errno == EAGAIN ? 1 : 0;
+  if (got == 0) return 0;
+  filled += (size_t)got;
+  size_t at = 0;
+  while (filled - at >= 4) {
+    uint32_t length = read_u32(buffer + at);
+    if (length == 0 || length > MAX_FRAME) {
+      fprintf(stderr, "cordon-launcher: bad frame length %u\n", length);
+      exit(1);
+    }
+    if (filled - at - 4 < length) {
+      /* Make room for the rest of a large frame. */
+      while (capacity < (size_t)length + 4) {
+        unsigned char *grown = realloc(buffer, capacity * 2);
+        if (!grown) die("out of memory");
+        buffer = grown;
+        capacity *= 2;
+      }
+      break;
+    }
+    const unsigned char *frame = buffer + at + 4;
+    if (frame[0] == 'S') start_command(frame, length);
+    else if (frame[0] == 'R') release_command(frame, length);
+    else {
+      fprintf(stderr, "cordon-launcher: unknown frame type %u\n", frame[0]);
+      exit(1);
+    }
+    at += 4 + (size_t)length;
+  }
+  memmove(buffer, buffer + at, filled - at);
+  filled -= at;
+  return 1;
+}
+
+int main(int argc, char **argv) {
+  if (argc > 1 && strcmp(argv[1], "--version") == 0) {
+    puts("cordon-launcher 1");
+    return 0;
+  }
+  dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
+  if (dev_null < 0) die("open /dev/null");
+  /* The agent ignores SIGPIPE; a write to a gone agent then fails and ends this process. */
+  signal(SIGPIPE, SIG_IGN);
+  sigset_t child_signals;
+  sigemptyset(&child_signals);
+  sigaddset(&child_signals, SIGCHLD);
+  if (sigprocmask(SIG_BLOCK, &child_signals, NULL) != 0) die("sigprocmask");
+  int signals = signalfd(-1, &child_signals, SFD_CLOEXEC | SFD_NONBLOCK);
+  if (signals < 0) die("signalfd");
+  reply("ready %d\n", (int)getpid());
+  struct pollfd watched[2] = {{.fd = STDIN_FILENO, .events = POLLIN}, {.fd = signals, .events = POLLIN}};
+  for (;;) {
+    if (poll(watched, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      die("poll");
+    }
+    if (watched[1].revents & POLLIN) {
+      struct signalfd_siginfo info;
+      while (read(signals, &info, sizeof info) > 0) {
+      }
+      reap();
+    }
+    if (watched[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+      if (!read_frames()) return 0;
+    }
+  }
+}

@@ -1,0 +1,282 @@
+import { readdirSync, readFileSync } from 'node:fs'
+import { chmod, mkdir, writeFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { type ExitMessage, requestExec } from '../src/protocol/index.js'
+import { type AgentUnderTest, delay, LAUNCHERS, startAgentProcess } from './agent-harness.js'
+
+/**
+ * cordon-launcher must start commands as Node's spawn does (ids, groups,
+ * signals, session, descriptors, OOM score, errors), so every probe here runs
+ * under both and the answers are compared, besides being checked. One
+ * difference, on purpose: Node hands a command sockets for its stdout and
+ * stderr, the launcher hands it pipes (as `docker exec` and a shell do), so
+ * `> /dev/stdout` works.
+ */
+
+const SANDBOX_USER = { uid: 1_073_742_100, gid: 1_073_742_100 }
+
+async function run(
+  agent: AgentUnderTest,
+  command: string,
+  args: string[],
+  options: { env?: Record<string, string>; stdin?: Buffer } = {},
+): Promise<{ exit: ExitMessage; stdout: string; stderr: string }> {
+  const connection = await agent.connect()
+  let stdout = ''
+  let stderr = ''
+  const session = await requestExec(
+    connection,
+    { command, args, env: options.env ?? {}, stdin: options.stdin !== undefined },
+    {
+      onStdout: (bytes) => (stdout += Buffer.from(bytes).toString()),
+      onStderr: (bytes) => (stderr += Buffer.from(bytes).toString()),
+    },
+  )
+  if (options.stdin !== undefined) {
+    await session.writeStdin(options.stdin).catch(() => {})
+    await session.endStdin().catch(() => {})
+  }
+  const exit = await session.result
+  connection.destroy()
+  return { exit, stdout, stderr }
+}
+
+/** What a command can see of how it was started. */
+const PROBE = [
+  'grep -E "^(Uid|Gid|Groups|SigIgn|SigBlk|CapEff|CapPrm|NoNewPrivs):" /proc/$$/status',
+  'echo "oom: $(cat /proc/$$/oom_score_adj)"',
+  'set -- $(cut -d")" -f2 /proc/$$/stat); echo "group leader: $([ "$3" = $$ ] && echo yes)"; echo "session leader: $([ "$4" = $$ ] && echo yes)"',
+  'echo "fd 0: $(readlink /proc/$$/fd/0)"',
+  'echo "cwd: $(pwd)"',
+].join('; ')
+
+/** The name of the process that started the command (the launcher, or the agent itself). */
+function parentName(agent: AgentUnderTest, pid: number): string {
+  const stat = readFileSync(`/proc/${pid}/stat`, 'latin1')
+  const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])
+  return ppid === agent.child.pid ? 'agent' : readFileSync(`/proc/${ppid}/comm`, 'latin1').trim()
+}
+
+function launcherPids(agentPid: number): number[] {
+  const pids: number[] = []
+  for (const entry of readdirSync('/proc')) {
+    if (!/^\d+$/.test(entry)) continue
+    try {
+      const stat = readFileSync(`/proc/${entry}/stat`, 'latin1')
+      const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])
+      if (ppid === agentPid && stat.includes('(cordon-launcher)')) pids.push(Number(entry))
+    } catch {
+      // Gone meanwhile.
+    }
+  }
+  return pids
+}
+
+const isRoot = process.getuid?.() === 0
+
+describe('starting commands: cordon-launcher behaves as Node spawn does', () => {
+  const agents = new Map<string, AgentUnderTest>()
+  const asUser = new Map<string, AgentUnderTest>()
+  beforeAll(async () => {
+    for (const [name, env] of LAUNCHERS) {
+      agents.set(name, await startAgentProcess({ env: { ...env } }))
+      if (isRoot) {
+        const agent = await startAgentProcess({
+          env: { ...env, CORDON_AGENT_RUN_AS: `${SANDBOX_USER.uid}:${SANDBOX_USER.gid}` },
+        })
+        await chmod(agent.dir, 0o755)
+        await chmod(agent.outputs, 0o777)
+        asUser.set(name, agent)
+      }
+    }
+  })
+  afterAll(async () => {
+    for (const agent of [...agents.values(), ...asUser.values()]) await agent.stop()
+  })
+
+  it('the same ids, groups, signals, session, descriptors and OOM score under both', async () => {
+    const seen = new Map<string, string>()
+    for (const [name] of LAUNCHERS) {
+      const agent = agents.get(name)!
+      const { exit, stdout } = await run(agent, 'sh', ['-c', PROBE])
+      expect(exit.exitCode).toBe(0)
+      seen.set(name, stdout.replaceAll(agent.outputs, '<outputs>'))
+    }
+    const [node, native] = [...seen.values()]
+    expect(native).toBe(node)
+    expect(native).toContain('SigIgn:\t0000000000000000')
+    expect(native).toContain('SigBlk:\t0000000000000000')
+    expect(native).toContain('oom: 1000')
+    expect(native).toContain('group leader: yes')
+    expect(native).toContain('session leader: yes')
+    expect(native).toContain('fd 0: /dev/null')
+    expect(native).toContain('cwd: <outputs>')
+  })
+
+  it('with cordon-launcher, only the three standard descriptors reach a command', async () => {
+    // Even one the agent inherited without close-on-exec (this test's runner
+    // leaves some open; Node's spawn passes them on).
+    const { stdout } = await run(agents.get('cordon-launcher')!, 'ls', ['/proc/self/fd'])
+    // ls's own descriptor on the directory it lists is the 3.
+    expect(stdout).toBe('0\n1\n2\n3\n')
+  })
+
+  it('with cordon-launcher, output descriptors are pipes, so a command can open /dev/stdout', async () => {
+    const agent = agents.get('cordon-launcher')!
+    const { exit, stdout } = await run(agent, 'sh', [
+      '-c',
+      'readlink /proc/$$/fd/1 /proc/$$/fd/2 | sed "s/:.*//"; echo to-stdout > /dev/stdout',
+    ])
+    expect(exit.exitCode).toBe(0)
+    expect(stdout).toBe('pipe\npipe\nto-stdout\n')
+  })
+
+  it.runIf(isRoot)('as the sandbox user: its ids, no supplementary groups, no capabilities', async () => {
+    const seen: string[] = []
+    for (const [name] of LAUNCHERS) {
+      const agent = asUser.get(name)!
+      const { exit, stdout } = await run(agent, 'sh', ['-c', PROBE])
+      expect(exit.exitCode).toBe(0)
+      seen.push(stdout.replaceAll(agent.outputs, '<outputs>'))
+    }
+    expect(seen[1]).toBe(seen[0])
+    const id = SANDBOX_USER.uid
+    expect(seen[1]).toContain(`Uid:\t${id}\t${id}\t${id}\t${id}`)
+    expect(seen[1]).toContain(`Gid:\t${id}\t${id}\t${id}\t${id}`)
+    expect(seen[1]).toMatch(/Groups:\s*\n/)
+    expect(seen[1]).toContain('CapEff:\t0000000000000000')
+    expect(seen[1]).toContain('CapPrm:\t0000000000000000')
+  })
+
+  it.runIf(isRoot)(
+    'with only the capabilities of a Docker sandbox agent, commands start as the sandbox user, again and again',
+    async () => {
+      // The agent then cannot trace anything: it opens the launcher's pipes
+      // only because the launcher stays dumpable after its children's setuid.
+      for (const [name, env] of LAUNCHERS) {
+        const agent = await startAgentProcess({
+          env: { ...env, CORDON_AGENT_RUN_AS: `${SANDBOX_USER.uid}:${SANDBOX_USER.gid}` },
+          sandboxCapabilities: true,
+        })
+        try {
+          await chmod(agent.dir, 0o755)
+          await chmod(agent.outputs, 0o777)
+          for (let i = 0; i < 5; i++) {
+            const { exit, stdout, stderr } = await run(agent, 'sh', [
+              '-c',
+              'id -u; grep CapEff /proc/self/status',
+            ])
+            expect({ exitCode: exit.exitCode, stderr }, name).toEqual({ exitCode: 0, stderr: '' })
+            expect(stdout, name).toBe(`${SANDBOX_USER.uid}\nCapEff:\t0000000000000000\n`)
+          }
+          const agentCaps = readFileSync(`/proc/${agent.child.pid}/status`, 'latin1')
+          expect(agentCaps, name).toContain('CapEff:\t00000000000000e0')
+        } finally {
+          await agent.stop()
+        }
+      }
+    },
+  )
+
+  it('cordon-launcher is what starts the commands when configured', async () => {
+    for (const [name] of LAUNCHERS) {
+      const agent = agents.get(name)!
+      const connection = await agent.connect()
+      const session = await requestExec(connection, {
+        command: 'sleep',
+        args: ['5'],
+        env: {},
+        stdin: false,
+      })
+      expect(parentName(agent, session.pid)).toBe(name === 'cordon-launcher' ? 'cordon-launcher' : 'agent')
+      await session.cancel('SIGKILL', 'abort')
+      await session.result
+      connection.destroy()
+    }
+  })
+
+  it('reports commands that cannot start as a shell does: 127 not found, 126 not executable', async () => {
+    for (const [name] of LAUNCHERS) {
+      const agent = agents.get(name)!
+      const bin = join(agent.dir, `bin-${name.replace(/\W/g, '')}`)
+      const later = join(agent.dir, `later-${name.replace(/\W/g, '')}`)
+      await mkdir(bin)
+      await mkdir(later)
+      await writeFile(join(bin, 'tool'), '#!/bin/sh\necho never\n', { mode: 0o644 })
+      await writeFile(join(later, 'tool'), '#!/bin/sh\necho found-later\n', { mode: 0o755 })
+      await writeFile(join(bin, 'only-here'), '#!/bin/sh\necho never\n', { mode: 0o644 })
+      const path = { PATH: `/no/such/dir:${bin}:${later}:/usr/bin:/bin` }
+
+      const missing = await run(agent, 'no-such-command-anywhere', [], { env: path })
+      expect(missing.exit.exitCode, name).toBe(127)
+      expect(missing.stderr, name).toContain('not found')
+      // A file found but not executable does not stop the search...
+      const later_ = await run(agent, 'tool', [], { env: path })
+      expect(later_.exit.exitCode, name).toBe(0)
+      expect(later_.stdout, name).toBe('found-later\n')
+      // ...and is what is reported when nothing better is found.
+      expect((await run(agent, 'only-here', [], { env: path })).exit.exitCode, name).toBe(126)
+      expect((await run(agent, join(bin, 'tool'), [])).exit.exitCode, name).toBe(126)
+      // An argument longer than the kernel takes (E2BIG).
+      const huge = await run(agent, 'true', ['x'.repeat(200_000)])
+      expect(huge.exit.exitCode, name).toBe(126)
+      expect(huge.stderr, name).toContain('E2BIG')
+    }
+  })
+
+  it('input to a command that never reads it, or is already gone, ends cleanly', async () => {
+    for (const [name] of LAUNCHERS) {
+      const agent = agents.get(name)!
+      const gone = await run(agent, 'true', [], { stdin: Buffer.alloc(1_000_000, 1) })
+      expect(gone.exit.exitCode, name).toBe(0)
+      const closes = await run(agent, 'sh', ['-c', 'exec 0<&-; sleep 0.2; echo still-here'], {
+        stdin: Buffer.alloc(500_000, 1),
+      })
+      expect(closes.exit.exitCode, name).toBe(0)
+      expect(closes.stdout, name).toBe('still-here\n')
+    }
+  })
+
+  it('many commands at once each get their own output', async () => {
+    for (const [name] of LAUNCHERS) {
+      const agent = agents.get(name)!
+      const results = await Promise.all(
+        Array.from({ length: 20 }, (_, i) =>
+          run(agent, 'sh', ['-c', `head -c ${10_000 + i} /dev/zero | tr "\\0" "${i % 10}"`]),
+        ),
+      )
+      results.forEach((result, i) => {
+        expect(result.exit.exitCode, name).toBe(0)
+        expect(result.stdout, name).toBe(String(i % 10).repeat(10_000 + i))
+      })
+    }
+  })
+
+  it('a launcher killed behind the agent is replaced at the next command', async () => {
+    const agent = agents.get('cordon-launcher')!
+    const before = launcherPids(agent.child.pid!)
+    expect(before).toHaveLength(1)
+    process.kill(before[0]!, 'SIGKILL')
+    await delay(100)
+    const { exit, stdout } = await run(agent, 'echo', ['after'])
+    expect(exit.exitCode).toBe(0)
+    expect(stdout).toBe('after\n')
+    const after = launcherPids(agent.child.pid!)
+    expect(after).toHaveLength(1)
+    expect(after[0]).not.toBe(before[0])
+    expect(agent.stderr()).toContain('the launcher exited')
+  })
+
+  it('a launcher that cannot start leaves commands to Node spawn, and says so', async () => {
+    const agent = await startAgentProcess({ env: { CORDON_AGENT_LAUNCHER: '/no/such/launcher' } })
+    try {
+      const { exit, stdout } = await run(agent, 'echo', ['fallback'])
+      expect(exit.exitCode).toBe(0)
+      expect(stdout).toBe('fallback\n')
+      expect(agent.stderr()).toContain("commands start with Node's spawn instead")
+    } finally {
+      await agent.stop()
+    }
+  })
+})
