@@ -37,6 +37,7 @@
  * The launcher exits when its stdin ends (the agent is gone).
  */
 #define _GNU_SOURCE
+#include <dirent.h>
 #include <errno.h>
 #include <fcntl.h>
 #include <poll.h>
@@ -158,11 +159,6 @@ static void child(const char *cwd, const char *file, char *const argv[], char *c
   if (dup2(in_fd, STDIN_FILENO) < 0 || dup2(out_fd, STDOUT_FILENO) < 0 ||
       dup2(err_fd, STDERR_FILENO) < 0)
     child_fail(errno);
-  /* Descriptors the agent inherited without close-on-exec stop here: a command
-   * gets its three and nothing else. close_range() where the kernel has it. */
-  if (syscall(SYS_close_range, 3u, ~0u, 0u) != 0) {
-    for (int fd = 3; fd < 65536; fd++) close(fd);
-  }
   /* Signals the agent (or this launcher) ignores or blocks must not reach the command so. */
   for (int sig = 1; sig < NSIG; sig++) {
     if (sig == SIGKILL || sig == SIGSTOP) continue;
@@ -383,11 +379,33 @@ static int read_frames(void) {
   return 1;
 }
 
+/*
+ * Descriptors this process inherited without close-on-exec (Node passes on
+ * whatever its own parent left open) must not reach commands: mark them all
+ * close-on-exec once, here. Every descriptor opened later is opened so.
+ * (Once, rather than a close loop in every child: under gVisor each system
+ * call of such a loop is slow.)
+ */
+static void close_inherited_on_exec(void) {
+  DIR *dir = opendir("/proc/self/fd");
+  if (!dir) die("opendir /proc/self/fd");
+  int own = dirfd(dir);
+  struct dirent *entry;
+  while ((entry = readdir(dir))) {
+    int fd = atoi(entry->d_name);
+    if (fd <= STDERR_FILENO || fd == own || entry->d_name[0] == '.') continue;
+    int flags = fcntl(fd, F_GETFD);
+    if (flags >= 0) fcntl(fd, F_SETFD, flags | FD_CLOEXEC);
+  }
+  closedir(dir);
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--version") == 0) {
     puts("cordon-launcher 1");
     return 0;
   }
+  close_inherited_on_exec();
   dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (dev_null < 0) die("open /dev/null");
   /* The agent ignores SIGPIPE; a write to a gone agent then fails and ends this process. */

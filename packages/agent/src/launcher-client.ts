@@ -144,7 +144,18 @@ export class NativeLauncher implements ProcessLauncher {
       try {
         pending.resolve(this.adopt(id, pid, outFd, errFd, inFd, pending.request))
       } catch (error) {
-        pending.reject(error as Error)
+        // Running, but out of the agent's reach: end it rather than leave it unsupervised.
+        this.running.delete(id)
+        try {
+          process.kill(-pid, 'SIGKILL')
+        } catch {
+          // Already gone.
+        }
+        pending.reject(
+          new Error(
+            `cannot take the command's pipes from the launcher: ${(error as Error).message}`,
+          ),
+        )
       } finally {
         this.send(Buffer.from([5, 0, 0, 0, 0x52, 0, 0, 0, 0]), id)
       }
@@ -177,16 +188,27 @@ export class NativeLauncher implements ProcessLauncher {
     inFd: number,
     request: LaunchRequest,
   ): LaunchedProcess {
+    const opened: Array<Socket | Writable> = []
+    let stdout: Socket
+    let stderr: Socket
+    let stdin: Writable | undefined
+    try {
+      stdout = openPipeEnd(this.helperPid, outFd, 'read')
+      opened.push(stdout)
+      stderr = openPipeEnd(this.helperPid, errFd, 'read')
+      opened.push(stderr)
+      stdin = request.stdin ? openPipeEnd(this.helperPid, inFd, 'write') : undefined
+    } catch (error) {
+      for (const stream of opened) stream.destroy()
+      throw error
+    }
     const exited = new Promise<LaunchOutcome>((resolve) => this.running.set(id, { exit: resolve }))
-    const stdout = openPipeEnd(this.helperPid, outFd, 'read')
-    const stderr = openPipeEnd(this.helperPid, errFd, 'read')
-    const stdin = request.stdin ? openPipeEnd(this.helperPid, inFd, 'write') : undefined
     const ended = (stream: Readable) =>
       new Promise<void>((resolve) => {
         stream.once('close', () => resolve())
       })
     const closed = Promise.all([exited, ended(stdout), ended(stderr)]).then(([outcome]) => outcome)
-    return { pid, stdin, stdout: stdout as Readable, stderr: stderr as Readable, exited, closed }
+    return { pid, stdin, stdout, stderr, exited, closed }
   }
 
   private send(frame: Buffer, id: number): void {

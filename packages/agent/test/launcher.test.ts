@@ -132,22 +132,25 @@ describe('starting commands: cordon-launcher behaves as Node spawn does', () => 
     expect(stdout).toBe('pipe\npipe\nto-stdout\n')
   })
 
-  it.runIf(isRoot)('as the sandbox user: its ids, no supplementary groups, no capabilities', async () => {
-    const seen: string[] = []
-    for (const [name] of LAUNCHERS) {
-      const agent = asUser.get(name)!
-      const { exit, stdout } = await run(agent, 'sh', ['-c', PROBE])
-      expect(exit.exitCode).toBe(0)
-      seen.push(stdout.replaceAll(agent.outputs, '<outputs>'))
-    }
-    expect(seen[1]).toBe(seen[0])
-    const id = SANDBOX_USER.uid
-    expect(seen[1]).toContain(`Uid:\t${id}\t${id}\t${id}\t${id}`)
-    expect(seen[1]).toContain(`Gid:\t${id}\t${id}\t${id}\t${id}`)
-    expect(seen[1]).toMatch(/Groups:\s*\n/)
-    expect(seen[1]).toContain('CapEff:\t0000000000000000')
-    expect(seen[1]).toContain('CapPrm:\t0000000000000000')
-  })
+  it.runIf(isRoot)(
+    'as the sandbox user: its ids, no supplementary groups, no capabilities',
+    async () => {
+      const seen: string[] = []
+      for (const [name] of LAUNCHERS) {
+        const agent = asUser.get(name)!
+        const { exit, stdout } = await run(agent, 'sh', ['-c', PROBE])
+        expect(exit.exitCode).toBe(0)
+        seen.push(stdout.replaceAll(agent.outputs, '<outputs>'))
+      }
+      expect(seen[1]).toBe(seen[0])
+      const id = SANDBOX_USER.uid
+      expect(seen[1]).toContain(`Uid:\t${id}\t${id}\t${id}\t${id}`)
+      expect(seen[1]).toContain(`Gid:\t${id}\t${id}\t${id}\t${id}`)
+      expect(seen[1]).toMatch(/Groups:\s*\n/)
+      expect(seen[1]).toContain('CapEff:\t0000000000000000')
+      expect(seen[1]).toContain('CapPrm:\t0000000000000000')
+    },
+  )
 
   it.runIf(isRoot)(
     'with only the capabilities of a Docker sandbox agent, commands start as the sandbox user, again and again',
@@ -189,7 +192,9 @@ describe('starting commands: cordon-launcher behaves as Node spawn does', () => 
         env: {},
         stdin: false,
       })
-      expect(parentName(agent, session.pid)).toBe(name === 'cordon-launcher' ? 'cordon-launcher' : 'agent')
+      expect(parentName(agent, session.pid)).toBe(
+        name === 'cordon-launcher' ? 'cordon-launcher' : 'agent',
+      )
       await session.cancel('SIGKILL', 'abort')
       await session.result
       connection.destroy()

@@ -70,23 +70,36 @@ for (const runtime of ['docker', 'runsc'] as const) {
       expect((await other.wait()).exitCode).not.toBe(0)
     })
 
-    it('cannot signal, trace or read the agent that runs it', async () => {
+    it('starts its commands through cordon-launcher, with only the three standard descriptors', async () => {
+      const parent = await sandbox.exec('sh', ['-c', 'cat /proc/$PPID/comm; ls /proc/$$/fd'])
+      expect(parent.stdout.split('\n')[0]).toBe('cordon-launcher')
+      // ls's own descriptor on the directory it lists is the 3.
+      expect((await sandbox.exec('ls', ['/proc/self/fd'])).stdout).toBe('0\n1\n2\n3\n')
+    })
+
+    it('cannot signal, trace or read the agent that runs it, nor the launcher that starts its commands', async () => {
       const agent = await sandbox.exec('sh', [
         '-c',
-        'for p in /proc/[0-9]*; do grep -q agent.mjs $p/cmdline 2>/dev/null && basename $p; done',
+        // Not this shell itself, whose own command line holds the pattern.
+        'for p in /proc/[0-9]*; do [ "$(basename $p)" = $$ ] && continue; grep -qE "agent.mjs|cordon-launcher" $p/cmdline 2>/dev/null && echo "$(basename $p) $(cat $p/comm)"; done',
       ])
-      const pids = agent.stdout.trim().split('\n').filter(Boolean)
-      expect(pids.length).toBeGreaterThan(0)
+      // The init (whose command line names the agent), the agent and the launcher.
+      const found = agent.stdout.trim().split('\n').filter(Boolean)
+      expect(found.length).toBe(3)
+      expect(found.map((line) => line.split(' ')[1])).toContain('cordon-launcher')
+      const pids = found.map((line) => line.split(' ')[0]!)
       for (const pid of pids) {
         for (const signal of ['KILL', 'TERM', 'STOP']) {
           const kill = await sandbox.exec('kill', [`-${signal}`, pid])
           expect(kill.exitCode, `kill -${signal} ${pid}`).not.toBe(0)
         }
-        // Its memory and its channel (stdin and stdout) are out of reach.
+        // Its memory and its channels (stdin, stdout, stderr; the launcher's
+        // carry the agent's requests and, briefly, commands' pipes) are out of reach.
         for (const command of [
           `head -c 64 /proc/${pid}/mem`,
           `head -c 64 /proc/${pid}/fd/0`,
           `echo injected > /proc/${pid}/fd/1`,
+          `exec 3< /proc/${pid}/fd/2 && echo OPENED`,
         ]) {
           const attempt = await sandbox.exec('sh', ['-c', command])
           expect(attempt.exitCode, command).not.toBe(0)

@@ -130,7 +130,9 @@ let id = ''
   id = sandbox.id
   await sandbox.writeFile('hello.txt', 'packed and installed')
   const result = await sandbox.exec('sh', ['-c', 'echo "hello, $WHO"; cat hello.txt'])
-  console.log(JSON.stringify({ id, stdout: result.stdout, status: sandbox.status }))
+  // The installed @cordon/agent carries cordon-launcher, which starts the commands.
+  const launchedBy = (await sandbox.exec('sh', ['-c', 'cat /proc/$PPID/comm'])).stdout.trim()
+  console.log(JSON.stringify({ id, stdout: result.stdout, status: sandbox.status, launchedBy }))
 }
 await provider.close()
 
@@ -269,6 +271,7 @@ describe('a stranger installs the packed tarballs', () => {
     expect(JSON.parse(sandboxLine ?? '{}')).toMatchObject({
       stdout: 'hello, a stranger\npacked and installed',
       status: 'ready',
+      launchedBy: 'cordon-launcher',
     })
     expect(JSON.parse(missingLine ?? '{}')).toEqual({
       notInstalled: true,
