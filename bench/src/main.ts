@@ -27,6 +27,7 @@ const SCENARIOS: Record<string, () => Promise<Scenario>> = {
   'exec-soak': async () => (await import('./exec-soak.js')).execSoak,
   density: async () => (await import('./density.js')).density,
   'agent-sdk-task': async () => (await import('./agent-sdk-task.js')).agentSdkTask,
+  'agent-start': async () => (await import('./agent-start.js')).agentStart,
 }
 
 function parseArgs(argv: readonly string[]): {

@@ -13,11 +13,15 @@ export { type RunningAgent, startAgent } from './agent-server.js'
 export { EXEC_MARKER_VARIABLE } from './process-tree.js'
 
 /**
- * Absolute path of the bundled agent program (`dist/cordon-agent.mjs`), the
- * file to copy or mount into a guest image and run with `node`.
+ * Absolute path of the bundled agent program, the file to copy or mount into
+ * a guest image and run with `node`: `dist/cordon-agent.mjs` (an ES module),
+ * or with `'cjs'` `dist/cordon-agent.cjs`, the same program as CommonJS,
+ * which starts sooner: no ES module loader (keep its `.cjs` name in the guest).
  */
-export function agentProgramPath(): string {
-  return fileURLToPath(new URL('./cordon-agent.mjs', import.meta.url))
+export function agentProgramPath(format: 'esm' | 'cjs' = 'esm'): string {
+  return fileURLToPath(
+    new URL(format === 'cjs' ? './cordon-agent.cjs' : './cordon-agent.mjs', import.meta.url),
+  )
 }
 
 /**

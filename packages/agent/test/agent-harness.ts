@@ -51,6 +51,8 @@ export async function startAgentProcess(
      * (SETUID, SETGID, KILL), through util-linux's setpriv; needs root.
      */
     sandboxCapabilities?: boolean
+    /** The bundle to run (default: the ES module build). */
+    program?: string
   } = {},
 ): Promise<AgentUnderTest> {
   if (!existsSync(AGENT_PROGRAM))
@@ -81,9 +83,9 @@ export async function startAgentProcess(
         '--bounding-set=-all,+setuid,+setgid,+kill',
         '--inh-caps=-all',
         process.execPath,
-        AGENT_PROGRAM,
+        options.program ?? AGENT_PROGRAM,
       ]
-    : [process.execPath, AGENT_PROGRAM]
+    : [process.execPath, options.program ?? AGENT_PROGRAM]
   const child = spawn(command[0]!, command.slice(1), { env, stdio })
   let stderr = ''
   child.stderr!.on('data', (chunk: Buffer) => {
@@ -125,7 +127,7 @@ export async function startAgentProcess(
       return connection
     },
     async stop() {
-      if (child.exitCode === null) {
+      if (child.exitCode === null && child.signalCode === null) {
         const exited = new Promise((resolve) => child.once('exit', resolve))
         child.kill('SIGTERM')
         await exited

@@ -24,6 +24,7 @@ import {
   AGENT_PROGRAM,
   type AgentUnderTest,
   delay,
+  LAUNCHER_PROGRAM,
   LAUNCHERS,
   processesMatching,
   startAgentProcess,
@@ -380,6 +381,27 @@ describe.each(LAUNCHERS)('agent program (bundled, real child process), %s', (_, 
 })
 
 describe('agent program: resume, listeners, configuration', () => {
+  it('the CommonJS build (what the Docker backend runs) is the same program', async () => {
+    const cjs = await startAgentProcess({
+      program: AGENT_PROGRAM.replace(/\.mjs$/, '.cjs'),
+      env: { CORDON_AGENT_LAUNCHER: LAUNCHER_PROGRAM },
+    })
+    try {
+      const connection = await cjs.connect()
+      let stdout = ''
+      const session = await requestExec(
+        connection,
+        { command: 'sh', args: ['-c', 'echo from-cjs'], env: {}, stdin: false },
+        { onStdout: (bytes) => (stdout += Buffer.from(bytes).toString()) },
+      )
+      expect((await session.result).exitCode).toBe(0)
+      expect(stdout).toBe('from-cjs\n')
+      expect(cjs.child.spawnargs.at(-1)).toMatch(/cordon-agent\.cjs$/)
+    } finally {
+      await cjs.stop()
+    }
+  })
+
   it('on SIGHUP runs the re-seed hook, takes a newly delivered secret and listens again', async () => {
     const hookDir = await mkdtemp(join(tmpdir(), 'cordon-hook-'))
     const hook = join(hookDir, 'reseed.sh')

@@ -147,7 +147,8 @@ function runtimeFiles(): { files: RuntimeFile[]; loaderName: string; launcher: b
       source: library,
       mode: 0o644,
     })),
-    { name: 'agent.mjs', source: agentProgramPath(), mode: 0o644 },
+    // CommonJS: Node's ES module loader would add its start-up to every create (bench scenario 11).
+    { name: 'agent.cjs', source: agentProgramPath('cjs'), mode: 0o644 },
     ...gatewayFiles(),
   ]
   const launcher = launcherProgramPath(hostArch())
@@ -234,7 +235,7 @@ async function prepare(
       script,
       ...args,
     ],
-    agentScript: `${RUNTIME_MOUNT}/agent.mjs`,
+    agentScript: `${RUNTIME_MOUNT}/agent.cjs`,
     gatewayScript: `${RUNTIME_MOUNT}/gateway/node_modules/@cordon/egress/dist/gateway.js`,
     launcher: content.launcher ? `${RUNTIME_MOUNT}/bin/cordon-launcher` : undefined,
   }

@@ -81,7 +81,7 @@ for (const runtime of ['docker', 'runsc'] as const) {
       const agent = await sandbox.exec('sh', [
         '-c',
         // Not this shell itself, whose own command line holds the pattern.
-        'for p in /proc/[0-9]*; do [ "$(basename $p)" = $$ ] && continue; grep -qE "agent.mjs|cordon-launcher" $p/cmdline 2>/dev/null && echo "$(basename $p) $(cat $p/comm)"; done',
+        'for p in /proc/[0-9]*; do [ "$(basename $p)" = $$ ] && continue; grep -qE "agent.cjs|cordon-launcher" $p/cmdline 2>/dev/null && echo "$(basename $p) $(cat $p/comm)"; done',
       ])
       // The init (whose command line names the agent), the agent and the launcher.
       const found = agent.stdout.trim().split('\n').filter(Boolean)

@@ -140,7 +140,7 @@ describe('the cordon command', () => {
         'ls',
         '/runtime',
       ]).toString()
-      expect(listing).toContain('agent.mjs')
+      expect(listing).toContain('agent.cjs')
     }
   })
 

@@ -34,7 +34,7 @@ describe('type resolution of every publishable package (arethetypeswrong)', () =
         if (
           problem.kind === 'UntypedResolution' &&
           'entrypoint' in problem &&
-          problem.entrypoint.endsWith('.mjs')
+          /\.[mc]js$/.test(problem.entrypoint)
         )
           return false
         // Data files (the OpenAPI document) are exported for readers, not for import.
