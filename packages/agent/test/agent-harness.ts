@@ -5,7 +5,12 @@ import { connect, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { authenticateToAgent, FramedConnection } from '../src/protocol/index.js'
+import {
+  authenticateToAgent,
+  type ExitMessage,
+  FramedConnection,
+  requestExec,
+} from '../src/protocol/index.js'
 
 /** The bundled program, exactly what guests run. Built by `pnpm build`. */
 export const AGENT_PROGRAM = fileURLToPath(new URL('../dist/cordon-agent.mjs', import.meta.url))
@@ -165,4 +170,49 @@ export async function processesMatching(needle: string): Promise<number[]> {
     }
   }
   return found
+}
+
+/**
+ * Runs one command on the agent and collects its output. With `stdin`, the
+ * bytes are written and the input closed; a command that closes its input
+ * early is not an error (its exit says what happened).
+ */
+export async function runCommand(
+  agent: AgentUnderTest,
+  command: string,
+  args: string[],
+  options: {
+    env?: Record<string, string>
+    stdin?: string | Buffer
+    timeoutMs?: number
+    cwd?: string
+  } = {},
+): Promise<{ exit: ExitMessage; stdout: string; stderr: string }> {
+  const connection = await agent.connect()
+  let stdout = ''
+  let stderr = ''
+  const session = await requestExec(
+    connection,
+    {
+      command,
+      args,
+      env: options.env ?? {},
+      stdin: options.stdin !== undefined,
+      ...(options.timeoutMs ? { timeoutMs: options.timeoutMs } : {}),
+      ...(options.cwd ? { cwd: options.cwd } : {}),
+    },
+    {
+      onStdout: (bytes) => (stdout += Buffer.from(bytes).toString()),
+      onStderr: (bytes) => (stderr += Buffer.from(bytes).toString()),
+    },
+  )
+  if (options.stdin !== undefined) {
+    await session.writeStdin(Buffer.from(options.stdin)).catch(() => {})
+    await session.endStdin().catch(() => {})
+  }
+  try {
+    return { exit: await session.result, stdout, stderr }
+  } finally {
+    connection.destroy()
+  }
 }

@@ -8,7 +8,6 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import {
   AgentRemoteError,
   computeAuthProof,
-  type ExitMessage,
   encodeDataFrame,
   type Frame,
   FramedConnection,
@@ -27,40 +26,12 @@ import {
   LAUNCHER_PROGRAM,
   LAUNCHERS,
   processesMatching,
+  runCommand,
   startAgentProcess,
   tcpPortOf,
 } from './agent-harness.js'
 
-async function run(
-  agent: AgentUnderTest,
-  command: string,
-  args: string[],
-  options: { env?: Record<string, string>; stdin?: string; timeoutMs?: number; cwd?: string } = {},
-): Promise<{ exit: ExitMessage; stdout: string; stderr: string }> {
-  const connection = await agent.connect()
-  let stdout = ''
-  let stderr = ''
-  const session = await requestExec(
-    connection,
-    {
-      command,
-      args,
-      env: options.env ?? {},
-      stdin: options.stdin !== undefined,
-      ...(options.timeoutMs ? { timeoutMs: options.timeoutMs } : {}),
-      ...(options.cwd ? { cwd: options.cwd } : {}),
-    },
-    {
-      onStdout: (bytes) => (stdout += Buffer.from(bytes).toString()),
-      onStderr: (bytes) => (stderr += Buffer.from(bytes).toString()),
-    },
-  )
-  if (options.stdin !== undefined) {
-    await session.writeStdin(Buffer.from(options.stdin))
-    await session.endStdin()
-  }
-  return { exit: await session.result, stdout, stderr }
-}
+const run = runCommand
 
 /** The nonce of a `hello` frame (failing the test if it is not one). */
 function nonceOf(frame: Frame | undefined): string {

@@ -169,6 +169,11 @@ export class FramedConnection {
 
   private write(bytes: Uint8Array): Promise<void> {
     if (this.failure !== undefined) return Promise.reject(this.failure)
+    // After close(): a write now would be an error on the socket, which
+    // destroys it, and with it whatever the peer had not yet read (an exec's
+    // exit report, when a late stdin acknowledgement came after it).
+    if (this.socket.writableEnded)
+      return Promise.reject(new ConnectionClosedError('connection closed for writing'))
     this.lastSentAt = Date.now()
     if (this.socket.write(bytes)) return Promise.resolve()
     return new Promise((resolve, reject) => this.drainWaiters.push({ resolve, reject }))
