@@ -24,14 +24,32 @@ const SANDBOX_USER = { uid: 1_073_742_100, gid: 1_073_742_100 }
 
 const run = runCommand
 
-/** What a command can see of how it was started. */
-const PROBE = [
-  'grep -E "^(Uid|Gid|Groups|SigIgn|SigBlk|CapEff|CapPrm|NoNewPrivs):" /proc/$$/status',
-  'echo "oom: $(cat /proc/$$/oom_score_adj)"',
-  'set -- $(cut -d")" -f2 /proc/$$/stat); echo "group leader: $([ "$3" = $$ ] && echo yes)"; echo "session leader: $([ "$4" = $$ ] && echo yes)"',
-  'echo "fd 0: $(readlink /proc/$$/fd/0)"',
-  'echo "cwd: $(pwd)"',
-].join('; ')
+/**
+ * What a command can see of how it was started. Ids, signals, capabilities
+ * and the OOM score are read by the started program about itself (a shell
+ * would block signals around its own forks and show that instead).
+ */
+async function probe(agent: AgentUnderTest): Promise<string> {
+  const parts = [
+    await run(agent, 'grep', [
+      '-E',
+      '^(Uid|Gid|Groups|SigIgn|SigBlk|CapEff|CapPrm|NoNewPrivs):',
+      '/proc/self/status',
+    ]),
+    await run(agent, 'cat', ['/proc/self/oom_score_adj']),
+    await run(agent, 'sh', [
+      '-c',
+      [
+        'set -- $(cut -d")" -f2 /proc/$$/stat); echo "group leader: $([ "$3" = $$ ] && echo yes)"; echo "session leader: $([ "$4" = $$ ] && echo yes)"',
+        'echo "fd 0: $(readlink /proc/$$/fd/0)"',
+        'echo "cwd: $(pwd)"',
+      ].join('; '),
+    ]),
+  ]
+  for (const part of parts) expect(part.exit.exitCode).toBe(0)
+  const [status, oom, shell] = parts.map((part) => part.stdout)
+  return `${status}oom: ${oom}${shell}`.replaceAll(agent.outputs, '<outputs>')
+}
 
 /** The name of the process that started the command (the launcher, or the agent itself). */
 function parentName(agent: AgentUnderTest, pid: number): string {
@@ -81,9 +99,7 @@ describe('starting commands: cordon-launcher behaves as Node spawn does', () => 
     const seen = new Map<string, string>()
     for (const [name] of LAUNCHERS) {
       const agent = agents.get(name)!
-      const { exit, stdout } = await run(agent, 'sh', ['-c', PROBE])
-      expect(exit.exitCode).toBe(0)
-      seen.set(name, stdout.replaceAll(agent.outputs, '<outputs>'))
+      seen.set(name, await probe(agent))
     }
     const [node, native] = [...seen.values()]
     expect(native).toBe(node)
@@ -120,9 +136,7 @@ describe('starting commands: cordon-launcher behaves as Node spawn does', () => 
       const seen: string[] = []
       for (const [name] of LAUNCHERS) {
         const agent = asUser.get(name)!
-        const { exit, stdout } = await run(agent, 'sh', ['-c', PROBE])
-        expect(exit.exitCode).toBe(0)
-        seen.push(stdout.replaceAll(agent.outputs, '<outputs>'))
+        seen.push(await probe(agent))
       }
       expect(seen[1]).toBe(seen[0])
       const id = SANDBOX_USER.uid
