@@ -62,7 +62,7 @@ export interface AgentConfig {
   /** How often the agent measures the capped directories while the sandbox's user has processes. */
   readonly storageCheckMs: number
   /**
-   * With `stdio`: a second, direct listener for the host's file streams, a
+   * With `stdio`: a second, direct listener for the host's command and file streams, a
    * unix socket (mode 0600, root's) in a directory only root may enter. It
    * carries bulk bytes past the engine's attach stream where the host can
    * reach the container's filesystem (a local engine, runc); every

@@ -169,7 +169,7 @@ async function startStdioAgent(
         directSockets,
       ).catch((error: unknown) => {
         // Not fatal: the host finds no socket and keeps every stream on stdio.
-        config.log('warn', 'no direct socket; file streams stay on stdio', {
+        config.log('warn', 'no direct socket; every stream stays on stdio', {
           error: (error as Error).message,
         })
         return undefined

@@ -68,8 +68,8 @@ export class NativeLauncher implements ProcessLauncher {
   }
 
   async launch(request: LaunchRequest): Promise<LaunchedProcess> {
-    const frame = startFrame(request)
     if (this.unusable) return nodeLauncher.launch(request)
+    const frame = startFrame(request)
     try {
       await this.start()
     } catch (error) {
@@ -157,7 +157,7 @@ export class NativeLauncher implements ProcessLauncher {
           ),
         )
       } finally {
-        this.send(Buffer.from([5, 0, 0, 0, 0x52, 0, 0, 0, 0]), id)
+        this.helper?.stdin?.write(releaseFrame(id))
       }
     } else if (kind === 'failed') {
       const pending = this.pending.get(id)
@@ -209,11 +209,6 @@ export class NativeLauncher implements ProcessLauncher {
       })
     const closed = Promise.all([exited, ended(stdout), ended(stderr)]).then(([outcome]) => outcome)
     return { pid, stdin, stdout, stderr, exited, closed }
-  }
-
-  private send(frame: Buffer, id: number): void {
-    frame.writeUInt32LE(id, 5)
-    this.helper?.stdin?.write(frame)
   }
 }
 
@@ -288,4 +283,13 @@ function startFrame(request: LaunchRequest): Buffer {
   header.writeUInt32LE(1 + request.args.length, 21)
   header.writeUInt32LE(Object.keys(request.env).length, 25)
   return Buffer.concat([header, body])
+}
+
+/** The release frame: the agent holds its own copies of command `id`'s pipes. */
+function releaseFrame(id: number): Buffer {
+  const frame = Buffer.alloc(9)
+  frame.writeUInt32LE(5, 0)
+  frame.write('R', 4, 'latin1')
+  frame.writeUInt32LE(id, 5)
+  return frame
 }

@@ -31,7 +31,7 @@ function watchOpen(): { opened: Promise<DirectSocket | undefined> } {
   return { opened }
 }
 
-describe('the direct file socket (Docker)', () => {
+describe('the direct socket (Docker)', () => {
   it('carries file and command streams under runc, byte-exact', async () => {
     const { opened } = watchOpen()
     const dials = vi.spyOn(DirectSocket.prototype, 'connect')
