@@ -120,12 +120,19 @@ export function lifecycleCases(
       async () => {
         // Long enough to outlast a create on a loaded machine (a gVisor one took
         // over 1.5 s in CI): a lifetime may count from the sandbox's own start.
+        // It may also count from when the sandbox was ready (the host's own
+        // timer does), so the check waits for the later of the two.
         const requestedAt = Date.now()
         const sandbox = await sandboxes.provider.create({ lifetimeMs: 4000 })
+        const readyAt = Date.now()
         expect((await sandbox.exec('true')).exitCode).toBe(0)
-        await new Promise((resolve) => setTimeout(resolve, requestedAt + 6000 - Date.now()))
+        const checkAt = Math.max(requestedAt + 6000, readyAt + 5000)
+        await new Promise((resolve) => setTimeout(resolve, checkAt - Date.now()))
         const error = await sandbox.exec('true').catch((caught: unknown) => caught)
-        expect(SandboxDestroyedError.isInstance(error)).toBe(true)
+        expect(
+          SandboxDestroyedError.isInstance(error),
+          `after ${checkAt - requestedAt} ms: ${String(error)}`,
+        ).toBe(true)
       },
       timeout,
     )
