@@ -128,16 +128,23 @@ for (const runtime of ['docker', 'runsc'] as const) {
       const neighbour = await provider.create({ maxProcesses: 40 })
       try {
         // The sleeps hold the command's stdout, so the command lasts as long as
-        // they do; the count is a shell builtin (at the limit nothing can start).
+        // they do; the count is a shell builtin (at the limit nothing can start),
+        // printed once the loop is done: from then on the sandbox is full. (A
+        // fixed wait was once too short for gVisor on a loaded machine, where the
+        // loop itself takes many seconds: the sleeps outlast it.)
+        let full!: () => void
+        const filled = new Promise<void>((resolve) => {
+          full = resolve
+        })
         const hog = greedy.exec(
           'sh',
           [
             '-c',
-            '(i=0; while [ $i -lt 60 ]; do sleep 8 & i=$((i+1)); done) 2>/dev/null; set -- /proc/[0-9]*; echo $#',
+            '(i=0; while [ $i -lt 60 ]; do sleep 30 & i=$((i+1)); done) 2>/dev/null; set -- /proc/[0-9]*; echo $#',
           ],
-          { timeout: 30_000 },
+          { timeout: 50_000, onOutput: (chunk) => chunk.stream === 'stdout' && full() },
         )
-        await new Promise((resolve) => setTimeout(resolve, 2000))
+        await filled
         // The greedy sandbox holds every process it may have, and cannot start one more
         // (a pipeline forks; busybox runs many applets in the shell's own process).
         const own = await greedy.exec('sh', ['-c', 'echo started | cat']).then(
@@ -157,7 +164,7 @@ for (const runtime of ['docker', 'runsc'] as const) {
         await greedy.destroy()
         await neighbour.destroy()
       }
-    }, 60_000)
+    }, 90_000)
 
     it('cannot gain privileges (no-new-privileges)', async () => {
       const info = await containerOf(sandbox)
