@@ -35,6 +35,15 @@
  *     exited <id> <exit code or -1> <signal number or 0>
  *
  * The launcher exits when its stdin ends (the agent is gone).
+ *
+ * Or it starts the agent: `cordon-launcher --agent <program> [arguments]`
+ * (a container's entry) starts the program as its child, with the two pipes
+ * above as the child's descriptors 3 (frames to the launcher) and 4 (lines
+ * from it), named in CORDON_AGENT_LAUNCHER_FDS=3,4. That spares the agent a
+ * fork of itself (Node) at start-up, on the path of every sandbox's create.
+ * The launcher then passes on to the agent the signals a container's init
+ * sends (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2), and exits when
+ * the agent does, with its status (128 + the signal if it was killed).
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -71,6 +80,9 @@ struct command {
 static struct command *commands;
 static size_t command_count, command_capacity;
 static int dev_null = -1;
+/* Where frames come from and replies go: stdin and stdout, or the pipes to an agent this process started. */
+static int request_fd = STDIN_FILENO, reply_fd = STDOUT_FILENO;
+static pid_t agent_pid;
 
 static void die(const char *what) {
   fprintf(stderr, "cordon-launcher: %s: %s\n", what, strerror(errno));
@@ -82,7 +94,9 @@ static void write_all(int fd, const char *text, size_t length) {
     ssize_t written = write(fd, text, length);
     if (written < 0) {
       if (errno == EINTR) continue;
-      exit(0); /* the agent is gone */
+      /* The agent is gone: a launcher it started goes too; one that started it exits with its status, when reaped. */
+      if (agent_pid) return;
+      exit(0);
     }
     text += written;
     length -= (size_t)written;
@@ -100,7 +114,7 @@ static void reply(const char *format, ...) {
     fprintf(stderr, "cordon-launcher: reply too long\n");
     exit(1);
   }
-  write_all(STDOUT_FILENO, line, (size_t)length);
+  write_all(reply_fd, line, (size_t)length);
 }
 
 static uint32_t read_u32(const unsigned char *at) {
@@ -323,6 +337,10 @@ static void reap(void) {
     int status;
     pid_t pid = waitpid(-1, &status, WNOHANG);
     if (pid <= 0) return;
+    if (pid == agent_pid) {
+      /* The sandbox ends with its agent; its status is the container's. */
+      _exit(WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status));
+    }
     for (size_t i = 0; i < command_count; i++) {
       if (commands[i].pid != pid) continue;
       commands[i].pid = 0;
@@ -344,7 +362,7 @@ static int read_frames(void) {
     buffer = grown;
     capacity = grown_capacity;
   }
-  ssize_t got = read(STDIN_FILENO, buffer + filled, capacity - filled);
+  ssize_t got = read(request_fd, buffer + filled, capacity - filled);
   if (got < 0) return errno == EINTR || errno == EAGAIN ? 1 : 0;
   if (got == 0) return 0;
   filled += (size_t)got;
@@ -400,12 +418,60 @@ static void close_inherited_on_exec(void) {
   closedir(dir);
 }
 
+/* A descriptor moved above 4, so that placing the agent's ends at 3 and 4 never meets one of them. */
+static int above_agent_fds(int fd) {
+  if (fd > 4) return fd;
+  int moved = fcntl(fd, F_DUPFD_CLOEXEC, 5);
+  if (moved < 0) die("fcntl");
+  close(fd);
+  return moved;
+}
+
+/* Starts the agent (argv: its program and arguments) with its pipes to this process at 3 and 4. */
+static void start_agent(char **argv) {
+  int requests[2], replies[2];
+  if (pipe2(requests, O_CLOEXEC) != 0 || pipe2(replies, O_CLOEXEC) != 0) die("pipe2");
+  for (int i = 0; i < 2; i++) {
+    requests[i] = above_agent_fds(requests[i]);
+    replies[i] = above_agent_fds(replies[i]);
+  }
+  extern char **environ;
+  size_t count = 0;
+  while (environ[count]) count++;
+  char **envp = calloc(count + 2, sizeof *envp);
+  if (!envp) die("out of memory");
+  memcpy(envp, environ, count * sizeof *envp);
+  envp[count] = "CORDON_AGENT_LAUNCHER_FDS=3,4";
+  pid_t pid = vfork();
+  if (pid < 0) die("vfork");
+  if (pid == 0) {
+    /* dup2 leaves the copies without close-on-exec: the agent gets exactly these two. */
+    static const char failed[] = "cordon-launcher: cannot start the agent\n";
+    if (dup2(requests[1], 3) >= 0 && dup2(replies[0], 4) >= 0) execve(argv[0], argv, envp);
+    (void)!write(STDERR_FILENO, failed, sizeof failed - 1);
+    _exit(127);
+  }
+  free(envp);
+  close(requests[1]);
+  close(replies[0]);
+  request_fd = requests[0];
+  reply_fd = replies[1];
+  agent_pid = pid;
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--version") == 0) {
     puts("cordon-launcher 1");
     return 0;
   }
   close_inherited_on_exec();
+  int starts_agent = argc > 2 && strcmp(argv[1], "--agent") == 0;
+  if (argc > 1 && !starts_agent) {
+    fprintf(stderr, "usage: cordon-launcher [--agent <program> [arguments]]\n");
+    return 2;
+  }
+  /* First, before any signal is blocked or ignored here: the agent starts with none. */
+  if (starts_agent) start_agent(argv + 2);
   dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (dev_null < 0) die("open /dev/null");
   /* The agent ignores SIGPIPE; a write to a gone agent then fails and ends this process. */
@@ -413,11 +479,17 @@ int main(int argc, char **argv) {
   sigset_t child_signals;
   sigemptyset(&child_signals);
   sigaddset(&child_signals, SIGCHLD);
+  static const int passed_on[] = {SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2};
+  if (starts_agent)
+    for (size_t i = 0; i < sizeof passed_on / sizeof passed_on[0]; i++)
+      sigaddset(&child_signals, passed_on[i]);
   if (sigprocmask(SIG_BLOCK, &child_signals, NULL) != 0) die("sigprocmask");
   int signals = signalfd(-1, &child_signals, SFD_CLOEXEC | SFD_NONBLOCK);
   if (signals < 0) die("signalfd");
+  /* An agent that ended before SIGCHLD was blocked here sent its signal to no one. */
+  if (starts_agent) reap();
   reply("ready %d\n", (int)getpid());
-  struct pollfd watched[2] = {{.fd = STDIN_FILENO, .events = POLLIN}, {.fd = signals, .events = POLLIN}};
+  struct pollfd watched[2] = {{.fd = request_fd, .events = POLLIN}, {.fd = signals, .events = POLLIN}};
   for (;;) {
     if (poll(watched, 2, -1) < 0) {
       if (errno == EINTR) continue;
@@ -426,11 +498,16 @@ int main(int argc, char **argv) {
     if (watched[1].revents & POLLIN) {
       struct signalfd_siginfo info;
       while (read(signals, &info, sizeof info) > 0) {
+        if (info.ssi_signo != SIGCHLD) kill(agent_pid, (int)info.ssi_signo);
       }
       reap();
     }
     if (watched[0].revents & (POLLIN | POLLHUP | POLLERR)) {
-      if (!read_frames()) return 0;
+      if (!read_frames()) {
+        if (!agent_pid) return 0;
+        /* The agent closed its pipe but runs on: wait for its end, which ends this process. */
+        watched[0].fd = -1;
+      }
     }
   }
 }

@@ -1,4 +1,4 @@
-import { readFileSync, unlinkSync } from 'node:fs'
+import { readFileSync, unlinkSync, writeSync } from 'node:fs'
 import { isAbsolute } from 'node:path'
 import { MIN_SECRET_LENGTH } from './protocol/auth.js'
 
@@ -79,6 +79,13 @@ export interface AgentConfig {
    * Node's spawn, which behaves the same and costs a few milliseconds more.
    */
   readonly launcher: string | undefined
+  /**
+   * The agent's pipes to the launcher that started it (`cordon-launcher
+   * --agent`, which sets this): descriptors for frames to it and lines from
+   * it. Used instead of starting a launcher; if it cannot be, the agent
+   * starts its own from {@link launcher}.
+   */
+  readonly parentLauncher: { readonly requestFd: number; readonly replyFd: number } | undefined
   readonly log: (
     level: 'info' | 'warn' | 'error',
     message: string,
@@ -105,6 +112,7 @@ export const AGENT_ENV = {
   storageCaps: 'CORDON_AGENT_STORAGE_CAPS',
   storageCheckMs: 'CORDON_AGENT_STORAGE_CHECK_MS',
   launcher: 'CORDON_AGENT_LAUNCHER',
+  parentLauncher: 'CORDON_AGENT_LAUNCHER_FDS',
 } as const
 
 /** A directory and the most disk, in bytes, it may take. */
@@ -230,6 +238,15 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
   const launcher = get(AGENT_ENV.launcher)
   if (launcher !== undefined && !isAbsolute(launcher))
     problems.push(`${AGENT_ENV.launcher} must be an absolute path`)
+  const launcherFds = get(AGENT_ENV.parentLauncher)
+  const launcherFdMatch = launcherFds === undefined ? null : /^(\d+),(\d+)$/.exec(launcherFds)
+  if (launcherFds !== undefined && !launcherFdMatch)
+    problems.push(
+      `${AGENT_ENV.parentLauncher} must be two descriptor numbers, "<requests>,<replies>"`,
+    )
+  const parentLauncher = launcherFdMatch
+    ? { requestFd: Number(launcherFdMatch[1]), replyFd: Number(launcherFdMatch[2]) }
+    : undefined
 
   for (const name of Object.keys(env)) if (name.startsWith('CORDON_AGENT_')) delete env[name]
 
@@ -251,6 +268,7 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
     egressPort,
     lifetimeMs,
     launcher,
+    parentLauncher,
     log: quiet ? () => {} : writeLogLine,
   }
 }
@@ -354,9 +372,17 @@ export function loadSecret(
 }
 
 function writeLogLine(level: string, message: string, fields: Record<string, unknown> = {}): void {
-  process.stderr.write(
-    `${JSON.stringify({ time: new Date().toISOString(), level, message, ...fields })}\n`,
-  )
+  const line = `${JSON.stringify({ time: new Date().toISOString(), level, message, ...fields })}\n`
+  // Straight to the descriptor: building process.stderr costs milliseconds of
+  // start-up, and Node writes to a pipe or file synchronously anyway. A
+  // descriptor someone made non-blocking may refuse (EAGAIN): the stream then
+  // queues the line.
+  let bytes = Buffer.from(line)
+  try {
+    while (bytes.length > 0) bytes = bytes.subarray(writeSync(2, bytes))
+  } catch {
+    process.stderr.write(bytes)
+  }
 }
 
 /** The longest secret line read from stdin; anything longer is not a secret cordon sent. */

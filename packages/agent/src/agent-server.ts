@@ -1,4 +1,5 @@
-import { chmod, unlink } from 'node:fs/promises'
+// Synchronous on purpose: two calls at listen time, and node:fs/promises costs milliseconds of start-up to load.
+import { chmodSync, unlinkSync } from 'node:fs'
 import { connect, createServer, type Server, Socket } from 'node:net'
 import {
   type AgentConfig,
@@ -41,7 +42,11 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
   let resumes = 0
   const nonces = new NonceSource()
   const native = config.launcher
-    ? new NativeLauncher(config.launcher, (level, message) => config.log(level, message))
+    ? new NativeLauncher(
+        config.launcher,
+        (level, message) => config.log(level, message),
+        config.parentLauncher,
+      )
     : undefined
   // Started now, off the path of the first command; a failure shows at the first command.
   native?.start().catch(() => {})
@@ -129,6 +134,22 @@ async function startStdioAgent(
   context: ConnectionContext,
   native: NativeLauncher | undefined,
 ): Promise<RunningAgent> {
+  // Listening before the attach is served: the host takes an answer on the
+  // attach to mean this socket is up too.
+  const directSockets = new Set<Socket>()
+  const direct = config.directSocket
+    ? await listen(
+        { kind: 'unix', path: config.directSocket, mode: 0o600 },
+        context,
+        directSockets,
+      ).catch((error: unknown) => {
+        // Not fatal: the host finds no socket and keeps every stream on stdio.
+        config.log('warn', 'no direct socket; every stream stays on stdio', {
+          error: (error as Error).message,
+        })
+        return undefined
+      })
+    : undefined
   // fd 1 as a socket: writes to a pipe through process.stdout would block the event loop.
   const output = new Socket({ fd: 1, readable: false, writable: true })
   const mux = new StreamMux(process.stdin, output, {
@@ -161,20 +182,6 @@ async function startStdioAgent(
       egress!.listen(config.egressPort, '127.0.0.1', () => resolve())
     })
   }
-  const directSockets = new Set<Socket>()
-  const direct = config.directSocket
-    ? await listen(
-        { kind: 'unix', path: config.directSocket, mode: 0o600 },
-        context,
-        directSockets,
-      ).catch((error: unknown) => {
-        // Not fatal: the host finds no socket and keeps every stream on stdio.
-        config.log('warn', 'no direct socket; every stream stays on stdio', {
-          error: (error as Error).message,
-        })
-        return undefined
-      })
-    : undefined
   let closing: Promise<void> | undefined
   const close = (): Promise<void> =>
     (closing ??= (async () => {
@@ -226,7 +233,13 @@ async function listen(
     void serveConnection(socket, context)
   })
   if (address.kind === 'stdio') throw new Error('stdio is served by startStdioAgent')
-  if (address.kind === 'unix') await unlink(address.path).catch(() => {})
+  if (address.kind === 'unix') {
+    try {
+      unlinkSync(address.path)
+    } catch {
+      // Nothing left there by an earlier listener.
+    }
+  }
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)
     const done = (): void => {
@@ -237,7 +250,7 @@ async function listen(
     else if (address.kind === 'fd') server.listen({ fd: address.fd }, done)
     else server.listen(address.port, address.host, done)
   })
-  if (address.kind === 'unix') await chmod(address.path, address.mode)
+  if (address.kind === 'unix') chmodSync(address.path, address.mode)
   return server
 }
 

@@ -1,4 +1,4 @@
-import { type ChildProcess, spawn } from 'node:child_process'
+import { spawn } from 'node:child_process'
 import { closeSync, constants as fsConstants, openSync } from 'node:fs'
 import { Socket } from 'node:net'
 import { constants as osConstants } from 'node:os'
@@ -14,7 +14,9 @@ import {
 
 /**
  * The client of cordon-launcher (launcher/cordon-launcher.c): a small static
- * program the agent starts once, which starts every command with vfork().
+ * program that starts every command with vfork(). Either it started the
+ * agent (`cordon-launcher --agent`, a container's entry: the agent then uses
+ * the pipes it was given) or the agent starts it, once.
  * The protocol is described in that file. The command's pipes are created by
  * the launcher; the agent takes its own copies by opening
  * `/proc/<launcher>/fd/<n>` (a pipe reopened that way is the same pipe), then
@@ -44,8 +46,18 @@ const ERRNO_NAMES = new Map<number, string>(
   Object.entries(osConstants.errno).map(([name, number]) => [number, name]),
 )
 
+/** The agent's two pipes to a launcher, however it was started. */
+interface LauncherLink {
+  /** Frames to the launcher. */
+  readonly requests: Writable
+  /** Lines from it. */
+  readonly replies: Readable
+  /** Ends the link: kills a launcher the agent started; a parent one exits with the agent. */
+  stop(): void
+}
+
 export class NativeLauncher implements ProcessLauncher {
-  private helper: ChildProcess | undefined
+  private helper: LauncherLink | undefined
   private helperPid = 0
   private ready: Promise<void> | undefined
   private nextId = 1
@@ -58,6 +70,8 @@ export class NativeLauncher implements ProcessLauncher {
   constructor(
     private readonly path: string,
     private readonly log: (level: 'warn' | 'error', message: string) => void,
+    /** The pipes to the launcher that started the agent, if one did (AgentConfig.parentLauncher). */
+    private parent?: { readonly requestFd: number; readonly replyFd: number },
   ) {}
 
   /** Starts the launcher process now (rather than at the first command). */
@@ -82,32 +96,44 @@ export class NativeLauncher implements ProcessLauncher {
     frame.writeUInt32LE(id, 5)
     return new Promise((resolve, reject) => {
       this.pending.set(id, { request, resolve, reject })
-      this.helper!.stdin!.write(frame)
+      this.helper!.requests.write(frame)
     })
   }
 
   /** Stops the launcher; commands it started keep running. */
   close(): void {
     this.closed = true
-    this.helper?.kill('SIGKILL')
+    this.helper?.stop()
   }
 
   private startHelper(): Promise<void> {
     return new Promise((resolve, reject) => {
-      const helper = spawn(this.path, [], { stdio: ['pipe', 'pipe', 'inherit'] })
-      this.helper = helper
       let isReady = false
-      helper.once('error', (error) => {
-        if (!isReady) reject(new Error(`cannot start the launcher ${this.path}: ${error.message}`))
-      })
-      helper.stdin!.on('error', () => {
-        // The launcher is gone; its exit is handled below.
-      })
-      helper.once('exit', (code, signal) => {
-        if (!isReady) reject(new Error(`the launcher ${this.path} exited (${code ?? signal})`))
+      const gone = (why: string, code: number | null, signal: NodeJS.Signals | null) => {
+        if (!isReady) reject(new Error(why))
         this.lost(code, signal)
+      }
+      // The parent's pipes are taken once; a launcher started later is the agent's own.
+      const parent = this.parent
+      this.parent = undefined
+      const link =
+        (parent &&
+          takeParentLauncher(parent, () =>
+            gone('the launcher that started the agent is gone', null, null),
+          )) ??
+        this.spawnLauncher(
+          (error) => {
+            if (!isReady)
+              reject(new Error(`cannot start the launcher ${this.path}: ${error.message}`))
+          },
+          (code, signal) =>
+            gone(`the launcher ${this.path} exited (${code ?? signal})`, code, signal),
+        )
+      this.helper = link
+      link.requests.on('error', () => {
+        // The launcher is gone; that is handled where its end is seen.
       })
-      createInterface({ input: helper.stdout!, crlfDelay: Number.POSITIVE_INFINITY }).on(
+      createInterface({ input: link.replies, crlfDelay: Number.POSITIVE_INFINITY }).on(
         'line',
         (line) => {
           if (!isReady && line.startsWith('ready ')) {
@@ -118,6 +144,17 @@ export class NativeLauncher implements ProcessLauncher {
         },
       )
     })
+  }
+
+  /** Starts a launcher of the agent's own, for an agent no launcher started. */
+  private spawnLauncher(
+    onError: (error: Error) => void,
+    onExit: (code: number | null, signal: NodeJS.Signals | null) => void,
+  ): LauncherLink {
+    const helper = spawn(this.path, [], { stdio: ['pipe', 'pipe', 'inherit'] })
+    helper.once('error', onError)
+    helper.once('exit', onExit)
+    return { requests: helper.stdin!, replies: helper.stdout!, stop: () => helper.kill('SIGKILL') }
   }
 
   /** The launcher died: nothing it started can be followed any more. Start a new one next time. */
@@ -157,7 +194,7 @@ export class NativeLauncher implements ProcessLauncher {
           ),
         )
       } finally {
-        this.helper?.stdin?.write(releaseFrame(id))
+        this.helper?.requests.write(releaseFrame(id))
       }
     } else if (kind === 'failed') {
       const pending = this.pending.get(id)
@@ -209,6 +246,32 @@ export class NativeLauncher implements ProcessLauncher {
       })
     const closed = Promise.all([exited, ended(stdout), ended(stderr)]).then(([outcome]) => outcome)
     return { pid, stdin, stdout, stderr, exited, closed }
+  }
+}
+
+/**
+ * The pipes to the launcher this agent was started by (`cordon-launcher
+ * --agent`, how a container's entry starts it, which spares the agent a fork
+ * of itself at start-up). The inherited descriptors are replaced by
+ * close-on-exec copies, so that no command started by Node's spawn gets
+ * them. Undefined if they cannot be taken: the agent then starts a launcher
+ * of its own.
+ */
+function takeParentLauncher(
+  fds: { readonly requestFd: number; readonly replyFd: number },
+  onGone: () => void,
+): LauncherLink | undefined {
+  let requests: Writable | undefined
+  try {
+    requests = openPipeEnd(process.pid, fds.requestFd, 'write')
+    const replies = openPipeEnd(process.pid, fds.replyFd, 'read')
+    closeSync(fds.requestFd)
+    closeSync(fds.replyFd)
+    replies.once('close', onGone)
+    return { requests, replies, stop: () => requests!.end() }
+  } catch {
+    requests?.destroy()
+    return undefined
   }
 }
 

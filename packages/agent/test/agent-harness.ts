@@ -20,10 +20,24 @@ export const LAUNCHER_PROGRAM = fileURLToPath(
   new URL(`../dist/launcher/linux-${process.arch}/cordon-launcher`, import.meta.url),
 )
 
-/** The two ways the agent starts commands; tests of command behaviour run under both. */
-export const LAUNCHERS: ReadonlyArray<readonly [string, Record<string, string>]> = [
-  ["Node's spawn", {}],
-  ['cordon-launcher', { CORDON_AGENT_LAUNCHER: LAUNCHER_PROGRAM }],
+/** How an agent under test starts commands: its environment, and whether a launcher starts it. */
+export interface LaunchMode {
+  readonly env: Record<string, string>
+  readonly startedByLauncher?: boolean
+}
+
+/**
+ * The ways the agent starts commands; tests of command behaviour run under
+ * each: Node's spawn, a launcher the agent starts, and the launcher that
+ * started the agent (`cordon-launcher --agent`, a Docker sandbox's entry).
+ */
+export const LAUNCHERS: ReadonlyArray<readonly [string, LaunchMode]> = [
+  ["Node's spawn", { env: {} }],
+  ['cordon-launcher', { env: { CORDON_AGENT_LAUNCHER: LAUNCHER_PROGRAM } }],
+  [
+    'cordon-launcher (parent)',
+    { env: { CORDON_AGENT_LAUNCHER: LAUNCHER_PROGRAM }, startedByLauncher: true },
+  ],
 ]
 
 export interface AgentUnderTest {
@@ -58,6 +72,11 @@ export async function startAgentProcess(
     sandboxCapabilities?: boolean
     /** The bundle to run (default: the ES module build). */
     program?: string
+    /**
+     * Started by `cordon-launcher --agent`, as a Docker sandbox's entry is:
+     * `child` is then the launcher, and the agent its child.
+     */
+    startedByLauncher?: boolean
   } = {},
 ): Promise<AgentUnderTest> {
   if (!existsSync(AGENT_PROGRAM))
@@ -82,15 +101,14 @@ export async function startAgentProcess(
   } else env.CORDON_AGENT_SECRET = secret
   const stdio: Array<'ignore' | 'pipe' | number> = ['ignore', 'pipe', 'pipe']
   if (options.stdio3 !== undefined) stdio.push(options.stdio3)
+  const agentCommand = [
+    ...(options.startedByLauncher ? [LAUNCHER_PROGRAM, '--agent'] : []),
+    process.execPath,
+    options.program ?? AGENT_PROGRAM,
+  ]
   const command = options.sandboxCapabilities
-    ? [
-        'setpriv',
-        '--bounding-set=-all,+setuid,+setgid,+kill',
-        '--inh-caps=-all',
-        process.execPath,
-        options.program ?? AGENT_PROGRAM,
-      ]
-    : [process.execPath, options.program ?? AGENT_PROGRAM]
+    ? ['setpriv', '--bounding-set=-all,+setuid,+setgid,+kill', '--inh-caps=-all', ...agentCommand]
+    : agentCommand
   const child = spawn(command[0]!, command.slice(1), { env, stdio })
   let stderr = ''
   child.stderr!.on('data', (chunk: Buffer) => {

@@ -50,10 +50,13 @@ async function collect(chunks: AsyncIterable<Uint8Array>): Promise<Buffer> {
   return Buffer.concat(parts)
 }
 
-describe.each(LAUNCHERS)('agent program (bundled, real child process), %s', (_, launcherEnv) => {
+describe.each(LAUNCHERS)('agent program (bundled, real child process), %s', (_, launchMode) => {
   let agent: AgentUnderTest
   beforeAll(async () => {
-    agent = await startAgentProcess({ env: { CORDON_AGENT_RESEED_HOOK: '', ...launcherEnv } })
+    agent = await startAgentProcess({
+      env: { CORDON_AGENT_RESEED_HOOK: '', ...launchMode.env },
+      startedByLauncher: launchMode.startedByLauncher,
+    })
   })
   afterAll(async () => {
     await agent?.stop()

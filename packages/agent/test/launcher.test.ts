@@ -1,11 +1,13 @@
+import { spawnSync } from 'node:child_process'
 import { readdirSync, readFileSync } from 'node:fs'
 import { chmod, mkdir, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { requestExec } from '../src/protocol/index.js'
+import { requestExec, requestHealth } from '../src/protocol/index.js'
 import {
   type AgentUnderTest,
   delay,
+  LAUNCHER_PROGRAM,
   LAUNCHERS,
   runCommand,
   startAgentProcess,
@@ -51,11 +53,16 @@ async function probe(agent: AgentUnderTest): Promise<string> {
   return `${status}oom: ${oom}${shell}`.replaceAll(agent.outputs, '<outputs>')
 }
 
-/** The name of the process that started the command (the launcher, or the agent itself). */
+/** The name of the process that started the command (a launcher, or the agent itself). */
 function parentName(agent: AgentUnderTest, pid: number): string {
+  const ppid = parentOf(pid)
+  const name = readFileSync(`/proc/${ppid}/comm`, 'latin1').trim()
+  return name !== 'cordon-launcher' && ppid === agent.child.pid ? 'agent' : name
+}
+
+function parentOf(pid: number): number {
   const stat = readFileSync(`/proc/${pid}/stat`, 'latin1')
-  const ppid = Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])
-  return ppid === agent.child.pid ? 'agent' : readFileSync(`/proc/${ppid}/comm`, 'latin1').trim()
+  return Number(stat.slice(stat.lastIndexOf(')') + 2).split(' ')[1])
 }
 
 function launcherPids(agentPid: number): number[] {
@@ -79,11 +86,12 @@ describe('starting commands: cordon-launcher behaves as Node spawn does', () => 
   const agents = new Map<string, AgentUnderTest>()
   const asUser = new Map<string, AgentUnderTest>()
   beforeAll(async () => {
-    for (const [name, env] of LAUNCHERS) {
-      agents.set(name, await startAgentProcess({ env: { ...env } }))
+    for (const [name, { env, startedByLauncher }] of LAUNCHERS) {
+      agents.set(name, await startAgentProcess({ env: { ...env }, startedByLauncher }))
       if (isRoot) {
         const agent = await startAgentProcess({
           env: { ...env, CORDON_AGENT_RUN_AS: `${SANDBOX_USER.uid}:${SANDBOX_USER.gid}` },
+          startedByLauncher,
         })
         await chmod(agent.dir, 0o755)
         await chmod(agent.outputs, 0o777)
@@ -95,14 +103,15 @@ describe('starting commands: cordon-launcher behaves as Node spawn does', () => 
     for (const agent of [...agents.values(), ...asUser.values()]) await agent.stop()
   })
 
-  it('the same ids, groups, signals, session, descriptors and OOM score under both', async () => {
+  it('the same ids, groups, signals, session, descriptors and OOM score under each', async () => {
     const seen = new Map<string, string>()
     for (const [name] of LAUNCHERS) {
       const agent = agents.get(name)!
       seen.set(name, await probe(agent))
     }
-    const [node, native] = [...seen.values()]
+    const [node, native, parent] = [...seen.values()]
     expect(native).toBe(node)
+    expect(parent).toBe(node)
     expect(native).toContain('SigIgn:\t0000000000000000')
     expect(native).toContain('SigBlk:\t0000000000000000')
     expect(native).toContain('oom: 1000')
@@ -115,9 +124,11 @@ describe('starting commands: cordon-launcher behaves as Node spawn does', () => 
   it('with cordon-launcher, only the three standard descriptors reach a command', async () => {
     // Even one the agent inherited without close-on-exec (this test's runner
     // leaves some open; Node's spawn passes them on).
-    const { stdout } = await run(agents.get('cordon-launcher')!, 'ls', ['/proc/self/fd'])
-    // ls's own descriptor on the directory it lists is the 3.
-    expect(stdout).toBe('0\n1\n2\n3\n')
+    for (const name of ['cordon-launcher', 'cordon-launcher (parent)']) {
+      const { stdout } = await run(agents.get(name)!, 'ls', ['/proc/self/fd'])
+      // ls's own descriptor on the directory it lists is the 3.
+      expect(stdout, name).toBe('0\n1\n2\n3\n')
+    }
   })
 
   it('with cordon-launcher, output descriptors are pipes, so a command can open /dev/stdout', async () => {
@@ -139,6 +150,7 @@ describe('starting commands: cordon-launcher behaves as Node spawn does', () => 
         seen.push(await probe(agent))
       }
       expect(seen[1]).toBe(seen[0])
+      expect(seen[2]).toBe(seen[0])
       const id = SANDBOX_USER.uid
       expect(seen[1]).toContain(`Uid:\t${id}\t${id}\t${id}\t${id}`)
       expect(seen[1]).toContain(`Gid:\t${id}\t${id}\t${id}\t${id}`)
@@ -153,10 +165,11 @@ describe('starting commands: cordon-launcher behaves as Node spawn does', () => 
     async () => {
       // The agent then cannot trace anything: it opens the launcher's pipes
       // only because the launcher stays dumpable after its children's setuid.
-      for (const [name, env] of LAUNCHERS) {
+      for (const [name, { env, startedByLauncher }] of LAUNCHERS) {
         const agent = await startAgentProcess({
           env: { ...env, CORDON_AGENT_RUN_AS: `${SANDBOX_USER.uid}:${SANDBOX_USER.gid}` },
           sandboxCapabilities: true,
+          startedByLauncher,
         })
         try {
           await chmod(agent.dir, 0o755)
@@ -189,7 +202,7 @@ describe('starting commands: cordon-launcher behaves as Node spawn does', () => 
         stdin: false,
       })
       expect(parentName(agent, session.pid)).toBe(
-        name === 'cordon-launcher' ? 'cordon-launcher' : 'agent',
+        name.startsWith('cordon-launcher') ? 'cordon-launcher' : 'agent',
       )
       await session.cancel('SIGKILL', 'abort')
       await session.result
@@ -283,5 +296,79 @@ describe('starting commands: cordon-launcher behaves as Node spawn does', () => 
     } finally {
       await agent.stop()
     }
+  })
+})
+
+describe("cordon-launcher --agent: the launcher starts the agent (a Docker sandbox's entry)", () => {
+  it("the agent uses its parent and starts no launcher of its own; commands are the parent's children", async () => {
+    const agent = await startAgentProcess({
+      env: { CORDON_AGENT_LAUNCHER: LAUNCHER_PROGRAM },
+      startedByLauncher: true,
+    })
+    try {
+      const connection = await agent.connect()
+      const { pid: agentPid } = await requestHealth(connection)
+      connection.destroy()
+      const launcherPid = agent.child.pid!
+      expect(parentOf(agentPid)).toBe(launcherPid)
+      const exec = await agent.connect()
+      const session = await requestExec(exec, {
+        command: 'sleep',
+        args: ['5'],
+        env: {},
+        stdin: false,
+      })
+      expect(parentOf(session.pid)).toBe(launcherPid)
+      // No fork of the agent at start-up: no launcher is the agent's child.
+      expect(launcherPids(agentPid)).toEqual([])
+      await session.cancel('SIGKILL', 'abort')
+      await session.result
+      exec.destroy()
+      // The pipes came through the environment, which commands do not see.
+      const { stdout } = await run(agent, 'sh', ['-c', 'env | grep -c CORDON_AGENT || true'])
+      expect(stdout.trim()).toBe('0')
+    } finally {
+      await agent.stop()
+    }
+  })
+
+  it("passes the signals an init sends on to the agent, and ends with the agent's status", async () => {
+    const agent = await startAgentProcess({
+      env: { CORDON_AGENT_LAUNCHER: LAUNCHER_PROGRAM },
+      startedByLauncher: true,
+    })
+    try {
+      // SIGHUP: the agent's resume signal; the launcher lives on.
+      process.kill(agent.child.pid!, 'SIGHUP')
+      await expect.poll(() => agent.stderr(), { timeout: 5_000 }).toContain('agent resumed')
+      expect((await run(agent, 'echo', ['after-resume'])).stdout).toBe('after-resume\n')
+      // SIGTERM: the agent stops (status 0), and the launcher with it.
+      const exited = new Promise<number | null>((resolve) => agent.child.once('exit', resolve))
+      process.kill(agent.child.pid!, 'SIGTERM')
+      expect(await exited).toBe(0)
+    } finally {
+      await agent.stop()
+    }
+  })
+
+  it("exits with the agent's status, 128 + the signal if it was killed, 127 if it cannot start it", () => {
+    const status = (args: string[]) =>
+      spawnSync(LAUNCHER_PROGRAM, ['--agent', ...args], { encoding: 'utf8' })
+    expect(status(['/bin/sh', '-c', 'exit 7']).status).toBe(7)
+    expect(status(['/bin/sh', '-c', 'kill -9 $$']).status).toBe(137)
+    // The agent gets its pipes as 3 and 4, named in its environment.
+    const seen = status([
+      '/bin/sh',
+      '-c',
+      'echo $CORDON_AGENT_LAUNCHER_FDS; read line <&4; echo "$line"',
+    ])
+    expect(seen.stdout).toMatch(/^3,4\nready \d+\n$/)
+    const missing = status(['/no/such/agent'])
+    expect(missing.status).toBe(127)
+    expect(missing.stderr).toContain('cannot start the agent')
+    // Anything else is refused rather than guessed at.
+    const wrong = spawnSync(LAUNCHER_PROGRAM, ['--agnet', 'x'], { encoding: 'utf8' })
+    expect(wrong.status).toBe(2)
+    expect(wrong.stderr).toContain('usage')
   })
 })

@@ -310,7 +310,7 @@ export function containerSpec(options: {
   return {
     name: options.name,
     Image: config.image,
-    Entrypoint: options.runtime.node(options.runtime.agentScript),
+    Entrypoint: options.runtime.agentEntrypoint,
     Cmd: [],
     User: '0:0',
     WorkingDir: '/',

@@ -27,8 +27,9 @@ import type Docker from 'dockerode'
  * When it works: the engine runs on this machine (its socket is a local
  * unix socket), the runtime is runc (gVisor keeps the socket inside its own
  * kernel), and the host may enter another process's root (root, or
- * CAP_SYS_PTRACE). Anywhere else the probe fails and every stream stays on
- * the attach, which is always correct, only slower.
+ * CAP_SYS_PTRACE). Anywhere else the socket is not found or never answers
+ * (see DirectRoute) and every stream stays on the attach, which is always
+ * correct, only slower.
  */
 
 /** Where the agent's direct socket lives inside the container. */
@@ -50,6 +51,91 @@ export function directSocketTmpfs(): Record<string, string> {
   return { [DIRECT_SOCKET_DIR]: 'rw,nosuid,nodev,noexec,size=65536,mode=0700' }
 }
 
+/** How often the host dials the direct socket while the agent starts. */
+const LISTENER_POLL_MS = 2
+
+/**
+ * Where a sandbox's command and file streams go: over the direct socket
+ * wherever it works, over the attach otherwise.
+ *
+ * The socket is found while the agent boots (an inspect, off the path of the
+ * create), and the host dials it until the agent listens: the agent's first
+ * answer then comes over the socket, not through the engine, whose attach
+ * costs about a millisecond each way. Readiness is also checked on the attach
+ * at the same time, which is always correct; whichever answers first counts.
+ *
+ * There is no probe of its own: the first stream through the socket is the
+ * probe. If the socket never worked, a failed dial gives it up for good and
+ * the stream (and every later one) goes on the attach; once a dial has
+ * worked, a later failure is the agent's and is reported as such, not hidden
+ * by a switch of channel.
+ */
+export class DirectRoute {
+  private socket: DirectSocket | undefined
+  private readonly found: Promise<void>
+  private enabled = false
+  private proved = false
+  private closed = false
+
+  constructor(finding: Promise<DirectSocket | undefined>) {
+    this.found = finding.then((socket) => {
+      if (this.closed) socket?.close()
+      else this.socket = socket
+    })
+  }
+
+  /**
+   * The first connection to the agent's socket, dialled every
+   * {@link LISTENER_POLL_MS} while its file is missing or refuses (the agent
+   * is starting). Undefined when the socket cannot be used or `signal` ends
+   * the wait first.
+   */
+  async firstConnection(signal: AbortSignal): Promise<Duplex | undefined> {
+    await this.found
+    while (this.socket && !this.closed && !signal.aborted) {
+      try {
+        const stream = await this.socket.connect(signal)
+        this.proved = true
+        this.enabled = true
+        return stream
+      } catch (error) {
+        const code = ((error as Error).cause as NodeJS.ErrnoException | undefined)?.code
+        if (code !== 'ENOENT' && code !== 'ECONNREFUSED') return undefined
+      }
+      await new Promise((resolve) => setTimeout(resolve, LISTENER_POLL_MS))
+    }
+    return undefined
+  }
+
+  /**
+   * The agent answered (its direct listener is opened before it serves the
+   * attach, so it is up too): later streams try the socket.
+   */
+  enable(): void {
+    this.enabled = true
+  }
+
+  async dial(signal: AbortSignal, attach: () => Duplex): Promise<Duplex> {
+    const socket = this.enabled && !this.closed ? this.socket : undefined
+    if (!socket) return attach()
+    try {
+      const stream = await socket.connect(signal)
+      this.proved = true
+      return stream
+    } catch (error) {
+      if (this.proved) throw error
+      this.close()
+      return attach()
+    }
+  }
+
+  close(): void {
+    this.closed = true
+    this.socket?.close()
+    this.socket = undefined
+  }
+}
+
 export class DirectSocket {
   private constructor(
     /** A descriptor on the container's root: it pins that filesystem even if the pid is reused. */
@@ -58,25 +144,18 @@ export class DirectSocket {
 
   /**
    * Finds the container's root through its init's pid and checks that the
-   * process is that container's (its cgroup names the container), then
-   * proves a connection. Undefined when any step fails: the host then keeps
-   * command and file streams on the attach.
+   * process is that container's (its cgroup names the container).
+   * Undefined when any step fails: streams then stay on the attach.
    */
-  static async open(docker: Docker, containerId: string): Promise<DirectSocket | undefined> {
-    let rootFd: number | undefined
+  static async find(docker: Docker, containerId: string): Promise<DirectSocket | undefined> {
     try {
       const pid = (await docker.getContainer(containerId).inspect()).State?.Pid
       if (!pid) return undefined
       // On an engine in another machine or VM (Docker Desktop) the pid means
       // nothing here; a process of this machine with that pid is not the container.
       if (!readFileSync(`/proc/${pid}/cgroup`, 'utf8').includes(containerId)) return undefined
-      rootFd = openSync(`/proc/${pid}/root`, 'r')
-      const direct = new DirectSocket(rootFd)
-      const probe = await direct.connect(AbortSignal.timeout(2_000))
-      probe.destroy()
-      return direct
+      return new DirectSocket(openSync(`/proc/${pid}/root`, 'r'))
     } catch {
-      if (rootFd !== undefined) closeSync(rootFd)
       return undefined
     }
   }

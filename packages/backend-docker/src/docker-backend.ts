@@ -1,6 +1,6 @@
 import { Socket } from 'node:net'
 import { AGENT_EXIT_CODES, newAgentSecret } from '@cordon/agent/protocol'
-import { AgentClient, AgentSandbox, waitForAgent } from '@cordon/agent/sandbox'
+import { AgentClient, AgentSandbox, waitForAgentConnection } from '@cordon/agent/sandbox'
 import {
   type ContainerBackendConfig,
   type CordonBackendSandbox,
@@ -39,6 +39,7 @@ import {
 import { cpuSet } from './cpu-placement.js'
 import {
   DIRECT_SOCKET_PATH,
+  DirectRoute,
   DirectSocket,
   directSocketTmpfs,
   wantsDirectSocket,
@@ -171,15 +172,10 @@ export class DockerBackend implements CordonSandboxBackend {
     let channel: AttachedChannel | undefined
     let egress: SandboxEgress | undefined
     let registering: Promise<SandboxEgress> | undefined
-    // Command and file streams go over the direct socket once it is proved (direct-socket.ts).
+    // Command and file streams go over the direct socket once the agent is up (direct-socket.ts).
     const directWanted = wantsDirectSocket(this.config, this.engine.socketPath)
-    let direct: DirectSocket | undefined
-    let directClosed = false
-    const closeDirect = (): void => {
-      directClosed = true
-      direct?.close()
-      direct = undefined
-    }
+    let direct: DirectRoute | undefined
+    const closeDirect = (): void => direct?.close()
 
     const sealsOutputs = sealedOutputPaths(layout).length > 0
     const remove = async (): Promise<void> => {
@@ -263,16 +259,17 @@ export class DockerBackend implements CordonSandboxBackend {
         })
         phase = 'starting the container'
         await container.start()
+        // Found while the agent boots; used once it has answered.
+        if (directWanted)
+          direct = new DirectRoute(DirectSocket.find(this.engine.docker, container.id))
         channel.sendPreface(`${secret}\n`)
         phase = 'waiting for the agent'
         const client = new AgentClient({
           secret,
           description: `container ${name}`,
-          // Both kinds, once the socket is proved; port forwards stay on the attach.
+          // Both kinds; port forwards stay on the attach.
           dial: async (attempt, kind) =>
-            direct ? direct.connect(attempt) : channel!.open({ kind }),
-          // Streams are cheap and live as long as the container.
-          keepSpareConnection: true,
+            direct ? direct.dial(attempt, () => channel!.open({ kind })) : channel!.open({ kind }),
           onSpare: (stream, spare) => {
             // A waiting spare keeps no host process alive, whichever way it goes.
             if (stream instanceof Socket) {
@@ -283,16 +280,10 @@ export class DockerBackend implements CordonSandboxBackend {
         })
         const [registered] = await Promise.all([
           registering,
-          this.waitForAgent(client, request.id, signal, channel),
+          this.waitForAgent(client, request.id, signal, channel, direct),
         ])
         egress = registered
-        if (directWanted) {
-          // Proved in the background: until then (and if it never is), files use the attach.
-          void DirectSocket.open(this.engine.docker, container.id).then((opened) => {
-            if (directClosed) opened?.close()
-            else direct = opened
-          })
-        }
+        direct?.enable()
         const sandboxEnv = {
           HOME: '/tmp',
           ...imageEnv,
@@ -388,6 +379,7 @@ export class DockerBackend implements CordonSandboxBackend {
     sandboxId: SandboxCreateRequest['id'],
     signal: AbortSignal,
     channel: AttachedChannel,
+    direct: DirectRoute | undefined,
   ): Promise<void> {
     const stopped = new Promise<never>((_, reject) =>
       channel.onClose(() =>
@@ -400,7 +392,24 @@ export class DockerBackend implements CordonSandboxBackend {
       ),
     )
     stopped.catch(() => {})
-    await Promise.race([waitForAgent(client, sandboxId, signal), stopped])
+    // The proof is an authenticated connection, kept for the first command
+    // (streams are cheap and live as long as the container, so a spare is
+    // kept from then on). Two ways are tried at once: the attach, which
+    // always works, and the direct socket, faster where it works; the first
+    // to authenticate counts and the other attempt is dropped.
+    const decided = new AbortController()
+    const either = AbortSignal.any([signal, decided.signal])
+    const viaAttach = waitForAgentConnection(client, sandboxId, either)
+    viaAttach.catch(() => {})
+    const viaDirect = direct
+      ?.firstConnection(either)
+      .then((stream) => (stream ? client.adoptSpareConnection(stream, either) : viaAttach))
+      .catch(() => viaAttach)
+    try {
+      await Promise.race([viaAttach, ...(viaDirect ? [viaDirect] : []), stopped])
+    } finally {
+      decided.abort()
+    }
   }
 
   /**

@@ -1,7 +1,13 @@
 import { createHash, randomBytes } from 'node:crypto'
 import { connect } from 'node:net'
+import type { Duplex } from 'node:stream'
 import { afterEach, describe, expect, it, vi } from 'vitest'
-import { DIRECT_SOCKET_DIR, DIRECT_SOCKET_PATH, DirectSocket } from '../src/direct-socket.js'
+import {
+  DIRECT_SOCKET_DIR,
+  DIRECT_SOCKET_PATH,
+  DirectRoute,
+  DirectSocket,
+} from '../src/direct-socket.js'
 import { docker, testProvider } from './test-run.js'
 
 /**
@@ -16,14 +22,14 @@ afterEach(() => {
   vi.restoreAllMocks()
 })
 
-/** Resolves once `DirectSocket.open` has settled for the sandbox just created. */
+/** Resolves once `DirectSocket.find` has settled for the sandbox just created. */
 function watchOpen(): { opened: Promise<DirectSocket | undefined> } {
-  const original = DirectSocket.open.bind(DirectSocket)
+  const original = DirectSocket.find.bind(DirectSocket)
   let settle!: (value: DirectSocket | undefined) => void
   const opened = new Promise<DirectSocket | undefined>((resolve) => {
     settle = resolve
   })
-  vi.spyOn(DirectSocket, 'open').mockImplementation(async (engine, containerId) => {
+  vi.spyOn(DirectSocket, 'find').mockImplementation(async (engine, containerId) => {
     const result = await original(engine, containerId)
     settle(result)
     return result
@@ -32,6 +38,23 @@ function watchOpen(): { opened: Promise<DirectSocket | undefined> } {
 }
 
 describe('the direct socket (Docker)', () => {
+  it("carries the agent's first answer and the first command: the attach takes no command stream", async () => {
+    const { opened } = watchOpen()
+    const dials = vi.spyOn(DirectSocket.prototype, 'connect')
+    const provider = testProvider()
+    try {
+      const sandbox = await provider.create()
+      expect(await opened).toBeInstanceOf(DirectSocket)
+      // The readiness connection (kept for the first command) came through the socket.
+      const connected = await Promise.allSettled(dials.mock.results.map((result) => result.value))
+      expect(connected.some((result) => result.status === 'fulfilled')).toBe(true)
+      const result = await sandbox.exec('sh', ['-c', 'echo first'])
+      expect(result.stdout).toBe('first\n')
+    } finally {
+      await provider.close()
+    }
+  })
+
   it('carries file and command streams under runc, byte-exact', async () => {
     const { opened } = watchOpen()
     const dials = vi.spyOn(DirectSocket.prototype, 'connect')
@@ -106,7 +129,7 @@ describe('the direct socket (Docker)', () => {
   })
 
   it('is not used under gVisor, whose files stay on the attach and work', async () => {
-    const open = vi.spyOn(DirectSocket, 'open')
+    const open = vi.spyOn(DirectSocket, 'find')
     const provider = testProvider({ runtime: 'runsc' })
     try {
       const sandbox = await provider.create()
@@ -121,15 +144,24 @@ describe('the direct socket (Docker)', () => {
     }
   })
 
-  it('finds nothing where no socket can be reached, and says so by giving none', async () => {
+  it('where no socket answers, streams go on the attach, and the socket is given up for good', async () => {
     const provider = testProvider({ runtime: 'runsc' })
     try {
       const sandbox = await provider.create()
       // A gVisor container: its pid is the sandbox's, and no socket is behind its root.
       const { Id } = await docker.getContainer(`cordon-${sandbox.id}`).inspect()
-      expect(await DirectSocket.open(docker, Id)).toBeUndefined()
-      // An id the engine does not know.
-      expect(await DirectSocket.open(docker, 'f'.repeat(64))).toBeUndefined()
+      const route = new DirectRoute(DirectSocket.find(docker, Id))
+      expect(await route.firstConnection(AbortSignal.timeout(300))).toBeUndefined()
+      route.enable()
+      const dials = vi.spyOn(DirectSocket.prototype, 'connect')
+      const attach = { stream: 'attach' } as unknown as Duplex
+      expect(await route.dial(AbortSignal.timeout(1_000), () => attach)).toBe(attach)
+      expect(await route.dial(AbortSignal.timeout(1_000), () => attach)).toBe(attach)
+      // Tried once; after that failure the attach without trying again.
+      expect(dials).toHaveBeenCalledTimes(1)
+      route.close()
+      // An id the engine does not know: nothing is found.
+      expect(await DirectSocket.find(docker, 'f'.repeat(64))).toBeUndefined()
     } finally {
       await provider.close()
     }

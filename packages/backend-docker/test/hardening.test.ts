@@ -75,6 +75,28 @@ for (const runtime of ['docker', 'runsc'] as const) {
       expect(parent.stdout.split('\n')[0]).toBe('cordon-launcher')
       // ls's own descriptor on the directory it lists is the 3.
       expect((await sandbox.exec('ls', ['/proc/self/fd'])).stdout).toBe('0\n1\n2\n3\n')
+      // The launcher is the container's entry (under the init) and the agent its
+      // child: the agent did not fork itself to start one.
+      const tree = await sandbox.exec('sh', [
+        '-c',
+        'for p in /proc/[0-9]*; do [ "$(basename $p)" = $$ ] && continue; c=$(tr "\\0" " " < $p/cmdline 2>/dev/null); case "$c" in *agent.cjs*) echo "$(basename $p) $(cut -d" " -f4 $p/stat) $c";; esac; done',
+      ])
+      const processes = tree.stdout
+        .trim()
+        .split('\n')
+        .map((line) => {
+          const [pid, ppid, ...command] = line.split(' ')
+          return { pid, ppid, command: command.join(' ') }
+        })
+      const init = processes.find((entry) => entry.pid === '1')
+      const launcher = processes.find((entry) =>
+        entry.command.startsWith('/.cordon/bin/cordon-launcher --agent'),
+      )
+      const agent = processes.find((entry) => entry.command.startsWith('/.cordon/lib/'))
+      expect(init, tree.stdout).toBeDefined()
+      expect(launcher?.ppid, tree.stdout).toBe('1')
+      expect(agent?.ppid, tree.stdout).toBe(launcher?.pid)
+      expect(processes, tree.stdout).toHaveLength(3)
     })
 
     it('cannot signal, trace or read the agent that runs it, nor the launcher that starts its commands', async () => {

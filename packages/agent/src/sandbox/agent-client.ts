@@ -101,10 +101,54 @@ export class RetryableDialError extends Error {
 export class AgentClient {
   readonly description: string
   private readonly spares = new Map<AgentStreamKind, Promise<FramedConnection | undefined>>()
+  private keepsSpares: boolean
   private closed = false
 
   constructor(private readonly options: AgentClientOptions) {
     this.description = options.description
+    this.keepsSpares = options.keepSpareConnection ?? false
+  }
+
+  /**
+   * Dials and authenticates a command connection and keeps it as the spare
+   * for the next operation; from then on the client keeps spares (as
+   * {@link AgentClientOptions.keepSpareConnection} does). Resolves once the
+   * agent has accepted the secret: the proof of readiness that
+   * `waitForAgentConnection` uses. Errors as any operation's.
+   */
+  async openSpareConnection(signal?: AbortSignal): Promise<void> {
+    this.keep(await this.dialAndAuthenticate(signal, 'agent'))
+  }
+
+  /**
+   * As {@link openSpareConnection}, on a stream the backend has dialled
+   * itself (one that had to wait for the agent to listen).
+   */
+  async adoptSpareConnection(stream: Duplex, signal?: AbortSignal): Promise<void> {
+    let connection: FramedConnection
+    try {
+      connection = await this.authenticate(stream, signal)
+    } catch (error) {
+      stream.destroy()
+      throw this.translate(
+        error instanceof RetryableDialError ? (error.cause ?? error) : error,
+        'agent connect',
+        undefined,
+        signal,
+      )
+    }
+    this.keep(connection)
+  }
+
+  private keep(connection: FramedConnection): void {
+    if (this.closed) {
+      connection.destroy()
+      return
+    }
+    this.keepsSpares = true
+    this.spares.get('agent')?.then((older) => older?.destroy())
+    this.options.onSpare?.(connection.socket, true)
+    this.spares.set('agent', Promise.resolve(connection))
   }
 
   /**
@@ -112,8 +156,7 @@ export class AgentClient {
    * spare one if it is still up, else a fresh one.
    */
   async open(signal?: AbortSignal, kind: AgentStreamKind = 'agent'): Promise<FramedConnection> {
-    if (!this.options.keepSpareConnection || this.closed)
-      return this.dialAndAuthenticate(signal, kind)
+    if (!this.keepsSpares || this.closed) return this.dialAndAuthenticate(signal, kind)
     const spare = this.spares.get(kind)
     this.spares.delete(kind)
     const ready = spare ? await spare : undefined
@@ -172,23 +215,7 @@ export class AgentClient {
       let stream: Duplex | undefined
       try {
         stream = await this.dialOnce(signal, kind)
-        const connection = new FramedConnection(stream)
-        const onAbort = (): void =>
-          connection.destroy(new SandboxAbortedError('agent connect', { cause: signal?.reason }))
-        signal?.addEventListener('abort', onAbort, { once: true })
-        try {
-          await authenticateToAgent(connection, this.options.secret, {
-            heartbeatMs: this.options.heartbeatMs ?? 5_000,
-          })
-        } catch (error) {
-          connection.destroy()
-          // A reset before the agent's hello is a dial problem (e.g. a resume in progress); anything after is not.
-          if (error instanceof AgentRemoteError || error instanceof ProtocolError) throw error
-          throw new RetryableDialError((error as Error).message, { cause: error })
-        } finally {
-          signal?.removeEventListener('abort', onAbort)
-        }
-        return connection
+        return await this.authenticate(stream, signal)
       } catch (error) {
         stream?.destroy()
         if (!(error instanceof RetryableDialError))
@@ -209,6 +236,30 @@ export class AgentClient {
       undefined,
       signal,
     )
+  }
+
+  /** Shakes hands on a stream just dialled; a failure before the agent's hello may be retried. */
+  private async authenticate(
+    stream: Duplex,
+    signal: AbortSignal | undefined,
+  ): Promise<FramedConnection> {
+    const connection = new FramedConnection(stream)
+    const onAbort = (): void =>
+      connection.destroy(new SandboxAbortedError('agent connect', { cause: signal?.reason }))
+    signal?.addEventListener('abort', onAbort, { once: true })
+    try {
+      await authenticateToAgent(connection, this.options.secret, {
+        heartbeatMs: this.options.heartbeatMs ?? 5_000,
+      })
+    } catch (error) {
+      connection.destroy()
+      // A reset before the agent's hello is a dial problem (e.g. a resume in progress); anything after is not.
+      if (error instanceof AgentRemoteError || error instanceof ProtocolError) throw error
+      throw new RetryableDialError((error as Error).message, { cause: error })
+    } finally {
+      signal?.removeEventListener('abort', onAbort)
+    }
+    return connection
   }
 
   private transportFailureListener: (() => void) | undefined

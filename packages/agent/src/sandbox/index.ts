@@ -20,4 +20,8 @@ export { toSandboxError } from './agent-error-mapping.js'
 export { AgentProcess, type AgentProcessHooks } from './agent-process.js'
 export { AgentSandbox, type AgentSandboxInit, type LostReason } from './agent-sandbox.js'
 export { dialTcp, type SocketConnectOptions, socketConnected } from './socket-dial.js'
-export { isRetryableReadinessFailure, waitForAgent } from './wait-for-agent.js'
+export {
+  isRetryableReadinessFailure,
+  waitForAgent,
+  waitForAgentConnection,
+} from './wait-for-agent.js'

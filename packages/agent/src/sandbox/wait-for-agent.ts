@@ -11,17 +11,45 @@ import type { AgentClient } from './agent-client.js'
  * that answers but refuses the secret or speaks another protocol will not get
  * better, so that fails at once with {@link SandboxReadinessError}.
  */
-export async function waitForAgent(
+export function waitForAgent(
   client: AgentClient,
   sandboxId: string,
   signal: AbortSignal,
   pollIntervalMs?: number,
 ): Promise<HealthOkMessage> {
+  return pollUntilAnswered(client, sandboxId, signal, pollIntervalMs, () => client.health(signal))
+}
+
+/**
+ * As {@link waitForAgent}, but the proof is a connection the agent has
+ * authenticated, which the client keeps as the spare for its first
+ * operation (and keeps spares from then on): readiness costs one round trip
+ * less than a health request, and the first command does not dial. For a
+ * channel whose connections survive (see `keepSpareConnection`).
+ */
+export function waitForAgentConnection(
+  client: AgentClient,
+  sandboxId: string,
+  signal: AbortSignal,
+  pollIntervalMs?: number,
+): Promise<void> {
+  return pollUntilAnswered(client, sandboxId, signal, pollIntervalMs, () =>
+    client.openSpareConnection(signal),
+  )
+}
+
+async function pollUntilAnswered<T>(
+  client: AgentClient,
+  sandboxId: string,
+  signal: AbortSignal,
+  pollIntervalMs: number | undefined,
+  check: () => Promise<T>,
+): Promise<T> {
   // Without a fixed interval, start fast and back off: most agents answer within a few tries.
   let delay = pollIntervalMs ?? 25
   for (;;) {
     try {
-      return await client.health(signal)
+      return await check()
     } catch (error) {
       if (signal.aborted) throw signal.reason ?? error
       if (!isRetryableReadinessFailure(error)) {
