@@ -52,7 +52,7 @@ export function directSocketTmpfs(): Record<string, string> {
 }
 
 /** How often the host dials the direct socket while the agent starts. */
-const LISTENER_POLL_MS = 2
+const LISTENER_POLL_MS = 1
 
 /**
  * Where a sandbox's command and file streams go: over the direct socket

@@ -1,6 +1,6 @@
 import { execFileSync, spawn } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
-import { describe, expect, it } from 'vitest'
+import { beforeAll, describe, expect, it } from 'vitest'
 
 const CLI = fileURLToPath(new URL('../dist/cli/main.js', import.meta.url))
 
@@ -27,6 +27,14 @@ function cordon(
 }
 
 describe('the cordon command', () => {
+  // The agent runtime volume is filled once per engine and content, by the
+  // first create that lacks it: seconds of copying, more on a loaded machine.
+  // Filled here, so that each case below times what it tests, not that.
+  beforeAll(async () => {
+    const prepared = await cordon(['prepare'])
+    if (prepared.code !== 0) throw new Error(`cordon prepare failed: ${prepared.stderr}`)
+  }, 180_000)
+
   it('runs a command in a sandbox, streams its output and passes its exit code through', async () => {
     const ok = await cordon(['run', '--', 'sh', '-c', 'echo out; echo err >&2; id -u'])
     expect(ok).toMatchObject({ code: 0, stderr: 'err\n' })

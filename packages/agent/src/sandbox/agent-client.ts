@@ -111,7 +111,8 @@ export class AgentClient {
 
   /**
    * Dials and authenticates a command connection and keeps it as the spare
-   * for the next operation; from then on the client keeps spares (as
+   * for the next operation (unless one is kept already: then it is closed);
+   * from then on the client keeps spares (as
    * {@link AgentClientOptions.keepSpareConnection} does). Resolves once the
    * agent has accepted the secret: the proof of readiness that
    * `waitForAgentConnection` uses. Errors as any operation's.
@@ -141,12 +142,14 @@ export class AgentClient {
   }
 
   private keep(connection: FramedConnection): void {
-    if (this.closed) {
+    // The first kept wins: a backend that tries two ways at once (see the
+    // Docker backend) may authenticate both, and the first may already be
+    // the one its first operation is about to take.
+    if (this.closed || this.spares.has('agent')) {
       connection.destroy()
       return
     }
     this.keepsSpares = true
-    this.spares.get('agent')?.then((older) => older?.destroy())
     this.options.onSpare?.(connection.socket, true)
     this.spares.set('agent', Promise.resolve(connection))
   }
@@ -166,9 +169,18 @@ export class AgentClient {
     else this.options.onSpare?.(connection.socket, false)
     // The next spare is made while this operation runs (an agent's tool loop
     // calls back to back, and a spare made only after this one closed would
-    // still be shaking hands when the next call comes), but only after this
-    // operation's request has gone out, so it never goes first.
-    setImmediate(() => this.prepareSpare(kind))
+    // still be shaking hands when the next call comes), but only once the
+    // agent has answered this one: the agent serves one connection at a
+    // time, and a handshake it took first would delay this operation (most,
+    // the first on a cold agent).
+    let prepared = false
+    const prepareNext = (): void => {
+      if (prepared) return
+      prepared = true
+      setImmediate(() => this.prepareSpare(kind))
+    }
+    connection.socket.once('data', prepareNext)
+    connection.socket.once('close', prepareNext)
     return connection
   }
 
