@@ -1,4 +1,4 @@
-import { spawnSync } from 'node:child_process'
+import { spawn, spawnSync } from 'node:child_process'
 import { readdirSync, readFileSync } from 'node:fs'
 import { chmod, mkdir, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
@@ -348,6 +348,26 @@ describe("cordon-launcher --agent: the launcher starts the agent (a Docker sandb
       expect(await exited).toBe(0)
     } finally {
       await agent.stop()
+    }
+  })
+
+  it('passes on each signal an init sends: TERM, INT, HUP, QUIT, USR1, USR2', async () => {
+    for (const signal of ['TERM', 'INT', 'HUP', 'QUIT', 'USR1', 'USR2'] as const) {
+      // A stand-in agent that ends with 42 when the signal reaches it.
+      const launcher = spawn(
+        LAUNCHER_PROGRAM,
+        [
+          '--agent',
+          '/bin/sh',
+          '-c',
+          `trap "exit 42" ${signal}; echo up; while :; do sleep 0.05; done`,
+        ],
+        { stdio: ['ignore', 'pipe', 'ignore'] },
+      )
+      await new Promise((resolve) => launcher.stdout!.once('data', resolve))
+      const exited = new Promise<number | null>((resolve) => launcher.once('exit', resolve))
+      launcher.kill(`SIG${signal}`)
+      expect(await exited, signal).toBe(42)
     }
   })
 

@@ -1,6 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto'
 import { connect } from 'node:net'
 import type { Duplex } from 'node:stream'
+import { RetryableDialError } from '@cordon/agent/sandbox'
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import {
   DIRECT_SOCKET_DIR,
@@ -38,7 +39,7 @@ function watchOpen(): { opened: Promise<DirectSocket | undefined> } {
 }
 
 describe('the direct socket (Docker)', () => {
-  it("carries the agent's first answer and the first command: the attach takes no command stream", async () => {
+  it("carries the agent's first answer, then file and command streams under runc, byte-exact", async () => {
     const { opened } = watchOpen()
     const dials = vi.spyOn(DirectSocket.prototype, 'connect')
     const provider = testProvider()
@@ -48,20 +49,6 @@ describe('the direct socket (Docker)', () => {
       // The readiness connection (kept for the first command) came through the socket.
       const connected = await Promise.allSettled(dials.mock.results.map((result) => result.value))
       expect(connected.some((result) => result.status === 'fulfilled')).toBe(true)
-      const result = await sandbox.exec('sh', ['-c', 'echo first'])
-      expect(result.stdout).toBe('first\n')
-    } finally {
-      await provider.close()
-    }
-  })
-
-  it('carries file and command streams under runc, byte-exact', async () => {
-    const { opened } = watchOpen()
-    const dials = vi.spyOn(DirectSocket.prototype, 'connect')
-    const provider = testProvider()
-    try {
-      const sandbox = await provider.create()
-      expect(await opened).toBeInstanceOf(DirectSocket)
       const before = dials.mock.calls.length
       const content = randomBytes(8 * 1024 * 1024 + 17)
       await sandbox.writeFile('payload.bin', content)
@@ -139,6 +126,28 @@ describe('the direct socket (Docker)', () => {
       expect(open).not.toHaveBeenCalled()
       const probe = await sandbox.exec('sh', ['-c', `test -e ${DIRECT_SOCKET_DIR} || echo ABSENT`])
       expect(probe.stdout).toContain('ABSENT')
+    } finally {
+      await provider.close()
+    }
+  })
+
+  it('once the socket has worked, a failed dial is an error, not a quiet switch to the attach', async () => {
+    const provider = testProvider()
+    try {
+      const sandbox = await provider.create()
+      const { Id } = await docker.getContainer(`cordon-${sandbox.id}`).inspect()
+      const route = new DirectRoute(DirectSocket.find(docker, Id))
+      const first = await route.firstConnection(AbortSignal.timeout(5_000))
+      expect(first).toBeDefined()
+      first!.destroy()
+      vi.spyOn(DirectSocket.prototype, 'connect').mockRejectedValueOnce(
+        new RetryableDialError('the direct socket refused: ECONNREFUSED'),
+      )
+      const attach = { stream: 'attach' } as unknown as Duplex
+      await expect(route.dial(AbortSignal.timeout(1_000), () => attach)).rejects.toThrow(
+        'the direct socket refused',
+      )
+      route.close()
     } finally {
       await provider.close()
     }
