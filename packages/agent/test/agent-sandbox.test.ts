@@ -17,6 +17,7 @@ import {
   AgentSandbox,
   dialTcp,
   waitForAgent,
+  waitForAgentConnection,
 } from '../src/sandbox/index.js'
 import { type AgentUnderTest, delay, startAgentProcess, tcpPortOf } from './agent-harness.js'
 
@@ -215,6 +216,58 @@ describe('waitForAgent', () => {
     expect((error as Error).name === 'TimeoutError' || SandboxAbortedError.isInstance(error)).toBe(
       true,
     )
+  })
+})
+
+describe('waitForAgentConnection', () => {
+  it('keeps the authenticated connection it waited for, and the first operation takes it without dialling', async () => {
+    const port = await freePort()
+    const secret = `late-${'z'.repeat(24)}`
+    const late = startLate(port, secret, 300)
+    try {
+      let dials = 0
+      const dial = dialTcp('127.0.0.1', port)
+      const client = new AgentClient({
+        secret,
+        dial: (signal, kind) => {
+          dials++
+          return dial(signal, kind)
+        },
+        description: `tcp:127.0.0.1:${port}`,
+        maxConnectAttempts: 1,
+      })
+      await waitForAgentConnection(client, 'sbx_late', AbortSignal.timeout(10_000))
+      const dialsToReady = dials
+      // The answer came on the kept connection; the next spare is dialled only after it.
+      expect((await client.health()).writeRoots.length).toBeGreaterThan(0)
+      expect(dials).toBe(dialsToReady)
+      // From then on a spare is kept, ready for the next call.
+      await delay(200)
+      expect(dials).toBe(dialsToReady + 1)
+      client.close()
+    } finally {
+      await (await late).stop()
+    }
+  })
+
+  it('keeps the first spare: a second one adopted later is closed', async () => {
+    const agent = await startAgentProcess({ listen: 'tcp:127.0.0.1:0', secretVia: 'env' })
+    try {
+      const client = tcpClient(tcpPortOf(agent), agent.secret)
+      await waitForAgentConnection(client, 'sbx_two', AbortSignal.timeout(10_000))
+      const second = await dialTcp('127.0.0.1', tcpPortOf(agent))(
+        AbortSignal.timeout(2_000),
+        'agent',
+      )
+      const closed = new Promise((resolve) => second.once('close', resolve))
+      await client.adoptSpareConnection(second)
+      await closed
+      expect(second.destroyed).toBe(true)
+      expect((await client.health()).writeRoots.length).toBeGreaterThan(0)
+      client.close()
+    } finally {
+      await agent.stop()
+    }
   })
 })
 
