@@ -82,8 +82,9 @@ export interface AgentConfig {
   /**
    * The agent's pipes to the launcher that started it (`cordon-launcher
    * --agent`, which sets this): descriptors for frames to it and lines from
-   * it. Used instead of starting a launcher; if it cannot be, the agent
-   * starts its own from {@link launcher}.
+   * it. Used instead of starting a launcher, whether or not {@link launcher}
+   * is set; if it cannot be, the agent starts its own from {@link launcher}
+   * (or, with none named, uses Node's spawn).
    */
   readonly parentLauncher: { readonly requestFd: number; readonly replyFd: number } | undefined
   readonly log: (

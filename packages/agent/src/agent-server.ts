@@ -41,13 +41,16 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
     throw new Error('the secret file does not exist; the agent never runs unauthenticated')
   let resumes = 0
   const nonces = new NonceSource()
-  const native = config.launcher
-    ? new NativeLauncher(
-        config.launcher,
-        (level, message) => config.log(level, message),
-        config.parentLauncher,
-      )
-    : undefined
+  // A launcher that started the agent is used even where none is named to start:
+  // its pipes must be taken, or Node's spawn would pass them on to commands.
+  const native =
+    config.launcher || config.parentLauncher
+      ? new NativeLauncher(
+          config.launcher,
+          (level, message) => config.log(level, message),
+          config.parentLauncher,
+        )
+      : undefined
   // Started now, off the path of the first command; a failure shows at the first command.
   native?.start().catch(() => {})
   const context: ConnectionContext = {

@@ -68,7 +68,8 @@ export class NativeLauncher implements ProcessLauncher {
   private unusable = false
 
   constructor(
-    private readonly path: string,
+    /** cordon-launcher, to start when no launcher started the agent (or that one is gone); none: Node's spawn then. */
+    private readonly path: string | undefined,
     private readonly log: (level: 'warn' | 'error', message: string) => void,
     /** The pipes to the launcher that started the agent, if one did (AgentConfig.parentLauncher). */
     private parent?: { readonly requestFd: number; readonly replyFd: number },
@@ -116,6 +117,10 @@ export class NativeLauncher implements ProcessLauncher {
       // The parent's pipes are taken once; a launcher started later is the agent's own.
       const parent = this.parent
       this.parent = undefined
+      if (!parent && this.path === undefined) {
+        reject(new Error('no launcher to start (CORDON_AGENT_LAUNCHER is not set)'))
+        return
+      }
       const link =
         (parent &&
           takeParentLauncher(parent, () =>
@@ -151,7 +156,7 @@ export class NativeLauncher implements ProcessLauncher {
     onError: (error: Error) => void,
     onExit: (code: number | null, signal: NodeJS.Signals | null) => void,
   ): LauncherLink {
-    const helper = spawn(this.path, [], { stdio: ['pipe', 'pipe', 'inherit'] })
+    const helper = spawn(this.path!, [], { stdio: ['pipe', 'pipe', 'inherit'] })
     helper.once('error', onError)
     helper.once('exit', onExit)
     return { requests: helper.stdin!, replies: helper.stdout!, stop: () => helper.kill('SIGKILL') }

@@ -332,6 +332,20 @@ describe("cordon-launcher --agent: the launcher starts the agent (a Docker sandb
     }
   })
 
+  it('takes its parent launcher even with none named to start: its pipes never reach a command', async () => {
+    const agent = await startAgentProcess({ startedByLauncher: true })
+    try {
+      const { stdout } = await run(agent, 'sh', [
+        '-c',
+        'echo "parent: $(cat /proc/$PPID/comm)"; ls /proc/$$/fd',
+      ])
+      // Run by the launcher, not by Node's spawn; the shell holds its three standard descriptors only.
+      expect(stdout).toBe('parent: cordon-launcher\n0\n1\n2\n')
+    } finally {
+      await agent.stop()
+    }
+  })
+
   it("passes the signals an init sends on to the agent, and ends with the agent's status", async () => {
     const agent = await startAgentProcess({
       env: { CORDON_AGENT_LAUNCHER: LAUNCHER_PROGRAM },
