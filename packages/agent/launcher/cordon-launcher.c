@@ -181,6 +181,14 @@ static void child(const char *cwd, const char *file, char *const argv[], char *c
     action.sa_handler = SIG_DFL;
     sigaction(sig, &action, NULL);
   }
+  /* glibc's sigaction() refuses the signals it keeps for itself (32 and 33),
+   * so one a parent left ignored (a process manager may) would stay ignored
+   * in the command: the kernel's call resets them. SIG_DFL is 0, so a kernel
+   * sigaction of zeros is the default whatever its layout on this machine. */
+  for (int sig = 32; sig < SIGRTMIN; sig++) {
+    unsigned long kernel_action[4] = {0, 0, 0, 0};
+    (void)syscall(SYS_rt_sigaction, sig, kernel_action, NULL, sizeof(unsigned long));
+  }
   sigset_t none;
   sigemptyset(&none);
   if (sigprocmask(SIG_SETMASK, &none, NULL) != 0) child_fail(errno);
@@ -428,7 +436,13 @@ static int above_agent_fds(int fd) {
 }
 
 /* Starts the agent (argv: its program and arguments) with its pipes to this process at 3 and 4. */
-static void start_agent(char **argv) {
+/*
+ * Starts the agent with the signal mask and SIGPIPE disposition this process
+ * had before it changed them (it blocks the signals it passes on before the
+ * agent starts, so that none sent between the two is lost or kills it).
+ */
+static void start_agent(char **argv, const sigset_t *agent_mask,
+                        const struct sigaction *agent_sigpipe) {
   int requests[2], replies[2];
   if (pipe2(requests, O_CLOEXEC) != 0 || pipe2(replies, O_CLOEXEC) != 0) die("pipe2");
   for (int i = 0; i < 2; i++) {
@@ -447,7 +461,10 @@ static void start_agent(char **argv) {
   if (pid == 0) {
     /* dup2 leaves the copies without close-on-exec: the agent gets exactly these two. */
     static const char failed[] = "cordon-launcher: cannot start the agent\n";
-    if (dup2(requests[1], 3) >= 0 && dup2(replies[0], 4) >= 0) execve(argv[0], argv, envp);
+    if (sigaction(SIGPIPE, agent_sigpipe, NULL) == 0 &&
+        sigprocmask(SIG_SETMASK, agent_mask, NULL) == 0 && dup2(requests[1], 3) >= 0 &&
+        dup2(replies[0], 4) >= 0)
+      execve(argv[0], argv, envp);
     (void)!write(STDERR_FILENO, failed, sizeof failed - 1);
     _exit(127);
   }
@@ -470,10 +487,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "usage: cordon-launcher [--agent <program> [arguments]]\n");
     return 2;
   }
-  /* First, before any signal is blocked or ignored here: the agent starts with none. */
-  if (starts_agent) start_agent(argv + 2);
   dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
   if (dev_null < 0) die("open /dev/null");
+  /* What the agent starts with: what this process was given. */
+  sigset_t agent_mask;
+  struct sigaction agent_sigpipe;
+  if (sigprocmask(SIG_SETMASK, NULL, &agent_mask) != 0 ||
+      sigaction(SIGPIPE, NULL, &agent_sigpipe) != 0)
+    die("sigaction");
   /* The agent ignores SIGPIPE; a write to a gone agent then fails and ends this process. */
   signal(SIGPIPE, SIG_IGN);
   sigset_t child_signals;
@@ -486,8 +507,8 @@ int main(int argc, char **argv) {
   if (sigprocmask(SIG_BLOCK, &child_signals, NULL) != 0) die("sigprocmask");
   int signals = signalfd(-1, &child_signals, SFD_CLOEXEC | SFD_NONBLOCK);
   if (signals < 0) die("signalfd");
-  /* An agent that ended before SIGCHLD was blocked here sent its signal to no one. */
-  if (starts_agent) reap();
+  /* Only now: a signal sent from here on waits in `signals`, even one sent the moment the agent runs. */
+  if (starts_agent) start_agent(argv + 2, &agent_mask, &agent_sigpipe);
   reply("ready %d\n", (int)getpid());
   struct pollfd watched[2] = {{.fd = request_fd, .events = POLLIN}, {.fd = signals, .events = POLLIN}};
   for (;;) {

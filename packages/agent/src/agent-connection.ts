@@ -56,8 +56,12 @@ export interface ConnectionContext {
   readonly startedAt: number
   /** What starts commands. */
   readonly launcher: ProcessLauncher
-  /** The secret in force now (it changes when a resume delivers a new one). */
-  secret(): string
+  /**
+   * The secret in force now (it changes when a resume delivers a new one).
+   * A promise: an agent whose secret comes on stdin already listens while it
+   * arrives, and a connection made meanwhile waits for it at the proof.
+   */
+  secret(): Promise<string>
   resumes(): number
 }
 
@@ -185,7 +189,7 @@ async function authenticate(
     } catch {
       return refuse(connection, 'malformed auth message')
     }
-    if (auth.type !== 'auth' || !verifyAuthProof(secret, nonce, auth.proof)) {
+    if (auth.type !== 'auth' || !verifyAuthProof(await secret, nonce, auth.proof)) {
       context.config.log('warn', 'refused a connection that did not prove the secret')
       return refuse(connection, 'authentication failed')
     }

@@ -33,12 +33,20 @@ export interface RunningAgent {
 
 /** Starts serving. Resolves once the agent is listening. */
 export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
-  let secret =
+  // A secret on stdin comes through the engine's attach, and reading it means
+  // waiting for a turn of the event loop: the launcher and the direct listener
+  // start meanwhile, and a connection made before it has come waits for it at
+  // the proof (nothing is served before a proof checks out).
+  let secret: Promise<string> =
     config.secret.kind === 'stdin'
-      ? await readSecretLine(process.stdin)
-      : loadSecret(config.secret, config.log)
-  if (secret === undefined)
-    throw new Error('the secret file does not exist; the agent never runs unauthenticated')
+      ? readSecretLine(process.stdin)
+      : Promise.resolve(loadSecret(config.secret, config.log)).then((loaded) => {
+          if (loaded === undefined)
+            throw new Error('the secret file does not exist; the agent never runs unauthenticated')
+          return loaded
+        })
+  // Failures surface where the secret is awaited below; this keeps an early one from being unhandled.
+  secret.catch(() => {})
   let resumes = 0
   const nonces = new NonceSource()
   // A launcher that started the agent is used even where none is named to start:
@@ -64,10 +72,11 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
     ),
     nonces,
     startedAt: performance.now(),
-    secret: () => secret!,
+    secret: () => secret,
     resumes: () => resumes,
   }
-  if (config.listen.kind === 'stdio') return startStdioAgent(config, context, native)
+  if (config.listen.kind === 'stdio') return startStdioAgent(config, context, native, secret)
+  await secret
   const sockets = new Set<Socket>()
   let server = await listen(config.listen, context, sockets)
   config.log('info', 'agent listening', { address: describeAddress(config, server) })
@@ -93,7 +102,7 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
       nonces.reseed(Buffer.from(`${process.pid}:${Date.now()}:${resumes}`))
       const fresh =
         config.secret.kind === 'stdin' ? undefined : loadSecret(config.secret, config.log)
-      if (fresh !== undefined) secret = fresh
+      if (fresh !== undefined) secret = Promise.resolve(fresh)
       resumes++
       for (const socket of sockets) socket.destroy()
       // An inherited listening descriptor belongs to the supervisor and survives a resume as it is.
@@ -136,9 +145,11 @@ async function startStdioAgent(
   config: AgentConfig,
   context: ConnectionContext,
   native: NativeLauncher | undefined,
+  secret: Promise<string>,
 ): Promise<RunningAgent> {
   // Listening before the attach is served: the host takes an answer on the
-  // attach to mean this socket is up too.
+  // attach to mean this socket is up too. And before the secret has come in
+  // on stdin: the host's first connection is then made while it does.
   const directSockets = new Set<Socket>()
   const direct = config.directSocket
     ? await listen(
@@ -153,6 +164,14 @@ async function startStdioAgent(
         return undefined
       })
     : undefined
+  try {
+    // The mux reads stdin from the byte after the secret's line.
+    await secret
+  } catch (error) {
+    for (const socket of directSockets) socket.destroy()
+    if (direct) await closeServer(direct)
+    throw error
+  }
   // fd 1 as a socket: writes to a pipe through process.stdout would block the event loop.
   const output = new Socket({ fd: 1, readable: false, writable: true })
   const mux = new StreamMux(process.stdin, output, {

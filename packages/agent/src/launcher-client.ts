@@ -1,9 +1,9 @@
-import { spawn } from 'node:child_process'
 import { closeSync, constants as fsConstants, openSync } from 'node:fs'
 import { Socket } from 'node:net'
 import { constants as osConstants } from 'node:os'
 import { createInterface } from 'node:readline'
 import { type Readable, Writable } from 'node:stream'
+import { childProcess } from './child-process-module.js'
 import {
   type LaunchedProcess,
   type LaunchOutcome,
@@ -156,7 +156,7 @@ export class NativeLauncher implements ProcessLauncher {
     onError: (error: Error) => void,
     onExit: (code: number | null, signal: NodeJS.Signals | null) => void,
   ): LauncherLink {
-    const helper = spawn(this.path!, [], { stdio: ['pipe', 'pipe', 'inherit'] })
+    const helper = childProcess().spawn(this.path!, [], { stdio: ['pipe', 'pipe', 'inherit'] })
     helper.once('error', onError)
     helper.once('exit', onExit)
     return { requests: helper.stdin!, replies: helper.stdout!, stop: () => helper.kill('SIGKILL') }

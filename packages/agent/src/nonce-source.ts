@@ -1,6 +1,6 @@
-import { execFile } from 'node:child_process'
 import { createHash, randomBytes } from 'node:crypto'
 import { hrtime } from 'node:process'
+import { childProcess } from './child-process-module.js'
 
 /**
  * Where the agent's challenge nonces come from.
@@ -50,7 +50,7 @@ const HOOK_TIMEOUT_MS = 10_000
  */
 export function runReseedHook(path: string): Promise<Buffer> {
   return new Promise((resolve, reject) => {
-    execFile(
+    childProcess().execFile(
       path,
       [],
       {

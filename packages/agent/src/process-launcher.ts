@@ -1,6 +1,7 @@
-import { type ChildProcess, spawn } from 'node:child_process'
+import type { ChildProcess } from 'node:child_process'
 import { readFileSync, writeFileSync } from 'node:fs'
 import type { Readable, Writable } from 'node:stream'
+import { childProcess } from './child-process-module.js'
 
 /**
  * How the agent starts a command. Two implementations with one behaviour:
@@ -91,7 +92,7 @@ function spawnRaisingOomScore(request: LaunchRequest): ChildProcess {
     }
   }
   try {
-    return spawn(request.command, [...request.args], {
+    return childProcess().spawn(request.command, [...request.args], {
       cwd: request.cwd,
       env: request.env,
       ...(request.runAs ? { uid: request.runAs.uid, gid: request.runAs.gid } : {}),

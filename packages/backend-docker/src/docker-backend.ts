@@ -84,6 +84,14 @@ const DIE_EVENT_GRACE_MS = 15_000
  * the user's processes, walk the outputs) before the engine kills it.
  */
 const SEAL_WAIT_MS = 10_000
+/**
+ * How long readiness waits for the direct socket to connect before it tries
+ * the attach as well. The agent listens on the socket before it serves the
+ * attach, so a socket that has not connected by then failed to open (the
+ * agent logs why); an agent booting on a loaded machine past it only gets
+ * both tried, the first to answer winning.
+ */
+const ATTACH_FALLBACK_MS = 250
 /** A container that ends this close to its lifetime ended because of it (timers are not exact). */
 const LIFETIME_SLACK_MS = 1_000
 /** How long `destroy()` waits for a removal the engine already started: 10 s. */
@@ -394,20 +402,51 @@ export class DockerBackend implements CordonSandboxBackend {
     stopped.catch(() => {})
     // The proof is an authenticated connection, kept for the first command
     // (streams are cheap and live as long as the container, so a spare is
-    // kept from then on). Two ways are tried at once: the attach, which
-    // always works, and the direct socket, faster where it works; the first
-    // to authenticate counts and the other attempt is dropped.
+    // kept from then on). Where the direct socket is expected, it is dialled
+    // alone at first: a handshake over the attach as well would cost the
+    // starting agent's one thread milliseconds that the first command waits
+    // behind. The attach, which always works, is tried if the socket is not
+    // found, fails its handshake, or has not connected within
+    // ATTACH_FALLBACK_MS (an agent that could not listen on it); then the
+    // first to authenticate counts.
     const decided = new AbortController()
     const either = AbortSignal.any([signal, decided.signal])
-    const viaAttach = waitForAgentConnection(client, sandboxId, either)
+    let attachAttempt: Promise<void> | undefined
+    let settleViaAttach!: (attempt: Promise<void>) => void
+    const viaAttach = new Promise<void>((resolve) => {
+      settleViaAttach = resolve
+    })
     viaAttach.catch(() => {})
-    const viaDirect = direct
-      ?.firstConnection(either)
-      .then((stream) => (stream ? client.adoptSpareConnection(stream, either) : viaAttach))
-      .catch(() => viaAttach)
+    const attach = (): Promise<void> => {
+      if (!attachAttempt) {
+        attachAttempt = waitForAgentConnection(client, sandboxId, either)
+        settleViaAttach(attachAttempt)
+      }
+      return attachAttempt
+    }
+    let fallback: ReturnType<typeof setTimeout> | undefined
+    let viaDirect: Promise<void> | undefined
+    if (direct) {
+      fallback = setTimeout(attach, ATTACH_FALLBACK_MS)
+      viaDirect = direct
+        .firstConnection(either)
+        .catch(() => undefined)
+        .then(async (stream) => {
+          clearTimeout(fallback)
+          if (!stream) return attach()
+          try {
+            await client.adoptSpareConnection(stream, either)
+          } catch {
+            await attach()
+          }
+        })
+    } else {
+      attach()
+    }
     try {
       await Promise.race([viaAttach, ...(viaDirect ? [viaDirect] : []), stopped])
     } finally {
+      clearTimeout(fallback)
       decided.abort()
     }
   }

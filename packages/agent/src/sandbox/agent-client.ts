@@ -103,6 +103,8 @@ export class AgentClient {
   private readonly spares = new Map<AgentStreamKind, Promise<FramedConnection | undefined>>()
   private keepsSpares: boolean
   private closed = false
+  /** Whether an operation has taken a connection yet (see {@link open}). */
+  private operatedOnce = false
 
   constructor(private readonly options: AgentClientOptions) {
     this.description = options.description
@@ -171,15 +173,20 @@ export class AgentClient {
     // calls back to back, and a spare made only after this one closed would
     // still be shaking hands when the next call comes), but only once the
     // agent has answered this one: the agent serves one connection at a
-    // time, and a handshake it took first would delay this operation (most,
-    // the first on a cold agent).
+    // time, and a handshake it took first would delay this operation. The
+    // first operation of a client waits for its end instead: on an agent
+    // that has just started, a handshake costs milliseconds of its one
+    // thread (code run for the first time), which this operation's answer
+    // would wait behind.
+    const first = !this.operatedOnce
+    this.operatedOnce = true
     let prepared = false
     const prepareNext = (): void => {
       if (prepared) return
       prepared = true
       setImmediate(() => this.prepareSpare(kind))
     }
-    connection.socket.once('data', prepareNext)
+    if (!first) connection.socket.once('data', prepareNext)
     connection.socket.once('close', prepareNext)
     return connection
   }
