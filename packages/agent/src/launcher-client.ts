@@ -1,7 +1,6 @@
 import { closeSync, constants as fsConstants, openSync } from 'node:fs'
 import { Socket } from 'node:net'
 import { constants as osConstants } from 'node:os'
-import { createInterface } from 'node:readline'
 import { type Readable, Writable } from 'node:stream'
 import { childProcess } from './child-process-module.js'
 import {
@@ -138,16 +137,13 @@ export class NativeLauncher implements ProcessLauncher {
       link.requests.on('error', () => {
         // The launcher is gone; that is handled where its end is seen.
       })
-      createInterface({ input: link.replies, crlfDelay: Number.POSITIVE_INFINITY }).on(
-        'line',
-        (line) => {
-          if (!isReady && line.startsWith('ready ')) {
-            isReady = true
-            this.helperPid = Number(line.slice(6))
-            resolve()
-          } else this.answer(line)
-        },
-      )
+      onLines(link.replies, (line) => {
+        if (!isReady && line.startsWith('ready ')) {
+          isReady = true
+          this.helperPid = Number(line.slice(6))
+          resolve()
+        } else this.answer(line)
+      })
     })
   }
 
@@ -360,4 +356,25 @@ function releaseFrame(id: number): Buffer {
   frame.write('R', 4, 'latin1')
   frame.writeUInt32LE(id, 5)
   return frame
+}
+
+/**
+ * Calls `onLine` with each line the launcher writes (without its newline).
+ * Hand-written rather than node:readline: the launcher's replies are short
+ * ASCII lines ending in `\n`, and loading readline (with the modules it pulls
+ * in) is part of the start-up every Docker sandbox's create waits for.
+ */
+function onLines(replies: Readable, onLine: (line: string) => void): void {
+  let partial = ''
+  replies.setEncoding('latin1')
+  replies.on('data', (chunk: string) => {
+    let text = partial + chunk
+    let newline = text.indexOf('\n')
+    while (newline !== -1) {
+      onLine(text.slice(0, newline))
+      text = text.slice(newline + 1)
+      newline = text.indexOf('\n')
+    }
+    partial = text
+  })
 }

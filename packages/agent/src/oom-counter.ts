@@ -10,7 +10,11 @@ export function readOomKillCount(): number | undefined {
   for (const file of candidateFiles()) {
     try {
       const match = /^oom_kill (\d+)$/m.exec(readFileSync(file, 'utf8'))
-      if (match) return Number(match[1])
+      if (match) {
+        // The one that answered is the one to read: every command reads it twice.
+        cached = [file]
+        return Number(match[1])
+      }
     } catch {
       // Try the next place.
     }
