@@ -28,10 +28,13 @@ export interface InterleaveOptions {
 }
 
 /**
- * Runs the arms round-robin (A B A B ... or A B C A B C ...), so a slow drift
- * of the machine (another process, page cache, engine state) lands on every
- * arm alike instead of on whichever ran last. Returns each arm's measured
- * samples in milliseconds, warm-up rounds excluded.
+ * Runs the arms round-robin, so a slow drift of the machine (another process,
+ * page cache, engine state) lands on every arm alike instead of on whichever
+ * ran last; and each round starts one arm later (A B C, B C A, C A B, ...),
+ * so no arm always runs right after the same one, in the wake of its cleanup
+ * (a removal the engine finishes after its call returns, a CLI process
+ * exiting). Returns each arm's measured samples in milliseconds, warm-up
+ * rounds excluded.
  */
 export async function interleave(
   // biome-ignore lint/suspicious/noExplicitAny: each arm has its own context type
@@ -42,7 +45,8 @@ export async function interleave(
   const rounds = options.warmup + options.iterations
   for (let round = 0; round < rounds; round++) {
     const warmup = round < options.warmup
-    for (const arm of arms) {
+    const order = [...arms.slice(round % arms.length), ...arms.slice(0, round % arms.length)]
+    for (const arm of order) {
       if (arm.rounds) {
         const skip = warmup
           ? round < options.warmup - arm.rounds.warmup

@@ -24,6 +24,7 @@ import {
   ProtocolError,
   parseClientMessage,
 } from './protocol/messages.js'
+import { restoreYoungGenerationGc } from './startup-gc.js'
 import { measureUsage } from './usage-meter.js'
 
 export const AGENT_VERSION = '0.1.0'
@@ -156,6 +157,9 @@ export async function serveConnection(socket: Duplex, context: ConnectionContext
       await connection.send({ type: 'error', code, message }).catch(() => {})
       connection.close()
     }
+  } finally {
+    // The first connection served ends the start-up (see startup-gc.ts).
+    restoreYoungGenerationGc()
   }
 }
 
