@@ -77,6 +77,8 @@ export async function startAgentProcess(
      * `child` is then the launcher, and the agent its child.
      */
     startedByLauncher?: boolean
+    /** A program (and its arguments) that starts the rest of the command, e.g. to change what it inherits. */
+    prefix?: readonly string[]
   } = {},
 ): Promise<AgentUnderTest> {
   if (!existsSync(AGENT_PROGRAM))
@@ -106,9 +108,13 @@ export async function startAgentProcess(
     process.execPath,
     options.program ?? AGENT_PROGRAM,
   ]
-  const command = options.sandboxCapabilities
-    ? ['setpriv', '--bounding-set=-all,+setuid,+setgid,+kill', '--inh-caps=-all', ...agentCommand]
-    : agentCommand
+  const command = [
+    ...(options.prefix ?? []),
+    ...(options.sandboxCapabilities
+      ? ['setpriv', '--bounding-set=-all,+setuid,+setgid,+kill', '--inh-caps=-all']
+      : []),
+    ...agentCommand,
+  ]
   const child = spawn(command[0]!, command.slice(1), { env, stdio })
   let stderr = ''
   child.stderr!.on('data', (chunk: Buffer) => {

@@ -1,6 +1,7 @@
 import { spawn, spawnSync } from 'node:child_process'
 import { readdirSync, readFileSync } from 'node:fs'
-import { chmod, mkdir, writeFile } from 'node:fs/promises'
+import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { requestExec, requestHealth } from '../src/protocol/index.js'
@@ -133,6 +134,60 @@ describe('starting commands: cordon-launcher behaves as Node spawn does', () => 
     expect(native).toContain('session leader: yes')
     expect(native).toContain('fd 0: /dev/null')
     expect(native).toContain('cwd: <outputs>')
+  })
+
+  it('with cordon-launcher, a command starts with default signals even where the agent inherited 32 and 33 ignored', async () => {
+    // glibc keeps 32 and 33 for itself and refuses to change them through
+    // sigaction(), so only a raw system call sets them: a small program does,
+    // then starts the agent (pnpm, for one, leaves them ignored).
+    const dir = await mkdtemp(join(tmpdir(), 'cordon-signals-'))
+    const source = join(dir, 'ignore-glibc-signals.c')
+    await writeFile(
+      source,
+      [
+        '#define _GNU_SOURCE',
+        '#include <signal.h>',
+        '#include <sys/syscall.h>',
+        '#include <unistd.h>',
+        'int main(int argc, char **argv) {',
+        '  unsigned long action[4] = {(unsigned long)SIG_IGN, 0, 0, 0};',
+        '  for (int sig = 32; sig <= 33; sig++) syscall(SYS_rt_sigaction, sig, action, 0, sizeof(unsigned long));',
+        '  execvp(argv[1], argv + 1);',
+        '  return 127;',
+        '}',
+      ].join('\n'),
+    )
+    const helper = join(dir, 'ignore-glibc-signals')
+    const compiled = spawnSync('gcc', ['-O2', '-o', helper, source], { encoding: 'utf8' })
+    expect(compiled.status, compiled.stderr).toBe(0)
+    try {
+      for (const [name, { env, startedByLauncher }] of LAUNCHERS) {
+        if (!env.CORDON_AGENT_LAUNCHER) continue
+        const agent = await startAgentProcess({ env, startedByLauncher, prefix: [helper] })
+        try {
+          const agentPid = startedByLauncher
+            ? Number(
+                readFileSync(
+                  `/proc/${agent.child.pid}/task/${agent.child.pid}/children`,
+                  'utf8',
+                ).trim(),
+              )
+            : agent.child.pid!
+          // The agent itself runs with 32 ignored (Node's own start-up takes 33 back)...
+          const agentIgnores = /^SigIgn:\t([0-9a-f]+)$/m.exec(
+            readFileSync(`/proc/${agentPid}/status`, 'utf8'),
+          )![1]!
+          expect((BigInt(`0x${agentIgnores}`) >> 31n) & 1n, name).toBe(1n)
+          // ...and the command it starts ignores nothing.
+          const { stdout } = await run(agent, 'grep', ['^SigIgn:', '/proc/self/status'])
+          expect(stdout, name).toBe('SigIgn:\t0000000000000000\n')
+        } finally {
+          await agent.stop()
+        }
+      }
+    } finally {
+      await rm(dir, { recursive: true, force: true })
+    }
   })
 
   it('with cordon-launcher, only the three standard descriptors reach a command', async () => {

@@ -7,7 +7,7 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { chmod, chown, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises'
-import { connect } from 'node:net'
+import { connect, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -211,6 +211,59 @@ describe('the agent ends with its channel', () => {
       const [code] = await once(child, 'exit')
       expect(code, JSON.stringify(preface)).not.toBe(0)
       expect(stderr).toMatch(/secret line/)
+    }
+  })
+
+  it('listens on its direct socket before its secret has come, and answers a connection made meanwhile once it has', async () => {
+    const dir = await mkdtemp(join(tmpdir(), 'cordon-stdio-agent-'))
+    const socketPath = join(dir, 'direct.sock')
+    const secret = `stdio-secret-${Date.now()}-0123456789`
+    const child = spawn(process.execPath, [AGENT_PROGRAM], {
+      env: {
+        PATH: process.env.PATH ?? '/usr/bin:/bin',
+        CORDON_AGENT_LISTEN: 'stdio',
+        CORDON_AGENT_SECRET_STDIN: '1',
+        CORDON_AGENT_DIRECT_SOCKET: socketPath,
+      },
+      stdio: ['pipe', 'pipe', 'pipe'],
+    })
+    child.stdout!.resume()
+    try {
+      const dialled: Promise<Socket> = (async () => {
+        for (;;) {
+          try {
+            return await new Promise<Socket>((resolve, reject) => {
+              const socket = connect(socketPath)
+              socket.once('connect', () => resolve(socket))
+              socket.once('error', reject)
+            })
+          } catch {
+            await new Promise((resolve) => setTimeout(resolve, 5))
+          }
+        }
+      })()
+      const socket = await dialled
+      const client = new AgentClient({
+        secret,
+        description: 'direct',
+        dial: async () => socket,
+        heartbeatMs: 1_000,
+      })
+      let answered = false
+      const health = client.health().then((answer) => {
+        answered = true
+        return answer
+      })
+      // No secret yet: the proof waits for it.
+      await new Promise((resolve) => setTimeout(resolve, 300))
+      expect(answered).toBe(false)
+      child.stdin!.write(`${secret}\n`)
+      expect((await health).pid).toBe(child.pid)
+      client.close()
+    } finally {
+      child.stdin!.end()
+      if (child.exitCode === null) await once(child, 'exit')
+      await rm(dir, { recursive: true, force: true })
     }
   })
 

@@ -1,7 +1,7 @@
 import { createHash, randomBytes } from 'node:crypto'
 import { connect } from 'node:net'
 import type { Duplex } from 'node:stream'
-import { RetryableDialError } from '@cordon/agent/sandbox'
+import { AgentClient, RetryableDialError } from '@cordon/agent/sandbox'
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import {
   DIRECT_SOCKET_DIR,
@@ -61,6 +61,36 @@ describe('the direct socket (Docker)', () => {
       )
       // The command's stream (or the spare it took, replaced at once) came over the socket.
       expect(dials.mock.calls.length).toBeGreaterThan(afterFiles)
+    } finally {
+      await provider.close()
+    }
+  })
+
+  it('readiness makes one handshake, over the socket: the attach is tried only once the socket has been silent for 250 ms', async () => {
+    const { opened } = watchOpen()
+    const original = DirectSocket.prototype.connect
+    let firstDial: number | undefined
+    vi.spyOn(DirectSocket.prototype, 'connect').mockImplementation(function (
+      this: DirectSocket,
+      signal,
+    ) {
+      firstDial ??= performance.now()
+      return original.call(this, signal)
+    })
+    const viaAttach: number[] = []
+    vi.spyOn(AgentClient.prototype, 'openSpareConnection').mockImplementation(async () => {
+      viaAttach.push(performance.now())
+      throw new Error('readiness went to the attach')
+    })
+    const adopted = vi.spyOn(AgentClient.prototype, 'adoptSpareConnection')
+    const provider = testProvider()
+    try {
+      const sandbox = await provider.create()
+      expect(await opened).toBeInstanceOf(DirectSocket)
+      expect(adopted).toHaveBeenCalledTimes(1)
+      // An agent that booted slower than the fallback (a loaded machine) gets both tried; never sooner.
+      for (const at of viaAttach) expect(at - firstDial!).toBeGreaterThanOrEqual(200)
+      expect((await sandbox.exec('echo', ['ready'])).stdout).toBe('ready\n')
     } finally {
       await provider.close()
     }
