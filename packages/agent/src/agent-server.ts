@@ -14,6 +14,7 @@ import { killProcessesOf, sealOutputs } from './output-seal.js'
 import { PathJail } from './path-jail.js'
 import { nodeLauncher } from './process-launcher.js'
 import { type MuxStream, pipeBothWays, StreamMux } from './protocol/stream-mux.js'
+import { listenOnPath } from './unix-listener.js'
 import { actAsItself, actAsUser } from './user-identity.js'
 
 /** Connections served at once; beyond this new ones are closed at once. */
@@ -262,17 +263,20 @@ async function listen(
       // Nothing left there by an earlier listener.
     }
   }
+  if (address.kind === 'unix') {
+    await listenOnPath(server, address.path)
+    chmodSync(address.path, address.mode)
+    return server
+  }
   await new Promise<void>((resolve, reject) => {
     server.once('error', reject)
     const done = (): void => {
       server.off('error', reject)
       resolve()
     }
-    if (address.kind === 'unix') server.listen(address.path, done)
-    else if (address.kind === 'fd') server.listen({ fd: address.fd }, done)
+    if (address.kind === 'fd') server.listen({ fd: address.fd }, done)
     else server.listen(address.port, address.host, done)
   })
-  if (address.kind === 'unix') chmodSync(address.path, address.mode)
   return server
 }
 

@@ -32,7 +32,30 @@ async function main(): Promise<void> {
       process.exit(AGENT_EXIT_CODES.storageLimit)
     }
   }
-  const agent = await startAgent(config)
+  const starting = startAgent(config)
+  // The handlers come first: a supervisor may signal the agent as soon as it
+  // says it listens, which it says before startAgent has returned; a signal
+  // without a handler would end it (Node's default for each of these).
+  let resuming = Promise.resolve()
+  process.on('SIGHUP', () => {
+    resuming = resuming
+      .then(async () => (await starting).resume())
+      .catch((error: unknown) => {
+        config.log('error', 'resume failed', { error: (error as Error).message })
+        process.exitCode = AGENT_EXIT_CODES.resumeFailed
+        void starting
+          .then((agent) => agent.close())
+          .finally(() => process.exit(AGENT_EXIT_CODES.resumeFailed))
+      })
+  })
+  const stop = (): void => {
+    void starting
+      .then((agent) => agent.close())
+      .finally(() => process.exit(AGENT_EXIT_CODES.stopped))
+  }
+  process.on('SIGTERM', stop)
+  process.on('SIGINT', stop)
+  const agent = await starting
   if (runAs && config.storageCaps.length > 0) watchCaps(config, runAs, agent)
   if (config.lifetimeMs !== undefined) {
     setTimeout(() => {
@@ -40,21 +63,6 @@ async function main(): Promise<void> {
       void agent.close().finally(() => process.exit(AGENT_EXIT_CODES.stopped))
     }, config.lifetimeMs)
   }
-  let resuming = Promise.resolve()
-  process.on('SIGHUP', () => {
-    resuming = resuming
-      .then(() => agent.resume())
-      .catch((error: unknown) => {
-        config.log('error', 'resume failed', { error: (error as Error).message })
-        process.exitCode = AGENT_EXIT_CODES.resumeFailed
-        void agent.close().finally(() => process.exit(AGENT_EXIT_CODES.resumeFailed))
-      })
-  })
-  const stop = (): void => {
-    void agent.close().finally(() => process.exit(AGENT_EXIT_CODES.stopped))
-  }
-  process.on('SIGTERM', stop)
-  process.on('SIGINT', stop)
 }
 
 function watchCaps(config: AgentConfig, runAs: { uid: number; gid: number }, agent: RunningAgent) {

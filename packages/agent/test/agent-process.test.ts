@@ -468,3 +468,50 @@ describe('agent program: resume, listeners, configuration', () => {
     expect(badListen.stderr).toContain('explicit host')
   })
 })
+
+describe('agent program signals', () => {
+  it('a resume or stop signal sent the moment the agent says it listens is handled, never fatal', async () => {
+    // The supervisor's side, without polling: the signal goes out from the
+    // very 'data' event that carries the log line.
+    for (const [signal, expected] of [
+      ['SIGHUP', 'agent resumed'],
+      ['SIGTERM', 'exit'],
+    ] as const) {
+      for (let round = 0; round < 3; round++) {
+        const dir = await mkdtemp(join(tmpdir(), 'cordon-agent-signal-'))
+        await writeFile(join(dir, 'secret'), 'signal-test-secret-0123456789', { mode: 0o600 })
+        const child = spawn(process.execPath, [AGENT_PROGRAM], {
+          env: {
+            PATH: process.env.PATH ?? '/usr/bin:/bin',
+            CORDON_AGENT_LISTEN: `unix:${join(dir, 'agent.sock')}`,
+            CORDON_AGENT_SECRET_FILE: join(dir, 'secret'),
+            CORDON_AGENT_WRITE_ROOTS: dir,
+          },
+          stdio: ['ignore', 'ignore', 'pipe'],
+        })
+        let stderr = ''
+        const exited = new Promise<[number | null, string | null]>((resolve) =>
+          child.once('exit', (code, killedBy) => resolve([code, killedBy])),
+        )
+        child.stderr!.on('data', (chunk: Buffer) => {
+          const first = !stderr.includes('agent listening')
+          stderr += chunk.toString()
+          if (first && stderr.includes('agent listening')) child.kill(signal)
+        })
+        try {
+          if (expected === 'exit') {
+            // Stopped as asked: its own status, not killed by the signal.
+            expect(await exited, stderr).toEqual([0, null])
+          } else {
+            await expect.poll(() => stderr, { timeout: 5_000 }).toContain(expected)
+            expect(child.exitCode, stderr).toBe(null)
+          }
+        } finally {
+          child.kill('SIGKILL')
+          await exited
+          await rm(dir, { recursive: true, force: true })
+        }
+      }
+    }
+  })
+})
