@@ -55,7 +55,8 @@ export async function startMtlsRelay(options: {
       open.add(guest)
       guest.on('close', () => {
         open.delete(guest)
-        client.destroy()
+        // Ended cleanly: the pipe ends the client once the queued bytes are written (see vsock-relay.ts).
+        if (!guest.readableEnded) client.destroy()
       })
       guest.on('error', () => client.destroy())
       guest.once('connect', () => {

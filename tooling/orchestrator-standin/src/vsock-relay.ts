@@ -57,7 +57,13 @@ export async function startVsockRelay(options: {
         guest.pipe(client)
         client.resume()
         client.on('close', () => guest.destroy())
-        guest.on('close', () => client.destroy())
+        // A guest that ended cleanly has its last bytes queued toward the
+        // client: the pipe ends the client once they are written. Destroying
+        // it here cut a large answer short (the host saw the stream end
+        // inside a frame). Only a guest that went away without ending does.
+        guest.on('close', () => {
+          if (!guest.readableEnded) client.destroy()
+        })
       })
     }
     client.on('data', onData)
