@@ -25,15 +25,24 @@ interface StdioAgent {
   readonly outputs: string
   stderr(): string
   readonly egress: MuxStream[]
+  readonly secret: string
+  /** The agent's direct socket, with `directSocket: true`. */
+  readonly directSocketPath: string
+  /** Writes the secret line, with `holdSecret: true` (otherwise it is written at start). */
+  sendSecret(): void
 }
 
-async function startStdioAgent(env: Record<string, string> = {}): Promise<StdioAgent> {
+async function startStdioAgent(
+  env: Record<string, string> = {},
+  options: { directSocket?: boolean; holdSecret?: boolean } = {},
+): Promise<StdioAgent> {
   const dir = await mkdtemp(join(tmpdir(), 'cordon-stdio-agent-'))
   await chmod(dir, 0o755)
   const outputs = join(dir, 'out')
   await mkdir(outputs)
   await chown(outputs, NOBODY.uid, NOBODY.gid)
   const secret = `stdio-secret-${Date.now()}-0123456789`
+  const directSocketPath = join(dir, 'direct.sock')
   const child = spawn(process.execPath, [AGENT_PROGRAM], {
     env: {
       PATH: process.env.PATH ?? '/usr/bin:/bin',
@@ -42,6 +51,7 @@ async function startStdioAgent(env: Record<string, string> = {}): Promise<StdioA
       CORDON_AGENT_SECRET_STDIN: '1',
       CORDON_AGENT_WRITE_ROOTS: outputs,
       CORDON_AGENT_RUN_AS: `${NOBODY.uid}:${NOBODY.gid}`,
+      ...(options.directSocket ? { CORDON_AGENT_DIRECT_SOCKET: directSocketPath } : {}),
       ...env,
     },
     stdio: ['pipe', 'pipe', 'pipe'],
@@ -51,7 +61,10 @@ async function startStdioAgent(env: Record<string, string> = {}): Promise<StdioA
     stderr += chunk.toString()
   })
   const egress: MuxStream[] = []
-  child.stdin!.write(`${secret}\n`)
+  const sendSecret = (): void => {
+    child.stdin!.write(`${secret}\n`)
+  }
+  if (!options.holdSecret) sendSecret()
   const mux = new StreamMux(child.stdout!, child.stdin!, {
     initiator: true,
     onStream: (stream, opening) => {
@@ -65,7 +78,18 @@ async function startStdioAgent(env: Record<string, string> = {}): Promise<StdioA
     dial: async (_signal, kind) => mux.open({ kind }),
     heartbeatMs: 1_000,
   })
-  return { child, mux, client, dir, outputs, stderr: () => stderr, egress }
+  return {
+    child,
+    mux,
+    client,
+    dir,
+    outputs,
+    stderr: () => stderr,
+    egress,
+    secret,
+    directSocketPath,
+    sendSecret,
+  }
 }
 
 async function stop(agent: StdioAgent | undefined): Promise<void> {
@@ -215,55 +239,36 @@ describe('the agent ends with its channel', () => {
   })
 
   it('listens on its direct socket before its secret has come, and answers a connection made meanwhile once it has', async () => {
-    const dir = await mkdtemp(join(tmpdir(), 'cordon-stdio-agent-'))
-    const socketPath = join(dir, 'direct.sock')
-    const secret = `stdio-secret-${Date.now()}-0123456789`
-    const child = spawn(process.execPath, [AGENT_PROGRAM], {
-      env: {
-        PATH: process.env.PATH ?? '/usr/bin:/bin',
-        CORDON_AGENT_LISTEN: 'stdio',
-        CORDON_AGENT_SECRET_STDIN: '1',
-        CORDON_AGENT_DIRECT_SOCKET: socketPath,
-      },
-      stdio: ['pipe', 'pipe', 'pipe'],
-    })
-    child.stdout!.resume()
+    const agent = await startStdioAgent({}, { directSocket: true, holdSecret: true })
     try {
-      const dialled: Promise<Socket> = (async () => {
-        for (;;) {
-          try {
-            return await new Promise<Socket>((resolve, reject) => {
-              const socket = connect(socketPath)
-              socket.once('connect', () => resolve(socket))
-              socket.once('error', reject)
-            })
-          } catch {
-            await new Promise((resolve) => setTimeout(resolve, 5))
-          }
-        }
-      })()
-      const socket = await dialled
-      const client = new AgentClient({
-        secret,
+      let socket: Socket | undefined
+      while (!socket) {
+        socket = await new Promise<Socket | undefined>((resolve) => {
+          const attempt = connect(agent.directSocketPath)
+          attempt.once('connect', () => resolve(attempt))
+          attempt.once('error', () => setTimeout(() => resolve(undefined), 5))
+        })
+      }
+      const connected = socket
+      const direct = new AgentClient({
+        secret: agent.secret,
         description: 'direct',
-        dial: async () => socket,
+        dial: async () => connected,
         heartbeatMs: 1_000,
       })
       let answered = false
-      const health = client.health().then((answer) => {
+      const health = direct.health().then((answer) => {
         answered = true
         return answer
       })
       // No secret yet: the proof waits for it.
       await new Promise((resolve) => setTimeout(resolve, 300))
       expect(answered).toBe(false)
-      child.stdin!.write(`${secret}\n`)
-      expect((await health).pid).toBe(child.pid)
-      client.close()
+      agent.sendSecret()
+      expect((await health).pid).toBe(agent.child.pid)
+      direct.close()
     } finally {
-      child.stdin!.end()
-      if (child.exitCode === null) await once(child, 'exit')
-      await rm(dir, { recursive: true, force: true })
+      await stop(agent)
     }
   })
 
