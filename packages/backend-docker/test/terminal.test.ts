@@ -81,8 +81,17 @@ for (const runtime of ['docker', 'runsc'] as const) {
         size: { cols: 80, rows: 24 },
       })
       await screen(terminal).waitFor(/started/)
-      const before = await sandbox.exec('sh', ['-c', 'ps -o args | grep -c "^sleep 30[0-2]"'])
-      expect(before.stdout.trim()).toBe('3')
+      // "started" is printed before the shell has exec'd its last sleep (and
+      // the background ones may still be starting): wait until all three run.
+      await expect
+        .poll(
+          async () =>
+            (
+              await sandbox.exec('sh', ['-c', 'ps -o args | grep -c "^sleep 30[0-2]"'])
+            ).stdout.trim(),
+          { timeout: 10_000 },
+        )
+        .toBe('3')
       // A terminal counts as running work.
       expect(sandbox.status).toBe('busy')
       await terminal.kill()
