@@ -183,6 +183,30 @@ const ENGINE_ARCHITECTURES: Readonly<Record<string, string>> = {
 /** Runtimes prepared (or being prepared) by this process, per engine endpoint. */
 const prepared = new Map<string, Promise<AgentRuntime>>()
 
+/** A filler's lock container older than this belongs to a filler that died. */
+export const STALE_FILL_LOCK_MS = 120_000
+
+/** `cordon-runtime-<hash>` and its completion mark `cordon-runtime-<hash>-complete`. */
+export const RUNTIME_VOLUME_NAME = /^cordon-runtime-[0-9a-f]{16}(-complete)?$/
+
+let currentVolume: string | undefined | null = null
+
+/**
+ * The runtime volume this process's runtime would use (what `cordon gc`
+ * keeps), or undefined where this host cannot assemble one. Computed from
+ * file sizes and times, once.
+ */
+export function currentRuntimeVolume(): string | undefined {
+  if (currentVolume === null) {
+    try {
+      currentVolume = `cordon-runtime-${fingerprint(runtimeFiles().files)}`
+    } catch {
+      currentVolume = undefined
+    }
+  }
+  return currentVolume
+}
+
 /**
  * The runtime volume on this engine, filled if it is not there yet. Many
  * providers, in this process or others, may ask at once: one fills while
@@ -203,6 +227,29 @@ export function ensureAgentRuntime(
     pending.catch(() => prepared.delete(key))
   }
   return pending
+}
+
+/**
+ * Whether the runtime's volume and its completion mark are still on the
+ * engine. They can go while a process holds the runtime (a person's `docker
+ * volume rm`, or `cordon gc` of a host of another version while no
+ * container used it); a container created then gets an empty volume the
+ * engine makes on the spot, and fails to start.
+ */
+export async function agentRuntimeIsPresent(
+  docker: Docker,
+  runtime: AgentRuntime,
+): Promise<boolean> {
+  const [volume, done] = await Promise.all([
+    volumeIsRuntime(docker, runtime.volume),
+    volumeExists(docker, `${runtime.volume}-complete`),
+  ])
+  return volume && done
+}
+
+/** Drops this process's prepared runtime for the engine, so the next create prepares it again. */
+export function forgetAgentRuntime(endpoint: string, helperImage: string): void {
+  prepared.delete(`${endpoint}\0${helperImage}`)
 }
 
 async function prepare(
@@ -230,6 +277,7 @@ async function prepare(
   }
   const hash = fingerprint(content.files)
   const volume = `cordon-runtime-${hash}`
+  currentVolume = volume
   const done = `${volume}-complete`
   const lock = `${volume}-filling`
   const node = (script: string, ...args: string[]): string[] => [
@@ -252,7 +300,7 @@ async function prepare(
   }
   const deadline = Date.now() + 120_000
   for (;;) {
-    if (await volumeExists(docker, done)) return runtime
+    if (await agentRuntimeIsPresent(docker, runtime)) return runtime
     const filler = await acquireLock(docker, lock, volume, helperImage, hash)
     if (filler) {
       try {
@@ -273,6 +321,17 @@ async function prepare(
       )
     }
     await new Promise((resolve) => setTimeout(resolve, 250))
+  }
+}
+
+/** The volume exists and is one cordon made (labelled), not one the engine made empty on demand. */
+async function volumeIsRuntime(docker: Docker, name: string): Promise<boolean> {
+  try {
+    const volume = await docker.getVolume(name).inspect()
+    return volume.Labels?.[LABEL.role] === 'runtime'
+  } catch (error) {
+    if (isNotFound(error)) return false
+    throw error
   }
 }
 
@@ -300,6 +359,17 @@ async function acquireLock(
 ): Promise<Docker.Container | undefined> {
   const labels = { [LABEL.managed]: '1', [LABEL.role]: 'runtime', 'cordon.runtime': hash }
   await docker.createVolume({ Name: volume, Labels: labels })
+  if (!(await volumeIsRuntime(docker, volume))) {
+    // The engine made it, empty and unlabelled, for a container created after
+    // the runtime volume was removed. Made again with the labels if nothing
+    // mounts it any more; else filled as it is (`cordon gc` knows runtime
+    // volumes by their name as well).
+    await docker
+      .getVolume(volume)
+      .remove()
+      .then(() => docker.createVolume({ Name: volume, Labels: labels }))
+      .catch(() => {})
+  }
   try {
     return await docker.createContainer({
       name: lock,
@@ -318,7 +388,7 @@ async function acquireLock(
       .getContainer(lock)
       .inspect()
       .catch(() => undefined)
-    if (holder && Date.now() - Date.parse(holder.Created) > 120_000) {
+    if (holder && Date.now() - Date.parse(holder.Created) > STALE_FILL_LOCK_MS) {
       await docker
         .getContainer(lock)
         .remove({ force: true })

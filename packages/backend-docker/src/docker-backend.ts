@@ -23,7 +23,12 @@ import {
   writableRoots,
 } from '@cordon/core/backend'
 import type Docker from 'dockerode'
-import { type AgentRuntime, ensureAgentRuntime } from './agent-runtime.js'
+import {
+  type AgentRuntime,
+  agentRuntimeIsPresent,
+  ensureAgentRuntime,
+  forgetAgentRuntime,
+} from './agent-runtime.js'
 import { AttachedChannel } from './attached-channel.js'
 import {
   agentEnvironment,
@@ -161,6 +166,30 @@ export class DockerBackend implements CordonSandboxBackend {
   }
 
   async create(options: SandboxBackendOptions): Promise<CordonBackendSandbox> {
+    try {
+      return await this.createSandbox(options)
+    } catch (error) {
+      // Its runtime volume was removed under this process: prepared again, and tried once more.
+      if (options.signal?.aborted || !(await this.runtimeWentAway())) throw error
+      return this.createSandbox(options)
+    }
+  }
+
+  /**
+   * Whether the runtime this process prepared is gone from the engine (see
+   * agentRuntimeIsPresent); if so it is forgotten, so the next create fills
+   * the volume again.
+   */
+  private async runtimeWentAway(): Promise<boolean> {
+    const runtime = await this.runtime().catch(() => undefined)
+    if (!runtime) return false
+    const present = await agentRuntimeIsPresent(this.engine.docker, runtime).catch(() => true)
+    if (present) return false
+    forgetAgentRuntime(this.engine.endpoint, this.config.image)
+    return true
+  }
+
+  private async createSandbox(options: SandboxBackendOptions): Promise<CordonBackendSandbox> {
     this.sweepDeadOwners()
     const request = resolveBackendOptions(options)
     const layout = this.context.layout

@@ -1,6 +1,7 @@
 import { LABEL, type OwnerState, ownerState } from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import { isBeingRemoved, isNotFound } from './engine-errors.js'
+import { findRuntimeGarbage } from './runtime-garbage.js'
 
 export interface GarbageReport {
   readonly containers: string[]
@@ -25,7 +26,8 @@ export interface CollectGarbageOptions {
  * host, pid and process start time), or whose lifetime (`cordon.expires`) has
  * passed. A live owner's resources are never touched, and neither are another
  * host's unless they have expired. Containers go first so that their volumes
- * and networks are free to remove.
+ * and networks are free to remove. Agent runtime volumes, which no one owns,
+ * go when nothing uses them (runtime-garbage.ts).
  */
 export async function collectGarbage(options: CollectGarbageOptions): Promise<GarbageReport> {
   const { docker } = options
@@ -42,7 +44,7 @@ export async function collectGarbage(options: CollectGarbageOptions): Promise<Ga
     }
   }
   const isGarbage = (labels: Record<string, string> | undefined): boolean => {
-    if (!labels) return false
+    if (!labels || labels[LABEL.role] === 'runtime') return false
     const expires = Number(labels[LABEL.expires])
     if (Number.isFinite(expires) && expires > 0 && expires < now) return true
     const state: OwnerState = ownerState(labels)
@@ -50,6 +52,7 @@ export async function collectGarbage(options: CollectGarbageOptions): Promise<Ga
   }
 
   for (const info of await docker.listContainers({ all: true, filters })) {
+    if (info.Labels?.[LABEL.role] === 'runtime') continue
     if (!isGarbage(info.Labels)) {
       ;(report as { kept: number }).kept++
       continue
@@ -58,8 +61,16 @@ export async function collectGarbage(options: CollectGarbageOptions): Promise<Ga
     if (!options.dryRun)
       await remove(info.Id, () => docker.getContainer(info.Id).remove({ force: true, v: true }))
   }
+  // After the sandboxes above, which may have been the last to mount a runtime.
+  const runtimes = await findRuntimeGarbage(docker, now)
+  for (const id of runtimes.lockContainers) {
+    report.containers.push(id)
+    if (!options.dryRun)
+      await remove(id, () => docker.getContainer(id).remove({ force: true, v: true }))
+  }
   const volumes = (await docker.listVolumes({ filters })).Volumes ?? []
   for (const volume of volumes) {
+    if ((volume.Labels as Record<string, string> | null)?.[LABEL.role] === 'runtime') continue
     if (!isGarbage(volume.Labels as Record<string, string> | undefined)) {
       ;(report as { kept: number }).kept++
       continue
@@ -67,6 +78,12 @@ export async function collectGarbage(options: CollectGarbageOptions): Promise<Ga
     report.volumes.push(volume.Name)
     if (!options.dryRun)
       await remove(volume.Name, () => docker.getVolume(volume.Name).remove({ force: true }))
+  }
+  ;(report as { kept: number }).kept += runtimes.kept
+  for (const name of runtimes.volumes) {
+    report.volumes.push(name)
+    // Not forced: a container that mounted it meanwhile keeps it.
+    if (!options.dryRun) await remove(name, () => docker.getVolume(name).remove())
   }
   for (const network of await docker.listNetworks({ filters })) {
     if (!isGarbage(network.Labels)) {

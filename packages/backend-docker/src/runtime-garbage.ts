@@ -1,0 +1,68 @@
+import { LABEL } from '@cordon/core/backend'
+import type Docker from 'dockerode'
+import { currentRuntimeVolume, RUNTIME_VOLUME_NAME, STALE_FILL_LOCK_MS } from './agent-runtime.js'
+
+/**
+ * A runtime volume nothing has mounted is kept this long after it was made:
+ * a host of another version may have just filled it and be about to create
+ * its first container on it.
+ */
+export const UNUSED_RUNTIME_GRACE_MS = 10 * 60_000
+
+export interface RuntimeGarbage {
+  /** Filler lock containers left by a filler that died. */
+  readonly lockContainers: string[]
+  /** Runtime volumes and completion marks to remove, each mark before its volume. */
+  readonly volumes: string[]
+  readonly kept: number
+}
+
+/**
+ * Which agent runtimes (agent-runtime.ts) can go. They have no owner: every
+ * host with the same Node and agent shares one, so they are judged by use.
+ * A runtime is removed when it is not this host's current one, no container
+ * (of any state) mounts it, and it is older than UNUSED_RUNTIME_GRACE_MS.
+ * Each build of cordon or Node makes a new one of about 100 MiB, so without
+ * this they pile up. A host that still holds a removed runtime fills it again
+ * on its next create (docker-backend.ts `runtimeWentAway`).
+ */
+export async function findRuntimeGarbage(docker: Docker, now: number): Promise<RuntimeGarbage> {
+  const current = currentRuntimeVolume()
+  const containers = await docker.listContainers({ all: true })
+  const lockContainers = containers
+    .filter(
+      (info) =>
+        info.Labels?.[LABEL.role] === 'runtime' && now - info.Created * 1000 > STALE_FILL_LOCK_MS,
+    )
+    .map((info) => info.Id)
+  const mounted = new Set<string>()
+  for (const info of containers) {
+    if (lockContainers.includes(info.Id)) continue
+    for (const mount of info.Mounts ?? []) if (mount.Name) mounted.add(mount.Name)
+  }
+  // By name as well as label: a volume the engine made on demand, after one
+  // was removed under a running host, carries no labels.
+  const runtimes = ((await docker.listVolumes()).Volumes ?? []).filter((volume) =>
+    RUNTIME_VOLUME_NAME.test(volume.Name),
+  )
+  const createdAt = new Map(
+    runtimes.map((volume) => [
+      volume.Name,
+      Date.parse((volume as { CreatedAt?: string }).CreatedAt ?? ''),
+    ]),
+  )
+  const volumes: string[] = []
+  let kept = 0
+  for (const base of new Set(runtimes.map((volume) => volume.Name.replace(/-complete$/, '')))) {
+    const pair = [`${base}-complete`, base].filter((name) => createdAt.has(name))
+    const made = Math.max(...pair.map((name) => createdAt.get(name)!))
+    const removable =
+      base !== current &&
+      !pair.some((name) => mounted.has(name)) &&
+      // A date the engine did not give counts as old.
+      !(now - made < UNUSED_RUNTIME_GRACE_MS)
+    if (removable) volumes.push(...pair)
+    else kept += pair.length
+  }
+  return { lockContainers, volumes, kept }
+}
