@@ -2,7 +2,7 @@ import { parseArgs } from 'node:util'
 import { loadDockerBackend } from './docker-backend-module.js'
 import type { RunIo } from './run-command.js'
 
-/** `cordon gc`: removes engine resources whose owning process is gone. */
+/** `cordon gc`: removes engine resources whose owning process is gone, and agent runtimes nothing uses. */
 export async function gcCommand(argv: readonly string[], io: RunIo): Promise<number> {
   const { values } = parseArgs({
     args: [...argv],
@@ -13,7 +13,7 @@ export async function gcCommand(argv: readonly string[], io: RunIo): Promise<num
   const report = await backend.collectGarbage({ docker, dryRun: values['dry-run'] })
   const verb = values['dry-run'] ? 'would remove' : 'removed'
   io.stdout(
-    `cordon gc (${endpoint}): ${verb} ${report.containers.length} containers, ${report.volumes.length} volumes, ${report.networks.length} networks; kept ${report.kept} of live or foreign owners\n`,
+    `cordon gc (${endpoint}): ${verb} ${report.containers.length} containers, ${report.volumes.length} volumes, ${report.networks.length} networks; kept ${report.kept} (live or foreign owners, agent runtimes in use)\n`,
   )
   for (const failure of report.failed)
     io.stderr(`cordon gc: could not remove ${failure.id}: ${failure.reason}\n`)
