@@ -24,7 +24,7 @@ import {
   ProtocolError,
   parseClientMessage,
 } from './protocol/messages.js'
-import { restoreYoungGenerationGc } from './startup-gc.js'
+import { restoreStartupBackgroundWork } from './startup-v8-flags.js'
 import { measureUsage } from './usage-meter.js'
 
 export const AGENT_VERSION = '0.1.0'
@@ -158,8 +158,8 @@ export async function serveConnection(socket: Duplex, context: ConnectionContext
       connection.close()
     }
   } finally {
-    // The first connection served ends the start-up (see startup-gc.ts).
-    restoreYoungGenerationGc()
+    // The first connection served ends the start-up (see startup-v8-flags.ts).
+    restoreStartupBackgroundWork()
   }
 }
 

@@ -11,7 +11,7 @@ import { AGENT_VERSION } from './agent-connection.js'
 import { type RunningAgent, startAgent } from './agent-server.js'
 import { killProcessesOf } from './output-seal.js'
 import { AGENT_EXIT_CODES } from './protocol/exit-codes.js'
-import { deferYoungGenerationGc } from './startup-gc.js'
+import { deferStartupBackgroundWork } from './startup-v8-flags.js'
 import { findExcess, type StorageExcess, watchStorage } from './storage-watch.js'
 import { actAsUser } from './user-identity.js'
 
@@ -20,7 +20,7 @@ async function main(): Promise<void> {
     process.stdout.write(`${AGENT_VERSION}\n`)
     return
   }
-  deferYoungGenerationGc()
+  deferStartupBackgroundWork()
   const config = readAgentConfig(process.env)
   const runAs = config.runAs
   if (runAs && config.storageCaps.length > 0) {

@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto'
 import { statSync } from 'node:fs'
 import { constants } from 'node:os'
 import type { Readable } from 'node:stream'
@@ -9,6 +8,7 @@ import { EXEC_MARKER_VARIABLE, signalExecProcesses } from './process-tree.js'
 import type { DataChannel } from './protocol/frame-codec.js'
 import type { FramedConnection } from './protocol/framed-connection.js'
 import { type ExecRequest, type KillSignalName, parseClientMessage } from './protocol/messages.js'
+import { randomBytes } from './random-bytes.js'
 
 export const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
 /** After a SIGTERM kill, how long the tree gets before SIGKILL. */

@@ -1,4 +1,3 @@
-import { randomBytes } from 'node:crypto'
 import {
   closeSync,
   constants,
@@ -17,6 +16,7 @@ import { AgentOperationError } from './operation-error.js'
 import type { PathJail } from './path-jail.js'
 import type { FramedConnection } from './protocol/framed-connection.js'
 import { parseClientMessage, type WriteFileRequest } from './protocol/messages.js'
+import { randomBytes } from './random-bytes.js'
 
 const writeToDescriptor = promisify(write)
 

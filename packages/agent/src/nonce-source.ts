@@ -1,6 +1,7 @@
-import { createHash, randomBytes } from 'node:crypto'
 import { hrtime } from 'node:process'
 import { childProcess } from './child-process-module.js'
+import { sha256 } from './protocol/sha256.js'
+import { randomBytes } from './random-bytes.js'
 
 /**
  * Where the agent's challenge nonces come from.
@@ -19,22 +20,17 @@ export class NonceSource {
   /** 32 fresh bytes as lowercase hex. */
   next(): string {
     this.counter++
-    return createHash('sha256')
-      .update(this.pool)
-      .update(randomBytes(32))
-      .update(String(this.counter))
-      .update(String(hrtime.bigint()))
-      .digest('hex')
+    return sha256(
+      this.pool,
+      randomBytes(32),
+      Buffer.from(String(this.counter)),
+      Buffer.from(String(hrtime.bigint())),
+    ).toString('hex')
   }
 
   /** Mixes new entropy into the pool. */
   reseed(extra: Uint8Array): void {
-    this.pool = createHash('sha256')
-      .update(this.pool)
-      .update(extra)
-      .update(randomBytes(32))
-      .update(String(hrtime.bigint()))
-      .digest()
+    this.pool = sha256(this.pool, extra, randomBytes(32), Buffer.from(String(hrtime.bigint())))
   }
 }
 

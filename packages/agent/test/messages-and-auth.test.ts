@@ -1,6 +1,7 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { computeAuthProof, newAgentSecret, verifyAuthProof } from '../src/protocol/auth.js'
+import { newAgentSecret } from '../src/protocol/agent-secret.js'
+import { computeAuthProof, verifyAuthProof } from '../src/protocol/auth.js'
 import { ProtocolError, parseAgentMessage, parseClientMessage } from '../src/protocol/messages.js'
 
 describe('auth proof', () => {

@@ -3,12 +3,8 @@
  * and the client half of every operation. Every backend that talks to
  * `@cordon/agent` imports this module instead of re-implementing the wire.
  */
-export {
-  computeAuthProof,
-  MIN_SECRET_LENGTH,
-  newAgentSecret,
-  verifyAuthProof,
-} from './auth.js'
+export { newAgentSecret } from './agent-secret.js'
+export { computeAuthProof, MIN_SECRET_LENGTH, verifyAuthProof } from './auth.js'
 export {
   type AgentBatchDownload,
   type AgentExecHandlers,
