@@ -10,6 +10,7 @@ import { LABEL } from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import tar from 'tar-stream'
 import { isNotFound } from './engine-errors.js'
+import { ensureHugePageNode, type HugePageNode, hugePageNodeIsPresent } from './huge-page-node.js'
 
 /**
  * The runtime every cordon container runs on, whatever its image: a read-only
@@ -49,6 +50,12 @@ export interface AgentRuntime {
   readonly agentEntrypoint: string[]
   /** The egress gateway program inside the runtime. */
   readonly gatewayScript: string
+  /**
+   * The huge-page copy of Node the agent starts from (huge-page-node.ts), or
+   * undefined where the engine cannot hold one; every sandbox container then
+   * mounts its volume too.
+   */
+  readonly hugePageNode: HugePageNode | undefined
   /**
    * cordon-launcher inside the runtime (the agent starts commands through it,
    * with vfork(), rather than forking Node); undefined when `@cordon/agent`
@@ -186,8 +193,11 @@ const prepared = new Map<string, Promise<AgentRuntime>>()
 /** A filler's lock container older than this belongs to a filler that died. */
 export const STALE_FILL_LOCK_MS = 120_000
 
-/** `cordon-runtime-<hash>` and its completion mark `cordon-runtime-<hash>-complete`. */
-export const RUNTIME_VOLUME_NAME = /^cordon-runtime-[0-9a-f]{16}(-complete)?$/
+/**
+ * `cordon-runtime-<hash>`, its completion mark `cordon-runtime-<hash>-complete`
+ * and its huge-page Node `cordon-runtime-<hash>-node` (huge-page-node.ts).
+ */
+export const RUNTIME_VOLUME_NAME = /^cordon-runtime-[0-9a-f]{16}(-complete|-node)?$/
 
 let currentVolume: string | undefined | null = null
 
@@ -240,11 +250,12 @@ export async function agentRuntimeIsPresent(
   docker: Docker,
   runtime: AgentRuntime,
 ): Promise<boolean> {
-  const [volume, done] = await Promise.all([
+  const [volume, done, hugePageNode] = await Promise.all([
     volumeIsRuntime(docker, runtime.volume),
     volumeExists(docker, `${runtime.volume}-complete`),
+    runtime.hugePageNode ? hugePageNodeIsPresent(docker, runtime.hugePageNode) : true,
   ])
-  return volume && done
+  return volume && done && hugePageNode
 }
 
 /** Drops this process's prepared runtime for the engine, so the next create prepares it again. */
@@ -280,36 +291,57 @@ async function prepare(
   currentVolume = volume
   const done = `${volume}-complete`
   const lock = `${volume}-filling`
-  const node = (script: string, ...args: string[]): string[] => [
+  const startNode = (binary: string, script: string, ...args: string[]): string[] => [
     `${RUNTIME_MOUNT}/lib/${content.loaderName}`,
     '--library-path',
     `${RUNTIME_MOUNT}/lib`,
-    `${RUNTIME_MOUNT}/bin/node`,
+    binary,
     script,
     ...args,
   ]
+  const node = (script: string, ...args: string[]): string[] =>
+    startNode(`${RUNTIME_MOUNT}/bin/node`, script, ...args)
   const agentScript = `${RUNTIME_MOUNT}/agent.cjs`
   const launcher = content.launcher ? `${RUNTIME_MOUNT}/bin/cordon-launcher` : undefined
-  const runtime: AgentRuntime = {
-    volume,
-    node,
-    agentScript,
-    gatewayScript: `${RUNTIME_MOUNT}/gateway/node_modules/@cordon/egress/dist/gateway.js`,
-    launcher,
-    agentEntrypoint: launcher ? [launcher, '--agent', ...node(agentScript)] : node(agentScript),
+  const labels = { [LABEL.managed]: '1', [LABEL.role]: 'runtime', 'cordon.runtime': hash }
+  const withHugePageNode = async (): Promise<AgentRuntime> => {
+    // The keeper's program is the launcher; without one for this architecture, no huge pages.
+    const hugePageNode = launcher
+      ? await ensureHugePageNode(docker, {
+          runtimeVolume: volume,
+          runtimeMount: RUNTIME_MOUNT,
+          launcher,
+          nodeSource: realpathSync(process.execPath),
+          helperImage,
+          labels,
+        })
+      : undefined
+    const agentNode = hugePageNode?.path ?? `${RUNTIME_MOUNT}/bin/node`
+    return {
+      volume,
+      node,
+      agentScript,
+      gatewayScript: `${RUNTIME_MOUNT}/gateway/node_modules/@cordon/egress/dist/gateway.js`,
+      launcher,
+      hugePageNode,
+      agentEntrypoint: launcher
+        ? [launcher, '--agent', ...startNode(agentNode, agentScript)]
+        : startNode(agentNode, agentScript),
+    }
   }
   const deadline = Date.now() + 120_000
   for (;;) {
-    if (await agentRuntimeIsPresent(docker, runtime)) return runtime
+    const [filled, marked] = await Promise.all([
+      volumeIsRuntime(docker, volume),
+      volumeExists(docker, done),
+    ])
+    if (filled && marked) return withHugePageNode()
     const filler = await acquireLock(docker, lock, volume, helperImage, hash)
     if (filler) {
       try {
         await fill(filler, content.files)
-        await docker.createVolume({
-          Name: done,
-          Labels: { [LABEL.managed]: '1', [LABEL.role]: 'runtime', 'cordon.runtime': hash },
-        })
-        return runtime
+        await docker.createVolume({ Name: done, Labels: labels })
+        return withHugePageNode()
       } finally {
         await filler.remove({ force: true }).catch(() => {})
       }

@@ -13,6 +13,7 @@ import {
 } from '@cordon/core/backend'
 import type { ContainerCreateOptions, MountSettings } from 'dockerode'
 import { type AgentRuntime, RUNTIME_MOUNT } from './agent-runtime.js'
+import { HUGE_PAGE_NODE_MOUNT } from './huge-page-node.js'
 
 export const DEFAULT_CPUS = 1
 export const DEFAULT_TMPFS_MB = 64
@@ -81,6 +82,14 @@ export function layoutMounts(
     engineMount(mount, backend, engineSocketPath),
   )
   mounts.push({ Type: 'volume', Source: runtime.volume, Target: RUNTIME_MOUNT, ReadOnly: true })
+  if (runtime.hugePageNode) {
+    mounts.push({
+      Type: 'volume',
+      Source: runtime.hugePageNode.volume,
+      Target: HUGE_PAGE_NODE_MOUNT,
+      ReadOnly: true,
+    })
+  }
   return mounts
 }
 

@@ -63,7 +63,7 @@ export async function collectGarbage(options: CollectGarbageOptions): Promise<Ga
   }
   // After the sandboxes above, which may have been the last to mount a runtime.
   const runtimes = await findRuntimeGarbage(docker, now)
-  for (const id of runtimes.lockContainers) {
+  for (const id of runtimes.containers) {
     report.containers.push(id)
     if (!options.dryRun)
       await remove(id, () => docker.getContainer(id).remove({ force: true, v: true }))

@@ -38,7 +38,12 @@ export { collectGarbage, type GarbageReport } from './garbage-collect.js'
  */
 export async function prepareAgentRuntime(
   config: Pick<ContainerBackendConfig, 'image' | 'socketPath' | 'host' | 'port' | 'tls'>,
-): Promise<{ readonly volume: string; readonly launcher: boolean }> {
+): Promise<{
+  readonly volume: string
+  readonly launcher: boolean
+  /** The tmpfs volume holding the huge-page copy of Node the agent starts from, if the engine allows one. */
+  readonly hugePageNodeVolume: string | undefined
+}> {
   const engine = connectEngine(config)
   const runtime = await ensureAgentRuntime(
     engine.docker,
@@ -46,7 +51,11 @@ export async function prepareAgentRuntime(
     config.image,
     'container:docker',
   )
-  return { volume: runtime.volume, launcher: runtime.launcher !== undefined }
+  return {
+    volume: runtime.volume,
+    launcher: runtime.launcher !== undefined,
+    hugePageNodeVolume: runtime.hugePageNode?.volume,
+  }
 }
 
 /** The backend factory the umbrella (`@cordon/sandbox`) loads for `tier: 'container'`. */

@@ -1,6 +1,7 @@
 import { LABEL } from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import { currentRuntimeVolume, RUNTIME_VOLUME_NAME, STALE_FILL_LOCK_MS } from './agent-runtime.js'
+import { KEEPER_LABEL } from './huge-page-node.js'
 
 /**
  * A runtime volume nothing has mounted is kept this long after it was made:
@@ -10,9 +11,9 @@ import { currentRuntimeVolume, RUNTIME_VOLUME_NAME, STALE_FILL_LOCK_MS } from '.
 export const UNUSED_RUNTIME_GRACE_MS = 10 * 60_000
 
 export interface RuntimeGarbage {
-  /** Filler lock containers left by a filler that died. */
-  readonly lockContainers: string[]
-  /** Runtime volumes and completion marks to remove, each mark before its volume. */
+  /** Filler lock containers left by a filler that died, and the keepers of runtimes that go. */
+  readonly containers: string[]
+  /** Runtime volumes, completion marks and huge-page Node volumes to remove, each mark before its volume. */
   readonly volumes: string[]
   readonly kept: number
 }
@@ -21,7 +22,8 @@ export interface RuntimeGarbage {
  * Which agent runtimes (agent-runtime.ts) can go. They have no owner: every
  * host with the same Node and agent shares one, so they are judged by use.
  * A runtime is removed when it is not this host's current one, no container
- * (of any state) mounts it, and it is older than UNUSED_RUNTIME_GRACE_MS.
+ * (of any state) but its own keeper mounts it, and it is older than
+ * UNUSED_RUNTIME_GRACE_MS; its keeper (huge-page-node.ts) goes with it.
  * Each build of cordon or Node makes a new one of about 100 MiB, so without
  * this they pile up. A host that still holds a removed runtime fills it again
  * on its next create (docker-backend.ts `runtimeWentAway`).
@@ -29,15 +31,19 @@ export interface RuntimeGarbage {
 export async function findRuntimeGarbage(docker: Docker, now: number): Promise<RuntimeGarbage> {
   const current = currentRuntimeVolume()
   const containers = await docker.listContainers({ all: true })
-  const lockContainers = containers
+  const isKeeper = (info: Docker.ContainerInfo) => info.Labels?.[KEEPER_LABEL] === 'keeper'
+  const staleLocks = containers
     .filter(
       (info) =>
-        info.Labels?.[LABEL.role] === 'runtime' && now - info.Created * 1000 > STALE_FILL_LOCK_MS,
+        info.Labels?.[LABEL.role] === 'runtime' &&
+        !isKeeper(info) &&
+        now - info.Created * 1000 > STALE_FILL_LOCK_MS,
     )
     .map((info) => info.Id)
+  // A runtime's own keeper does not count as a use of it.
   const mounted = new Set<string>()
   for (const info of containers) {
-    if (lockContainers.includes(info.Id)) continue
+    if (staleLocks.includes(info.Id) || isKeeper(info)) continue
     for (const mount of info.Mounts ?? []) if (mount.Name) mounted.add(mount.Name)
   }
   // By name as well as label: a volume the engine made on demand, after one
@@ -53,16 +59,25 @@ export async function findRuntimeGarbage(docker: Docker, now: number): Promise<R
   )
   const volumes: string[] = []
   let kept = 0
-  for (const base of new Set(runtimes.map((volume) => volume.Name.replace(/-complete$/, '')))) {
-    const pair = [`${base}-complete`, base].filter((name) => createdAt.has(name))
-    const made = Math.max(...pair.map((name) => createdAt.get(name)!))
+  const removed = [...staleLocks]
+  for (const base of new Set(
+    runtimes.map((volume) => volume.Name.replace(/-(complete|node)$/, '')),
+  )) {
+    const parts = [`${base}-complete`, `${base}-node`, base].filter((name) => createdAt.has(name))
+    const made = Math.max(...parts.map((name) => createdAt.get(name)!))
     const removable =
       base !== current &&
-      !pair.some((name) => mounted.has(name)) &&
+      !parts.some((name) => mounted.has(name)) &&
       // A date the engine did not give counts as old.
       !(now - made < UNUSED_RUNTIME_GRACE_MS)
-    if (removable) volumes.push(...pair)
-    else kept += pair.length
+    if (removable) {
+      volumes.push(...parts)
+      // Its keeper first: it holds the huge-page volume.
+      const keeper = containers.find(
+        (info) => isKeeper(info) && info.Names?.includes(`/${base}-keeper`),
+      )
+      if (keeper) removed.push(keeper.Id)
+    } else kept += parts.length
   }
-  return { lockContainers, volumes, kept }
+  return { containers: removed, volumes, kept }
 }

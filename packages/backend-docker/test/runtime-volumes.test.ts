@@ -1,6 +1,8 @@
+import { readFileSync } from 'node:fs'
 import { LABEL } from '@cordon/core/backend'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { currentRuntimeVolume } from '../src/agent-runtime.js'
+import { ensureHugePageNode } from '../src/huge-page-node.js'
 import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
 import { PrivateEngine } from './private-engine.js'
 import { BUSYBOX_IMAGE } from './test-images.js'
@@ -34,6 +36,16 @@ describe('agent runtime volumes', () => {
     })
   const volumeNames = async (): Promise<string[]> =>
     ((await engine.docker.listVolumes()).Volumes ?? []).map((volume) => volume.Name)
+  /** The agent's process on this host: the container's init, then the launcher, then the agent. */
+  const agentProcess = async (sandboxId: string): Promise<number> => {
+    const [info] = await engine.docker.listContainers({
+      filters: { label: [`cordon.sandbox=${sandboxId}`] },
+    })
+    const init = (await engine.docker.getContainer(info!.Id).inspect()).State.Pid
+    const children = (pid: number) =>
+      readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(' ').map(Number)
+    return children(children(init)[0]!)[0]!
+  }
   const runtimeLabels = (hash: string) => ({
     [LABEL.managed]: '1',
     [LABEL.role]: 'runtime',
@@ -48,9 +60,10 @@ describe('agent runtime volumes', () => {
       await first.destroy()
       const runtime = currentRuntimeVolume()!
       expect(await volumeNames()).toEqual(expect.arrayContaining([runtime, `${runtime}-complete`]))
-      // As a person's `docker volume rm`, or another host's `cordon gc`, would.
-      await engine.docker.getVolume(`${runtime}-complete`).remove()
-      await engine.docker.getVolume(runtime).remove()
+      // As a person's `docker rm -f` and `docker volume rm`, or another host's `cordon gc`, would.
+      await engine.docker.getContainer(`${runtime}-keeper`).remove({ force: true })
+      for (const name of [`${runtime}-complete`, `${runtime}-node`, runtime])
+        await engine.docker.getVolume(name).remove()
 
       const second = await hosted.create()
       expect((await second.exec('echo', ['two'])).stdout).toBe('two\n')
@@ -61,6 +74,77 @@ describe('agent runtime volumes', () => {
     } finally {
       await hosted.close()
     }
+  })
+
+  it("every sandbox's agent runs from one huge-page copy of Node, which one keeper holds", async () => {
+    const hosted = provider()
+    try {
+      const sandboxes = [await hosted.create(), await hosted.create()]
+      const mapped: string[] = []
+      for (const sandbox of sandboxes) {
+        const agent = await agentProcess(sandbox.id)
+        expect(readFileSync(`/proc/${agent}/cmdline`, 'utf8').split('\0')).toContain(
+          '/.cordon-node/node',
+        )
+        // Mapped 2 MiB at a time: tens of MiB of Node's text in huge pages.
+        const rollup = readFileSync(`/proc/${agent}/smaps_rollup`, 'utf8')
+        const pmdKiB = Number(/^ShmemPmdMapped:\s+(\d+) kB/m.exec(rollup)?.[1])
+        expect(pmdKiB).toBeGreaterThan(16 * 1024)
+        // The same file (device and inode) in both: one copy for the engine.
+        const node = readFileSync(`/proc/${agent}/maps`, 'utf8')
+          .split('\n')
+          .find((line) => line.endsWith('/.cordon-node/node'))!
+        mapped.push(node.split(/\s+/).slice(3, 5).join(' '))
+        // Read-only inside the sandbox, like the runtime volume.
+        const write = await sandbox.exec('sh', ['-c', 'echo x > /.cordon-node/node'])
+        expect(write.exitCode).not.toBe(0)
+        expect((await sandbox.exec('echo', ['ok'])).stdout).toBe('ok\n')
+      }
+      expect(mapped[0]).toBe(mapped[1])
+      const keepers = await engine.docker.listContainers({
+        filters: { label: ['cordon.runtime.part=keeper'] },
+      })
+      expect(keepers.map((keeper) => keeper.Names[0])).toEqual([
+        `/${currentRuntimeVolume()}-keeper`,
+      ])
+      for (const sandbox of sandboxes) await sandbox.destroy()
+    } finally {
+      await hosted.close()
+    }
+  })
+
+  it('a keeper that is gone (an engine restart, a person) is made again by the next create', async () => {
+    const hosted = provider()
+    try {
+      const keeper = `${currentRuntimeVolume()}-keeper`
+      await engine.docker.getContainer(keeper).remove({ force: true })
+      const sandbox = await hosted.create()
+      expect((await sandbox.exec('echo', ['back'])).stdout).toBe('back\n')
+      expect((await engine.docker.getContainer(keeper).inspect()).State.Running).toBe(true)
+      const agent = await agentProcess(sandbox.id)
+      expect(readFileSync(`/proc/${agent}/smaps_rollup`, 'utf8')).toMatch(
+        /^ShmemPmdMapped:\s+[1-9]\d* kB/m,
+      )
+      await sandbox.destroy()
+    } finally {
+      await hosted.close()
+    }
+  })
+
+  it('where the engine cannot make the huge-page copy, there is none (the agent runs from the runtime volume)', async () => {
+    const made = await ensureHugePageNode(engine.docker, {
+      runtimeVolume: 'cordon-runtime-00000000000000dd',
+      runtimeMount: '/.cordon',
+      launcher: '/.cordon/bin/cordon-launcher',
+      nodeSource: process.execPath,
+      helperImage: 'cordon-test/no-such-image:latest',
+      labels: runtimeLabels('00000000000000dd'),
+    })
+    expect(made).toBeUndefined()
+    await engine.docker
+      .getVolume('cordon-runtime-00000000000000dd-node')
+      .remove()
+      .catch(() => {})
   })
 
   it('cordon gc removes runtimes nothing uses, and keeps the current one, mounted ones and new ones', async () => {
@@ -88,6 +172,25 @@ describe('agent runtime volumes', () => {
         Mounts: [{ Type: 'volume', Source: mounted, Target: '/.cordon', ReadOnly: true }],
       },
     })
+    // An old runtime's huge-page Node and its keeper (which does not count as a use).
+    await engine.docker.createVolume({
+      Name: `${stale}-node`,
+      Labels: runtimeLabels('00000000000000aa'),
+    })
+    const keeper = await engine.docker.createContainer({
+      name: `${stale}-keeper`,
+      Image: BUSYBOX_IMAGE,
+      Cmd: ['sleep', '600'],
+      Labels: { ...runtimeLabels('00000000000000aa'), 'cordon.runtime.part': 'keeper' },
+      HostConfig: {
+        NetworkMode: 'none',
+        Mounts: [
+          { Type: 'volume', Source: stale, Target: '/.cordon', ReadOnly: true },
+          { Type: 'volume', Source: `${stale}-node`, Target: '/.cordon-node', ReadOnly: true },
+        ],
+      },
+    })
+    await keeper.start()
     // A filler's lock that its filler left behind.
     const lock = await engine.docker.createContainer({
       name: `${stale}-filling`,
@@ -100,17 +203,19 @@ describe('agent runtime volumes', () => {
       const fresh = await collectGarbage({ docker: engine.docker })
       expect(fresh.volumes.filter((name) => name.startsWith('cordon-runtime-'))).toEqual([])
       expect(fresh.containers).not.toContain(lock.id)
+      expect(fresh.containers).not.toContain(keeper.id)
 
       // An hour on: the unused ones go, the lock first; a dry run only lists them.
       const later = Date.now() + 3_600_000
       const listed = await collectGarbage({ docker: engine.docker, dryRun: true, now: later })
-      expect([...listed.volumes].sort()).toEqual([stale, `${stale}-complete`, unlabelled].sort())
-      expect(listed.containers).toEqual([lock.id])
+      const staleParts = [stale, `${stale}-complete`, `${stale}-node`, unlabelled].sort()
+      expect([...listed.volumes].sort()).toEqual(staleParts)
+      expect([...listed.containers].sort()).toEqual([lock.id, keeper.id].sort())
       expect(await volumeNames()).toContain(stale)
 
       const report = await collectGarbage({ docker: engine.docker, now: later })
       expect(report.failed).toEqual([])
-      expect([...report.volumes].sort()).toEqual([stale, `${stale}-complete`, unlabelled].sort())
+      expect([...report.volumes].sort()).toEqual(staleParts)
       // The mark goes before its volume: a host never finds a mark without its volume.
       expect(report.volumes.indexOf(`${stale}-complete`)).toBeLessThan(
         report.volumes.indexOf(stale),
@@ -119,11 +224,22 @@ describe('agent runtime volumes', () => {
       expect(left).not.toEqual(expect.arrayContaining([stale]))
       expect(left).not.toContain(`${stale}-complete`)
       expect(left).not.toContain(unlabelled)
+      expect(left).not.toContain(`${stale}-node`)
       expect(left).toEqual(
-        expect.arrayContaining([runtime, `${runtime}-complete`, mounted, `${mounted}-complete`]),
+        expect.arrayContaining([
+          runtime,
+          `${runtime}-complete`,
+          `${runtime}-node`,
+          mounted,
+          `${mounted}-complete`,
+        ]),
       )
-      expect((await engine.docker.listContainers({ all: true })).map((c) => c.Id)).not.toContain(
-        lock.id,
+      const containersLeft = (await engine.docker.listContainers({ all: true })).map((c) => c.Id)
+      expect(containersLeft).not.toContain(lock.id)
+      expect(containersLeft).not.toContain(keeper.id)
+      // The current runtime's keeper stays.
+      expect((await engine.docker.getContainer(`${runtime}-keeper`).inspect()).State.Running).toBe(
+        true,
       )
 
       // The current runtime still serves sandboxes.
@@ -138,6 +254,7 @@ describe('agent runtime volumes', () => {
     } finally {
       await user.remove({ force: true })
       await lock.remove({ force: true }).catch(() => {})
+      await keeper.remove({ force: true }).catch(() => {})
     }
   })
 })
