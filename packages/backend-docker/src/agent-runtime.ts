@@ -1,6 +1,6 @@
 import { execFileSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
-import { createReadStream, readdirSync, realpathSync, statSync } from 'node:fs'
+import { readdirSync, realpathSync, statSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { arch as hostArch, platform } from 'node:os'
 import { basename, dirname, join } from 'node:path'
@@ -8,8 +8,8 @@ import { agentProgramPath, launcherProgramPath } from '@cordon/agent'
 import { SandboxBackendUnavailableError } from '@cordon/core'
 import { LABEL } from '@cordon/core/backend'
 import type Docker from 'dockerode'
-import tar from 'tar-stream'
 import { isNotFound } from './engine-errors.js'
+import { type HostFile, putHostFiles } from './host-files-archive.js'
 import { ensureHugePageNode, type HugePageNode, hugePageNodeIsPresent } from './huge-page-node.js'
 
 /**
@@ -64,12 +64,9 @@ export interface AgentRuntime {
   readonly launcher: string | undefined
 }
 
-interface RuntimeFile {
-  /** Path inside the volume. */
-  readonly name: string
+interface RuntimeFile extends HostFile {
   /** Where it comes from on this host. */
   readonly source: string
-  readonly mode: number
 }
 
 /** Which loader and libraries `node` needs, the way the dynamic linker resolves them here. */
@@ -339,7 +336,7 @@ async function prepare(
     const filler = await acquireLock(docker, lock, volume, helperImage, hash)
     if (filler) {
       try {
-        await fill(filler, content.files)
+        await putHostFiles(filler, RUNTIME_MOUNT, content.files)
         await docker.createVolume({ Name: done, Labels: labels })
         return withHugePageNode()
       } finally {
@@ -428,34 +425,4 @@ async function acquireLock(
     }
     return undefined
   }
-}
-
-async function fill(container: Docker.Container, files: readonly RuntimeFile[]): Promise<void> {
-  const pack = tar.pack()
-  const writing = (async () => {
-    const directories = new Set<string>()
-    for (const file of files) {
-      for (let dir = dirname(file.name); dir !== '.'; dir = dirname(dir)) directories.add(dir)
-    }
-    for (const dir of [...directories].sort()) {
-      await new Promise<void>((resolve, reject) =>
-        pack.entry({ name: dir, type: 'directory', mode: 0o755 }, (error) =>
-          error ? reject(error) : resolve(),
-        ),
-      )
-    }
-    for (const file of files) {
-      const size = statSync(file.source).size
-      await new Promise<void>((resolve, reject) => {
-        const entry = pack.entry({ name: file.name, size, mode: file.mode }, (error) =>
-          error ? reject(error) : resolve(),
-        )
-        createReadStream(file.source).on('error', reject).pipe(entry)
-      })
-    }
-    pack.finalize()
-  })()
-  writing.catch((error: unknown) => pack.destroy(error as Error))
-  await container.putArchive(pack, { path: RUNTIME_MOUNT })
-  await writing
 }

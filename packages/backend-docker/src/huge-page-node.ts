@@ -1,7 +1,7 @@
-import { createReadStream, statSync } from 'node:fs'
+import { statSync } from 'node:fs'
 import type Docker from 'dockerode'
-import tar from 'tar-stream'
 import { isNotFound } from './engine-errors.js'
+import { putHostFiles } from './host-files-archive.js'
 
 /**
  * A copy of the runtime's Node binary on a tmpfs with transparent huge pages,
@@ -194,29 +194,16 @@ async function makeKeeper(
   }
   try {
     await keeper.start()
-    await keeper.putArchive(nodeArchive(request.nodeSource, size), { path: HUGE_PAGE_NODE_MOUNT })
+    // The binary, then the mark that says it is whole.
+    await putHostFiles(keeper, HUGE_PAGE_NODE_MOUNT, [
+      { name: 'node', source: request.nodeSource, mode: 0o755 },
+      { name: READY_MARK, mode: 0o644 },
+    ])
     return true
   } catch (error) {
     await removeKeeper(docker, node)
     throw error
   }
-}
-
-/** The binary, then the mark that says it is whole. */
-function nodeArchive(source: string, size: number): NodeJS.ReadableStream {
-  const pack = tar.pack()
-  const entry = pack.entry({ name: 'node', size, mode: 0o755 }, (error) => {
-    if (error) {
-      pack.destroy(error)
-      return
-    }
-    pack.entry({ name: READY_MARK, mode: 0o644 }, '')
-    pack.finalize()
-  })
-  createReadStream(source)
-    .on('error', (error) => pack.destroy(error))
-    .pipe(entry)
-  return pack
 }
 
 async function removeKeeper(docker: Docker, node: HugePageNode): Promise<void> {
