@@ -119,6 +119,8 @@ export class DockerBackend implements CordonSandboxBackend {
   private readonly events: EngineEvents
   private egressGateway: EgressGateway | undefined
   private swept = false
+  /** Late removals scheduled by a failed create, by container name. */
+  private readonly lateSweeps = new Map<string, NodeJS.Timeout[]>()
   private engineCpuCount: Promise<number> | undefined
 
   constructor(
@@ -203,6 +205,9 @@ export class DockerBackend implements CordonSandboxBackend {
     const refusal = egressRefusal(this.name, this.config, request.egress)
     if (refusal) throw refusal
     const name = `cordon-${request.id}`
+    // A retry of this create (see create) would otherwise be removed by the sweeps of the failed try.
+    for (const sweep of this.lateSweeps.get(name) ?? []) clearTimeout(sweep)
+    this.lateSweeps.delete(name)
     const proxied = request.egress.kind !== 'deny-all' ? request.egress : undefined
     const timeoutMs = this.config.readyTimeoutMs ?? DEFAULT_READINESS_TIMEOUT_MS
     let phase = 'preparing the agent runtime'
@@ -227,8 +232,13 @@ export class DockerBackend implements CordonSandboxBackend {
     const removeAfterFailure = async (): Promise<void> => {
       await remove()
       // A create call the deadline cut off may still land on the engine; sweep once more shortly after.
-      for (const delay of LATE_SWEEPS_MS)
-        setTimeout(() => void this.removeContainer(name).catch(() => {}), delay).unref()
+      const sweeps = LATE_SWEEPS_MS.map((delay, index) =>
+        setTimeout(() => {
+          if (index === LATE_SWEEPS_MS.length - 1) this.lateSweeps.delete(name)
+          void this.removeContainer(name).catch(() => {})
+        }, delay).unref(),
+      )
+      this.lateSweeps.set(name, sweeps)
     }
 
     return withDeadline(
