@@ -1,7 +1,7 @@
 import { SandboxError } from '@cordon/core'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { createDockerSandboxProvider } from '../src/index.js'
-import { PrivateEngine } from './private-engine.js'
+import { privateEngineForSuite } from './private-engine.js'
 import { BUSYBOX_IMAGE } from './test-images.js'
 
 /**
@@ -11,14 +11,7 @@ import { BUSYBOX_IMAGE } from './test-images.js'
  * own, so the engine every other test uses is never restarted.
  */
 describe('an engine restart', () => {
-  const engine = new PrivateEngine()
-  beforeAll(async () => {
-    await engine.start()
-    engine.loadTestImage()
-  }, 60_000)
-  afterAll(async () => {
-    await engine.remove()
-  }, 60_000)
+  const engine = privateEngineForSuite()
 
   const provider = () =>
     createDockerSandboxProvider({

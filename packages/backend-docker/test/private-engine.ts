@@ -2,6 +2,7 @@ import { execFileSync, spawn } from 'node:child_process'
 import { mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
 import Docker from 'dockerode'
+import { afterAll, beforeAll } from 'vitest'
 import { BUSYBOX_IMAGE } from './test-images.js'
 
 /**
@@ -154,4 +155,20 @@ export class PrivateEngine {
     rmSync(this.root, { recursive: true, force: true })
     if (this.bridgeMade) execFileSync('ip', ['link', 'del', this.bridge])
   }
+}
+
+/**
+ * A private engine for the enclosing `describe`: started, with the test
+ * image, before its tests and removed after them.
+ */
+export function privateEngineForSuite(): PrivateEngine {
+  const engine = new PrivateEngine()
+  beforeAll(async () => {
+    await engine.start()
+    engine.loadTestImage()
+  }, 60_000)
+  afterAll(async () => {
+    await engine.remove()
+  }, 60_000)
+  return engine
 }

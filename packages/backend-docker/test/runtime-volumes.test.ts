@@ -1,10 +1,10 @@
 import { readFileSync } from 'node:fs'
 import { LABEL } from '@cordon/core/backend'
-import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { describe, expect, it } from 'vitest'
 import { currentRuntimeVolume } from '../src/agent-runtime.js'
 import { ensureHugePageNode } from '../src/huge-page-node.js'
 import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
-import { PrivateEngine } from './private-engine.js'
+import { privateEngineForSuite } from './private-engine.js'
 import { BUSYBOX_IMAGE } from './test-images.js'
 
 /**
@@ -15,14 +15,7 @@ import { BUSYBOX_IMAGE } from './test-images.js'
  * touched.
  */
 describe('agent runtime volumes', () => {
-  const engine = new PrivateEngine()
-  beforeAll(async () => {
-    await engine.start()
-    engine.loadTestImage()
-  }, 60_000)
-  afterAll(async () => {
-    await engine.remove()
-  }, 60_000)
+  const engine = privateEngineForSuite()
 
   const provider = () =>
     createDockerSandboxProvider({
