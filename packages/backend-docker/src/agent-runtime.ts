@@ -64,10 +64,6 @@ export interface AgentRuntime {
   readonly launcher: string | undefined
 }
 
-interface RuntimeFile extends HostFile {
-  /** Where it comes from on this host. */
-  readonly source: string
-}
 
 /** Which loader and libraries `node` needs, the way the dynamic linker resolves them here. */
 function nodeDependencies(node: string): { loader: string; libraries: string[] } {
@@ -88,8 +84,8 @@ function nodeDependencies(node: string): { loader: string; libraries: string[] }
 }
 
 /** The files of the egress gateway: its package, and every package it imports, as installed here. */
-function gatewayFiles(): RuntimeFile[] {
-  const files: RuntimeFile[] = []
+function gatewayFiles(): HostFile[] {
+  const files: HostFile[] = []
   const seen = new Set<string>()
   const visit = (name: string, from: string): void => {
     let manifestPath: string
@@ -143,14 +139,14 @@ function* walk(dir: string): Generator<string> {
   }
 }
 
-function runtimeFiles(): { files: RuntimeFile[]; loaderName: string; launcher: boolean } {
+function runtimeFiles(): { files: HostFile[]; loaderName: string; launcher: boolean } {
   if (platform() !== 'linux') {
     throw new Error(`the agent runtime is this host's Node, and this host runs ${platform()}`)
   }
   const node = realpathSync(process.execPath)
   const { loader, libraries } = nodeDependencies(node)
   const loaderName = basename(loader)
-  const files: RuntimeFile[] = [
+  const files: HostFile[] = [
     { name: 'bin/node', source: node, mode: 0o755 },
     { name: `lib/${loaderName}`, source: loader, mode: 0o755 },
     ...libraries.map((library) => ({
@@ -168,7 +164,7 @@ function runtimeFiles(): { files: RuntimeFile[]; loaderName: string; launcher: b
 }
 
 /** The content's fingerprint: names, sizes and modification times (fast; no need to read 100 MB). */
-function fingerprint(files: readonly RuntimeFile[]): string {
+function fingerprint(files: readonly HostFile[]): string {
   const hash = createHash('sha256')
   for (const file of files) {
     const stat = statSync(file.source)

@@ -3,19 +3,18 @@ import { dirname } from 'node:path'
 import type Docker from 'dockerode'
 import tar from 'tar-stream'
 
-/** A file of this host to write into a container, or an empty one (a mark). */
+/** A file of this host to write into a container. */
 export interface HostFile {
   /** Path under the target directory. */
   readonly name: string
-  /** Where its bytes come from on this host; an empty file without one. */
-  readonly source?: string
+  /** Where its bytes come from on this host. */
+  readonly source: string
   readonly mode: number
 }
 
 /**
  * Writes host files into a container's directory through the engine's
- * archive API, in the order given (a mark written last says the rest is
- * whole), with the directories they need. Only for provisioning cordon's
+ * archive API, with the directories they need. Only for provisioning cordon's
  * own runtime (agent-runtime.ts, huge-page-node.ts): a sandbox's files go
  * through its agent.
  */
@@ -38,17 +37,12 @@ export async function putHostFiles(
       )
     }
     for (const file of files) {
-      const source = file.source
-      if (source === undefined) {
-        pack.entry({ name: file.name, mode: file.mode }, '')
-        continue
-      }
       await new Promise<void>((resolve, reject) => {
         const entry = pack.entry(
-          { name: file.name, size: statSync(source).size, mode: file.mode },
+          { name: file.name, size: statSync(file.source).size, mode: file.mode },
           (error) => (error ? reject(error) : resolve()),
         )
-        createReadStream(source).on('error', reject).pipe(entry)
+        createReadStream(file.source).on('error', reject).pipe(entry)
       })
     }
     pack.finalize()

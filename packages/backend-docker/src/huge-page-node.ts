@@ -22,7 +22,8 @@ import { putHostFiles } from './host-files-archive.js'
  * from the runtime volume, waiting on a stdin that is held open and never
  * written (no CPU, about half a MiB), as an unprivileged user with no
  * capabilities and no network. The binary is written through the engine's
- * archive API, then a `ready` mark after it.
+ * archive API while the keeper has a filling name; it takes its own name
+ * once the binary is whole.
  *
  * Cost: the binary's size in memory (about 96 MiB, not evictable while the
  * keeper runs) and one idle container per engine and runtime. Both go with
@@ -60,16 +61,19 @@ export interface HugePageNodeRequest {
 /** Label that tells a keeper from a filler's lock (both have the runtime role). */
 export const KEEPER_LABEL = 'cordon.runtime.part'
 
-const READY_MARK = 'ready'
 const PREPARE_TIMEOUT_MS = 60_000
-/** A keeper that has not become ready in this long belongs to a process that died filling it. */
-const STALE_KEEPER_MS = 120_000
+/** A keeper still being filled after this long belongs to a process that died filling it. */
+const STALE_FILLING_MS = 120_000
 const HUGE_PAGE_BYTES = 2 * 1024 * 1024
 
 /**
- * The huge-page Node for this runtime, made if it is not there yet (many
- * processes may ask at once: the keeper's name is the lock); undefined where
- * the engine cannot hold one.
+ * The huge-page Node for this runtime, made if it is not there yet; undefined
+ * where the engine cannot hold one. Many processes may ask at once: the
+ * keeper is created under a filling name, which only one can take, and
+ * renamed to its own once the binary is in; so a keeper under its own name
+ * is a complete one. (Asking the archive API whether a mark file exists
+ * would do as well, but dockerode's HEAD request leaves a socket that keeps
+ * the process alive: `cordon prepare` never exited.)
  */
 export async function ensureHugePageNode(
   docker: Docker,
@@ -86,7 +90,7 @@ export async function ensureHugePageNode(
       const state = await keeperState(docker, node)
       if (state === 'ready') return node
       if (state === 'stopped') {
-        await removeKeeper(docker, node)
+        await removeContainer(docker, node.keeper)
         continue
       }
       if (state === 'filling') {
@@ -110,23 +114,29 @@ export async function hugePageNodeIsPresent(docker: Docker, node: HugePageNode):
 type KeeperState = 'missing' | 'stopped' | 'filling' | 'ready'
 
 async function keeperState(docker: Docker, node: HugePageNode): Promise<KeeperState> {
-  let info: Docker.ContainerInspectInfo
+  const keeper = await inspectIfThere(docker, node.keeper)
+  if (keeper) return keeper.State.Running ? 'ready' : 'stopped'
+  const filling = await inspectIfThere(docker, fillingName(node))
+  if (!filling) return 'missing'
+  if (Date.now() - Date.parse(filling.Created) <= STALE_FILLING_MS) return 'filling'
+  // Left by a process that died filling it.
+  await removeContainer(docker, fillingName(node))
+  return 'missing'
+}
+
+function fillingName(node: HugePageNode): string {
+  return `${node.keeper}-filling`
+}
+
+async function inspectIfThere(
+  docker: Docker,
+  name: string,
+): Promise<Docker.ContainerInspectInfo | undefined> {
   try {
-    info = await docker.getContainer(node.keeper).inspect()
+    return await docker.getContainer(name).inspect()
   } catch (error) {
-    if (isNotFound(error)) return 'missing'
+    if (isNotFound(error)) return undefined
     throw error
-  }
-  if (!info.State.Running) return 'stopped'
-  try {
-    await docker
-      .getContainer(node.keeper)
-      .infoArchive({ path: `${HUGE_PAGE_NODE_MOUNT}/${READY_MARK}` })
-    return 'ready'
-  } catch (error) {
-    if (!isNotFound(error)) throw error
-    // Being filled by another process, or left half-filled by one that died.
-    return Date.now() - Date.parse(info.Created) > STALE_KEEPER_MS ? 'stopped' : 'filling'
   }
 }
 
@@ -157,7 +167,7 @@ async function makeKeeper(
   let keeper: Docker.Container
   try {
     keeper = await docker.createContainer({
-      name: node.keeper,
+      name: fillingName(node),
       Image: request.helperImage,
       // With no arguments the launcher reads requests on stdin until it ends:
       // held open (OpenStdin) and never attached, it waits there for good.
@@ -194,21 +204,21 @@ async function makeKeeper(
   }
   try {
     await keeper.start()
-    // The binary, then the mark that says it is whole.
     await putHostFiles(keeper, HUGE_PAGE_NODE_MOUNT, [
       { name: 'node', source: request.nodeSource, mode: 0o755 },
-      { name: READY_MARK, mode: 0o644 },
     ])
+    // Under its own name only once whole (see ensureHugePageNode).
+    await keeper.rename({ name: node.keeper })
     return true
   } catch (error) {
-    await removeKeeper(docker, node)
+    await removeContainer(docker, fillingName(node))
     throw error
   }
 }
 
-async function removeKeeper(docker: Docker, node: HugePageNode): Promise<void> {
+async function removeContainer(docker: Docker, name: string): Promise<void> {
   await docker
-    .getContainer(node.keeper)
+    .getContainer(name)
     .remove({ force: true })
     .catch(() => {})
 }

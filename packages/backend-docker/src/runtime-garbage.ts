@@ -36,7 +36,8 @@ export async function findRuntimeGarbage(docker: Docker, now: number): Promise<R
     .filter(
       (info) =>
         info.Labels?.[LABEL.role] === 'runtime' &&
-        !isKeeper(info) &&
+        // A filler's lock, or a keeper still under its filling name.
+        (!isKeeper(info) || info.Names?.some((name) => name.endsWith('-filling'))) &&
         now - info.Created * 1000 > STALE_FILL_LOCK_MS,
     )
     .map((info) => info.Id)
@@ -73,10 +74,14 @@ export async function findRuntimeGarbage(docker: Docker, now: number): Promise<R
     if (removable) {
       volumes.push(...parts)
       // Its keeper first: it holds the huge-page volume.
-      const keeper = containers.find(
-        (info) => isKeeper(info) && info.Names?.includes(`/${base}-keeper`),
-      )
-      if (keeper) removed.push(keeper.Id)
+      const hash = base.slice('cordon-runtime-'.length)
+      for (const info of containers)
+        if (
+          isKeeper(info) &&
+          info.Labels?.['cordon.runtime'] === hash &&
+          !removed.includes(info.Id)
+        )
+          removed.push(info.Id)
     } else kept += parts.length
   }
   return { containers: removed, volumes, kept }
