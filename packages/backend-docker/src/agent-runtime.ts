@@ -64,7 +64,6 @@ export interface AgentRuntime {
   readonly launcher: string | undefined
 }
 
-
 /** Which loader and libraries `node` needs, the way the dynamic linker resolves them here. */
 function nodeDependencies(node: string): { loader: string; libraries: string[] } {
   const output = execFileSync('ldd', [node], { encoding: 'utf8', env: { LC_ALL: 'C' } })
