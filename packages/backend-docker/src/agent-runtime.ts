@@ -328,7 +328,7 @@ async function prepare(
       volumeExists(docker, done),
     ])
     if (filled && marked) return withHugePageNode()
-    const filler = await acquireLock(docker, lock, volume, helperImage, hash)
+    const filler = await acquireLock(docker, lock, volume, helperImage, labels)
     if (filler) {
       try {
         await putHostFiles(filler, RUNTIME_MOUNT, content.files)
@@ -379,9 +379,8 @@ async function acquireLock(
   lock: string,
   volume: string,
   helperImage: string,
-  hash: string,
+  labels: Readonly<Record<string, string>>,
 ): Promise<Docker.Container | undefined> {
-  const labels = { [LABEL.managed]: '1', [LABEL.role]: 'runtime', 'cordon.runtime': hash }
   await docker.createVolume({ Name: volume, Labels: labels })
   if (!(await volumeIsRuntime(docker, volume))) {
     // The engine made it, empty and unlabelled, for a container created after

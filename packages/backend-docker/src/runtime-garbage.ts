@@ -36,8 +36,8 @@ export async function findRuntimeGarbage(docker: Docker, now: number): Promise<R
     .filter(
       (info) =>
         info.Labels?.[LABEL.role] === 'runtime' &&
-        // A filler's lock, or a keeper still under its filling name.
-        (!isKeeper(info) || info.Names?.some((name) => name.endsWith('-filling'))) &&
+        // Both locks are named so: a filler's, and a keeper's before it is whole.
+        info.Names?.some((name) => name.endsWith('-filling')) &&
         now - info.Created * 1000 > STALE_FILL_LOCK_MS,
     )
     .map((info) => info.Id)
