@@ -36,6 +36,13 @@
  *
  * The launcher exits when its stdin ends (the agent is gone).
  *
+ * Every command it starts runs under a system call filter of cordon's own,
+ * installed on the launcher itself (so inherited by every command and all
+ * their descendants) on top of the engine's profile; see install_syscall_filter.
+ * `cordon-launcher --exec <program> [arguments]` installs the same filter on
+ * itself and becomes the program: for the one kind of command that does not
+ * start here (a terminal, which the engine's exec starts).
+ *
  * Or it starts the agent: `cordon-launcher --agent <program> [arguments]`
  * (a container's entry) starts the program as its child, with the two pipes
  * above as the child's descriptors 3 (frames to the launcher) and 4 (lines
@@ -56,6 +63,10 @@
 #include <stdio.h>
 #include <stdlib.h>
 #include <string.h>
+#include <linux/audit.h>
+#include <linux/filter.h>
+#include <linux/seccomp.h>
+#include <stddef.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
 #include <sys/syscall.h>
@@ -151,6 +162,79 @@ static void forget_finished(void) {
     commands[kept++] = *command;
   }
   command_count = kept;
+}
+
+/*
+ * The system call filter every command runs under, added to the engine's own
+ * profile (filters stack; the stricter answer wins).
+ *
+ * fallocate(): only mode 0 (allocate within the file's size, growing it,
+ * which the kernel holds to the file size limit, RLIMIT_FSIZE) and
+ * PUNCH_HOLE|KEEP_SIZE (free space). Every other mode is refused with
+ * EOPNOTSUPP, what a filesystem without the mode answers and what callers
+ * fall back from: with FALLOC_FL_KEEP_SIZE the kernel allocates blocks past
+ * the file's end without checking RLIMIT_FSIZE, so one call could take
+ * hundreds of gigabytes of a host directory's disk before any measurement
+ * could see it (measured here: 300 MiB in one call under a 50 MiB limit).
+ *
+ * kcmp(), pidfd_getfd(), process_madvise(): refused with EPERM, as the
+ * engine's default profile refuses them to a container without
+ * CAP_SYS_PTRACE. The agent holds that capability (to read its user's
+ * descriptor tables for the storage cap), and the engine then opens these
+ * three calls to every process of the container; commands get them back closed.
+ *
+ * Each architecture a command could call in (x86_64 and its 32-bit and x32
+ * ABIs, or aarch64 and 32-bit ARM) has a block of its own with that ABI's
+ * numbers; the x32 bit is masked off, since x32 uses the x86_64 numbers.
+ */
+#ifndef __NR_pidfd_getfd
+#define __NR_pidfd_getfd 438
+#endif
+#ifndef __NR_process_madvise
+#define __NR_process_madvise 440
+#endif
+#define FALLOCATE_PUNCH_HOLE_KEEP_SIZE 3u
+
+/* One architecture's block: 13 instructions; the accumulator holds the arch on entry. */
+#define ARCH_BLOCK(arch, nr_mask, nr_fallocate, nr_kcmp, nr_pidfd_getfd, nr_process_madvise)      \
+  BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (arch), 0, 12),                                               \
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),                        \
+      BPF_STMT(BPF_ALU | BPF_AND | BPF_K, (nr_mask)),                                               \
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr_fallocate), 4, 0),                                    \
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr_kcmp), 2, 0),                                         \
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr_pidfd_getfd), 1, 0),                                  \
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr_process_madvise), 0, 5),                              \
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),                    \
+      /* fallocate's mode, the low half of its second argument (both ABIs are little-endian) */    \
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1])),                   \
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 2, 0),                                                 \
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, FALLOCATE_PUNCH_HOLE_KEEP_SIZE, 1, 0),                    \
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EOPNOTSUPP & SECCOMP_RET_DATA)),               \
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
+
+static void install_syscall_filter(void) {
+  static struct sock_filter program[] = {
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
+#if defined(__x86_64__)
+      ARCH_BLOCK(AUDIT_ARCH_X86_64, ~0x40000000u, __NR_fallocate, __NR_kcmp, __NR_pidfd_getfd,
+                 __NR_process_madvise),
+      /* i386 numbers (arch/x86/entry/syscalls/syscall_32.tbl) */
+      ARCH_BLOCK(AUDIT_ARCH_I386, ~0u, 324, 349, 438, 440),
+#elif defined(__aarch64__)
+      ARCH_BLOCK(AUDIT_ARCH_AARCH64, ~0u, __NR_fallocate, __NR_kcmp, __NR_pidfd_getfd,
+                 __NR_process_madvise),
+      /* 32-bit ARM numbers (arch/arm/tools/syscall.tbl) */
+      ARCH_BLOCK(AUDIT_ARCH_ARM, ~0u, 352, 378, 438, 440),
+#else
+#error "cordon-launcher: no system call filter for this architecture"
+#endif
+      /* No other ABI can run here. */
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),
+  };
+  struct sock_fprog filter = {.len = sizeof program / sizeof program[0], .filter = program};
+  /* The container already has no-new-privileges; set here too, as the kernel requires it of a filter. */
+  if (prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0) die("prctl(PR_SET_NO_NEW_PRIVS)");
+  if (prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, &filter) != 0) die("prctl(PR_SET_SECCOMP)");
 }
 
 /*
@@ -481,10 +565,18 @@ int main(int argc, char **argv) {
     puts("cordon-launcher 1");
     return 0;
   }
+  if (argc > 2 && strcmp(argv[1], "--exec") == 0) {
+    install_syscall_filter();
+    execvp(argv[2], argv + 2);
+    fprintf(stderr, "cordon-launcher: %s: %s\n", argv[2], strerror(errno));
+    return errno == ENOENT ? 127 : 126;
+  }
   close_inherited_on_exec();
   int starts_agent = argc > 2 && strcmp(argv[1], "--agent") == 0;
   if (argc > 1 && !starts_agent) {
-    fprintf(stderr, "usage: cordon-launcher [--agent <program> [arguments]]\n");
+    fprintf(stderr,
+            "usage: cordon-launcher [--agent <program> [arguments]]\n"
+            "       cordon-launcher --exec <program> [arguments]\n");
     return 2;
   }
   dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);
@@ -509,6 +601,8 @@ int main(int argc, char **argv) {
   if (signals < 0) die("signalfd");
   /* Only now: a signal sent from here on waits in `signals`, even one sent the moment the agent runs. */
   if (starts_agent) start_agent(argv + 2, &agent_mask, &agent_sigpipe);
+  /* After the agent has exec'd (vfork waits for that): the agent is not filtered, every command is. */
+  install_syscall_filter();
   reply("ready %d\n", (int)getpid());
   struct pollfd watched[2] = {{.fd = request_fd, .events = POLLIN}, {.fd = signals, .events = POLLIN}};
   for (;;) {

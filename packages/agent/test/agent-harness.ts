@@ -111,7 +111,12 @@ export async function startAgentProcess(
   const command = [
     ...(options.prefix ?? []),
     ...(options.sandboxCapabilities
-      ? ['setpriv', '--bounding-set=-all,+setuid,+setgid,+kill', '--inh-caps=-all']
+      ? [
+          'setpriv',
+          // What backend-docker's agentCapabilities() grants, without a writable host directory.
+          '--bounding-set=-all,+setuid,+setgid,+kill,+dac_override,+sys_ptrace',
+          '--inh-caps=-all',
+        ]
       : []),
     ...agentCommand,
   ]

@@ -35,6 +35,12 @@ export interface DockerTerminalContext {
   readonly env: Readonly<Record<string, string>>
   readonly workingDirectory: string
   readonly agent: AgentClient
+  /**
+   * cordon-launcher in the runtime, if it holds one: the program then starts
+   * under the launcher's system call filter (`--exec`), as every command the
+   * agent starts does.
+   */
+  readonly launcher: string | undefined
 }
 
 const MAX_CELLS = 10_000
@@ -54,7 +60,11 @@ export async function openDockerTerminal(
     [EXEC_MARKER_VARIABLE]: marker,
   }
   const exec = await context.docker.getContainer(context.containerId).exec({
-    Cmd: [options.command ?? '/bin/sh', ...(options.args ?? [])],
+    Cmd: [
+      ...(context.launcher ? [context.launcher, '--exec'] : []),
+      options.command ?? '/bin/sh',
+      ...(options.args ?? []),
+    ],
     Env: Object.entries(env).map(([key, value]) => `${key}=${value}`),
     User: `${context.user.uid}:${context.user.gid}`,
     WorkingDir: options.cwd ?? context.workingDirectory,
@@ -99,7 +109,18 @@ export async function openDockerTerminal(
   const resize = async (size: SandboxTerminalOptions['size']) => {
     validateSize(size)
     if (ended) return
-    await exec.resize({ h: size.rows, w: size.cols })
+    try {
+      await exec.resize({ h: size.rows, w: size.cols })
+    } catch (error) {
+      // A program that ended before its terminal could be sized (this engine
+      // API cannot size it at start) keeps its output and status: a size
+      // means nothing to it any more.
+      const running = await exec.inspect().then(
+        (info: { Running?: boolean }) => info.Running !== false,
+        () => true,
+      )
+      if (running) throw error
+    }
   }
   await resize(options.size)
   const terminal: SandboxTerminal = {
