@@ -9,11 +9,12 @@
 import { type AgentConfig, AgentConfigError, readAgentConfig } from './agent-config.js'
 import { AGENT_VERSION } from './agent-connection.js'
 import { type RunningAgent, startAgent } from './agent-server.js'
+import { type CapabilityName, missingCapabilities } from './effective-capabilities.js'
 import { killProcessesOf } from './output-seal.js'
 import { AGENT_EXIT_CODES } from './protocol/exit-codes.js'
 import { deferStartupBackgroundWork } from './startup-v8-flags.js'
 import { findExcess, type StorageExcess, watchStorage } from './storage-watch.js'
-import { actAsUser } from './user-identity.js'
+import { actAsItself } from './user-identity.js'
 
 async function main(): Promise<void> {
   if (process.argv.includes('--version')) {
@@ -23,10 +24,25 @@ async function main(): Promise<void> {
   deferStartupBackgroundWork()
   const config = readAgentConfig(process.env)
   const runAs = config.runAs
+  // Caps are measured as root (every entry whatever its modes, every
+  // process's descriptors: tree-size.ts, held-files.ts), and outputs sealed
+  // and handed over as root (output-seal.ts). Without the rights to, either
+  // would be done only in part: refused rather than done so.
+  const needed = new Set<CapabilityName>([
+    ...(config.storageCaps.length > 0 ? (['DAC_OVERRIDE', 'SYS_PTRACE'] as const) : []),
+    ...(config.sealRoots.length > 0 ? (['DAC_OVERRIDE', 'FOWNER', 'CHOWN'] as const) : []),
+  ])
+  const missing = missingCapabilities([...needed])
+  if (missing.length > 0) {
+    process.stderr.write(
+      `the storage caps and the output seal need the agent to hold ${missing.map((name) => `CAP_${name}`).join(', ')}\n`,
+    )
+    process.exit(AGENT_EXIT_CODES.cannotStart)
+  }
   if (runAs && config.storageCaps.length > 0) {
     // A directory already past its cap (left so by an earlier sandbox, or by
     // the host) is refused before the host is told the sandbox is ready.
-    const excess = await findExcess(config.storageCaps, actAsUser(runAs))
+    const excess = await findExcess(config.storageCaps, actAsItself)
     if (excess) {
       process.stderr.write(`${describeExcess(excess)} before the sandbox started\n`)
       process.exit(AGENT_EXIT_CODES.storageLimit)
@@ -68,7 +84,7 @@ async function main(): Promise<void> {
 function watchCaps(config: AgentConfig, runAs: { uid: number; gid: number }, agent: RunningAgent) {
   watchStorage({
     caps: config.storageCaps,
-    actAs: actAsUser(runAs),
+    actAs: actAsItself,
     uid: runAs.uid,
     intervalMs: config.storageCheckMs,
     onExceeded: (excess) => {

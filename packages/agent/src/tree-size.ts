@@ -1,26 +1,71 @@
-import { type Dirent, lstatSync, readdirSync } from 'node:fs'
-import { join } from 'node:path'
+import { closeSync, constants, type Dirent, lstatSync, openSync, readdirSync } from 'node:fs'
 import { setImmediate as yieldToEventLoop } from 'node:timers/promises'
 import type { ActAs } from './user-identity.js'
 
 /**
- * How much a directory tree holds, walked as the sandbox's user (so exactly
- * what that user can reach), the root itself not counted. One walker for
- * the usage report and the storage caps.
+ * How much disk a directory tree takes, the root itself not counted. One
+ * walker for the usage report and the storage caps.
+ *
+ * What counts for a regular file is the larger of its size and the blocks
+ * allocated to it: a sparse file what it claims (what a host tool copying
+ * it out writes), a file with space allocated past its end (fallocate with
+ * FALLOC_FL_KEEP_SIZE) what it takes on the disk.
+ *
+ * The walk never follows a symbolic link and cannot be led out of the tree
+ * by one swapped in while it runs: each directory is opened through its
+ * parent's open descriptor (`/proc/self/fd/<parent>/<name>`, with O_NOFOLLOW
+ * and O_DIRECTORY, which is openat() for a runtime that has none), so a
+ * directory replaced by a link between its listing and its opening is
+ * refused, not walked. Run by the agent as root with CAP_DAC_OVERRIDE, it
+ * sees every entry whatever its modes: a directory the sandbox made
+ * unreadable (mode 0300) hides nothing.
  */
 
 /** Entries examined per synchronous slice; between slices the agent serves its other work. */
 const ENTRIES_PER_SLICE = 2_000
+const OPEN_DIRECTORY = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW
+/** st_blocks is in units of 512 bytes, whatever the filesystem's block size. */
+const BLOCK_UNIT = 512
 
 export interface TreeSizeOptions {
   /**
-   * The least any entry counts (a file its size, but no less; a directory,
-   * link or other entry exactly this): 0 counts only the bytes of regular
-   * files; one block counts a flood of empty files or directories too.
+   * The least any entry counts. 0: only regular files count (their size or
+   * allocation). Above 0: every entry counts, a directory, link or other
+   * entry its allocation but no less than this, so a flood of empty files
+   * or directories, which takes inodes rather than bytes, counts too.
    */
   readonly minEntryBytes?: number
   /** Stop walking once the total passes this: the caller only needs to know that. */
   readonly stopAbove?: number
+}
+
+/** A directory the walk has opened, held open until its last subdirectory is opened through it. */
+interface OpenDirectory {
+  readonly fd: number
+  waitingChildren: number
+}
+
+interface PendingDirectory {
+  readonly parent: OpenDirectory | undefined
+  /** The name under `parent`, or the root's own path. */
+  readonly name: string
+}
+
+interface Walk {
+  readonly pending: PendingDirectory[]
+  total: number
+  readonly minEntryBytes: number
+  readonly stopAbove: number
+}
+
+/** The disk one entry takes as the walk counts it, from its lstat. */
+export function entryBytes(
+  stats: { isFile(): boolean; size: number; blocks: number },
+  minEntryBytes: number,
+): number {
+  const allocated = stats.blocks * BLOCK_UNIT
+  if (stats.isFile()) return Math.max(stats.size, allocated, minEntryBytes)
+  return minEntryBytes > 0 ? Math.max(allocated, minEntryBytes) : 0
 }
 
 export async function treeBytes(
@@ -28,48 +73,64 @@ export async function treeBytes(
   actAs: ActAs,
   options: TreeSizeOptions = {},
 ): Promise<number> {
-  const walk = {
-    pending: [root],
+  const walk: Walk = {
+    pending: [{ parent: undefined, name: root }],
     total: 0,
     minEntryBytes: options.minEntryBytes ?? 0,
     stopAbove: options.stopAbove ?? Number.POSITIVE_INFINITY,
   }
-  while (walk.pending.length > 0 && walk.total <= walk.stopAbove) {
-    actAs(() => walkSlice(walk))
-    if (walk.pending.length > 0) await yieldToEventLoop()
+  try {
+    while (walk.pending.length > 0 && walk.total <= walk.stopAbove) {
+      actAs(() => walkSlice(walk))
+      if (walk.pending.length > 0) await yieldToEventLoop()
+    }
+  } finally {
+    // Stopped early: release what is still held open.
+    for (const { parent } of walk.pending.splice(0)) if (parent) release(parent)
   }
   return walk.total
 }
 
-function walkSlice(walk: {
-  pending: string[]
-  total: number
-  readonly minEntryBytes: number
-  readonly stopAbove: number
-}): void {
+function release(directory: OpenDirectory): void {
+  directory.waitingChildren--
+  if (directory.waitingChildren === 0) closeSync(directory.fd)
+}
+
+function walkSlice(walk: Walk): void {
   let examined = 0
   while (walk.pending.length > 0 && examined < ENTRIES_PER_SLICE) {
-    const directory = walk.pending.pop()!
-    let entries: Dirent[]
+    const { parent, name } = walk.pending.pop()!
+    let fd: number
     try {
-      entries = readdirSync(directory, { withFileTypes: true })
+      fd = openSync(parent ? `/proc/self/fd/${parent.fd}/${name}` : name, OPEN_DIRECTORY)
     } catch {
-      continue // Removed in between, or not the user's to read (then not the user's to fill either).
+      continue // Removed or replaced in between (a link now: not followed).
+    } finally {
+      if (parent) release(parent)
+    }
+    const directory: OpenDirectory = { fd, waitingChildren: 1 }
+    const at = `/proc/self/fd/${fd}/`
+    let entries: Dirent[] = []
+    try {
+      entries = readdirSync(at, { withFileTypes: true })
+    } catch {
+      // Removed in between.
     }
     for (const entry of entries) {
-      const path = join(directory, entry.name)
       examined++
-      if (entry.isFile()) {
-        try {
-          walk.total += Math.max(lstatSync(path).size, walk.minEntryBytes)
-        } catch {
-          continue // Removed in between.
+      try {
+        const stats = lstatSync(at + entry.name)
+        walk.total += entryBytes(stats, walk.minEntryBytes)
+        if (stats.isDirectory()) {
+          directory.waitingChildren++
+          walk.pending.push({ parent: directory, name: entry.name })
         }
-      } else {
-        walk.total += walk.minEntryBytes
-        if (entry.isDirectory()) walk.pending.push(path)
+      } catch {
+        // Removed in between.
       }
-      if (walk.total > walk.stopAbove) return
+      if (walk.total > walk.stopAbove) break
     }
+    release(directory)
+    if (walk.total > walk.stopAbove) return
   }
 }

@@ -1,13 +1,17 @@
 import { readFileSync } from 'node:fs'
+import { missingCapabilities } from './effective-capabilities.js'
+import { heldDeletedFiles } from './held-files.js'
 import { readProcessTable } from './process-table.js'
 import type { UsageOkMessage } from './protocol/messages.js'
 import { treeBytes } from './tree-size.js'
-import type { ActAs } from './user-identity.js'
+import { type ActAs, actAsItself } from './user-identity.js'
 
 /**
  * What a sandbox uses, measured from inside: its user's processes and
- * threads, the bytes of regular files in its writable directories (walked as
- * its user, so it is exactly what that user can see), and the CPU time and
+ * threads, the disk its writable directories' regular files take (each the
+ * larger of its size and its allocation; walked as the agent where it holds
+ * CAP_DAC_OVERRIDE, so whatever the files' modes, else as the user), with
+ * the deleted files its processes still hold open, and the CPU time and
  * memory of the agent's cgroup where one is readable (a microVM guest's
  * whole system, or a container's under runc; gVisor shows none, and a
  * backend with a better view, such as the Docker engine's, supplies its own).
@@ -20,8 +24,11 @@ export async function measureUsage(
   const processes = readProcessTable()
     .filter((entry) => uid === undefined || entry.uid === uid)
     .reduce((sum, entry) => sum + entry.threads, 0)
+  const walkAs = missingCapabilities(['DAC_OVERRIDE']).length === 0 ? actAsItself : actAs
   let diskBytes = 0
-  for (const root of writeRoots) diskBytes += await treeBytes(root, actAs)
+  for (const root of writeRoots) diskBytes += await treeBytes(root, walkAs)
+  if (uid !== undefined)
+    for (const held of heldDeletedFiles(uid, writeRoots).values()) diskBytes += held.bytes
   return { type: 'usage-ok', processes, diskBytes, ...readCgroup() }
 }
 

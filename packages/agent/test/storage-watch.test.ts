@@ -1,8 +1,10 @@
-import { mkdir, mkdtemp, rm, truncate, writeFile } from 'node:fs/promises'
+import { execFileSync, spawn } from 'node:child_process'
+import { chmod, mkdir, mkdtemp, rm, truncate, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
 import { AGENT_ENV, DEFAULT_STORAGE_CHECK_MS, readAgentConfig } from '../src/agent-config.js'
+import { deletedMappings, deviceNumbers, heldDeletedFiles } from '../src/held-files.js'
 import { findExcess, measureStorage, watchStorage } from '../src/storage-watch.js'
 import { type ActAs, actAsItself } from '../src/user-identity.js'
 
@@ -18,12 +20,13 @@ async function directory(): Promise<string> {
 }
 
 describe('measuring a capped directory', () => {
-  it('counts file sizes, and at least 4 KiB for every entry, empty files and directories too', async () => {
+  it('counts the blocks files take, and at least 4 KiB for every entry, empty files and directories too', async () => {
     const root = await directory()
     await writeFile(join(root, 'data'), Buffer.alloc(100_000))
     await mkdir(join(root, 'nested'))
     for (let index = 0; index < 10; index++) await writeFile(join(root, 'nested', `${index}`), '')
-    expect(await measureStorage(root, actAsItself)).toBe(100_000 + 4096 + 10 * 4096)
+    // 100,000 bytes take 25 blocks of 4 KiB on this filesystem.
+    expect(await measureStorage(root, actAsItself)).toBe(102_400 + 4096 + 10 * 4096)
   })
 
   it('counts a sparse file by the size it claims, and stops early once past a bound', async () => {
@@ -38,6 +41,62 @@ describe('measuring a capped directory', () => {
     const early = await measureStorage(root, actAsItself, 1024)
     expect(early).toBeGreaterThan(1024)
     expect(early).toBeLessThan(whole)
+  })
+
+  it('counts the blocks allocated past a file size, and every entry of a directory the sandbox made unreadable', async () => {
+    const root = await directory()
+    // fallocate --keep-size: size 0, 8 MiB of blocks.
+    await writeFile(join(root, 'reserved'), '')
+    execFileSync('fallocate', ['--keep-size', '--length', '8MiB', join(root, 'reserved')])
+    await mkdir(join(root, 'hidden'))
+    await writeFile(join(root, 'hidden', 'inside'), Buffer.alloc(50_000))
+    await chmod(join(root, 'hidden'), 0o300)
+    // This test runs as root, as the agent does: it reads the directory whatever its modes.
+    expect(await measureStorage(root, actAsItself)).toBe(8 * 1024 * 1024 + 4096 + 53_248)
+  })
+
+  it('counts what a process holds open after deleting it, and a deleted file held only by a mapping as unmeasured', async () => {
+    const root = await directory()
+    const holder = spawn(
+      process.execPath,
+      [
+        '-e',
+        `const fs = require('node:fs')
+         const fd = fs.openSync(process.argv[1] + '/open', 'w')
+         fs.writeSync(fd, Buffer.alloc(3 * 1024 * 1024))
+         fs.unlinkSync(process.argv[1] + '/open')
+         process.stdout.write('ready\\n')
+         setInterval(() => {}, 1000)`,
+        root,
+      ],
+      { stdio: ['ignore', 'pipe', 'inherit'] },
+    )
+    try {
+      await new Promise((resolve) => holder.stdout!.once('data', resolve))
+      expect(await measureStorage(root, actAsItself)).toBe(0)
+      const held = heldDeletedFiles(process.getuid!(), [root])
+      expect(held.get(root)).toEqual({ bytes: 3 * 1024 * 1024, unmeasured: 0 })
+      expect(
+        await findExcess([{ root, bytes: 1024 * 1024 }], actAsItself, process.getuid!()),
+      ).toEqual({ root, usedBytes: 3 * 1024 * 1024, capBytes: 1024 * 1024 })
+    } finally {
+      holder.kill('SIGKILL')
+    }
+  })
+
+  it('reads deleted mappings from a maps file, and device numbers as the maps file writes them', () => {
+    const maps = [
+      '7f3507ade000-7f3507adf000 rw-s 00000000 fe:00 2146324                    /out/mm (deleted)',
+      '7f3507adf000-7f3507ae0000 rw-s 00000000 fe:00 2146325                    /out/name with spaces (deleted)',
+      '7f3507ae0000-7f3507ae1000 rw-p 00000000 00:00 0 ',
+      '7f3507ae1000-7f3507ae2000 r--p 00000000 fe:00 77                         /out/kept',
+    ].join('\n')
+    expect(deletedMappings(maps)).toEqual([
+      { device: '254:0', inode: '2146324', path: '/out/mm' },
+      { device: '254:0', inode: '2146325', path: '/out/name with spaces' },
+    ])
+    expect(deviceNumbers(0xfe00)).toBe('254:0')
+    expect(deviceNumbers(0x10300)).toBe('259:0') // glibc: major above 255 spills into bits 8-19 and 32+
   })
 
   it('names the first directory past its cap, and nothing for one exactly at it', async () => {
@@ -95,7 +154,8 @@ describe('watching the caps', () => {
     for (let waited = 0; excess === undefined && waited < 2_000; waited += 20)
       await new Promise((resolve) => setTimeout(resolve, 20))
     watch.stop()
-    expect(excess).toEqual({ root, usedBytes: 10_000, capBytes: 8192 })
+    // 10,000 bytes take three blocks of 4 KiB.
+    expect(excess).toEqual({ root, usedBytes: 12_288, capBytes: 8192 })
   })
 })
 

@@ -9,6 +9,7 @@ import {
 } from '@cordon/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { AGENT_MEMORY_ALLOWANCE_MB } from '../src/container-spec.js'
+import { buildHostileTool, HOSTILE_TOOL } from './hostile-tool.js'
 import { docker, testProvider } from './test-run.js'
 
 /** Reads one field of /proc/self/status as seen by a process inside the sandbox. */
@@ -52,12 +53,33 @@ for (const runtime of ['docker', 'runsc'] as const) {
         ? ['CapEff', 'CapPrm']
         : ['CapEff', 'CapPrm', 'CapAmb'])
         expect(Number.parseInt(await statusField(sandbox, field), 16), field).toBe(0)
-      // The bounding set is the container's: KILL, SETGID and SETUID, which a
-      // non-root process under no-new-privileges can never raise into its
-      // effective set (no setuid binary or file capability takes effect).
-      expect(Number.parseInt(await statusField(sandbox, 'CapBnd'), 16)).toBe(0xe0)
+      // The bounding set is the container's: the agent's (KILL, SETGID,
+      // SETUID, DAC_OVERRIDE, SYS_PTRACE), which a non-root process under
+      // no-new-privileges can never raise into its effective set (no setuid
+      // binary or file capability takes effect).
+      expect(Number.parseInt(await statusField(sandbox, 'CapBnd'), 16)).toBe(0x800e2)
       const su = await sandbox.exec('su', ['-c', 'id -u'])
       expect(su.exitCode).not.toBe(0)
+    })
+
+    it("runs commands under cordon-launcher's system call filter: what the agent's SYS_PTRACE opened is closed again", async () => {
+      // The engine's profile allows these three to a container with SYS_PTRACE (the agent's).
+      const tool = await buildHostileTool()
+      const withTool = testProvider(
+        { runtime },
+        { layout: { outputs: { source: { type: 'ephemeral' } }, uploads: tool.uploads } },
+      )
+      try {
+        const probe = await withTool.create()
+        const result = await probe.exec(HOSTILE_TOOL, ['syscalls'])
+        // This gVisor has no pidfds at all (pidfd_open is ENOSYS), so the two that take one never get that far.
+        const pidfd = runtime === 'runsc' ? 'ENOSYS' : 'EPERM'
+        expect(result.stdout).toBe(`kcmp=EPERM\npidfd_getfd=${pidfd}\nprocess_madvise=${pidfd}\n`)
+        expect(await statusField(probe, 'Seccomp')).toBe('2')
+      } finally {
+        await withTool.close()
+        await tool.remove()
+      }
     })
 
     it('runs all of its commands as one uid: one command can signal another (a documented limit)', async () => {
@@ -249,7 +271,13 @@ for (const runtime of ['docker', 'runsc'] as const) {
       expect(info.HostConfig.PidsLimit).toBeGreaterThan(64)
       expect(info.HostConfig.NanoCpus).toBe(1e9)
       expect(info.HostConfig.CapDrop).toEqual(['ALL'])
-      expect(info.HostConfig.CapAdd).toEqual(['SETUID', 'SETGID', 'KILL'])
+      expect(info.HostConfig.CapAdd).toEqual([
+        'SETUID',
+        'SETGID',
+        'KILL',
+        'DAC_OVERRIDE',
+        'SYS_PTRACE',
+      ])
       expect(info.HostConfig.ReadonlyRootfs).toBe(true)
       expect(info.HostConfig.Init).toBe(true)
       // cordon never passes a seccomp option, so the engine's default profile applies.
