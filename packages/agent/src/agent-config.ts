@@ -1,5 +1,6 @@
 import { readFileSync, unlinkSync, writeSync } from 'node:fs'
 import { isAbsolute } from 'node:path'
+import type { SealRoot } from './output-seal.js'
 import { MIN_SECRET_LENGTH } from './protocol/auth.js'
 
 /**
@@ -50,10 +51,12 @@ export interface AgentConfig {
   /**
    * Host-visible directories (writable host mounts) the agent makes safe for
    * other tools when it ends: the sandbox user's processes are killed, then
-   * FIFOs, sockets and links out are removed and set-id bits cleared (see
-   * output-seal.ts). Needs `runAs`.
+   * FIFOs, sockets and links that resolve out are removed, set-id bits
+   * cleared, and what the user owns handed to the directory's owner or to
+   * the owner named for it (see output-seal.ts). Needs `runAs`, and the
+   * agent to hold CAP_DAC_OVERRIDE, CAP_FOWNER and CAP_CHOWN.
    */
-  readonly sealRoots: readonly string[]
+  readonly sealRoots: readonly SealRoot[]
   /**
    * Writable directories with a cap on the disk they take (storage-watch.ts):
    * past it, the agent kills the sandbox's processes and ends. Needs `runAs`.
@@ -110,6 +113,7 @@ export const AGENT_ENV = {
   directSocket: 'CORDON_AGENT_DIRECT_SOCKET',
   lifetimeMs: 'CORDON_AGENT_LIFETIME_MS',
   sealRoots: 'CORDON_AGENT_SEAL_ROOTS',
+  handOver: 'CORDON_AGENT_HAND_OVER',
   storageCaps: 'CORDON_AGENT_STORAGE_CAPS',
   storageCheckMs: 'CORDON_AGENT_STORAGE_CHECK_MS',
   launcher: 'CORDON_AGENT_LAUNCHER',
@@ -212,9 +216,19 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
     problems.push(`${AGENT_ENV.directSocket} must be an absolute path`)
   if (directSocket !== undefined && listen && listen.kind !== 'stdio')
     problems.push(`${AGENT_ENV.directSocket} needs ${AGENT_ENV.listen}=stdio`)
-  const sealRoots = parseRoots(get(AGENT_ENV.sealRoots) ?? '', AGENT_ENV.sealRoots, problems)
-  if (sealRoots.length > 0 && !runAs)
-    problems.push(`${AGENT_ENV.sealRoots} needs ${AGENT_ENV.runAs}: it acts as the sandbox's user`)
+  const sealPaths = parseRoots(get(AGENT_ENV.sealRoots) ?? '', AGENT_ENV.sealRoots, problems)
+  if (sealPaths.length > 0 && !runAs)
+    problems.push(
+      `${AGENT_ENV.sealRoots} needs ${AGENT_ENV.runAs}: it hands over what that user left`,
+    )
+  const handOver = parseHandOver(get(AGENT_ENV.handOver) ?? '', problems)
+  for (const root of handOver.keys())
+    if (!sealPaths.includes(root))
+      problems.push(`${AGENT_ENV.handOver}: ${root} is not one of ${AGENT_ENV.sealRoots}`)
+  const sealRoots: SealRoot[] = sealPaths.map((root) => {
+    const to = handOver.get(root)
+    return to ? { root, handOverTo: to } : { root }
+  })
   const storageCaps = parseStorageCaps(get(AGENT_ENV.storageCaps) ?? '', problems)
   if (storageCaps.length > 0 && !runAs)
     problems.push(
@@ -338,6 +352,27 @@ function parseStorageCaps(text: string, problems: string[]): StorageCap[] {
     caps.push({ root: root.length > 1 ? root.replace(/\/+$/, '') : root, bytes })
   }
   return caps
+}
+
+/** `root=uid,gid` entries separated by `:`: who gets what the sandbox left in that root. */
+function parseHandOver(
+  text: string,
+  problems: string[],
+): Map<string, { uid: number; gid: number }> {
+  const owners = new Map<string, { uid: number; gid: number }>()
+  for (const entry of text.split(':').filter(Boolean)) {
+    const at = entry.lastIndexOf('=')
+    const root = entry.slice(0, at)
+    const ids = /^(\d+),(\d+)$/.exec(entry.slice(at + 1))
+    const uid = Number(ids?.[1])
+    const gid = Number(ids?.[2])
+    if (at <= 0 || !isAbsolute(root) || !ids || uid > 0xfffffffe || gid > 0xfffffffe) {
+      problems.push(`${AGENT_ENV.handOver}: "${entry}" is not "/absolute/path=uid,gid"`)
+      continue
+    }
+    owners.set(root.length > 1 ? root.replace(/\/+$/, '') : root, { uid, gid })
+  }
+  return owners
 }
 
 function parseRoots(text: string, name: string, problems: string[]): string[] {

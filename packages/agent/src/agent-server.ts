@@ -130,7 +130,7 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
 function sealOnEnd(config: AgentConfig): void {
   if (!config.runAs || config.sealRoots.length === 0) return
   const killed = killProcessesOf(config.runAs.uid)
-  const report = sealOutputs(config.sealRoots, actAsUser(config.runAs))
+  const report = sealOutputs(config.sealRoots, { uid: config.runAs.uid })
   config.log('info', 'outputs sealed', { killed, ...report })
 }
 

@@ -235,6 +235,11 @@ export function agentEnvironment(options: {
   }
   const sealed = sealedOutputPaths(options.layout)
   if (sealed.length > 0) env.CORDON_AGENT_SEAL_ROOTS = sealed.join(':')
+  const handOvers = outputHandOvers(options.layout)
+  if (handOvers.length > 0)
+    env.CORDON_AGENT_HAND_OVER = handOvers
+      .map(({ containerPath, to }) => `${containerPath}=${to.uid},${to.gid}`)
+      .join(':')
   const caps = hostDirCaps(options.layout)
   if (caps.length > 0)
     env.CORDON_AGENT_STORAGE_CAPS = caps.map((cap) => `${cap.containerPath}=${cap.bytes}`).join(':')
@@ -250,6 +255,20 @@ export function sealedOutputPaths(layout: ResolvedContainerSandboxLayout): strin
   return planLayoutMounts(layout)
     .filter((mount) => mount.source.type === 'hostDir' && !mount.readOnly)
     .map((mount) => mount.containerPath)
+}
+
+/**
+ * Writable host directories whose host names who gets what the sandbox left
+ * there (`handOverTo`); the others go to the directory's owner.
+ */
+export function outputHandOvers(
+  layout: ResolvedContainerSandboxLayout,
+): Array<{ containerPath: string; to: { uid: number; gid: number } }> {
+  return planLayoutMounts(layout).flatMap((mount) =>
+    mount.source.type === 'hostDir' && !mount.readOnly && mount.source.handOverTo
+      ? [{ containerPath: mount.containerPath, to: mount.source.handOverTo }]
+      : [],
+  )
 }
 
 /**
@@ -292,9 +311,8 @@ export function fileSizeLimit(layout: ResolvedContainerSandboxLayout): number | 
  * the attached stdin and stdout, with `StdinOnce` so the container ends when
  * its host goes away, and `AutoRemove` so the engine then removes it.
  *
- * The agent runs as root with three capabilities, the ones it needs to start
- * commands as the sandbox's user and to signal them (SETUID, SETGID, KILL);
- * commands run as that user with none at all. Everything else: every other
+ * The agent runs as root with the capabilities of {@link agentCapabilities};
+ * commands run as the sandbox's user with none at all. Everything else: every other
  * capability dropped, no-new-privileges, read-only root filesystem, tmpfs
  * `/tmp`, pids, memory (swap equal to memory, so no extra swap) and CPU
  * limits, the engine's default seccomp profile (cordon never passes a seccomp
@@ -313,6 +331,8 @@ export function containerSpec(options: {
   readonly cpuSet: string | undefined
   /** RLIMIT_FSIZE, in bytes ({@link fileSizeLimit}); undefined for none. */
   readonly fileSizeBytes: number | undefined
+  /** Whether the agent seals writable host directories and hands their contents over when it ends. */
+  readonly handsOverOutputs: boolean
 }): ContainerCreateOptions {
   const { config, request } = options
   const memoryBytes = (request.memoryLimitMb + AGENT_MEMORY_ALLOWANCE_MB) * 1024 * 1024
@@ -337,7 +357,7 @@ export function containerSpec(options: {
       ...(config.runtime === 'runsc' ? { Runtime: 'runsc' } : {}),
       NetworkMode: 'none',
       CapDrop: ['ALL'],
-      CapAdd: ['SETUID', 'SETGID', 'KILL'],
+      CapAdd: agentCapabilities(options.handsOverOutputs),
       SecurityOpt: ['no-new-privileges:true'],
       ReadonlyRootfs: true,
       Tmpfs: options.tmpfs,
@@ -355,6 +375,33 @@ export function containerSpec(options: {
       LogConfig: { Type: 'none', Config: {} },
     },
   }
+}
+
+/**
+ * What the agent may do as root, and why each: start commands as the
+ * sandbox's user (SETUID, SETGID) and signal them (KILL); measure
+ * everything the sandbox stores whatever modes it set (DAC_OVERRIDE, for
+ * the storage caps and `stats()`) and read its processes' descriptor tables
+ * and maps for the deleted files they hold, a process that made itself
+ * non-dumpable included (SYS_PTRACE); with a writable host directory, when
+ * it ends, defuse what the sandbox left there and hand it to the directory's
+ * owner (FOWNER, CHOWN).
+ * Commands get none of these: they run as another uid, which clears them,
+ * and the launcher's filter closes the three system calls the engine's
+ * profile opens to a container with SYS_PTRACE (kcmp, pidfd_getfd,
+ * process_madvise). No capability here lets the agent reach past the
+ * container (CAP_DAC_READ_SEARCH, which would open `open_by_handle_at`, is
+ * deliberately not one of them).
+ */
+export function agentCapabilities(handsOverOutputs: boolean): string[] {
+  return [
+    'SETUID',
+    'SETGID',
+    'KILL',
+    'DAC_OVERRIDE',
+    'SYS_PTRACE',
+    ...(handsOverOutputs ? ['FOWNER', 'CHOWN'] : []),
+  ]
 }
 
 /**

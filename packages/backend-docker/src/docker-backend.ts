@@ -249,6 +249,14 @@ export class DockerBackend implements CordonSandboxBackend {
           imageEnvironment(this.engine.docker, this.config.image),
           this.engineCpus(),
         ])
+        if (sealsOutputs && !runtime.launcher) {
+          // The launcher's filter is what stops one fallocate() from taking the host's disk.
+          throw new SandboxControlRefusedError(
+            'layout',
+            this.name,
+            `a writable hostDir needs cordon-launcher, and @cordon/agent has none for this architecture (linux/${process.arch}); mount it read-only or use an ephemeral mount`,
+          )
+        }
         const user = sandboxUser(this.config, request.id)
         const secret = newAgentSecret()
         if (proxied) {
@@ -283,6 +291,7 @@ export class DockerBackend implements CordonSandboxBackend {
               ...(directWanted ? directSocketTmpfs() : {}),
             },
             fileSizeBytes: fileSizeLimit(layout),
+            handsOverOutputs: sealsOutputs,
             labels: this.labels(request, 'sandbox'),
             cpuSet: cpuSet(this.config.cpus ?? DEFAULT_CPUS, engineCpus, request.id),
             env: agentEnvironment({
@@ -354,6 +363,7 @@ export class DockerBackend implements CordonSandboxBackend {
                 env: sandboxEnv,
                 workingDirectory: request.workingDirectory,
                 agent: client,
+                launcher: runtime.launcher,
               },
               terminalOptions,
             ).catch((error: unknown) => {

@@ -20,14 +20,22 @@ export const SKILL_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/
  * Where a mount's content comes from.
  * - `hostDir`: a directory on the engine's host (bind mount). Writable, it is
  *   capped at `sizeMb` (cordon; the backend's default when absent), counted
- *   over everything in it, what was there before the sandbox included.
+ *   over everything in it, what was there before the sandbox included; and
+ *   when the sandbox ends, what its user left there is handed to the
+ *   directory's owner, or to `handOverTo` (cordon), so that a host user can
+ *   manage every output without privileges.
  * - `azureFileShare`: an Azure Files share (ACI).
  * - `inImage`: the path already exists in the image; nothing is mounted.
  * - `ephemeral` (cordon): storage the backend creates for this sandbox, capped
  *   at `sizeMb` (default 256), and removes with it.
  */
 export type ContainerSandboxMountSource =
-  | { readonly type: 'hostDir'; readonly hostPath: string; readonly sizeMb?: number }
+  | {
+      readonly type: 'hostDir'
+      readonly hostPath: string
+      readonly sizeMb?: number
+      readonly handOverTo?: { readonly uid: number; readonly gid: number }
+    }
   | {
       readonly type: 'azureFileShare'
       readonly storageAccountName: string
@@ -89,6 +97,14 @@ const mountSourceSchema = z.discriminatedUnion('type', [
       type: z.literal('hostDir'),
       hostPath: z.string(),
       sizeMb: z.number().int().positive().max(1_048_576).optional(),
+      handOverTo: z
+        .object({
+          uid: z.number().int().min(0).max(0xfffffffe),
+          gid: z.number().int().min(0).max(0xfffffffe),
+        })
+        .strict()
+        .readonly()
+        .optional(),
     })
     .strict()
     .readonly(),
@@ -109,6 +125,14 @@ const mountSourceSchema = z.discriminatedUnion('type', [
     .object({
       type: z.literal('ephemeral'),
       sizeMb: z.number().int().positive().max(1_048_576).optional(),
+      handOverTo: z
+        .object({
+          uid: z.number().int().min(0).max(0xfffffffe),
+          gid: z.number().int().min(0).max(0xfffffffe),
+        })
+        .strict()
+        .readonly()
+        .optional(),
     })
     .strict()
     .readonly(),
@@ -304,6 +328,12 @@ function checkSource(
     problems.push({
       path: `${at}.sizeMb`,
       message: 'sizeMb caps what a sandbox writes; this mount is read-only',
+    })
+  }
+  if (readOnly && source.handOverTo !== undefined) {
+    problems.push({
+      path: `${at}.handOverTo`,
+      message: 'handOverTo names who gets what a sandbox writes; this mount is read-only',
     })
   }
   if (!source.hostPath.startsWith('/')) {
