@@ -159,7 +159,9 @@ export class DockerBackend implements CordonSandboxBackend {
    * their attach closes; anything else (what an older version made, a
    * container the engine could not remove) would otherwise stay until
    * someone ran `cordon gc`. Only resources whose owner is provably gone (or
-   * whose lifetime passed) are touched. Off with `sweepDeadOwners: false`.
+   * whose lifetime passed) are touched: an owner in another PID namespace or
+   * on another machine sharing this engine cannot be seen from here and is
+   * kept (judgeOwner). Off with `sweepDeadOwners: false`.
    */
   private sweepDeadOwners(): void {
     if (this.swept || this.config.sweepDeadOwners === false) return

@@ -1,14 +1,29 @@
-import { LABEL, type OwnerState, ownerState } from '@cordon/core/backend'
+import { judgeOwner, LABEL, type UnjudgedOwnerReason } from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import { isBeingRemoved, isNotFound } from './engine-errors.js'
 import { findRuntimeGarbage } from './runtime-garbage.js'
+
+/** A resource kept because the process collecting cannot judge its owner. */
+export interface UnjudgedResource {
+  readonly kind: 'container' | 'volume' | 'network'
+  /** A container's or network's id, a volume's name. */
+  readonly id: string
+  readonly reason: UnjudgedOwnerReason
+}
 
 export interface GarbageReport {
   readonly containers: string[]
   readonly volumes: string[]
   readonly networks: string[]
-  /** Resources kept because their owner is alive or cannot be judged from this host. */
+  /** Resources kept: those with a live owner, agent runtimes in use, and every one in `unjudged`. */
   readonly kept: number
+  /**
+   * Kept because this process cannot judge their owner (another machine or
+   * boot, another PID or time namespace, or labels without the owner's
+   * identity): such an owner may be alive. They go when their lifetime
+   * (`cordon.expires`) passes, or by hand.
+   */
+  readonly unjudged: readonly UnjudgedResource[]
   /** Resources that could not be removed (e.g. a volume still in use), with the engine's reason. */
   readonly failed: Array<{ readonly id: string; readonly reason: string }>
 }
@@ -22,18 +37,27 @@ export interface CollectGarbageOptions {
 
 /**
  * Removes what cordon created for owners that are gone: containers, volumes and
- * networks labelled `cordon.managed=1` whose owner process no longer runs (same
- * host, pid and process start time), or whose lifetime (`cordon.expires`) has
- * passed. A live owner's resources are never touched, and neither are another
- * host's unless they have expired. Containers go first so that their volumes
- * and networks are free to remove. Agent runtime volumes, which no one owns,
- * go when nothing uses them (runtime-garbage.ts).
+ * networks labelled `cordon.managed=1` whose owner process no longer runs (as
+ * judgeOwner decides: only for an owner in this process's own boot, PID and
+ * time namespace), or whose lifetime (`cordon.expires`) has passed. A live
+ * owner's resources are never touched, and neither are those of an owner this
+ * process cannot judge unless they have expired. Containers go first so that
+ * their volumes and networks are free to remove. Agent runtime volumes, which
+ * no one owns, go when nothing uses them (runtime-garbage.ts).
  */
 export async function collectGarbage(options: CollectGarbageOptions): Promise<GarbageReport> {
   const { docker } = options
   const now = options.now ?? Date.now()
   const filters = { label: [`${LABEL.managed}=1`] }
-  const report: GarbageReport = { containers: [], volumes: [], networks: [], kept: 0, failed: [] }
+  const unjudged: UnjudgedResource[] = []
+  const report: GarbageReport = {
+    containers: [],
+    volumes: [],
+    networks: [],
+    kept: 0,
+    unjudged,
+    failed: [],
+  }
   // One resource that cannot go (in use, or being removed by someone else) does not stop the rest.
   const remove = async (id: string, operation: () => Promise<unknown>): Promise<void> => {
     try {
@@ -43,17 +67,22 @@ export async function collectGarbage(options: CollectGarbageOptions): Promise<Ga
       report.failed.push({ id, reason: (error as Error).message })
     }
   }
-  const isGarbage = (labels: Record<string, string> | undefined): boolean => {
+  const isGarbage = (
+    kind: UnjudgedResource['kind'],
+    id: string,
+    labels: Record<string, string> | undefined,
+  ): boolean => {
     if (!labels || labels[LABEL.role] === 'runtime') return false
     const expires = Number(labels[LABEL.expires])
     if (Number.isFinite(expires) && expires > 0 && expires < now) return true
-    const state: OwnerState = ownerState(labels)
-    return state === 'gone'
+    const owner = judgeOwner(labels)
+    if (owner.state === 'unknown') unjudged.push({ kind, id, reason: owner.reason })
+    return owner.state === 'gone'
   }
 
   for (const info of await docker.listContainers({ all: true, filters })) {
     if (info.Labels?.[LABEL.role] === 'runtime') continue
-    if (!isGarbage(info.Labels)) {
+    if (!isGarbage('container', info.Id, info.Labels)) {
       ;(report as { kept: number }).kept++
       continue
     }
@@ -71,7 +100,7 @@ export async function collectGarbage(options: CollectGarbageOptions): Promise<Ga
   const volumes = (await docker.listVolumes({ filters })).Volumes ?? []
   for (const volume of volumes) {
     if ((volume.Labels as Record<string, string> | null)?.[LABEL.role] === 'runtime') continue
-    if (!isGarbage(volume.Labels as Record<string, string> | undefined)) {
+    if (!isGarbage('volume', volume.Name, volume.Labels as Record<string, string> | undefined)) {
       ;(report as { kept: number }).kept++
       continue
     }
@@ -86,7 +115,7 @@ export async function collectGarbage(options: CollectGarbageOptions): Promise<Ga
     if (!options.dryRun) await remove(name, () => docker.getVolume(name).remove())
   }
   for (const network of await docker.listNetworks({ filters })) {
-    if (!isGarbage(network.Labels)) {
+    if (!isGarbage('network', network.Id, network.Labels)) {
       ;(report as { kept: number }).kept++
       continue
     }

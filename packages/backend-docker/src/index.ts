@@ -26,7 +26,7 @@ export {
 } from '@cordon/core'
 export { LABEL as CORDON_LABELS } from '@cordon/core/backend'
 export { connectEngine } from './engine-connection.js'
-export { collectGarbage, type GarbageReport } from './garbage-collect.js'
+export { collectGarbage, type GarbageReport, type UnjudgedResource } from './garbage-collect.js'
 
 /**
  * Fills the agent runtime volume on the engine ahead of time (normally the

@@ -45,12 +45,15 @@ export {
   writableRoots,
 } from './layout.js'
 export {
+  judgeOwner,
   LABEL,
+  type OwnerJudgement,
   type OwnerState,
   ownerLabels,
   ownerState,
   processStartToken,
   type ResourceRole,
+  type UnjudgedOwnerReason,
 } from './owner-labels.js'
 export {
   backendNameOf,

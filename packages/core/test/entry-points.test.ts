@@ -71,6 +71,7 @@ describe('entry points', () => {
       'egressRefusal',
       'environmentSchema',
       'fetchBearerToken',
+      'judgeOwner',
       'judgeResolverAnswer',
       'microVMProviderConfigSchema',
       'networkPolicySchema',

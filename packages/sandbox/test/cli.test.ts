@@ -158,6 +158,46 @@ describe('the cordon command', () => {
     expect(result.stdout).toMatch(/would remove \d+ containers/)
   })
 
+  it('gc keeps what an owner in another PID namespace made, and says why', async () => {
+    // The owner labels of a host in a PID namespace of its own on this machine.
+    const labels = JSON.parse(
+      execFileSync(
+        'unshare',
+        [
+          '--pid',
+          '--fork',
+          '--mount-proc',
+          process.execPath,
+          '--input-type=module',
+          '-e',
+          "import { ownerLabels } from '@cordon/core/backend'; process.stdout.write(JSON.stringify(ownerLabels('cli-test')))",
+        ],
+        { cwd: fileURLToPath(new URL('..', import.meta.url)), encoding: 'utf8' },
+      ),
+    ) as Record<string, string>
+    const volume = `cordon-cli-test-other-namespace-${process.pid}`
+    execFileSync('docker', [
+      'volume',
+      'create',
+      ...Object.entries(labels).flatMap(([key, value]) => ['--label', `${key}=${value}`]),
+      volume,
+    ])
+    try {
+      for (const args of [['gc', '--dry-run'], ['gc']]) {
+        const result = await cordon(args)
+        expect(result.code, result.stderr).toBe(0)
+        expect(result.stdout).toMatch(
+          new RegExp(`kept \\d+ whose owner ran in another PID namespace [^\\n]*volume ${volume}`),
+        )
+        expect(result.stdout).toMatch(/cannot judge may still be running/)
+      }
+      // Kept by the real run too.
+      execFileSync('docker', ['volume', 'inspect', volume])
+    } finally {
+      execFileSync('docker', ['volume', 'rm', '-f', volume])
+    }
+  })
+
   it('prints usage for unknown commands and a missing command', async () => {
     expect((await cordon(['frobnicate'])).code).toBe(64)
     expect((await cordon(['run'])).code).toBe(64)

@@ -1,4 +1,5 @@
 import { SandboxBackendNotInstalledError } from '@cordon/core'
+import type { UnjudgedOwnerReason } from '@cordon/core/backend'
 
 /** The subset of @cordon/backend-docker the command line uses beyond the provider. */
 export interface DockerBackendModule {
@@ -7,6 +8,7 @@ export interface DockerBackendModule {
     volumes: string[]
     networks: string[]
     kept: number
+    unjudged: ReadonlyArray<{ kind: string; id: string; reason: UnjudgedOwnerReason }>
     failed: Array<{ id: string; reason: string }>
   }>
   connectEngine(config: Record<string, never>): { docker: unknown; endpoint: string }

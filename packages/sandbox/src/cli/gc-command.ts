@@ -1,6 +1,19 @@
 import { parseArgs } from 'node:util'
+import type { UnjudgedOwnerReason } from '@cordon/core/backend'
 import { loadDockerBackend } from './docker-backend-module.js'
 import type { RunIo } from './run-command.js'
+
+/** What each reason means to the person who ran gc, completing "kept N resources whose owner ...". */
+const UNJUDGED_OWNER: Record<UnjudgedOwnerReason, string> = {
+  unrecorded:
+    'has no recorded identity (made by an older cordon, or by a host that could not read its own)',
+  'unjudgeable-here':
+    "cannot be judged by this process: its /proc is missing or shows another PID namespace's processes",
+  'other-boot': 'ran on another machine, or on this one before its last boot',
+  'other-pid-namespace':
+    'ran in another PID namespace (a host in a container, or another container sharing this engine)',
+  'other-time-namespace': 'ran in another time namespace',
+}
 
 /** `cordon gc`: removes engine resources whose owning process is gone, and agent runtimes nothing uses. */
 export async function gcCommand(argv: readonly string[], io: RunIo): Promise<number> {
@@ -12,9 +25,23 @@ export async function gcCommand(argv: readonly string[], io: RunIo): Promise<num
   const { docker, endpoint } = backend.connectEngine({})
   const report = await backend.collectGarbage({ docker, dryRun: values['dry-run'] })
   const verb = values['dry-run'] ? 'would remove' : 'removed'
+  const unjudged = report.unjudged.length
   io.stdout(
-    `cordon gc (${endpoint}): ${verb} ${report.containers.length} containers, ${report.volumes.length} volumes, ${report.networks.length} networks; kept ${report.kept} (live or foreign owners, agent runtimes in use)\n`,
+    `cordon gc (${endpoint}): ${verb} ${report.containers.length} containers, ${report.volumes.length} volumes, ${report.networks.length} networks; kept ${report.kept} (${report.kept - unjudged} with a live owner or in use, ${unjudged} whose owner cordon cannot judge from here)\n`,
   )
+  const byReason = new Map<UnjudgedOwnerReason, string[]>()
+  for (const { kind, id, reason } of report.unjudged) {
+    const named = `${kind} ${kind === 'volume' ? id : id.slice(0, 12)}`
+    byReason.set(reason, [...(byReason.get(reason) ?? []), named])
+  }
+  for (const [reason, named] of byReason)
+    io.stdout(
+      `cordon gc: kept ${named.length} whose owner ${UNJUDGED_OWNER[reason]}: ${named.join(', ')}\n`,
+    )
+  if (unjudged > 0)
+    io.stdout(
+      'cordon gc: an owner cordon cannot judge may still be running, so its resources stay until their lifetime (cordon.expires) passes; remove them by hand once you know the owner is gone\n',
+    )
   for (const failure of report.failed)
     io.stderr(`cordon gc: could not remove ${failure.id}: ${failure.reason}\n`)
   return report.failed.length > 0 ? 1 : 0

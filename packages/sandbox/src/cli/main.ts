@@ -12,7 +12,7 @@ const USAGE = `usage: cordon <command>
   run [options] -- COMMAND [ARGS...]   run one command in a fresh sandbox
   shell [options] [-- COMMAND ...]     an interactive terminal in a fresh sandbox
   demo [--image I] [--runtime R]       show cordon's main job step by step
-  gc [--dry-run]                       remove leftovers of owners that are gone
+  gc [--dry-run]                       remove leftovers of owners known to be gone
   prepare [--image I]                  fill the agent runtime volume on the engine now
 
 ${RUN_USAGE}`
