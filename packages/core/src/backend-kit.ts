@@ -52,6 +52,7 @@ export {
   processStartToken,
   type ResourceRole,
 } from './owner-labels.js'
+export { type PortForwardListener, validatePortForwardRequest } from './port-forward-request.js'
 export {
   backendNameOf,
   type PreparedProviderConfig,

@@ -93,6 +93,7 @@ describe('entry points', () => {
       'tlsClientSchema',
       'utf8BoundaryAtOrBefore',
       'validateExecRequest',
+      'validatePortForwardRequest',
       'withDeadline',
       'writableRoots',
     ])
