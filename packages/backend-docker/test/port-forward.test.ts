@@ -1,7 +1,19 @@
-import { connect } from 'node:net'
-import type { CordonSandbox, CordonSandboxProvider } from '@cordon/core'
+import { execFile } from 'node:child_process'
+import { chmod, stat } from 'node:fs/promises'
+import { get } from 'node:http'
+import { connect, createServer } from 'node:net'
+import { networkInterfaces, tmpdir } from 'node:os'
+import { dirname, join } from 'node:path'
+import { promisify } from 'node:util'
+import {
+  type CordonSandbox,
+  type CordonSandboxProvider,
+  SandboxConfigValidationError,
+} from '@cordon/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { testProvider } from './test-run.js'
+
+const NOBODY = { uid: 65534, gid: 65534 }
 
 /** Sends `request`, half-closes, and collects everything the other end says until it closes. */
 function exchange(port: number, request: string): Promise<string> {
@@ -15,6 +27,42 @@ function exchange(port: number, request: string): Promise<string> {
     socket.on('close', () => resolve(reply))
     socket.end(request)
   })
+}
+
+/** GET `path` over a unix socket; the body. */
+function getOverSocket(socketPath: string, path: string): Promise<string> {
+  return new Promise((resolve, reject) => {
+    get({ socketPath, path, host: 'localhost' }, (response) => {
+      let body = ''
+      response.on('data', (chunk: Buffer) => {
+        body += chunk.toString()
+      })
+      response.on('end', () => resolve(body))
+      response.on('error', reject)
+    }).on('error', reject)
+  })
+}
+
+/**
+ * Connects to `socketPath` from a separate Node process running as `user`
+ * (setting another uid needs root, as CI has; anything else fails the
+ * test). Prints `connected` or the error's code.
+ */
+async function connectAs(user: { uid: number; gid: number }, socketPath: string): Promise<string> {
+  const script = `require('node:net').connect(process.argv[1])
+    .on('connect', () => { console.log('connected'); process.exit(0) })
+    .on('error', (error) => { console.log(error.code); process.exit(0) })`
+  const { stdout } = await promisify(execFile)(process.execPath, ['-e', script, socketPath], user)
+  return stdout.trim()
+}
+
+/** A TCP port nothing listens on now. */
+async function freePort(): Promise<number> {
+  const server = createServer().listen(0, '127.0.0.1')
+  await new Promise((resolve) => server.once('listening', resolve))
+  const { port } = server.address() as { port: number }
+  await new Promise((resolve) => server.close(resolve))
+  return port
 }
 
 async function until(condition: () => Promise<boolean>): Promise<void> {
@@ -101,11 +149,101 @@ for (const runtime of ['docker', 'runsc'] as const) {
       }
     })
 
+    it('offers a unix socket that only the host user can open, removed on close', async () => {
+      const forward = await sandbox.forwardPort!(8080, { unixSocket: true })
+      const { socketPath } = forward
+      const directory = dirname(socketPath)
+      try {
+        expect(forward).toMatchObject({ sandboxPort: 8080 })
+        expect(forward).not.toHaveProperty('port')
+        expect(directory.startsWith(join(tmpdir(), 'cordon-forward-'))).toBe(true)
+        const socketStat = await stat(socketPath)
+        const directoryStat = await stat(directory)
+        expect(socketStat.isSocket()).toBe(true)
+        expect(socketStat.mode & 0o777).toBe(0o600)
+        expect(directoryStat.mode & 0o777).toBe(0o700)
+        expect([socketStat.uid, directoryStat.uid]).toEqual([process.getuid!(), process.getuid!()])
+
+        let body = ''
+        await until(async () => {
+          body = await getOverSocket(socketPath, '/index.html').catch(() => '')
+          return body !== ''
+        })
+        expect(body).toBe('preview from inside\n')
+
+        // The host's own user gets in from another process; another uid does not.
+        expect(
+          await connectAs({ uid: process.getuid!(), gid: process.getgid!() }, socketPath),
+        ).toBe('connected')
+        expect(await connectAs(NOBODY, socketPath)).toBe('EACCES')
+        // The socket's own mode holds even where its directory lets others pass.
+        await chmod(directory, 0o711)
+        try {
+          expect(await connectAs(NOBODY, socketPath)).toBe('EACCES')
+        } finally {
+          await chmod(directory, 0o700)
+        }
+      } finally {
+        await forward.close()
+      }
+      expect(forward.activeConnections).toBe(0)
+      await expect(stat(socketPath)).rejects.toMatchObject({ code: 'ENOENT' })
+      await expect(stat(directory)).rejects.toMatchObject({ code: 'ENOENT' })
+    })
+
+    it('refuses a host address beyond the loopback without the opt-in, and listens nowhere', async () => {
+      const hostPort = await freePort()
+      const refusal = await sandbox.forwardPort!(8080, { hostAddress: '0.0.0.0', hostPort }).then(
+        () => undefined,
+        (error: unknown) => error,
+      )
+      expect(SandboxConfigValidationError.isInstance(refusal)).toBe(true)
+      expect(refusal).toMatchObject({
+        code: 'CONFIG_INVALID',
+        issues: [{ path: 'hostAddress', message: expect.stringContaining('exposeBeyondLoopback') }],
+      })
+      // 0.0.0.0 would have answered on the loopback too.
+      await expect(exchange(hostPort, 'x')).rejects.toMatchObject({ code: 'ECONNREFUSED' })
+    })
+
+    it('listens beyond the loopback when the host opts in', async () => {
+      const outward = Object.values(networkInterfaces())
+        .flat()
+        .find((address) => address && address.family === 'IPv4' && !address.internal)
+      // The machine needs an interface besides loopback to prove this; none is a failure.
+      expect(outward, 'a non-loopback IPv4 address on this machine').toBeDefined()
+      const forward = await sandbox.forwardPort!(8080, {
+        hostAddress: '0.0.0.0',
+        exposeBeyondLoopback: true,
+      })
+      try {
+        expect(forward.host).toBe('0.0.0.0')
+        let body = ''
+        await until(async () => {
+          body = await fetch(`http://${outward!.address}:${forward.port}/index.html`).then(
+            (response) => response.text(),
+            () => '',
+          )
+          return body !== ''
+        })
+        expect(body).toBe('preview from inside\n')
+      } finally {
+        await forward.close()
+      }
+    })
+
     it('closes its forwards when the sandbox goes', async () => {
       const other = await provider.create()
       const forward = await other.forwardPort!(8080)
+      const socketForward = await other.forwardPort!(8080, { unixSocket: true })
       await other.destroy()
       await expect(exchange(forward.port, 'x')).rejects.toMatchObject({ code: 'ECONNREFUSED' })
+      await until(async () =>
+        stat(dirname(socketForward.socketPath)).then(
+          () => false,
+          (error: NodeJS.ErrnoException) => error.code === 'ENOENT',
+        ),
+      )
     })
   })
 }

@@ -55,6 +55,7 @@ export {
   type ResourceRole,
   type UnjudgedOwnerReason,
 } from './owner-labels.js'
+export { type PortForwardListener, validatePortForwardRequest } from './port-forward-request.js'
 export {
   backendNameOf,
   type PreparedProviderConfig,

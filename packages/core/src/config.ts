@@ -1,7 +1,7 @@
 import type { Buffer } from 'node:buffer'
 import { z } from 'zod'
 import { type EgressPolicy, egressPolicySchema } from './egress-policy.js'
-import { SandboxConfigValidationError } from './errors.js'
+import { type SandboxConfigIssue, SandboxConfigValidationError } from './errors.js'
 import type { SandboxEventListener } from './events.js'
 import { type ContainerSandboxLayout, containerSandboxLayoutSchema } from './layout.js'
 
@@ -436,11 +436,13 @@ export const sandboxCreateConfigSchema: z.ZodType<SandboxCreateConfig> = z
 export function parseConfig<T>(schema: z.ZodType<T>, input: unknown, subject: string): T {
   const result = schema.safeParse(input)
   if (result.success) return result.data
-  throw new SandboxConfigValidationError(
-    subject,
-    result.error.issues.map((issue) => ({
-      path: issue.path.map(String).join('.'),
-      message: issue.message,
-    })),
-  )
+  throw new SandboxConfigValidationError(subject, configIssues(result.error))
+}
+
+/** A zod failure as config issues, `path` dotted. */
+export function configIssues(error: z.ZodError): SandboxConfigIssue[] {
+  return error.issues.map((issue) => ({
+    path: issue.path.map(String).join('.'),
+    message: issue.message,
+  }))
 }

@@ -111,6 +111,9 @@ export type {
   SandboxFileEntry,
   SandboxFileOptions,
   SandboxFileWrite,
+  SandboxForward,
+  SandboxForwardOptions,
+  SandboxForwardPort,
   SandboxNetworkPolicy,
   SandboxOutputChunk,
   SandboxPortForward,
@@ -121,6 +124,8 @@ export type {
   SandboxStatus,
   SandboxTerminal,
   SandboxTerminalOptions,
+  SandboxUnixSocketForward,
+  SandboxUnixSocketForwardOptions,
   SandboxUsage,
   SandboxWriteFileOptions,
 } from './sandbox.js'

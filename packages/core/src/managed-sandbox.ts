@@ -15,9 +15,10 @@ import type {
   SandboxFileEntry,
   SandboxFileOptions,
   SandboxFileWrite,
+  SandboxForward,
+  SandboxForwardOptions,
+  SandboxForwardPort,
   SandboxNetworkPolicy,
-  SandboxPortForward,
-  SandboxPortForwardOptions,
   SandboxProcess,
   SandboxReadFileOptions,
   SandboxStartOptions,
@@ -69,10 +70,7 @@ export class ManagedSandbox implements CordonSandbox {
     dir?: string,
     options?: SandboxReadFileOptions,
   ) => Promise<AsyncIterable<SandboxFileContent>>
-  readonly forwardPort?: (
-    port: number,
-    options?: SandboxPortForwardOptions,
-  ) => Promise<SandboxPortForward>
+  readonly forwardPort?: SandboxForwardPort
   private expiry: ReturnType<typeof setTimeout> | undefined
   private idleTimer: ReturnType<typeof setTimeout> | undefined
   private destroying: Promise<void> | undefined
@@ -83,7 +81,7 @@ export class ManagedSandbox implements CordonSandbox {
   private lastActivity = performance.now()
   /** A `keepAlive(durationMs)` lease: busy until then. */
   private busyUntil = 0
-  private readonly forwards = new Set<SandboxPortForward>()
+  private readonly forwards = new Set<SandboxForward>()
   private egressOut = 0
   private egressIn = 0
 
@@ -110,7 +108,7 @@ export class ManagedSandbox implements CordonSandbox {
     }
     if (inner.forwardPort) {
       const forward = inner.forwardPort.bind(inner)
-      this.forwardPort = async (port, options) => {
+      const forwardPort = async (port: number, options?: SandboxForwardOptions) => {
         const opened = await this.track(() => forward(port, options))
         this.forwards.add(opened)
         const close = opened.close.bind(opened)
@@ -121,6 +119,8 @@ export class ManagedSandbox implements CordonSandbox {
           },
         })
       }
+      // The backend's forward is returned as it is (its kind follows the options).
+      this.forwardPort = forwardPort as SandboxForwardPort
     }
     if (inner.readFiles) {
       const read = inner.readFiles.bind(inner)

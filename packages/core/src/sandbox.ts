@@ -144,13 +144,52 @@ export interface SandboxFileContent {
   readonly content: Buffer
 }
 
-/** Options of `Sandbox.forwardPort`. */
+/**
+ * Options of `Sandbox.forwardPort` for a TCP listener. A TCP port on the
+ * loopback is open to every user and process on the host; when only the
+ * host's own user may connect, ask for a unix socket instead
+ * ({@link SandboxUnixSocketForwardOptions}).
+ */
 export interface SandboxPortForwardOptions {
-  /** Host address to listen on (default `127.0.0.1`: only this machine reaches it). */
+  /**
+   * Host address to listen on (default `127.0.0.1`). A loopback address
+   * (`127.0.0.0/8`, `::1`, `localhost`) only, unless `exposeBeyondLoopback`
+   * is `true`: anything else is refused with `SandboxConfigValidationError`.
+   */
   readonly hostAddress?: string
   /** Host port to listen on (default: any free port). */
   readonly hostPort?: number
+  /**
+   * Lets `hostAddress` be an address other machines can reach (`0.0.0.0`,
+   * `::`, an interface's address, a host name). Whoever reaches that
+   * address reaches the sandbox's port, with no credential asked: set it
+   * only for a network you trust with the sandbox's server.
+   */
+  readonly exposeBeyondLoopback?: boolean
+  /** Absent or `false` for a TCP listener; `true` is {@link SandboxUnixSocketForwardOptions}. */
+  readonly unixSocket?: false
   readonly signal?: AbortSignal
+}
+
+/**
+ * Options of `Sandbox.forwardPort` for a unix socket only the host's user
+ * (and root) can connect to: it is created in a fresh directory of its own
+ * under the host's temporary directory, mode 0700 from the start, and is
+ * itself mode 0600 by the time `forwardPort` resolves.
+ */
+export interface SandboxUnixSocketForwardOptions {
+  readonly unixSocket: true
+  readonly signal?: AbortSignal
+}
+
+/** What every forward has, whatever the host listens on. */
+interface SandboxForwardBase extends AsyncDisposable {
+  /** The port inside the sandbox. */
+  readonly sandboxPort: number
+  /** Connections carried now; while there are any the sandbox is not idle. */
+  readonly activeConnections: number
+  /** Stops listening and ends the connections it carried. */
+  close(): Promise<void>
 }
 
 /**
@@ -159,18 +198,40 @@ export interface SandboxPortForwardOptions {
  * travels over the host's channel to the sandbox's agent, which connects to
  * the port on the sandbox's loopback. Closed by `close()` or with the sandbox.
  */
-export interface SandboxPortForward extends AsyncDisposable {
-  /** The port inside the sandbox. */
-  readonly sandboxPort: number
+export interface SandboxPortForward extends SandboxForwardBase {
   /** Where the host listens. */
   readonly host: string
   readonly port: number
   /** `http://host:port`, for the common case of an HTTP server. */
   readonly url: string
-  /** Connections carried now; while there are any the sandbox is not idle. */
-  readonly activeConnections: number
-  /** Stops listening and ends the connections it carried. */
-  close(): Promise<void>
+}
+
+/**
+ * A unix socket on the host that reaches a TCP port inside a sandbox, as
+ * {@link SandboxPortForward} does, for the host's own user alone (e.g.
+ * `curl --unix-socket <socketPath> http://localhost/`, or undici's
+ * `Agent({ connect: { socketPath } })`). `close()` removes the socket and
+ * its directory.
+ */
+export interface SandboxUnixSocketForward extends SandboxForwardBase {
+  /** The socket's absolute path. */
+  readonly socketPath: string
+}
+
+/** Options of either kind of forward. */
+export type SandboxForwardOptions = SandboxPortForwardOptions | SandboxUnixSocketForwardOptions
+
+/** A forward of either kind; `'socketPath' in forward` tells them apart. */
+export type SandboxForward = SandboxPortForward | SandboxUnixSocketForward
+
+/**
+ * `Sandbox.forwardPort`: a TCP listener by default, a unix socket with
+ * `{ unixSocket: true }`.
+ */
+export interface SandboxForwardPort {
+  (port: number, options?: SandboxPortForwardOptions): Promise<SandboxPortForward>
+  (port: number, options: SandboxUnixSocketForwardOptions): Promise<SandboxUnixSocketForward>
+  (port: number, options?: SandboxForwardOptions): Promise<SandboxForward>
 }
 
 /**
@@ -352,10 +413,13 @@ export interface Sandbox {
   ): Promise<AsyncIterable<SandboxFileContent>>
   /**
    * Listens on the host and carries each connection to `port` on the
-   * sandbox's loopback (see {@link SandboxPortForward}). Absent on backends
-   * whose channel cannot carry connections.
+   * sandbox's loopback: on a TCP port of the host's loopback (see
+   * {@link SandboxPortForward}), or with `{ unixSocket: true }` on a unix
+   * socket only the host's user can open (see
+   * {@link SandboxUnixSocketForward}). Absent on backends whose channel
+   * cannot carry connections.
    */
-  forwardPort?(port: number, options?: SandboxPortForwardOptions): Promise<SandboxPortForward>
+  forwardPort?: SandboxForwardPort
 }
 
 /**

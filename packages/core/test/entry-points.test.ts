@@ -94,6 +94,7 @@ describe('entry points', () => {
       'tlsClientSchema',
       'utf8BoundaryAtOrBefore',
       'validateExecRequest',
+      'validatePortForwardRequest',
       'withDeadline',
       'writableRoots',
     ])

@@ -18,12 +18,16 @@ import type {
   SandboxExecOptions,
   SandboxExecResult,
   SandboxFileEntry,
+  SandboxForward,
+  SandboxForwardOptions,
   SandboxId,
   SandboxNetworkPolicy,
+  SandboxPortForward,
   SandboxProcess,
   SandboxProvider,
   SandboxProviderConfig,
   SandboxStatus,
+  SandboxUnixSocketForward,
 } from '../src/index.js'
 
 describe("the reference's shapes", () => {
@@ -171,5 +175,27 @@ describe("the reference's shapes", () => {
     expectTypeOf<SandboxBackend['create']>().parameters.toEqualTypeOf<[SandboxBackendOptions]>()
     expectTypeOf<SandboxBackend['create']>().returns.toEqualTypeOf<Promise<Sandbox>>()
     expectTypeOf<SandboxBackendOptions['workingDirectory']>().toEqualTypeOf<string>()
+  })
+})
+
+describe('cordon extensions', () => {
+  it('forwardPort hands back the kind of forward its options ask for', () => {
+    const sandbox = {} as CordonSandbox
+    const forwardPort = sandbox.forwardPort!
+    expectTypeOf(forwardPort(8080)).resolves.toEqualTypeOf<SandboxPortForward>()
+    expectTypeOf(
+      forwardPort(8080, { hostAddress: '0.0.0.0', exposeBeyondLoopback: true }),
+    ).resolves.toEqualTypeOf<SandboxPortForward>()
+    expectTypeOf(
+      forwardPort(8080, { unixSocket: true }),
+    ).resolves.toEqualTypeOf<SandboxUnixSocketForward>()
+    const either = {} as SandboxForwardOptions
+    expectTypeOf(forwardPort(8080, either)).resolves.toEqualTypeOf<SandboxForward>()
+    // A unix socket has no host address or port to name.
+    // @ts-expect-error hostPort belongs to a TCP forward
+    void forwardPort(8080, { unixSocket: true, hostPort: 9000 })
+    // The overloads survive bind(), as the framework adapters use it.
+    const bound = forwardPort.bind(sandbox)
+    expectTypeOf(bound(8080)).resolves.toEqualTypeOf<SandboxPortForward>()
   })
 })

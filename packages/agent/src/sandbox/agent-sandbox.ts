@@ -17,11 +17,12 @@ import {
   type SandboxFileOptions,
   SandboxFileTooLargeError,
   type SandboxFileWrite,
+  type SandboxForward,
+  type SandboxForwardOptions,
+  type SandboxForwardPort,
   type SandboxId,
   type SandboxNetworkPolicy,
   SandboxPathError,
-  type SandboxPortForward,
-  type SandboxPortForwardOptions,
   type SandboxProcess,
   type SandboxReadFileOptions,
   type SandboxStartOptions,
@@ -119,11 +120,8 @@ export class AgentSandbox implements CordonBackendSandbox {
     policy: SandboxNetworkPolicy,
     options?: SandboxFileOptions,
   ) => Promise<void>
-  readonly forwardPort?: (
-    port: number,
-    options?: SandboxPortForwardOptions,
-  ) => Promise<SandboxPortForward>
-  private readonly forwards = new Set<SandboxPortForward>()
+  readonly forwardPort?: SandboxForwardPort
+  private readonly forwards = new Set<SandboxForward>()
   readonly openTerminal?: (options: SandboxTerminalOptions) => Promise<SandboxTerminal>
 
   constructor(private readonly init: AgentSandboxInit) {
@@ -147,7 +145,7 @@ export class AgentSandbox implements CordonBackendSandbox {
     }
     const dial = init.connectPort
     if (dial) {
-      this.forwardPort = async (port, options = {}) => {
+      const open = async (port: number, options: SandboxForwardOptions = {}) => {
         this.assertUsable('forwardPort', options.signal)
         const forward = await forwardPort(dial, port, options, (closed) =>
           this.forwards.delete(closed),
@@ -155,6 +153,8 @@ export class AgentSandbox implements CordonBackendSandbox {
         this.forwards.add(forward)
         return forward
       }
+      // The forward's kind follows the options, as the overloads promise.
+      this.forwardPort = open as SandboxForwardPort
     }
   }
 
@@ -397,7 +397,8 @@ export class AgentSandbox implements CordonBackendSandbox {
   private async runDestroy(signal: AbortSignal | undefined): Promise<void> {
     throwIfAborted(signal, 'destroy')
     this.state = 'destroying'
-    for (const forward of [...this.forwards]) void forward.close()
+    // A forward's own close() reports a socket directory it could not remove; destroy goes on.
+    for (const forward of [...this.forwards]) void forward.close().catch(() => {})
     this.init.client.close()
     for (const process of this.running) process.abandon()
     try {

@@ -1,45 +1,33 @@
 import { once } from 'node:events'
+import { chmod, mkdtemp, rm } from 'node:fs/promises'
 import { type AddressInfo, createServer, type Server, type Socket } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import type { Duplex } from 'node:stream'
-import {
-  SandboxConfigValidationError,
-  type SandboxPortForward,
-  type SandboxPortForwardOptions,
+import type {
+  SandboxForward,
+  SandboxForwardOptions,
+  SandboxPortForward,
+  SandboxUnixSocketForward,
 } from '@cordon/core'
-import { throwIfAborted } from '@cordon/core/backend'
+import { throwIfAborted, validatePortForwardRequest } from '@cordon/core/backend'
 import { pipeBothWays } from '../protocol/stream-mux.js'
 
 /** Opens a byte stream to a TCP port on the sandbox's loopback, over the backend's channel. */
 export type SandboxPortDialer = (port: number) => Duplex
 
-function validPort(value: unknown): value is number {
-  return typeof value === 'number' && Number.isInteger(value) && value >= 1 && value <= 65535
-}
-
 /**
- * Listens on the host and joins every accepted connection to a fresh stream
- * to the sandbox's port. Half-close passes through both ways (an HTTP client
- * that shuts its write side still gets its answer); a connection the sandbox
+ * A server that joins every accepted connection to a fresh stream to the
+ * sandbox's port. Half-close passes through both ways (an HTTP client that
+ * shuts its write side still gets its answer); a connection the sandbox
  * refuses is reset on the host side.
  */
-export async function forwardPort(
+function carryingServer(
   dial: SandboxPortDialer,
   sandboxPort: number,
-  options: SandboxPortForwardOptions = {},
-  onClose: (forward: SandboxPortForward) => void = () => {},
-): Promise<SandboxPortForward> {
-  const issues = [
-    ...(validPort(sandboxPort)
-      ? []
-      : [{ path: 'port', message: 'must be an integer from 1 to 65535' }]),
-    ...(options.hostPort === undefined || options.hostPort === 0 || validPort(options.hostPort)
-      ? []
-      : [{ path: 'hostPort', message: 'must be an integer from 0 to 65535' }]),
-  ]
-  if (issues.length > 0) throw new SandboxConfigValidationError('forwardPort request', issues)
-  throwIfAborted(options.signal, 'forwardPort')
+): { server: Server; connections: Set<Socket> } {
   const connections = new Set<Socket>()
-  const server: Server = createServer({ allowHalfOpen: true }, (socket) => {
+  const server = createServer({ allowHalfOpen: true }, (socket) => {
     connections.add(socket)
     socket.once('close', () => connections.delete(socket))
     socket.on('error', () => {})
@@ -53,16 +41,97 @@ export async function forwardPort(
     stream.on('error', () => {})
     pipeBothWays(socket, stream)
   })
-  const host = options.hostAddress ?? '127.0.0.1'
-  server.listen(options.hostPort ?? 0, host)
+  return { server, connections }
+}
+
+async function listening(server: Server, listen: () => void): Promise<void> {
+  listen()
   await Promise.race([
     once(server, 'listening'),
     once(server, 'error').then(([error]) => {
       throw error
     }),
   ])
-  const { port } = server.address() as AddressInfo
+}
+
+/** Stops listening and ends every carried connection; `cleanUp` runs once the server is closed. */
+function closer(
+  server: Server,
+  connections: Set<Socket>,
+  cleanUp: () => Promise<void>,
+  onClosing: () => void,
+): () => Promise<void> {
   let closing: Promise<void> | undefined
+  return () => {
+    closing ??= new Promise<void>((resolve) => {
+      for (const socket of connections) socket.destroy()
+      server.close(() => resolve())
+      onClosing()
+    }).then(cleanUp)
+    return closing
+  }
+}
+
+/**
+ * Listens on the host and carries every connection to `sandboxPort` on the
+ * sandbox's loopback: on a TCP port (the loopback unless the host opted out
+ * with `exposeBeyondLoopback`), or on a unix socket only this user can
+ * open. Every problem with the request is refused before anything listens.
+ */
+export async function forwardPort(
+  dial: SandboxPortDialer,
+  sandboxPort: number,
+  options: SandboxForwardOptions = {},
+  onClose: (forward: SandboxForward) => void = () => {},
+): Promise<SandboxForward> {
+  const listener = validatePortForwardRequest(sandboxPort, options)
+  throwIfAborted(options.signal, 'forwardPort')
+  const { server, connections } = carryingServer(dial, sandboxPort)
+
+  if (listener.kind === 'unix') {
+    // mkdtemp makes the directory 0700, so until the socket's own chmod
+    // below nobody but this user (and root) can reach the socket at all.
+    const directory = await mkdtemp(join(tmpdir(), 'cordon-forward-'))
+    const socketPath = join(directory, `port-${sandboxPort}.sock`)
+    try {
+      throwIfAborted(options.signal, 'forwardPort')
+      await listening(server, () => server.listen(socketPath))
+      await chmod(socketPath, 0o600)
+    } catch (error) {
+      server.close()
+      await rm(directory, { recursive: true, force: true })
+      throw error
+    }
+    const close = closer(
+      server,
+      connections,
+      () => rm(directory, { recursive: true, force: true }),
+      () => onClose(forward),
+    )
+    const forward: SandboxUnixSocketForward = {
+      sandboxPort,
+      socketPath,
+      get activeConnections() {
+        return connections.size
+      },
+      close,
+      // Through the property, so a wrapper's replacement of close() is honoured.
+      [Symbol.asyncDispose]() {
+        return forward.close()
+      },
+    }
+    return forward
+  }
+
+  const host = listener.hostAddress
+  await listening(server, () => server.listen(listener.hostPort, host))
+  const { port } = server.address() as AddressInfo
+  const close = closer(
+    server,
+    connections,
+    async () => {},
+    () => onClose(forward),
+  )
   const forward: SandboxPortForward = {
     sandboxPort,
     host,
@@ -71,14 +140,7 @@ export async function forwardPort(
     get activeConnections() {
       return connections.size
     },
-    close() {
-      closing ??= new Promise<void>((resolve) => {
-        for (const socket of connections) socket.destroy()
-        server.close(() => resolve())
-        onClose(forward)
-      })
-      return closing
-    },
+    close,
     [Symbol.asyncDispose]() {
       return forward.close()
     },
