@@ -10,7 +10,7 @@ import { AgentOperationError } from './operation-error.js'
 import { type PathJail, PathRefusedError } from './path-jail.js'
 import type { ProcessLauncher } from './process-launcher.js'
 import { signalExecProcesses } from './process-tree.js'
-import { verifyAuthProof } from './protocol/auth.js'
+import { computeAgentProof, verifyAuthProof } from './protocol/auth.js'
 import {
   DEFAULT_MAX_FRAME_BYTES,
   FrameError,
@@ -75,11 +75,11 @@ export async function serveConnection(socket: Duplex, context: ConnectionContext
   const connection = new FramedConnection(socket, { maxFrameBytes: PRE_AUTH_MAX_FRAME_BYTES })
   const { log } = context.config
   try {
-    const heartbeatMs = await authenticate(connection, context)
-    if (heartbeatMs === undefined) return
+    const client = await authenticate(connection, context)
+    if (client === undefined) return
     connection.setMaxFrameBytes(DEFAULT_MAX_FRAME_BYTES)
-    await connection.send({ type: 'auth-ok' })
-    connection.startHeartbeat(heartbeatMs, heartbeatMs * 4)
+    await connection.send({ type: 'auth-ok', proof: client.agentProof })
+    connection.startHeartbeat(client.heartbeatMs, client.heartbeatMs * 4)
     const frame = await connection.read()
     if (!frame) return
     if (frame.kind !== 'message')
@@ -163,11 +163,14 @@ export async function serveConnection(socket: Duplex, context: ConnectionContext
   }
 }
 
-/** Runs the challenge; returns the agreed heartbeat interval, or undefined if the client failed it. */
+/**
+ * Runs the challenge; returns the agreed heartbeat interval and the agent's
+ * answer to the client's own challenge, or undefined if the client failed it.
+ */
 async function authenticate(
   connection: FramedConnection,
   context: ConnectionContext,
-): Promise<number | undefined> {
+): Promise<{ heartbeatMs: number; agentProof: string } | undefined> {
   const nonce = context.nonces.next()
   const secret = context.secret()
   await connection.send({
@@ -193,12 +196,17 @@ async function authenticate(
     } catch {
       return refuse(connection, 'malformed auth message')
     }
-    if (auth.type !== 'auth' || !verifyAuthProof(await secret, nonce, auth.proof)) {
+    const known = await secret
+    if (auth.type !== 'auth' || !verifyAuthProof(known, nonce, auth.proof)) {
       context.config.log('warn', 'refused a connection that did not prove the secret')
       return refuse(connection, 'authentication failed')
     }
     const requested = auth.heartbeatMs ?? 5_000
-    return Math.min(MAX_HEARTBEAT_MS, Math.max(MIN_HEARTBEAT_MS, requested))
+    return {
+      heartbeatMs: Math.min(MAX_HEARTBEAT_MS, Math.max(MIN_HEARTBEAT_MS, requested)),
+      // Only to a client that proved the secret: an answer is of no use to anyone else.
+      agentProof: computeAgentProof(known, auth.nonce, nonce),
+    }
   } finally {
     if (timer) clearTimeout(timer)
   }

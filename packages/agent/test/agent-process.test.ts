@@ -73,6 +73,7 @@ describe.each(LAUNCHERS)('agent program (bundled, real child process), %s', (_, 
       await connection.send({
         type: 'auth',
         proof: computeAuthProof('not-the-secret-at-all', nonce),
+        nonce: 'cd'.repeat(32),
       })
       const reply = await connection.read()
       expect(reply?.kind === 'message' && parseAgentMessage(reply.message)).toMatchObject({
@@ -109,7 +110,7 @@ describe.each(LAUNCHERS)('agent program (bundled, real child process), %s', (_, 
       first.destroy()
       const second = await agent.connectRaw()
       expect(nonceOf(await second.read())).not.toBe(nonce)
-      await second.send({ type: 'auth', proof })
+      await second.send({ type: 'auth', proof, nonce: 'cd'.repeat(32) })
       const reply = await second.read()
       expect(reply?.kind === 'message' && reply.message).toMatchObject({
         type: 'error',

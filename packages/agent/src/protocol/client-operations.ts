@@ -1,4 +1,5 @@
-import { computeAuthProof } from './auth.js'
+import { randomBytes } from 'node:crypto'
+import { computeAuthProof, verifyAgentProof } from './auth.js'
 import { DEFAULT_MAX_FRAME_BYTES, type Frame } from './frame-codec.js'
 import { ConnectionClosedError, type FramedConnection } from './framed-connection.js'
 import {
@@ -41,6 +42,18 @@ export class AgentStdinClosedError extends Error {
   }
 }
 
+/**
+ * The peer on the channel is not an agent holding the sandbox's secret: it
+ * failed the agent's half of the handshake. Nothing was sent to it but the
+ * client's own proof, which is of no use against another nonce.
+ */
+export class AgentImpostorError extends Error {
+  constructor(message: string) {
+    super(message)
+    this.name = 'AgentImpostorError'
+  }
+}
+
 export const DEFAULT_HEARTBEAT_MS = 5_000
 /** Silence tolerated before the peer is considered gone, as a multiple of the heartbeat. */
 export const IDLE_HEARTBEATS = 4
@@ -59,8 +72,12 @@ function remoteOrUnexpected(message: AgentMessage, expected: string): Error {
 }
 
 /**
- * Answers the agent's challenge with the secret's proof and starts heartbeats.
- * Rejects with {@link AgentRemoteError} (`unauthorized`) on a wrong secret.
+ * Answers the agent's challenge with the secret's proof, checks the agent's
+ * proof of the same secret against a challenge of its own, and starts
+ * heartbeats. Rejects with {@link AgentRemoteError} (`unauthorized`) on a
+ * wrong secret, and with {@link AgentImpostorError} when the peer is not an
+ * agent that holds the secret (whatever it sent, the connection is closed
+ * before any request goes to it).
  */
 export async function authenticateToAgent(
   connection: FramedConnection,
@@ -75,9 +92,29 @@ export async function authenticateToAgent(
     )
   }
   const heartbeatMs = options.heartbeatMs ?? DEFAULT_HEARTBEAT_MS
-  await connection.send({ type: 'auth', proof: computeAuthProof(secret, hello.nonce), heartbeatMs })
-  const reply = await nextMessage(connection)
+  const nonce = randomBytes(32).toString('hex')
+  await connection.send({
+    type: 'auth',
+    proof: computeAuthProof(secret, hello.nonce),
+    nonce,
+    heartbeatMs,
+  })
+  let reply: AgentMessage
+  try {
+    reply = await nextMessage(connection)
+  } catch (error) {
+    // A peer that answers the proof with something malformed is not an agent that knows the protocol.
+    if (error instanceof ProtocolError) {
+      connection.destroy()
+      throw new AgentImpostorError(`the peer's answer to the proof is malformed: ${error.message}`)
+    }
+    throw error
+  }
   if (reply.type !== 'auth-ok') throw remoteOrUnexpected(reply, 'auth-ok')
+  if (!verifyAgentProof(secret, nonce, hello.nonce, reply.proof)) {
+    connection.destroy()
+    throw new AgentImpostorError('the peer did not prove it holds the sandbox secret')
+  }
   connection.setMaxFrameBytes(DEFAULT_MAX_FRAME_BYTES)
   connection.startHeartbeat(heartbeatMs, heartbeatMs * IDLE_HEARTBEATS)
   return hello

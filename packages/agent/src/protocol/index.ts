@@ -4,12 +4,19 @@
  * `@cordon/agent` imports this module instead of re-implementing the wire.
  */
 export { newAgentSecret } from './agent-secret.js'
-export { computeAuthProof, MIN_SECRET_LENGTH, verifyAuthProof } from './auth.js'
+export {
+  computeAgentProof,
+  computeAuthProof,
+  MIN_SECRET_LENGTH,
+  verifyAgentProof,
+  verifyAuthProof,
+} from './auth.js'
 export {
   type AgentBatchDownload,
   type AgentExecHandlers,
   AgentExecSession,
   type AgentFileDownload,
+  AgentImpostorError,
   AgentRemoteError,
   AgentStdinClosedError,
   authenticateToAgent,

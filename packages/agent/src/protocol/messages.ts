@@ -4,9 +4,12 @@
  * A connection carries exactly one operation:
  *
  * 1. The agent sends `hello` with a fresh nonce.
- * 2. The client answers `auth` with HMAC-SHA256(secret, nonce). Anything else,
- *    or a wrong proof, gets `error: unauthorized` and the connection closes.
- * 3. The agent sends `auth-ok`; the client sends one request (`health`,
+ * 2. The client answers `auth` with HMAC-SHA256(secret, nonce) and a fresh
+ *    nonce of its own. Anything else, or a wrong proof, gets `error:
+ *    unauthorized` and the connection closes.
+ * 3. The agent sends `auth-ok` with its proof of the secret over both nonces
+ *    (see auth.ts); a client that cannot verify it hangs up. The client
+ *    then sends one request (`health`,
  *    `exec`, `read-file`, `write-file`, `list-files`).
  * 4. The operation runs to its end message (`health-ok`, `exit`, `end`,
  *    `write-done`) or an `error`, and the connection closes.
@@ -17,7 +20,7 @@
  * established connections are dead but the listener is not.
  */
 
-export const PROTOCOL_VERSION = 1
+export const PROTOCOL_VERSION = 2
 
 export type AgentErrorCode =
   | 'unauthorized'
@@ -43,6 +46,8 @@ export interface AuthMessage {
   readonly type: 'auth'
   /** Lowercase hex HMAC-SHA256(secret, nonce bytes). */
   readonly proof: string
+  /** The client's challenge to the agent: lowercase hex, 32 random bytes. */
+  readonly nonce: string
   /** How often each side sends a heartbeat on a quiet connection. */
   readonly heartbeatMs?: number
 }
@@ -157,6 +162,8 @@ export interface HelloMessage {
 }
 export interface AuthOkMessage {
   readonly type: 'auth-ok'
+  /** The agent's answer to the client's nonce (auth.ts `computeAgentProof`). */
+  readonly proof: string
 }
 export interface HealthOkMessage {
   readonly type: 'health-ok'
@@ -346,10 +353,12 @@ export function parseClientMessage(raw: Raw): ClientMessage {
     case 'auth': {
       const proof = str(raw, 'proof')!
       if (!/^[0-9a-f]{64}$/.test(proof)) fail(raw, '"proof" must be 64 lowercase hex digits')
+      const nonce = str(raw, 'nonce')!
+      if (!/^[0-9a-f]{64}$/.test(nonce)) fail(raw, '"nonce" must be 64 lowercase hex digits')
       const heartbeatMs = int(raw, 'heartbeatMs', { optional: true, min: 1 })
       return heartbeatMs === undefined
-        ? { type: 'auth', proof }
-        : { type: 'auth', proof, heartbeatMs }
+        ? { type: 'auth', proof, nonce }
+        : { type: 'auth', proof, nonce, heartbeatMs }
     }
     case 'health':
     case 'usage':
@@ -436,7 +445,11 @@ export function parseAgentMessage(raw: Raw): AgentMessage {
         agentVersion: str(raw, 'agentVersion')!,
       }
     }
-    case 'auth-ok':
+    case 'auth-ok': {
+      const proof = str(raw, 'proof')!
+      if (!/^[0-9a-f]{64}$/.test(proof)) fail(raw, '"proof" must be 64 lowercase hex digits')
+      return { type: 'auth-ok', proof }
+    }
     case 'cancel-ack':
     case 'write-ready':
     case 'end':

@@ -6,6 +6,7 @@ import {
   type AgentExecHandlers,
   type AgentExecSession,
   type AgentFileDownload,
+  AgentImpostorError,
   AgentRemoteError,
   authenticateToAgent,
   type ExecRequest,
@@ -272,8 +273,14 @@ export class AgentClient {
       })
     } catch (error) {
       connection.destroy()
-      // A reset before the agent's hello is a dial problem (e.g. a resume in progress); anything after is not.
-      if (error instanceof AgentRemoteError || error instanceof ProtocolError) throw error
+      // A reset before the agent's hello is a dial problem (e.g. a resume in progress); anything after is
+      // not, and a peer that fails to prove the secret is never dialled into again as if it might.
+      if (
+        error instanceof AgentRemoteError ||
+        error instanceof ProtocolError ||
+        error instanceof AgentImpostorError
+      )
+        throw error
       throw new RetryableDialError((error as Error).message, { cause: error })
     } finally {
       signal?.removeEventListener('abort', onAbort)

@@ -7,6 +7,7 @@ import {
   SandboxTransportError,
 } from '@cordon/core'
 import {
+  AgentImpostorError,
   AgentRemoteError,
   ConnectionClosedError,
   ConnectionIdleError,
@@ -47,6 +48,13 @@ export function toSandboxError(
       default:
         return new SandboxOperationError(context.operation, error.message, { cause: error })
     }
+  }
+  if (error instanceof AgentImpostorError) {
+    return new SandboxTransportError(
+      `${context.operation}: the peer did not prove it holds the sandbox secret, so it is not this sandbox's agent; nothing was sent to it (${error.message})`,
+      context.endpoint,
+      { cause: error },
+    )
   }
   if (
     error instanceof ConnectionClosedError ||

@@ -8,8 +8,9 @@ import type { AgentClient } from './agent-client.js'
  * `pollIntervalMs` (default: 25 ms doubling up to 500 ms).
  * Connection failures are expected while the sandbox starts or resumes and
  * are retried until `signal` ends the wait (the create deadline); an agent
- * that answers but refuses the secret or speaks another protocol will not get
- * better, so that fails at once with {@link SandboxReadinessError}.
+ * that answers but refuses the secret or speaks another protocol, or a peer
+ * that cannot prove it holds the secret, will not get better, so that fails
+ * at once with {@link SandboxReadinessError}.
  */
 export function waitForAgent(
   client: AgentClient,
@@ -67,12 +68,13 @@ async function pollUntilAnswered<T>(
 
 /**
  * Whether a failed health check may succeed later: a transport failure that
- * is not the agent refusing the secret or speaking another protocol, or any
+ * is not the agent refusing the secret, speaking another protocol or failing
+ * to prove the secret itself, or any
  * failure that is not a cordon error at all.
  */
 export function isRetryableReadinessFailure(error: unknown): boolean {
   if (!SandboxTransportError.isInstance(error)) return !SandboxError.isInstance(error)
   const cause = (error as { cause?: unknown }).cause
   const name = (cause as { name?: string } | undefined)?.name
-  return name !== 'AgentRemoteError' && name !== 'ProtocolError'
+  return name !== 'AgentRemoteError' && name !== 'ProtocolError' && name !== 'AgentImpostorError'
 }
