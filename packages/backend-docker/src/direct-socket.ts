@@ -1,4 +1,4 @@
-import { closeSync, openSync, readFileSync } from 'node:fs'
+import { closeSync, lstatSync, openSync, readFileSync, type Stats } from 'node:fs'
 import { connect, type Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import { RetryableDialError } from '@cordon/agent/sandbox'
@@ -136,6 +136,33 @@ export class DirectRoute {
   }
 }
 
+/**
+ * Whether every directory from the container's root to the socket's is a
+ * real directory, and the last one is root's with mode 0700 (the tmpfs
+ * cordon mounted there).
+ *
+ * The host resolves the socket's path itself, from the container's root as
+ * its own kernel sees it. A symbolic link on that way would be followed by
+ * the host's kernel with the host's root: an image whose `/run` is a link to
+ * `/anywhere` (or to `../../..`, which climbs out of the container's root
+ * from here) would point the host's dial at a host path of the image's
+ * choosing. No link is accepted; an image shaped so keeps every stream on
+ * the attach. The check is made once: nothing in a running sandbox can
+ * change these directories (the root filesystem is read-only, the last
+ * directory is a mount point owned by root, and nobody in the container may
+ * mount).
+ */
+export function isSocketDirectory(containerRoot: string): boolean {
+  let path = containerRoot
+  let stats: Stats | undefined
+  for (const part of DIRECT_SOCKET_DIR.split('/').filter(Boolean)) {
+    path = `${path}/${part}`
+    stats = lstatSync(path, { throwIfNoEntry: false })
+    if (!stats?.isDirectory()) return false
+  }
+  return stats !== undefined && stats.uid === 0 && (stats.mode & 0o7777) === 0o700
+}
+
 export class DirectSocket {
   private constructor(
     /** A descriptor on the container's root: it pins that filesystem even if the pid is reused. */
@@ -144,18 +171,27 @@ export class DirectSocket {
 
   /**
    * Finds the container's root through its init's pid and checks that the
-   * process is that container's (its cgroup names the container).
-   * Undefined when any step fails: streams then stay on the attach.
+   * process is that container's (its cgroup names the container), and that
+   * the way to the socket is the root-only directory cordon mounted
+   * ({@link isSocketDirectory}). Undefined when any step fails: streams then
+   * stay on the attach.
    */
   static async find(docker: Docker, containerId: string): Promise<DirectSocket | undefined> {
+    let rootFd: number | undefined
     try {
       const pid = (await docker.getContainer(containerId).inspect()).State?.Pid
       if (!pid) return undefined
       // On an engine in another machine or VM (Docker Desktop) the pid means
       // nothing here; a process of this machine with that pid is not the container.
       if (!readFileSync(`/proc/${pid}/cgroup`, 'utf8').includes(containerId)) return undefined
-      return new DirectSocket(openSync(`/proc/${pid}/root`, 'r'))
+      rootFd = openSync(`/proc/${pid}/root`, 'r')
+      if (!isSocketDirectory(`/proc/self/fd/${rootFd}`)) {
+        closeSync(rootFd)
+        return undefined
+      }
+      return new DirectSocket(rootFd)
     } catch {
+      if (rootFd !== undefined) closeSync(rootFd)
       return undefined
     }
   }

@@ -1,5 +1,9 @@
 import { createHash, randomBytes } from 'node:crypto'
-import { connect } from 'node:net'
+import { once } from 'node:events'
+import { chmod, mkdir, mkdtemp, rm, symlink } from 'node:fs/promises'
+import { connect, createServer } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import type { Duplex } from 'node:stream'
 import { AgentClient, RetryableDialError } from '@cordon/agent/sandbox'
 import { afterEach, describe, expect, it, vi } from 'vitest'
@@ -8,8 +12,10 @@ import {
   DIRECT_SOCKET_PATH,
   DirectRoute,
   DirectSocket,
+  isSocketDirectory,
 } from '../src/direct-socket.js'
-import { docker, testProvider } from './test-run.js'
+import { BUSYBOX_IMAGE } from './test-images.js'
+import { docker, TEST_RUN_ID, TEST_RUN_LABEL, testProvider } from './test-run.js'
 
 /**
  * Issue 15: file and command streams skip the engine's attach where the host
@@ -187,22 +193,100 @@ describe('the direct socket (Docker)', () => {
     const provider = testProvider({ runtime: 'runsc' })
     try {
       const sandbox = await provider.create()
-      // A gVisor container: its pid is the sandbox's, and no socket is behind its root.
+      // A gVisor container: its pid is the sandbox's, and no socket directory is behind its root.
       const { Id } = await docker.getContainer(`cordon-${sandbox.id}`).inspect()
-      const route = new DirectRoute(DirectSocket.find(docker, Id))
-      expect(await route.firstConnection(AbortSignal.timeout(300))).toBeUndefined()
-      route.enable()
-      const dials = vi.spyOn(DirectSocket.prototype, 'connect')
-      const attach = { stream: 'attach' } as unknown as Duplex
-      expect(await route.dial(AbortSignal.timeout(1_000), () => attach)).toBe(attach)
-      expect(await route.dial(AbortSignal.timeout(1_000), () => attach)).toBe(attach)
-      // Tried once; after that failure the attach without trying again.
-      expect(dials).toHaveBeenCalledTimes(1)
-      route.close()
+      expect(await DirectSocket.find(docker, Id)).toBeUndefined()
       // An id the engine does not know: nothing is found.
       expect(await DirectSocket.find(docker, 'f'.repeat(64))).toBeUndefined()
     } finally {
       await provider.close()
+    }
+    // A socket found but refusing (its listener never opened): tried once, then the attach for good.
+    const refused = Object.assign(new Error('connect ECONNREFUSED'), { code: 'ECONNREFUSED' })
+    const connect = vi.fn(async () => {
+      throw new RetryableDialError('the direct socket refused', { cause: refused })
+    })
+    const route = new DirectRoute(
+      Promise.resolve({ connect, close: () => {} } as unknown as DirectSocket),
+    )
+    expect(await route.firstConnection(AbortSignal.timeout(300))).toBeUndefined()
+    route.enable()
+    connect.mockClear()
+    const attach = { stream: 'attach' } as unknown as Duplex
+    expect(await route.dial(AbortSignal.timeout(1_000), () => attach)).toBe(attach)
+    expect(await route.dial(AbortSignal.timeout(1_000), () => attach)).toBe(attach)
+    expect(connect).toHaveBeenCalledTimes(1)
+    route.close()
+  })
+
+  for (const [shape, target] of [
+    ['an absolute link', (planted: string) => planted],
+    [
+      'a relative link that climbs out of the root',
+      (planted: string) => `${'../'.repeat(12)}${planted.slice(1)}`,
+    ],
+  ] as const) {
+    it(`an image whose /run is ${shape} cannot point the host's dial at a host path`, async () => {
+      // Where the link would take the host's kernel: a socket of this test's, listening on the host.
+      const planted = await mkdtemp(join(tmpdir(), 'cordon-planted-'))
+      await mkdir(join(planted, 'cordon-agent'))
+      const dialled: string[] = []
+      const impostor = createServer((socket) => {
+        dialled.push('connection')
+        socket.destroy()
+      })
+      impostor.listen(join(planted, DIRECT_SOCKET_PATH.slice('/run/'.length)))
+      await once(impostor, 'listening')
+      const image = `cordon-test/run-link:${randomBytes(4).toString('hex')}`
+      const builder = await docker.createContainer({
+        Image: BUSYBOX_IMAGE,
+        User: '0:0',
+        Cmd: ['sh', '-c', `rm -rf /run && ln -s '${target(planted)}' /run`],
+        Labels: { [TEST_RUN_LABEL]: TEST_RUN_ID },
+      })
+      const { opened } = watchOpen()
+      const provider = testProvider({ image })
+      try {
+        await builder.start()
+        expect((await builder.wait()).StatusCode).toBe(0)
+        const [repo, tag] = image.split(':')
+        await builder.commit({ repo, tag })
+        const sandbox = await provider.create()
+        expect((await sandbox.exec('readlink', ['/run'])).stdout.trim()).toBe(target(planted))
+        // The sandbox works, over the attach: the host never dialled the planted socket.
+        expect(await opened).toBeUndefined()
+        await sandbox.writeFile('through-attach.txt', 'ok')
+        expect((await sandbox.readFile('through-attach.txt')).toString()).toBe('ok')
+        expect((await sandbox.exec('echo', ['alive'])).stdout).toBe('alive\n')
+        expect(dialled).toEqual([])
+      } finally {
+        await provider.close()
+        await builder.remove({ force: true })
+        await docker
+          .getImage(image)
+          .remove({ force: true })
+          .catch(() => {})
+        impostor.close()
+        await rm(planted, { recursive: true, force: true })
+      }
+    })
+  }
+
+  it('the socket directory check accepts only real directories ending in a root-owned 0700 one', async () => {
+    const root = await mkdtemp(join(tmpdir(), 'cordon-socket-dir-'))
+    try {
+      await mkdir(join(root, 'run/cordon-agent'), { recursive: true, mode: 0o700 })
+      await chmod(join(root, 'run/cordon-agent'), 0o700)
+      expect(isSocketDirectory(root)).toBe(true)
+      await chmod(join(root, 'run/cordon-agent'), 0o755)
+      expect(isSocketDirectory(root)).toBe(false)
+      await rm(join(root, 'run'), { recursive: true })
+      await mkdir(join(root, 'elsewhere/cordon-agent'), { recursive: true, mode: 0o700 })
+      await chmod(join(root, 'elsewhere/cordon-agent'), 0o700)
+      await symlink('elsewhere', join(root, 'run'))
+      expect(isSocketDirectory(root)).toBe(false)
+    } finally {
+      await rm(root, { recursive: true, force: true })
     }
   })
 })
