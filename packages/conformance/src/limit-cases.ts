@@ -43,7 +43,9 @@ export function limitCases(
             'sh',
             [
               '-c',
-              'n=0; while [ $n -lt 60 ]; do sleep 2 & n=$((n+1)); done; echo started $n; wait',
+              // Each child lives long enough that the first are still there when the
+              // last are forked, however slow forking is (gVisor's on a loaded machine).
+              'n=0; while [ $n -lt 60 ]; do sleep 8 & n=$((n+1)); done; echo started $n; wait',
             ],
             { timeout: 20_000 },
           )

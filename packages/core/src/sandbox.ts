@@ -272,7 +272,12 @@ export interface SandboxUsage {
   readonly memoryPeakBytes?: number
   /** Processes and threads of the sandbox's user now. */
   readonly processes?: number
-  /** Bytes of regular files in its writable directories. */
+  /**
+   * Disk its writable directories' regular files take, in bytes: each the
+   * larger of its size and the blocks allocated to it (so a file's size
+   * rounded up to the filesystem's blocks), deleted files its processes
+   * still hold open included.
+   */
   readonly diskBytes?: number
   /**
    * Bytes it sent out through the egress gateway, over ended connections:
