@@ -101,7 +101,7 @@ export async function buildImage(
       signal: options.signal,
       operation: 'buildImage',
       onTimeout: () => build.error(`did not finish within ${options.timeoutMs} ms`),
-      cleanup: () => removeImages(engine.docker, build.madeImages),
+      cleanup: () => removeBuildLeftovers(engine.docker, build),
     },
   ).catch((error: unknown) => {
     if (SandboxError.isInstance(error)) throw error
@@ -157,6 +157,8 @@ class BuildOutput {
   id: string | undefined
   /** Images this build's steps made, oldest first. */
   readonly madeImages: string[] = []
+  /** The container of the step under way, if it runs one. */
+  stepContainer: string | undefined
   private step: number | undefined
   private steps: number | undefined
   private instruction: string | undefined
@@ -190,6 +192,10 @@ class BuildOutput {
       this.stepCached = false
     } else if (line === ' ---> Using cache') {
       this.stepCached = true
+    } else if (line.startsWith(' ---> Running in ')) {
+      this.stepContainer = line.slice(' ---> Running in '.length).trim()
+    } else if (line.startsWith('Removing intermediate container ')) {
+      this.stepContainer = undefined
     } else {
       const result = /^ ---> ([0-9a-f]{12,64})$/.exec(line)
       // A FROM step's result is its base image, and a cached step's an image an earlier build made.
@@ -216,12 +222,21 @@ class BuildOutput {
 }
 
 /**
- * Removes the images a failed build's steps made, newest first. An image
- * that has since been tagged, or that another image or a container now
- * builds on, is someone's: the engine refuses to remove it, and it stays.
+ * Removes what a failed build made: the container of the step under way
+ * (the engine removes it as well, but only once it notices the build has
+ * ended, and the images below cannot go while it exists), then the images
+ * of the steps that ran, newest first. An image that has since been tagged,
+ * or that another image or a container now builds on, is someone's: the
+ * engine refuses to remove it, and it stays.
  */
-async function removeImages(docker: Docker, ids: readonly string[]): Promise<void> {
-  for (const id of [...ids].reverse()) {
+async function removeBuildLeftovers(docker: Docker, build: BuildOutput): Promise<void> {
+  if (build.stepContainer) {
+    await docker
+      .getContainer(build.stepContainer)
+      .remove({ force: true })
+      .catch(() => {})
+  }
+  for (const id of [...build.madeImages].reverse()) {
     const image = docker.getImage(id)
     const info = await image.inspect().catch((error: unknown) => {
       if (isNotFound(error)) return undefined
