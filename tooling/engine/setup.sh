@@ -13,7 +13,7 @@ cordon_engine_setup() {
   local here
   here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 
-  local apt_packages=(docker.io busybox-static runsc iproute2 iptables openssl gcc libc6-dev)
+  local apt_packages=(docker.io busybox-static runsc iproute2 iptables openssl gcc libc6-dev docker-registry apache2-utils)
   local dockerd_log="${CORDON_DOCKERD_LOG:-/var/log/cordon-dockerd.log}"
   local daemon_json="${CORDON_DOCKER_DAEMON_JSON:-/etc/docker/daemon.json}"
   local ready_timeout="${CORDON_DOCKER_READY_TIMEOUT:-60}"

@@ -52,11 +52,17 @@ import {
 import { openDockerTerminal } from './docker-terminal.js'
 import { EgressGateway } from './egress-gateway.js'
 import { connectEngine, type EngineConnection } from './engine-connection.js'
-import { isBeingRemoved, isNotFound, translateEngineError } from './engine-errors.js'
+import {
+  isBeingRemoved,
+  isMissingImage,
+  isNotFound,
+  translateEngineError,
+} from './engine-errors.js'
 import { EngineEvents } from './engine-events.js'
 import { engineUsage } from './engine-usage.js'
 import { collectGarbage } from './garbage-collect.js'
-import { imageEnvironment } from './image-environment.js'
+import { forgetImageEnvironment, imageEnvironment } from './image-environment.js'
+import { ImagePuller } from './image-pull.js'
 import { SandboxEgress } from './sandbox-egress.js'
 
 export const DEFAULT_READINESS_TIMEOUT_MS = 30_000
@@ -117,6 +123,7 @@ export class DockerBackend implements CordonSandboxBackend {
   readonly name: 'container:docker' | 'container:runsc'
   private readonly engine: EngineConnection
   private readonly events: EngineEvents
+  private readonly images: ImagePuller
   private egressGateway: EgressGateway | undefined
   private swept = false
   /** Late removals scheduled by a failed create, by container name. */
@@ -130,6 +137,13 @@ export class DockerBackend implements CordonSandboxBackend {
     this.name = config.runtime === 'runsc' ? 'container:runsc' : 'container:docker'
     this.engine = connectEngine(config)
     this.events = new EngineEvents(this.engine.docker, context.providerId)
+    this.images = new ImagePuller({
+      docker: this.engine.docker,
+      endpoint: this.engine.endpoint,
+      backend: this.name,
+      registryAuth: config.registryAuth,
+      emit: context.emit,
+    })
   }
 
   /** The engine machine's CPU count, read once (0 if the engine does not say). */
@@ -246,11 +260,23 @@ export class DockerBackend implements CordonSandboxBackend {
     return withDeadline(
       async (signal) => {
         await this.events.start()
-        const [runtime, imageEnv, engineCpus] = await Promise.all([
-          this.runtime(),
-          imageEnvironment(this.engine.docker, this.config.image),
-          this.engineCpus(),
-        ])
+        // Everything after needs the image (the runtime's filler and the
+        // gateway run from it too): a missing one is pulled before anything else starts.
+        phase = 'reading the image'
+        let imageEnv = await imageEnvironment(this.engine.docker, this.config.image).catch(
+          (error: unknown) => {
+            if (isNotFound(error)) return undefined
+            throw error
+          },
+        )
+        if (!imageEnv) {
+          phase = `pulling the image ${this.config.image}`
+          await this.images.pull(this.config.image, signal)
+          phase = 'reading the image'
+          imageEnv = await imageEnvironment(this.engine.docker, this.config.image)
+        }
+        phase = 'preparing the agent runtime'
+        const [runtime, engineCpus] = await Promise.all([this.runtime(), this.engineCpus()])
         if (sealsOutputs && !runtime.launcher) {
           // The launcher's filter is what stops one fallocate() from taking the host's disk.
           throw new SandboxControlRefusedError(
@@ -281,7 +307,7 @@ export class DockerBackend implements CordonSandboxBackend {
           registering.catch(() => {})
         }
         phase = 'creating the container'
-        const container = await this.engine.docker.createContainer({
+        const spec = {
           ...containerSpec({
             name,
             config: this.config,
@@ -307,7 +333,16 @@ export class DockerBackend implements CordonSandboxBackend {
             }),
           }),
           abortSignal: signal,
-        } as Docker.ContainerCreateOptions)
+        } as Docker.ContainerCreateOptions
+        const container = await this.engine.docker.createContainer(spec).catch(async (error) => {
+          // Removed from the engine since this backend last looked: pulled again, as docker run would.
+          if (!isMissingImage(error)) throw error
+          forgetImageEnvironment(this.engine.docker, this.config.image)
+          phase = `pulling the image ${this.config.image}`
+          await this.images.pull(this.config.image, signal)
+          phase = 'creating the container'
+          return this.engine.docker.createContainer(spec)
+        })
         phase = 'attaching to the container'
         channel = await AttachedChannel.attach(container, this.engine.docker, (stream, opening) => {
           // Connections the sandbox made to its proxy port go to its gateway client.

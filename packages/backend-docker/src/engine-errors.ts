@@ -20,12 +20,24 @@ export function isNotFound(error: unknown): boolean {
   return engineStatus(error) === 404
 }
 
+/** The engine has no image of the name a container was created from. */
+export function isMissingImage(error: unknown): boolean {
+  return engineStatus(error) === 404 && /no such image/i.test(engineMessage(error))
+}
+
+/** The engine could not be reached at all (no socket, refused, cut off). */
+export function isUnreachable(error: unknown): boolean {
+  const code = (error as { code?: unknown })?.code
+  return typeof code === 'string' && UNREACHABLE_CODES.has(code)
+}
+
 /** The engine is already removing it (an `AutoRemove` container that just stopped): as good as gone. */
 export function isBeingRemoved(error: unknown): boolean {
   return engineStatus(error) === 409 && /removal .* in progress/i.test(engineMessage(error))
 }
 
-function engineMessage(error: unknown): string {
+/** What the engine said: its JSON message, else the error's own. */
+export function engineMessage(error: unknown): string {
   const json = (error as { json?: { message?: unknown } })?.json
   if (json && typeof json.message === 'string') return json.message
   const reason = (error as { reason?: unknown })?.reason
@@ -44,12 +56,11 @@ export function translateEngineError(
   operation: string,
 ): Error {
   if (SandboxError.isInstance(error)) return error
-  const code = (error as { code?: unknown })?.code
   const message = engineMessage(error)
-  if (typeof code === 'string' && UNREACHABLE_CODES.has(code)) {
+  if (isUnreachable(error)) {
     return new SandboxBackendUnavailableError(
       backend,
-      `The Docker Engine at ${endpoint} is unreachable (${code}). Is dockerd running, and may this process use its socket?`,
+      `The Docker Engine at ${endpoint} is unreachable (${(error as { code: string }).code}). Is dockerd running, and may this process use its socket?`,
       { cause: error },
     )
   }
@@ -57,13 +68,6 @@ export function translateEngineError(
     return new SandboxBackendUnavailableError(
       backend,
       `The Docker Engine at ${endpoint} has no "runsc" runtime registered; install gVisor and add it to daemon.json "runtimes"`,
-      { cause: error },
-    )
-  }
-  if (engineStatus(error) === 404 && /no such image/i.test(message)) {
-    return new SandboxBackendUnavailableError(
-      backend,
-      `Image not found on the engine at ${endpoint}: ${message}`,
       { cause: error },
     )
   }

@@ -33,3 +33,8 @@ export function imageEnvironment(docker: Docker, image: string): Promise<Record<
   }
   return pending
 }
+
+/** Drops what was read of `image` (it left the engine; a pulled replacement may declare another environment). */
+export function forgetImageEnvironment(docker: Docker, image: string): void {
+  known.get(docker)?.delete(image)
+}

@@ -1,6 +1,7 @@
 import type {
   ContainerBackendConfig,
   CordonSandboxProvider,
+  SandboxLifecycleEvent,
   SandboxProviderConfig,
 } from '@cordon/core'
 import {
@@ -13,6 +14,7 @@ import {
 import { ensureAgentRuntime } from './agent-runtime.js'
 import { DockerBackend } from './docker-backend.js'
 import { connectEngine } from './engine-connection.js'
+import { ImagePuller } from './image-pull.js'
 
 export type { ContainerBackendConfig as DockerBackendConfig } from '@cordon/core'
 export {
@@ -21,23 +23,42 @@ export {
   SandboxCreateTimeoutError,
   SandboxDestroyedError,
   SandboxFileNotFoundError,
+  SandboxImagePullError,
   SandboxPathError,
   SandboxReadinessError,
 } from '@cordon/core'
 export { LABEL as CORDON_LABELS } from '@cordon/core/backend'
 export { connectEngine } from './engine-connection.js'
 export { collectGarbage, type GarbageReport, type UnjudgedResource } from './garbage-collect.js'
+export {
+  type BuiltImage,
+  buildImage,
+  type ImageBuildOptions,
+  type ImageBuildProgress,
+} from './image-build.js'
+export { ImageBuildError } from './image-build-error.js'
 
 /**
  * Fills the agent runtime volume on the engine ahead of time (normally the
  * first `create()` on an engine does it), so no sandbox pays for it. `image`
  * runs the short-lived container that fills it: any image the sandboxes use.
+ * It is pulled first if the engine lacks it (without a deadline: a large
+ * image pulled here costs no create its budget).
  * Resolves with the volume's name, and whether it holds cordon-launcher (the
  * agent then starts commands with vfork() rather than by forking Node; see
  * the README, "How a command starts"); a second call finds it there.
  */
 export async function prepareAgentRuntime(
-  config: Pick<ContainerBackendConfig, 'image' | 'socketPath' | 'host' | 'port' | 'tls'>,
+  config: Pick<
+    ContainerBackendConfig,
+    'image' | 'registryAuth' | 'socketPath' | 'host' | 'port' | 'tls'
+  >,
+  options: {
+    /** Ends the image pull, if one is under way. */
+    readonly signal?: AbortSignal
+    /** Receives the `image.pull.*` events of pulling `image` when the engine lacks it. */
+    readonly onEvent?: (event: SandboxLifecycleEvent) => void
+  } = {},
 ): Promise<{
   readonly volume: string
   readonly launcher: boolean
@@ -45,6 +66,13 @@ export async function prepareAgentRuntime(
   readonly hugePageNodeVolume: string | undefined
 }> {
   const engine = connectEngine(config)
+  await new ImagePuller({
+    docker: engine.docker,
+    endpoint: engine.endpoint,
+    backend: 'container:docker',
+    registryAuth: config.registryAuth,
+    emit: (event) => options.onEvent?.(event),
+  }).ensure(config.image, options.signal ?? new AbortController().signal)
   const runtime = await ensureAgentRuntime(
     engine.docker,
     engine.endpoint,

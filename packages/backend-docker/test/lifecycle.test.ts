@@ -8,6 +8,7 @@ import {
   SandboxControlRefusedError,
   SandboxCreateTimeoutError,
   type SandboxEvent,
+  SandboxImagePullError,
   SandboxPathError,
 } from '@cordon/core'
 import { describe, expect, it } from 'vitest'
@@ -33,8 +34,8 @@ describe('create and destroy', () => {
   it('cleans up everything when a step fails half-way (missing image)', async () => {
     const provider = testProvider({ image: 'cordon-test/no-such-image:latest' })
     const error = await provider.create().catch((caught: unknown) => caught)
-    expect(SandboxBackendUnavailableError.isInstance(error)).toBe(true)
-    expect((error as Error).message).toMatch(/image/i)
+    expect(SandboxImagePullError.isInstance(error)).toBe(true)
+    expect((error as SandboxImagePullError).image).toBe('cordon-test/no-such-image:latest')
     await provider.close()
     const volumes =
       (await docker.listVolumes({ filters: { label: [`cordon.provider=${provider.instanceId}`] } }))

@@ -34,11 +34,12 @@ export function testProvider(
   })
 }
 
-/** Containers and volumes of this test run that still exist. */
+/** Containers, volumes, networks and images of this test run that still exist. */
 export async function leftovers(): Promise<{
   containers: string[]
   volumes: string[]
   networks: string[]
+  images: string[]
 }> {
   const filters = { label: [`${TEST_RUN_LABEL}=${TEST_RUN_ID}`] }
   const containers = (await docker.listContainers({ all: true, filters })).map(
@@ -48,5 +49,9 @@ export async function leftovers(): Promise<{
     (volume) => volume.Name,
   )
   const networks = (await docker.listNetworks({ filters })).map((network) => network.Name)
-  return { containers, volumes, networks }
+  // Images a test builds carry the label, and so do those pulled from what a test pushed.
+  const images = (await docker.listImages({ filters })).map(
+    (image) => image.RepoTags?.[0] ?? image.Id,
+  )
+  return { containers, volumes, networks, images }
 }

@@ -22,6 +22,7 @@ export {
   environmentSchema,
   microVMProviderConfigSchema,
   parseConfig,
+  registryHostKey,
   tlsClientSchema,
 } from './config.js'
 export {

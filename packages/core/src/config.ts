@@ -14,6 +14,13 @@ export interface TlsClientMaterial {
   readonly servername?: string
 }
 
+/** Credentials for one container registry: what `docker login` would take. */
+export interface RegistryCredential {
+  readonly username: string
+  /** The password, or an access token the registry accepts in its place. */
+  readonly password: string
+}
+
 /**
  * `container` tier on a Docker Engine, with runc (`docker`, the default) or
  * gVisor (`runsc`). The first six fields are the reference's.
@@ -21,8 +28,20 @@ export interface TlsClientMaterial {
 export interface ContainerBackendConfig {
   readonly tier: 'container'
   readonly runtime?: 'docker' | 'runsc'
-  /** Image to start per sandbox. It needs only the commands you will run in it. */
+  /**
+   * Image to start per sandbox. It needs only the commands you will run in
+   * it. When the engine does not have it, the first `create()` pulls it (as
+   * `docker run` does), within that create's deadline.
+   */
   readonly image: string
+  /**
+   * Credentials for pulling from registries that need them, by registry
+   * host as it appears in image names (`ghcr.io`, `registry.example.com:5000`;
+   * `docker.io` for Docker Hub). A pull sends the engine the credential of
+   * the image's own registry only. Never logged, labelled or put in an
+   * error or event.
+   */
+  readonly registryAuth?: Readonly<Record<string, RegistryCredential>>
   /**
    * The reference's choice of how the host reached its in-container worker.
    * cordon reaches every sandbox through the engine's API and needs no network
@@ -237,6 +256,52 @@ const labelsSchema = z
   )
   .readonly()
 
+/** A registry host as image names spell it: `name[.name...][:port]`, no scheme or path. */
+const REGISTRY_HOST =
+  /^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*(:[0-9]{1,5})?$/i
+
+const registryCredentialSchema: z.ZodType<RegistryCredential> = z
+  .object({ username: z.string().min(1), password: z.string().min(1) })
+  .strict()
+  .readonly()
+
+const registryAuthSchema = z
+  .record(z.string(), registryCredentialSchema)
+  .readonly()
+  .superRefine((auth, ctx) => {
+    const seen = new Map<string, string>()
+    for (const key of Object.keys(auth)) {
+      if (!REGISTRY_HOST.test(key)) {
+        ctx.addIssue({
+          code: 'custom',
+          path: [key],
+          message:
+            'registry keys are hosts as image names spell them, e.g. "ghcr.io", "registry.example.com:5000" or "docker.io" (no scheme, no path)',
+        })
+        continue
+      }
+      const registry = registryHostKey(key)
+      const earlier = seen.get(registry)
+      if (earlier !== undefined) {
+        ctx.addIssue({
+          code: 'custom',
+          path: [key],
+          message: `names the same registry as "${earlier}"; give one credential per registry`,
+        })
+      }
+      seen.set(registry, key)
+    }
+  })
+
+/**
+ * The registry a `registryAuth` key or an image name's host part stands for:
+ * hosts compare without case, and Docker Hub's other names are `docker.io`.
+ */
+export function registryHostKey(host: string): string {
+  const lower = host.toLowerCase()
+  return lower === 'index.docker.io' || lower === 'registry-1.docker.io' ? 'docker.io' : lower
+}
+
 export const tlsClientSchema: z.ZodType<TlsClientMaterial> = z
   .object({
     ca: pem().optional(),
@@ -252,6 +317,7 @@ export const containerBackendConfigSchema: z.ZodType<ContainerBackendConfig> = z
     tier: z.literal('container'),
     runtime: z.enum(['docker', 'runsc']).optional(),
     image: z.string().min(1),
+    registryAuth: registryAuthSchema.optional(),
     hostReachability: z.enum(['host-port', 'container-network']).optional(),
     network: z.string().min(1).optional(),
     labels: labelsSchema

@@ -41,6 +41,7 @@ export type SandboxErrorCode =
   | 'PATH_REFUSED'
   | 'FILE_NOT_FOUND'
   | 'FILE_TOO_LARGE'
+  | 'IMAGE_PULL_FAILED'
   | 'OPERATION_FAILED'
 
 export interface SandboxErrorOptions {
@@ -415,6 +416,46 @@ export class SandboxFileTooLargeError extends SandboxError {
 
   static override isInstance(value: unknown): value is SandboxFileTooLargeError {
     return hasMarker(value, tooLargeMarker)
+  }
+}
+
+const imagePullMarker = markerFor('SandboxImagePullError')
+
+/**
+ * The image a sandbox needs is not on the engine and could not be pulled: the
+ * registry does not have it, refused the credentials (or their absence), or
+ * could not be reached. `reason` is the engine's or registry's own words;
+ * credentials never appear in the message or any field.
+ */
+export class SandboxImagePullError extends SandboxError {
+  protected readonly [imagePullMarker] = true
+  /** The image as the config names it, e.g. `node:20-slim`. */
+  readonly image: string
+  /** The registry it was pulled from, e.g. `docker.io`, `127.0.0.1:5000`. */
+  readonly registry: string
+  readonly backend: string
+  readonly reason: string
+
+  constructor(
+    image: string,
+    registry: string,
+    backend: string,
+    reason: string,
+    options: SandboxErrorOptions = {},
+  ) {
+    super(`Could not pull image "${image}" from ${registry}: ${reason}`, {
+      ...options,
+      code: 'IMAGE_PULL_FAILED',
+    })
+    this.name = 'SandboxImagePullError'
+    this.image = image
+    this.registry = registry
+    this.backend = backend
+    this.reason = reason
+  }
+
+  static override isInstance(value: unknown): value is SandboxImagePullError {
+    return hasMarker(value, imagePullMarker)
   }
 }
 

@@ -30,6 +30,17 @@ export type SandboxLifecyclePhase =
   | 'oom'
   /** A `resolver` policy's answer was refused (an invalid entry, an error, a timeout): everything is denied. */
   | 'egress.resolver-refused'
+  /**
+   * The image a create needs is not on the engine, and is being pulled
+   * (`image`); then `image.pull.progress` as layers download (`pull`, at most
+   * a few a second), and `image.pull.end` (with `durationMs`) or
+   * `image.pull.failed` (with `error`). A pull serves every create that
+   * waits for it, so these carry no `sandboxId`.
+   */
+  | 'image.pull.start'
+  | 'image.pull.progress'
+  | 'image.pull.end'
+  | 'image.pull.failed'
 
 export interface SandboxLifecycleEvent {
   readonly type: 'lifecycle'
@@ -44,6 +55,25 @@ export interface SandboxLifecycleEvent {
   readonly error?: { readonly name: string; readonly code?: string; readonly message: string }
   /** On `destroy.end` and `ended`: why the sandbox ended. */
   readonly endReason?: SandboxEndReason
+  /** On `image.pull.*`: the image, as the config names it. */
+  readonly image?: string
+  /** On `image.pull.progress` and `image.pull.end`: how far the pull has come. */
+  readonly pull?: SandboxImagePullProgress
+}
+
+/**
+ * How far an image pull has come. Layer sizes become known as each layer
+ * starts downloading, so `totalBytes` can grow while a pull runs.
+ */
+export interface SandboxImagePullProgress {
+  /** Layers of the image (those the engine already had count as done). */
+  readonly layers: number
+  /** Layers downloaded and unpacked, or already on the engine. */
+  readonly layersDone: number
+  /** Bytes downloaded so far. */
+  readonly downloadedBytes: number
+  /** Sum of the sizes of the layers whose size the registry has reported. */
+  readonly totalBytes: number
 }
 
 /** A file operation through the host API, reported when it ends. */

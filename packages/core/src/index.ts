@@ -29,6 +29,7 @@ export {
   containerBackendConfigSchema,
   type MicroVMBackendConfig,
   microVMBackendConfigSchema,
+  type RegistryCredential,
   type SandboxBackendConfig,
   type SandboxCreateConfig,
   type SandboxProviderConfig,
@@ -61,6 +62,7 @@ export {
   type SandboxErrorOptions,
   SandboxFileNotFoundError,
   SandboxFileTooLargeError,
+  SandboxImagePullError,
   SandboxOperationError,
   SandboxPathError,
   SandboxReadinessError,
@@ -73,6 +75,7 @@ export type {
   SandboxEventListener,
   SandboxExecEvent,
   SandboxFileEvent,
+  SandboxImagePullProgress,
   SandboxLifecycleEvent,
   SandboxLifecyclePhase,
 } from './events.js'

@@ -12,6 +12,7 @@ import {
   SandboxDestroyedError,
   SandboxError,
   SandboxFileNotFoundError,
+  SandboxImagePullError,
   SandboxOperationError,
   SandboxPathError,
   SandboxReadinessError,
@@ -124,6 +125,25 @@ const cases: Case[] = [
     fields: { path: '/mnt/x' },
   },
   {
+    make: () =>
+      new SandboxImagePullError(
+        'node:20-slim',
+        'docker.io',
+        'container:docker',
+        'manifest unknown',
+        { cause },
+      ),
+    klass: SandboxImagePullError,
+    parent: SandboxError,
+    code: 'IMAGE_PULL_FAILED',
+    fields: {
+      image: 'node:20-slim',
+      registry: 'docker.io',
+      backend: 'container:docker',
+      reason: 'manifest unknown',
+    },
+  },
+  {
     make: () => new SandboxOperationError('readFile', 'engine said 500', { cause }),
     klass: SandboxOperationError,
     parent: SandboxError,
@@ -186,6 +206,17 @@ describe('error hierarchy', () => {
     expect(SandboxDestroyedError.isInstance(foreign)).toBe(true)
     expect(SandboxError.isInstance(foreign)).toBe(true)
     expect(SandboxPathError.isInstance(foreign)).toBe(false)
+  })
+
+  it('a pull failure names the image and the registry in its message', () => {
+    const error = new SandboxImagePullError(
+      '127.0.0.1:5000/team/tool:1',
+      '127.0.0.1:5000',
+      'container:docker',
+      'unauthorized: authentication required',
+    )
+    expect(error.message).toContain('"127.0.0.1:5000/team/tool:1"')
+    expect(error.message).toContain('unauthorized')
   })
 
   it('a refusal names the control and the backend in its message', () => {

@@ -76,6 +76,52 @@ describe('prepareProviderConfig', () => {
     expect(text).toContain('defaultEgress.allowedHosts.2')
   })
 
+  it('takes registry credentials by registry host, and reports every bad entry without its secret', () => {
+    const good = parseBackendConfig({
+      tier: 'container',
+      image: 'ghcr.io/team/tool:1',
+      registryAuth: {
+        'ghcr.io': { username: 'bot', password: 'token-1' },
+        'registry.example.com:5000': { username: 'bot', password: 'token-2' },
+        'docker.io': { username: 'bot', password: 'token-3' },
+      },
+    })
+    expect(Object.keys(good.registryAuth ?? {})).toHaveLength(3)
+    let thrown: unknown
+    try {
+      parseBackendConfig({
+        tier: 'container',
+        image: 'busybox',
+        registryAuth: {
+          'https://index.docker.io/v1/': { username: 'bot', password: 'hunter2-secret' },
+          'Docker.io': { username: 'bot', password: 'hunter2-secret' },
+          'index.docker.io': { username: 'bot', password: 'hunter2-secret' },
+          'ghcr.io': { username: '', password: 'hunter2-secret' },
+          'quay.io': { username: 'bot', password: 'hunter2-secret', email: 'x' } as never,
+        },
+      })
+    } catch (error) {
+      thrown = error
+    }
+    expect(SandboxConfigValidationError.isInstance(thrown)).toBe(true)
+    const issues = (thrown as SandboxConfigValidationError).issues.map(
+      (issue) => `${issue.path}: ${issue.message}`,
+    )
+    expect(issues.sort()).toEqual([
+      expect.stringMatching(/^registryAuth\.ghcr\.io\.username: /),
+      expect.stringMatching(
+        /^registryAuth\.https:\/\/index\.docker\.io\/v1\/: registry keys are hosts/,
+      ),
+      expect.stringMatching(
+        /^registryAuth\.index\.docker\.io: names the same registry as "Docker\.io"/,
+      ),
+      expect.stringMatching(/^registryAuth\.quay\.io: Unrecognized key/),
+    ])
+    // Neither the message nor the issues carry a password.
+    expect(JSON.stringify(thrown)).not.toContain('hunter2')
+    expect((thrown as Error).message).not.toContain('hunter2')
+  })
+
   it('requires a layout for the container tier', () => {
     const issues = issuesOf(() =>
       prepareProviderConfig({

@@ -1,6 +1,11 @@
 import { execFileSync, spawn } from 'node:child_process'
+import { createHash, randomBytes } from 'node:crypto'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { beforeAll, describe, expect, it } from 'vitest'
+import { pushTestImage, startLocalRegistry } from '../../../tooling/engine/test-registry.mjs'
 
 const CLI = fileURLToPath(new URL('../dist/cli/main.js', import.meta.url))
 
@@ -108,6 +113,58 @@ describe('the cordon command', () => {
     expect(result.stderr).toContain('timed out after 500 ms')
     expect(result.code).toBe(137)
   })
+
+  it('builds an image with its output on stderr, pulls a missing one with progress on stderr, and names one it cannot pull', async () => {
+    const registry = await startLocalRegistry()
+    const context = mkdtempSync(join(tmpdir(), 'cordon-cli-build-'))
+    const built = `cordon-test-cli-build-${process.pid}:1`
+    const pushed = `${registry.host}/cordon-test/cli:1`
+    try {
+      const payload = randomBytes(2 * 1024 * 1024)
+      writeFileSync(join(context, 'payload'), payload)
+      writeFileSync(
+        join(context, 'Dockerfile'),
+        'FROM cordon-test/busybox:latest\nCOPY payload /payload\nUSER 0\nRUN sha256sum /payload > /payload.sha256\n',
+      )
+      const build = await cordon(['build', '--tag', built, context])
+      expect(build.code, build.stderr).toBe(0)
+      expect(build.stderr).toMatch(/^Step 4\/\d+ : RUN sha256sum/m)
+      expect(build.stdout).toMatch(new RegExp(`built ${built} \\(sha256:[0-9a-f]{64}\\)`))
+      await pushTestImage(built, pushed)
+      execFileSync('docker', ['image', 'rm', built])
+
+      const run = await cordon(['run', '--image', pushed, '--', 'cat', '/payload.sha256'])
+      expect(run.code, run.stderr).toBe(0)
+      expect(run.stdout).toContain(createHash('sha256').update(payload).digest('hex'))
+      expect(run.stderr).toContain(`cordon: pulling ${pushed}\n`)
+      expect(run.stderr).toMatch(
+        new RegExp(`cordon: pulled ${pushed} \\(3/3 layers, [\\d.]+/[\\d.]+ MB\\) in [\\d.]+ s`),
+      )
+
+      const absent = await cordon([
+        'run',
+        '--image',
+        `${registry.host}/cordon-test/absent:1`,
+        '--',
+        'true',
+      ])
+      expect(absent.code).toBe(125)
+      expect(absent.stderr).toContain(
+        `Could not pull image "${registry.host}/cordon-test/absent:1"`,
+      )
+      expect(absent.stderr).toContain('[IMAGE_PULL_FAILED]')
+      // The engine set-up script is no answer to an image the registry lacks.
+      expect(absent.stderr).not.toContain('setup.sh')
+    } finally {
+      for (const image of [built, pushed]) {
+        try {
+          execFileSync('docker', ['image', 'rm', image], { stdio: 'ignore' })
+        } catch {}
+      }
+      await registry.stop()
+      rmSync(context, { recursive: true, force: true })
+    }
+  }, 120_000)
 
   it('explains an unreachable engine and exits 125', async () => {
     const result = await cordon(['run', '--', 'true'], {

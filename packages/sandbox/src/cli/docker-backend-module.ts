@@ -1,4 +1,4 @@
-import { SandboxBackendNotInstalledError } from '@cordon/core'
+import { SandboxBackendNotInstalledError, type SandboxEvent } from '@cordon/core'
 import type { UnjudgedOwnerReason } from '@cordon/core/backend'
 
 /** The subset of @cordon/backend-docker the command line uses beyond the provider. */
@@ -12,10 +12,24 @@ export interface DockerBackendModule {
     failed: Array<{ id: string; reason: string }>
   }>
   connectEngine(config: Record<string, never>): { docker: unknown; endpoint: string }
-  prepareAgentRuntime(config: { image: string }): Promise<{ volume: string }>
+  prepareAgentRuntime(
+    config: { image: string },
+    options: { signal?: AbortSignal; onEvent?: (event: SandboxEvent) => void },
+  ): Promise<{ volume: string }>
+  buildImage(
+    config: Record<string, never>,
+    options: {
+      context: string
+      tag: string
+      dockerfile?: string
+      buildArgs?: Record<string, string>
+      signal?: AbortSignal
+      onProgress?: (progress: { step: number | undefined; line: string }) => void
+    },
+  ): Promise<{ tag: string; id: string }>
 }
 
-/** Loads the Docker backend for commands that are Docker-specific (`cordon gc`, `cordon prepare`). */
+/** Loads the Docker backend for commands that are Docker-specific (`cordon gc`, `prepare`, `build`). */
 export async function loadDockerBackend(): Promise<DockerBackendModule> {
   const name = '@cordon/backend-docker'
   try {

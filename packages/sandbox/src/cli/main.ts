@@ -1,4 +1,5 @@
 #!/usr/bin/env node
+import { BUILD_USAGE, buildCommand } from './build-command.js'
 import { demoCommand } from './demo-command.js'
 import { EXIT_CORDON_FAILURE, EXIT_USAGE } from './exit-codes.js'
 import { gcCommand } from './gc-command.js'
@@ -14,8 +15,12 @@ const USAGE = `usage: cordon <command>
   demo [--image I] [--runtime R]       show cordon's main job step by step
   gc [--dry-run]                       remove leftovers of owners known to be gone
   prepare [--image I]                  fill the agent runtime volume on the engine now
+                                       (and pull the image if the engine lacks it)
+  build --tag T [options] DIR          build an image from a Dockerfile directory
 
-${RUN_USAGE}`
+${RUN_USAGE}
+
+${BUILD_USAGE}`
 
 const io: RunIo = {
   stdout: (text) => process.stdout.write(text),
@@ -44,6 +49,8 @@ async function main(argv: readonly string[]): Promise<number> {
       return gcCommand(rest, io)
     case 'prepare':
       return prepareCommand(rest, io)
+    case 'build':
+      return buildCommand(rest, io)
     case undefined:
     case 'help':
     case '--help':

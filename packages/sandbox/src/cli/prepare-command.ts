@@ -1,12 +1,15 @@
 import { parseArgs } from 'node:util'
 import { loadDockerBackend } from './docker-backend-module.js'
+import { imagePullReporter } from './image-pull-report.js'
 import type { RunIo } from './run-command.js'
 import { DEFAULT_IMAGE } from './sandbox-flags.js'
 
 /**
  * `cordon prepare`: fills the agent runtime volume on the engine now (cordon's
  * agent and the egress gateway run from it), so that no sandbox's first
- * `create()` pays for it. Idempotent.
+ * `create()` pays for it, and pulls the image first if the engine lacks it
+ * (with no deadline: a large image pulled here costs no create its budget).
+ * Idempotent.
  */
 export async function prepareCommand(argv: readonly string[], io: RunIo): Promise<number> {
   const { values } = parseArgs({
@@ -14,7 +17,22 @@ export async function prepareCommand(argv: readonly string[], io: RunIo): Promis
     options: { image: { type: 'string', default: process.env.CORDON_IMAGE ?? DEFAULT_IMAGE } },
   })
   const backend = await loadDockerBackend()
-  const { volume } = await backend.prepareAgentRuntime({ image: values.image })
-  io.stdout(`cordon prepare: the agent runtime is in volume ${volume}\n`)
-  return 0
+  const interrupt = new AbortController()
+  const onSignal = () => interrupt.abort()
+  process.once('SIGINT', onSignal)
+  process.once('SIGTERM', onSignal)
+  try {
+    const { volume } = await backend.prepareAgentRuntime(
+      { image: values.image },
+      {
+        signal: interrupt.signal,
+        onEvent: imagePullReporter(io.stderr, io.terminal?.stderr === true),
+      },
+    )
+    io.stdout(`cordon prepare: the agent runtime is in volume ${volume}\n`)
+    return 0
+  } finally {
+    process.off('SIGINT', onSignal)
+    process.off('SIGTERM', onSignal)
+  }
 }

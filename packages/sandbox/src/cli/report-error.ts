@@ -14,9 +14,10 @@ export function reportError(
     return
   }
   if (SandboxBackendUnavailableError.isInstance(error)) {
+    // The engine itself is missing or down; images are another matter (SandboxImagePullError).
     write(`cordon: ${error.message}`)
     write(
-      'cordon: on a Debian machine, `bash tooling/engine/setup.sh` installs and starts the engine (as root).',
+      "cordon: on a Debian machine, `bash tooling/engine/setup.sh` in cordon's repository installs and starts the engine (as root).",
     )
     return
   }

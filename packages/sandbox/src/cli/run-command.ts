@@ -2,6 +2,7 @@ import { parseArgs } from 'node:util'
 import { escapeTerminalControls } from '@cordon/core'
 import { createSandboxProvider } from '../create-sandbox-provider.js'
 import { EXIT_USAGE } from './exit-codes.js'
+import { imagePullReporter } from './image-pull-report.js'
 import { providerConfigFromFlags, SANDBOX_FLAG_OPTIONS, splitAtSeparator } from './sandbox-flags.js'
 
 export const RUN_USAGE = `usage: cordon run [--image IMAGE] [--runtime docker|runsc] [--memory MB] [--pids N]
@@ -9,7 +10,8 @@ export const RUN_USAGE = `usage: cordon run [--image IMAGE] [--runtime docker|ru
                   -- COMMAND [ARGS...]
 
 Runs COMMAND (an argv, never a shell) in a fresh hardened sandbox with no
-network, streams its output, and exits with its exit code. Output bound for
+network, streams its output, and exits with its exit code. An IMAGE the
+engine lacks is pulled first, with its progress on stderr. Output bound for
 a terminal has its control characters shown as escapes (\x1b, \r), so the
 sandbox cannot drive your terminal; --raw passes them through.`
 
@@ -38,7 +40,10 @@ export async function runCommand(argv: readonly string[], io: RunIo): Promise<nu
     io.stderr(`${RUN_USAGE}\n`)
     return EXIT_USAGE
   }
-  const config = providerConfigFromFlags(values)
+  const config = {
+    ...providerConfigFromFlags(values),
+    onEvent: imagePullReporter(io.stderr, io.terminal?.stderr === true),
+  }
   const env = Object.fromEntries(
     (values.env ?? []).map((pair) => [
       pair.slice(0, pair.indexOf('=')),

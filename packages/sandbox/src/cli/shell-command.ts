@@ -2,6 +2,7 @@ import type { Readable, Writable } from 'node:stream'
 import { parseArgs } from 'node:util'
 import { createSandboxProvider } from '../create-sandbox-provider.js'
 import { EXIT_USAGE } from './exit-codes.js'
+import { imagePullReporter } from './image-pull-report.js'
 import { providerConfigFromFlags, SANDBOX_FLAG_OPTIONS, splitAtSeparator } from './sandbox-flags.js'
 
 export const SHELL_USAGE = `usage: cordon shell [--image IMAGE] [--runtime docker|runsc] [--memory MB]
@@ -35,7 +36,10 @@ export async function shellCommand(argv: readonly string[], io: ShellIo): Promis
     io.stderr(`${SHELL_USAGE}\n`)
     return EXIT_USAGE
   }
-  const provider = createSandboxProvider(providerConfigFromFlags(values))
+  const provider = createSandboxProvider({
+    ...providerConfigFromFlags(values),
+    onEvent: imagePullReporter(io.stderr, false),
+  })
   const size = () => ({ cols: io.stdout.columns || 80, rows: io.stdout.rows || 24 })
   const raw = io.stdin.isTTY === true && typeof io.stdin.setRawMode === 'function'
   try {
