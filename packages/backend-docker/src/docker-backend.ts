@@ -1,6 +1,11 @@
 import { Socket } from 'node:net'
 import { AGENT_EXIT_CODES, newAgentSecret } from '@cordon/agent/protocol'
-import { AgentClient, AgentSandbox, waitForAgentConnection } from '@cordon/agent/sandbox'
+import {
+  AgentClient,
+  AgentSandbox,
+  type StdioChannel,
+  waitForAgentConnection,
+} from '@cordon/agent/sandbox'
 import {
   type ContainerBackendConfig,
   type CordonBackendSandbox,
@@ -29,7 +34,7 @@ import {
   ensureAgentRuntime,
   forgetAgentRuntime,
 } from './agent-runtime.js'
-import { AttachedChannel } from './attached-channel.js'
+import { attachChannel } from './attached-channel.js'
 import {
   agentEnvironment,
   containerSpec,
@@ -227,7 +232,7 @@ export class DockerBackend implements CordonSandboxBackend {
     const proxied = request.egress.kind !== 'deny-all' ? request.egress : undefined
     const timeoutMs = this.config.readyTimeoutMs ?? DEFAULT_READINESS_TIMEOUT_MS
     let phase = 'preparing the agent runtime'
-    let channel: AttachedChannel | undefined
+    let channel: StdioChannel | undefined
     let egress: SandboxEgress | undefined
     let registering: Promise<SandboxEgress> | undefined
     // Command and file streams go over the direct socket once the agent is up (direct-socket.ts).
@@ -344,7 +349,7 @@ export class DockerBackend implements CordonSandboxBackend {
           return this.engine.docker.createContainer(spec)
         })
         phase = 'attaching to the container'
-        channel = await AttachedChannel.attach(container, this.engine.docker, (stream, opening) => {
+        channel = await attachChannel(container, this.engine.docker, (stream, opening) => {
           // Connections the sandbox made to its proxy port go to its gateway client.
           if (opening.kind === 'egress' && proxied && egress) {
             this.egressGateway?.connect(request.id, stream)
@@ -472,7 +477,7 @@ export class DockerBackend implements CordonSandboxBackend {
     client: AgentClient,
     sandboxId: SandboxCreateRequest['id'],
     signal: AbortSignal,
-    channel: AttachedChannel,
+    channel: StdioChannel,
     direct: DirectRoute | undefined,
   ): Promise<void> {
     const stopped = new Promise<never>((_, reject) =>

@@ -2,6 +2,7 @@ import { randomUUID } from 'node:crypto'
 import { createInterface } from 'node:readline'
 import type { Duplex } from 'node:stream'
 import { type MuxStream, pipeBothWays } from '@cordon/agent/protocol'
+import type { StdioChannel } from '@cordon/agent/sandbox'
 import {
   type BrokeredCredential,
   type EgressPolicy,
@@ -23,7 +24,7 @@ import {
 } from '@cordon/egress'
 import type Docker from 'dockerode'
 import { type AgentRuntime, RUNTIME_MOUNT } from './agent-runtime.js'
-import { AttachedChannel } from './attached-channel.js'
+import { attachChannel } from './attached-channel.js'
 import { serviceHostConfig } from './container-spec.js'
 import { isBeingRemoved, isNotFound } from './engine-errors.js'
 
@@ -65,7 +66,7 @@ const CONTROL_ANSWER_TIMEOUT_MS = 30_000
  */
 export class EgressGateway {
   private starting: Promise<void> | undefined
-  private channel: AttachedChannel | undefined
+  private channel: StdioChannel | undefined
   private control: MuxStream | undefined
   private readonly pending = new Map<string, (ack: GatewayAck) => void>()
   private readonly clients = new Set<string>()
@@ -192,7 +193,7 @@ export class EgressGateway {
         ),
       },
     })
-    const channel = await AttachedChannel.attach(container, docker)
+    const channel = await attachChannel(container, docker)
     this.channel = channel
     channel.onClose(() => this.onGatewayGone(channel))
     await container.start()
@@ -277,7 +278,7 @@ export class EgressGateway {
     })
   }
 
-  private onGatewayGone(channel: AttachedChannel): void {
+  private onGatewayGone(channel: StdioChannel): void {
     if (this.channel !== channel) return
     for (const [id, settle] of this.pending)
       settle({ type: 'ack', id, ok: false, error: 'the gateway exited' })

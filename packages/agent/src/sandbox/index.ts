@@ -20,6 +20,7 @@ export { toSandboxError } from './agent-error-mapping.js'
 export { AgentProcess, type AgentProcessHooks } from './agent-process.js'
 export { AgentSandbox, type AgentSandboxInit, type LostReason } from './agent-sandbox.js'
 export { dialTcp, type SocketConnectOptions, socketConnected } from './socket-dial.js'
+export { StdioChannel, type StdioChannelOptions } from './stdio-channel.js'
 export {
   isRetryableReadinessFailure,
   waitForAgent,
