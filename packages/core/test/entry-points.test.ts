@@ -89,6 +89,7 @@ describe('entry points', () => {
       'readableRoots',
       'requireAgentSecret',
       'resolveBackendOptions',
+      'resolveSandboxPath',
       'sleep',
       'throwIfAborted',
       'tlsClientSchema',

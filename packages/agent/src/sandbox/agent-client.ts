@@ -16,6 +16,7 @@ import {
   requestExec,
   requestHealth,
   requestListFiles,
+  requestMakeDirectory,
   requestReadFile,
   requestReadFiles,
   requestSignalMarked,
@@ -325,6 +326,13 @@ export class AgentClient {
     )
   }
 
+  /** Makes `path` a directory as the sandbox's user, inside the write roots; resolves with whether it was made. */
+  async makeDirectory(path: string, signal?: AbortSignal): Promise<boolean> {
+    return this.withConnection('makeDirectory', path, signal, (connection) =>
+      requestMakeDirectory(connection, path),
+    )
+  }
+
   async writeFile(
     path: string,
     source: AsyncIterable<Uint8Array>,
@@ -423,7 +431,7 @@ export class AgentClient {
       return await requestExec(connection, request, handlers)
     } catch (error) {
       connection.destroy()
-      throw this.translate(error, 'exec', undefined, signal)
+      throw this.translate(error, 'exec', request.cwd, signal)
     }
   }
 
