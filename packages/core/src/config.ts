@@ -385,12 +385,30 @@ const providerBaseShape = {
   allowInwardFor: z.array(z.string().min(1)).readonly().optional(),
 }
 
+const containerBackendShape = {
+  backend: z.union([containerBackendConfigSchema, aciStandbyPoolBackendConfigSchema]),
+}
+
 /** Provider config for the container tier: a layout is required. */
 export const containerProviderConfigSchema = z
   .object({
     ...providerBaseShape,
-    backend: z.union([containerBackendConfigSchema, aciStandbyPoolBackendConfigSchema]),
+    ...containerBackendShape,
     layout: containerSandboxLayoutSchema,
+  })
+  .strict()
+  .readonly()
+
+/**
+ * The container tier's provider config with its layout left to
+ * `checkLayout`, whose problems are reported as the reference reported them
+ * (`ContainerSandboxLayoutValidationError`).
+ */
+export const containerProviderFieldsSchema = z
+  .object({
+    ...providerBaseShape,
+    ...containerBackendShape,
+    layout: z.unknown().refine((value) => value !== undefined, 'required for the container tier'),
   })
   .strict()
   .readonly()
