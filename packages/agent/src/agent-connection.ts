@@ -26,6 +26,7 @@ import {
 } from './protocol/messages.js'
 import { restoreStartupBackgroundWork } from './startup-v8-flags.js'
 import { measureUsage } from './usage-meter.js'
+import { serveMakeDirectory } from './working-directory.js'
 
 export const AGENT_VERSION = '0.1.0'
 /** How long a new connection has to authenticate. */
@@ -46,6 +47,7 @@ export const ALL_OPERATIONS: ReadonlySet<AgentOperation> = new Set<AgentOperatio
   'write-files',
   'read-files',
   'list-files',
+  'make-directory',
 ])
 
 export interface ConnectionContext {
@@ -129,6 +131,7 @@ export async function serveConnection(socket: Duplex, context: ConnectionContext
           protectFromOom: context.config.protectFromOom,
           runAs: context.config.runAs,
           launcher: context.launcher,
+          jail: context.jail,
         })
         break
       case 'read-file':
@@ -145,6 +148,9 @@ export async function serveConnection(socket: Duplex, context: ConnectionContext
         break
       case 'list-files':
         await serveListFiles(connection, request, context.jail)
+        break
+      case 'make-directory':
+        await serveMakeDirectory(connection, request, context.jail)
         break
       default:
         throw new AgentOperationError('bad-request', `"${request.type}" is not a request`)

@@ -1,14 +1,14 @@
-import { statSync } from 'node:fs'
 import { constants } from 'node:os'
 import type { Readable } from 'node:stream'
 import { readOomKillCount } from './oom-counter.js'
-import { AgentOperationError } from './operation-error.js'
+import type { PathJail } from './path-jail.js'
 import type { LaunchedProcess, ProcessLauncher } from './process-launcher.js'
 import { EXEC_MARKER_VARIABLE, signalExecProcesses } from './process-tree.js'
 import type { DataChannel } from './protocol/frame-codec.js'
 import type { FramedConnection } from './protocol/framed-connection.js'
 import { type ExecRequest, type KillSignalName, parseClientMessage } from './protocol/messages.js'
 import { randomBytes } from './random-bytes.js'
+import { ensureWorkingDirectory } from './working-directory.js'
 
 export const DEFAULT_PATH = '/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin'
 /** After a SIGTERM kill, how long the tree gets before SIGKILL. */
@@ -21,6 +21,8 @@ export interface ExecContext {
   readonly runAs: { readonly uid: number; readonly gid: number } | undefined
   /** What starts the command (process-launcher.ts). */
   readonly launcher: ProcessLauncher
+  /** Where a missing working directory may be made, and as whom. */
+  readonly jail: PathJail
 }
 
 /**
@@ -38,13 +40,9 @@ export async function serveExec(
   context: ExecContext,
 ): Promise<void> {
   const cwd = request.cwd ?? context.defaultCwd
-  // Synchronous: a thread-pool round trip here costs an exec about a millisecond.
-  const cwdStat = statSync(cwd, { throwIfNoEntry: false })
-  if (!cwdStat?.isDirectory())
-    throw new AgentOperationError(
-      'bad-cwd',
-      `working directory ${cwd} does not exist or is not a directory`,
-    )
+  // Made first if missing, as `mkdir -p` before the command. Synchronous: a
+  // thread-pool round trip here costs an exec about a millisecond.
+  ensureWorkingDirectory(context.jail, cwd)
 
   const marker = randomBytes(12).toString('hex')
   const env: Record<string, string> = {

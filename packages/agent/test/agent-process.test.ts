@@ -151,10 +151,17 @@ describe.each(LAUNCHERS)('agent program (bundled, real child process), %s', (_, 
       expect(missing.stderr).toContain('not found')
     })
 
-    it('refuses a working directory that does not exist', async () => {
+    it('makes a missing working directory inside the write roots before the command, and refuses one elsewhere', async () => {
+      const inside = join(agent.outputs, 'not/yet/there')
+      expect((await run(agent, 'pwd', [], { cwd: inside })).stdout).toBe(`${inside}\n`)
       await expect(run(agent, 'pwd', [], { cwd: '/no/such/dir' })).rejects.toMatchObject({
-        code: 'bad-cwd',
+        code: 'path-refused',
       })
+      expect(existsSync('/no/such/dir')).toBe(false)
+      await writeFile(join(agent.outputs, 'plain-file'), 'x')
+      await expect(
+        run(agent, 'pwd', [], { cwd: join(agent.outputs, 'plain-file') }),
+      ).rejects.toMatchObject({ code: 'bad-cwd' })
     })
 
     it('feeds stdin with acknowledgements and closes it', async () => {

@@ -6,6 +6,7 @@
  */
 import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
+import { existsSync } from 'node:fs'
 import { chmod, chown, mkdir, mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises'
 import { connect, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
@@ -102,9 +103,18 @@ async function stop(agent: StdioAgent | undefined): Promise<void> {
 }
 
 async function run(agent: StdioAgent, command: string, args: string[]): Promise<string> {
+  return runIn(agent, agent.outputs, command, args)
+}
+
+async function runIn(
+  agent: StdioAgent,
+  cwd: string,
+  command: string,
+  args: string[],
+): Promise<string> {
   let out = ''
   const session = await agent.client.startExec(
-    { command, args, env: {}, cwd: agent.outputs, stdin: false },
+    { command, args, env: {}, cwd, stdin: false },
     { onStdout: (bytes) => (out += Buffer.from(bytes).toString()), onStderr: () => {} },
   )
   await session.result
@@ -186,6 +196,55 @@ describe('the agent on its stdio channel', () => {
     await expect(agent.client.writeFile(join(rootDir, 'x.txt'), bytes('x'), {})).rejects.toThrow(
       /EACCES|refused/,
     )
+  })
+
+  it("makes a command's missing working directory first, as the sandbox user", async () => {
+    const cwd = join(agent.outputs, 'cwd/made/first')
+    const out = await runIn(agent, cwd, 'sh', ['-c', 'pwd; stat -c %u:%g . ..'])
+    expect(out).toBe(`${cwd}\n${`${NOBODY.uid}:${NOBODY.gid}\n`.repeat(2)}`)
+    // One that exists is left as it is.
+    expect(await runIn(agent, cwd, 'pwd', [])).toBe(`${cwd}\n`)
+  })
+
+  it('makes a missing working directory only where the sandbox user could, and only inside the write roots', async () => {
+    const refusedAt = async (cwd: string): Promise<unknown> =>
+      runIn(agent, cwd, 'pwd', []).catch((error: unknown) => error)
+    // Outside every write root (root could make it; the host may not).
+    const outside = join(agent.dir, 'outside/cwd')
+    const error = await refusedAt(outside)
+    expect(error).toMatchObject({ name: 'SandboxPathError', path: outside })
+    expect((error as Error).message).toMatch(/outside the write roots/)
+    // Through a link that leads out of the roots.
+    await symlink(agent.dir, join(agent.outputs, 'cwd-link-out'))
+    expect(await refusedAt(join(agent.outputs, 'cwd-link-out/escaped'))).toMatchObject({
+      name: 'SandboxPathError',
+    })
+    // Inside a directory of root's that the user cannot write.
+    const rootsOwn = join(agent.outputs, 'cwd-root-owned')
+    await mkdir(rootsOwn, { mode: 0o755 })
+    expect(await refusedAt(join(rootsOwn, 'child'))).toMatchObject({ name: 'SandboxPathError' })
+    // Under a file.
+    await writeFile(join(agent.outputs, 'cwd-file'), 'x')
+    expect(await refusedAt(join(agent.outputs, 'cwd-file'))).toMatchObject({
+      name: 'SandboxPathError',
+    })
+    expect(await refusedAt(join(agent.outputs, 'cwd-file/under'))).toMatchObject({
+      name: 'SandboxPathError',
+    })
+    for (const path of [outside, join(agent.dir, 'escaped'), join(rootsOwn, 'child')])
+      expect(existsSync(path), path).toBe(false)
+  })
+
+  it('answers make-directory: made as the user inside the roots, refused outside', async () => {
+    const made = join(agent.outputs, 'workdir/a/b')
+    expect(await agent.client.makeDirectory(made)).toBe(true)
+    expect(await agent.client.makeDirectory(made)).toBe(false)
+    expect(await run(agent, 'stat', ['-c', '%u', made])).toBe(`${NOBODY.uid}\n`)
+    // An existing directory anywhere is fine: commands may run in it.
+    expect(await agent.client.makeDirectory('/tmp')).toBe(false)
+    await expect(agent.client.makeDirectory(join(agent.dir, 'nope'))).rejects.toMatchObject({
+      name: 'SandboxPathError',
+    })
   })
 
   it('forwards each connection to its egress port to the host as a stream, with half-close', async () => {

@@ -191,8 +191,7 @@ export function createAciStandbyPoolBackend(
             request.id,
           )
         }
-        phase = 'ready'
-        return new AgentSandbox({
+        const sandbox = new AgentSandbox({
           id: request.id,
           rootDir: layout.outputs.containerPath,
           writeRoots: writableRoots(layout),
@@ -206,6 +205,10 @@ export function createAciStandbyPoolBackend(
           explainLoss: () =>
             claims.whyGone(groupName, AbortSignal.timeout(EXPLAIN_LOSS_TIMEOUT_MS)),
         })
+        phase = 'agent.working-directory'
+        await sandbox.prepareWorkingDirectory(signal)
+        phase = 'ready'
+        return sandbox
       },
       {
         timeoutMs: readyTimeoutMs,

@@ -22,6 +22,7 @@ import {
   ownerLabels,
   type ResourceRole,
   resolveBackendOptions,
+  resolveSandboxPath,
   type SandboxBackendContext,
   type SandboxCreateRequest,
   withDeadline,
@@ -225,6 +226,10 @@ export class DockerBackend implements CordonSandboxBackend {
     }
     const refusal = egressRefusal(this.name, this.config, request.egress)
     if (refusal) throw refusal
+    const workingDirectory = resolveSandboxPath(
+      layout.outputs.containerPath,
+      request.workingDirectory,
+    )
     const name = `cordon-${request.id}`
     // A retry of this create (see create) would otherwise be removed by the sweeps of the failed try.
     for (const sweep of this.lateSweeps.get(name) ?? []) clearTimeout(sweep)
@@ -329,7 +334,7 @@ export class DockerBackend implements CordonSandboxBackend {
             cpuSet: cpuSet(this.config.cpus ?? DEFAULT_CPUS, engineCpus, request.id),
             env: agentEnvironment({
               layout,
-              workingDirectory: request.workingDirectory,
+              workingDirectory,
               user,
               egressPort: proxied ? EGRESS_PROXY_PORT : undefined,
               lifetimeMs: request.lifetimeMs,
@@ -403,7 +408,7 @@ export class DockerBackend implements CordonSandboxBackend {
                 sandboxId: request.id,
                 user,
                 env: sandboxEnv,
-                workingDirectory: request.workingDirectory,
+                workingDirectory,
                 agent: client,
                 launcher: runtime.launcher,
               },
@@ -411,7 +416,7 @@ export class DockerBackend implements CordonSandboxBackend {
             ).catch((error: unknown) => {
               throw translateEngineError(error, this.name, this.engine.endpoint, 'openTerminal')
             }),
-          workingDirectory: request.workingDirectory,
+          workingDirectory,
           execTimeoutMs: request.execTimeoutMs,
           client,
           backend: this.name,
@@ -457,6 +462,8 @@ export class DockerBackend implements CordonSandboxBackend {
             ),
           )
         })
+        phase = 'making the working directory'
+        await sandbox.prepareWorkingDirectory(signal)
         return sandbox
       },
       {

@@ -107,8 +107,7 @@ export function createMicroVMBackend(
           signal,
           config.readyPollIntervalMs,
         )
-        mark('ready')
-        return new AgentSandbox({
+        const sandbox = new AgentSandbox({
           id: request.id,
           rootDir: created.rootDir,
           writeRoots: health.writeRoots,
@@ -121,6 +120,10 @@ export function createMicroVMBackend(
           release: (releaseSignal) => controlPlane.deleteSandbox(request.id, releaseSignal),
           explainLoss: () => controlPlane.whyGone(request.id, AbortSignal.timeout(10_000)),
         })
+        mark('agent.working-directory')
+        await sandbox.prepareWorkingDirectory(signal)
+        mark('ready')
+        return sandbox
       },
       {
         timeoutMs: readyTimeoutMs,

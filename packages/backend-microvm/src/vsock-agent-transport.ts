@@ -1,7 +1,7 @@
 import { Buffer } from 'node:buffer'
 import { connect as netConnect, type Socket } from 'node:net'
 import { connect as tlsConnect } from 'node:tls'
-import { ProtocolError } from '@cordon/agent/protocol'
+import { AgentRemoteError, ProtocolError } from '@cordon/agent/protocol'
 import {
   AgentClient,
   AgentProcess,
@@ -11,6 +11,7 @@ import {
 } from '@cordon/agent/sandbox'
 import {
   type AgentHealthReport,
+  SandboxAbortedError,
   type SandboxAgentHandle,
   SandboxCreateTimeoutError,
   type SandboxExecResult,
@@ -35,7 +36,8 @@ export type AgentAddress = SandboxAgentHandle | SandboxAgentEndpoint
 
 /**
  * Reaches the agent in one guest, with the reference's methods (`healthz`,
- * `waitForReady`, `execute`, `readFile`, `writeFile`). Underneath is an
+ * `waitForReady`, `execute`, `readFile`, `writeFile`) and cordon's `health`
+ * (the agent's whole answer). Underneath is an
  * {@link AgentClient} (`client`): a fresh authenticated connection per
  * operation, bounded dial retries, which is what the microVM backend's
  * sandboxes use.
@@ -63,8 +65,25 @@ export class VsockAgentTransport {
     })
   }
 
+  /**
+   * The reference's probe: `true` when the agent answers a health request
+   * over an authenticated connection, `false` when it cannot be reached or
+   * does not answer so (a guest still booting, a relay that refuses). A
+   * secret the agent refuses is not a state to poll through: it rejects with
+   * `SandboxTransportError`, as an abort does with `SandboxAbortedError`.
+   */
+  async healthz(signal?: AbortSignal): Promise<boolean> {
+    try {
+      await this.client.health(signal)
+      return true
+    } catch (error) {
+      if (SandboxAbortedError.isInstance(error) || refusedOurSecret(error)) throw error
+      return false
+    }
+  }
+
   /** One health round trip over an authenticated connection: the agent's answer (its roots, its resumes). */
-  healthz(signal?: AbortSignal): Promise<AgentHealthReport> {
+  health(signal?: AbortSignal): Promise<AgentHealthReport> {
     return this.client.health(signal)
   }
 
@@ -142,6 +161,12 @@ export class VsockAgentTransport {
     for await (const chunk of download.chunks) chunks.push(chunk)
     return Buffer.concat(chunks)
   }
+}
+
+/** Whether the agent answered but refused this host's proof of the secret. */
+function refusedOurSecret(error: unknown): boolean {
+  const cause = (error as { cause?: unknown } | undefined)?.cause
+  return cause instanceof AgentRemoteError && cause.code === 'unauthorized'
 }
 
 async function* oneChunk(bytes: Uint8Array): AsyncGenerator<Uint8Array> {

@@ -40,7 +40,7 @@ describe('VsockAgentTransport', () => {
       { kind: 'unix', path: agent.socketPath },
       { secret: agent.secret, ...fast },
     )
-    expect((await transport.healthz()).type).toBe('health-ok')
+    expect((await transport.health()).type).toBe('health-ok')
   })
 
   it("completes Firecracker's CONNECT/OK handshake, then runs commands and moves files", async () => {
@@ -81,6 +81,8 @@ describe('VsockAgentTransport', () => {
       },
     )
     expect((await transport.waitForReady(5_000, 50)).type).toBe('health-ok')
+    // The reference's healthz() resolves with a boolean.
+    expect(await transport.healthz()).toBe(true)
     const path = join(agent.dir, 'out/reference.txt')
     await transport.writeFile(path, Buffer.from('from the host'))
     const read = await transport.readFile(path)
@@ -93,6 +95,26 @@ describe('VsockAgentTransport', () => {
     expect(piped.stdout).toBe('piped')
     const slow = await transport.execute({ command: 'sleep', args: ['5'], timeoutMs: 200 })
     expect(slow).toMatchObject({ timedOut: true, signal: 'SIGKILL' })
+  })
+
+  it('healthz() is false for an agent that cannot be reached, and health() says why', async () => {
+    const transport = new VsockAgentTransport(
+      { kind: 'unix', path: join(agent.dir, 'nobody.sock') },
+      { secret: agent.secret, ...fast },
+    )
+    expect(await transport.healthz()).toBe(false)
+    const error = await transport.health().catch((caught: unknown) => caught)
+    expect(SandboxTransportError.isInstance(error)).toBe(true)
+  })
+
+  it('healthz() rejects when the agent refuses the secret: no amount of polling fixes that', async () => {
+    const transport = new VsockAgentTransport(
+      { kind: 'unix', path: agent.socketPath },
+      { secret: 'a-secret-the-agent-never-gave-out', ...fast },
+    )
+    const error = await transport.healthz().catch((caught: unknown) => caught)
+    expect(SandboxTransportError.isInstance(error)).toBe(true)
+    expect((error as Error).message).toMatch(/refused this host's proof/)
   })
 
   it('waitForReady gives up after its timeout with a typed error', async () => {
@@ -116,10 +138,11 @@ describe('VsockAgentTransport', () => {
       { secret: agent.secret, ...fast },
     )
     const started = Date.now()
-    const error = await transport.healthz().catch((caught: unknown) => caught)
+    const error = await transport.health().catch((caught: unknown) => caught)
     expect(SandboxTransportError.isInstance(error)).toBe(true)
     expect((error as Error).message).toMatch(/after 3 attempts.*CONNECT 9999/)
     expect(Date.now() - started).toBeLessThan(2_000)
+    expect(await transport.healthz()).toBe(false)
   })
 
   it('refuses a device that answers something other than OK', async () => {
@@ -131,7 +154,8 @@ describe('VsockAgentTransport', () => {
         { kind: 'vsock', udsPath: path, port: 1024 },
         { secret: agent.secret, ...fast },
       )
-      await expect(transport.healthz()).rejects.toThrow(/answered "NOPE"/)
+      await expect(transport.health()).rejects.toThrow(/answered "NOPE"/)
+      expect(await transport.healthz()).toBe(false)
     } finally {
       liar.close()
     }
@@ -142,12 +166,12 @@ describe('VsockAgentTransport', () => {
       { kind: 'vsock', udsPath: vsockPath },
       { secret: agent.secret, ...fast, maxConnectAttempts: 10 },
     )
-    expect((await transport.healthz()).resumes).toBe(0)
+    expect((await transport.health()).resumes).toBe(0)
     agent.child.kill('SIGHUP')
     const until = Date.now() + 5_000
     let resumes = 0
     while (resumes === 0 && Date.now() < until) {
-      resumes = (await transport.healthz().catch(() => ({ resumes: 0 }))).resumes
+      resumes = (await transport.health().catch(() => ({ resumes: 0 }))).resumes
       if (resumes === 0) await new Promise((resolve) => setTimeout(resolve, 50))
     }
     expect(resumes).toBe(1)
@@ -191,7 +215,8 @@ describe('VsockAgentTransport over an mTLS relay', () => {
       ...fast,
       tls: client({ cert: pki.clientCert, key: pki.clientKey, ca: pki.ca }),
     })
-    expect((await transport.healthz()).type).toBe('health-ok')
+    expect(await transport.healthz()).toBe(true)
+    expect((await transport.health()).type).toBe('health-ok')
   })
 
   it('is refused with a certificate from another CA, and refuses a relay it cannot verify', async () => {
@@ -201,21 +226,22 @@ describe('VsockAgentTransport over an mTLS relay', () => {
       tls: client({ cert: pki.strangerCert, key: pki.strangerKey, ca: pki.ca }),
     })
     expect(
-      SandboxTransportError.isInstance(await stranger.healthz().catch((caught: unknown) => caught)),
+      SandboxTransportError.isInstance(await stranger.health().catch((caught: unknown) => caught)),
     ).toBe(true)
+    expect(await stranger.healthz()).toBe(false)
     const distrusting = new VsockAgentTransport(endpoint(), {
       secret: agent.secret,
       ...fast,
       tls: client({ cert: pki.clientCert, key: pki.clientKey, ca: pki.strangerCa }),
     })
-    const error = await distrusting.healthz().catch((caught: unknown) => caught)
+    const error = await distrusting.health().catch((caught: unknown) => caught)
     expect(SandboxTransportError.isInstance(error)).toBe(true)
     expect((error as Error).message).toMatch(/TLS|certificate/i)
   })
 
   it('needs the backend mtls config for a TLS endpoint', async () => {
     const transport = new VsockAgentTransport(endpoint(), { secret: agent.secret, ...fast })
-    await expect(transport.healthz()).rejects.toThrow(/mtls/)
+    await expect(transport.health()).rejects.toThrow(/mtls/)
   })
 })
 
@@ -261,7 +287,7 @@ describe("VsockAgentTransport through a per-host relay (the reference's mtls han
       })
       expect(result.stdout.trim()).toBe(join(agents[index]!.dir, 'out'))
     }
-    // A guest's secret does not open another guest's agent.
+    // A guest's secret does not open another guest's agent (healthz rejects: a refused secret).
     const crossed = new VsockAgentTransport(
       {
         kind: 'mtls',

@@ -7,6 +7,7 @@ import { networkCases } from './network-cases.js'
 import { useSandboxes } from './shared-sandbox.js'
 import type { SandboxConformanceOptions } from './suite-options.js'
 import { workAndUsageCases } from './work-and-usage-cases.js'
+import { workingDirectoryCases } from './working-directory-cases.js'
 
 /**
  * Registers the cordon conformance suite for one backend. Call it at the top
@@ -28,6 +29,7 @@ export function describeSandboxConformance(options: SandboxConformanceOptions): 
     const sandboxes = useSandboxes(options)
     lifecycleCases(options, sandboxes)
     execCases(options, sandboxes)
+    workingDirectoryCases(options, sandboxes)
     fileCases(options, sandboxes)
     limitCases(options, sandboxes)
     networkCases(options, sandboxes)

@@ -64,11 +64,14 @@ export type OrchestratorTokenProvider = () => Promise<string>
 
 /**
  * The reference's name for the microVM backend's settings once the tier is
- * chosen: `MicroVMBackendConfig` without `tier` and `service`.
+ * chosen: `MicroVMBackendConfig` without `tier` and `service`, plus the
+ * agent transport's tuning (`transport`), as the reference had it.
  */
-export type FirecrackerBackendInternalConfig = Omit<MicroVMBackendConfig, 'tier' | 'service'>
+export type FirecrackerBackendInternalConfig = Omit<MicroVMBackendConfig, 'tier' | 'service'> & {
+  readonly transport?: VsockTransportOptions
+}
 
-/** What an agent answers to a health request (`VsockAgentTransport.healthz`). */
+/** What an agent answers to a health request (`VsockAgentTransport.health`). */
 export interface AgentHealthReport {
   readonly type: 'health-ok'
   readonly pid: number

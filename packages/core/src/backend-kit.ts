@@ -35,7 +35,7 @@ export { DENY_ALL, networkPolicySchema } from './egress-policy.js'
 export { egressRefusal } from './egress-refusal.js'
 export { throwIfAborted } from './errors.js'
 export { concatBytes, ExecOutputCollector, utf8BoundaryAtOrBefore } from './exec-output.js'
-export { validateExecRequest } from './exec-request.js'
+export { type ValidatedExecRequest, validateExecRequest } from './exec-request.js'
 export { type AllowlistEntry, normalizeHostname, parseAllowlistEntry } from './host-allowlist.js'
 export {
   type ContainerSandboxMountRole,
@@ -70,3 +70,4 @@ export {
   type ResolverAnswer,
 } from './resolver-answer.js'
 export { newSandboxId, SANDBOX_ID_PATTERN } from './sandbox-id.js'
+export { resolveSandboxPath } from './sandbox-path.js'

@@ -18,7 +18,14 @@ import { newSandboxId, type SandboxId } from './sandbox-id.js'
 export interface SandboxBackendOptions {
   /** Aborts the creation; everything made so far is removed. */
   readonly signal?: AbortSignal
-  /** Default working directory of the sandbox's commands. */
+  /**
+   * Default working directory of the sandbox's commands: absolute, or
+   * relative to the sandbox's `rootDir`. A cordon backend makes it at
+   * `create()` if it is missing (as the sandbox's user, inside a writable
+   * directory) or refuses the create with `SandboxConfigValidationError`
+   * naming `workingDirectory`. cordon's provider passes the call's value,
+   * else the layout's outputs path, else `.` (the sandbox's `rootDir`).
+   */
   readonly workingDirectory: string
   readonly egress?: EgressPolicy
   /** Default timeout of each exec, in ms. */

@@ -18,7 +18,7 @@ import { DENY_ALL } from './egress-policy.js'
 import { SandboxError, throwIfAborted } from './errors.js'
 import { describeError } from './event-error.js'
 import type { SandboxEvent, SandboxEventListener } from './events.js'
-import { type ResolvedContainerSandboxLayout, SANDBOX_DEFAULT_OUTPUTS_PATH } from './layout.js'
+import type { ResolvedContainerSandboxLayout } from './layout.js'
 import { ManagedSandbox } from './managed-sandbox.js'
 import type { CordonSandboxProvider } from './provider.js'
 import type { SandboxBackendName } from './provider-config.js'
@@ -72,7 +72,8 @@ export function composeProvider(options: ComposeProviderOptions): CordonSandboxP
   }
   const live = new Set<ManagedSandbox>()
   let closed = false
-  const defaultWorkingDirectory = layout?.outputs.containerPath ?? SANDBOX_DEFAULT_OUTPUTS_PATH
+  // Without a layout the backend learns its rootDir only when it creates the sandbox: "." is that rootDir.
+  const defaultWorkingDirectory = layout?.outputs.containerPath ?? '.'
 
   /** What the backend is asked for; the exec timeout and lifetime are applied around it. */
   const backendOptions = (call: SandboxCreateConfig): SandboxBackendOptions => ({

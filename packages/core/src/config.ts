@@ -212,7 +212,13 @@ export type SandboxProviderConfig =
 
 /** Per-sandbox settings for `provider.create()`; each falls back to the provider's default. */
 export interface SandboxCreateConfig {
-  /** Default working directory of the sandbox's commands (absolute; default: the outputs path). */
+  /**
+   * Default working directory of the sandbox's commands: absolute, or
+   * relative to the sandbox's `rootDir` (default: `rootDir`, the outputs
+   * path). `create()` makes it if it is missing, as the sandbox's user and
+   * only inside a writable directory; otherwise `create()` is refused with
+   * `SandboxConfigValidationError` naming `workingDirectory`.
+   */
   readonly workingDirectory?: string
   /** Environment every command of the sandbox gets. */
   readonly env?: Readonly<Record<string, string>>
@@ -445,12 +451,30 @@ const providerBaseShape = {
   allowInwardFor: z.array(z.string().min(1)).readonly().optional(),
 }
 
+const containerBackendShape = {
+  backend: z.union([containerBackendConfigSchema, aciStandbyPoolBackendConfigSchema]),
+}
+
 /** Provider config for the container tier: a layout is required. */
 export const containerProviderConfigSchema = z
   .object({
     ...providerBaseShape,
-    backend: z.union([containerBackendConfigSchema, aciStandbyPoolBackendConfigSchema]),
+    ...containerBackendShape,
     layout: containerSandboxLayoutSchema,
+  })
+  .strict()
+  .readonly()
+
+/**
+ * The container tier's provider config with its layout left to
+ * `checkLayout`, whose problems are reported as the reference reported them
+ * (`ContainerSandboxLayoutValidationError`).
+ */
+export const containerProviderFieldsSchema = z
+  .object({
+    ...providerBaseShape,
+    ...containerBackendShape,
+    layout: z.unknown().refine((value) => value !== undefined, 'required for the container tier'),
   })
   .strict()
   .readonly()
@@ -479,7 +503,11 @@ export const environmentSchema = envSchema
 
 export const sandboxCreateConfigSchema: z.ZodType<SandboxCreateConfig> = z
   .object({
-    workingDirectory: z.string().startsWith('/', 'must be an absolute path').optional(),
+    workingDirectory: z
+      .string()
+      .min(1, 'must not be empty')
+      .refine((value) => !value.includes('\0'), 'cannot contain NUL')
+      .optional(),
     env: envSchema.optional(),
     timeoutMs: durationMs().optional(),
     memoryLimitMb: positiveInt().optional(),

@@ -173,9 +173,15 @@ export class SandboxConfigValidationError extends SandboxError {
 const layoutMarker = markerFor('ContainerSandboxLayoutValidationError')
 
 /**
- * A container layout is unusable. `reasons` lists every problem (one line
- * each, `path: message`), as the reference's error did, so a host fixes them
- * all in one round; `issues` has the same problems as structured data.
+ * A container layout is unusable. `reasons` lists every problem of the layout
+ * (one line each, `path: message`, the path within the layout), as the
+ * reference's error did, so a host fixes them all in one round; `issues` has
+ * the same problems as structured data, located in what was validated.
+ *
+ * `createSandboxProvider` throws this class whenever the layout has a
+ * problem, as the reference did; problems elsewhere in the same config
+ * (`alsoInvalid`) are then added to `issues` and named after the reasons in
+ * the message, so that one error still reports everything.
  */
 export class ContainerSandboxLayoutValidationError extends SandboxConfigValidationError {
   protected readonly [layoutMarker] = true
@@ -183,24 +189,44 @@ export class ContainerSandboxLayoutValidationError extends SandboxConfigValidati
 
   constructor(
     reasons: readonly string[],
-    options: SandboxErrorOptions & { issues?: readonly SandboxConfigIssue[] } = {},
+    options: SandboxErrorOptions & {
+      issues?: readonly SandboxConfigIssue[]
+      alsoInvalid?: readonly SandboxConfigIssue[]
+    } = {},
   ) {
+    const also = options.alsoInvalid ?? []
     super(
       'ContainerSandboxLayout',
-      options.issues ?? reasons.map((reason) => ({ path: '', message: reason })),
+      [...(options.issues ?? reasons.map((reason) => ({ path: '', message: reason }))), ...also],
       { ...(options.cause === undefined ? {} : { cause: options.cause }), code: 'LAYOUT_INVALID' },
     )
     this.name = 'ContainerSandboxLayoutValidationError'
     this.reasons = [...reasons]
-    this.message = `Invalid ContainerSandboxLayout: ${reasons.join('; ')}`
+    this.message = `Invalid ContainerSandboxLayout: ${reasons.join('; ')}${
+      also.length === 0
+        ? ''
+        : ` (the rest of the config is invalid too: ${also.map(issueLine).join('; ')})`
+    }`
   }
 
-  /** One error for every problem found, each reason `path: message`. */
-  static fromIssues(issues: readonly SandboxConfigIssue[]): ContainerSandboxLayoutValidationError {
-    return new ContainerSandboxLayoutValidationError(
-      issues.map((issue) => (issue.path ? `${issue.path}: ${issue.message}` : issue.message)),
-      { issues },
-    )
+  /**
+   * One error for every problem found, each reason `path: message`. `at`
+   * locates the layout in a larger config (`layout`), for `issues` only.
+   */
+  static fromIssues(
+    issues: readonly SandboxConfigIssue[],
+    context: { readonly at?: string; readonly alsoInvalid?: readonly SandboxConfigIssue[] } = {},
+  ): ContainerSandboxLayoutValidationError {
+    const { at } = context
+    return new ContainerSandboxLayoutValidationError(issues.map(issueLine), {
+      issues: at
+        ? issues.map((issue) => ({
+            path: issue.path ? `${at}.${issue.path}` : at,
+            message: issue.message,
+          }))
+        : issues,
+      ...(context.alsoInvalid ? { alsoInvalid: context.alsoInvalid } : {}),
+    })
   }
 
   /** What `JSON.stringify` writes: the reasons survive, unlike an Error's own fields. */
@@ -216,6 +242,10 @@ export class ContainerSandboxLayoutValidationError extends SandboxConfigValidati
   static override isInstance(value: unknown): value is ContainerSandboxLayoutValidationError {
     return hasMarker(value, layoutMarker)
   }
+}
+
+function issueLine(issue: SandboxConfigIssue): string {
+  return issue.path ? `${issue.path}: ${issue.message}` : issue.message
 }
 
 const refusedMarker = markerFor('SandboxControlRefusedError')

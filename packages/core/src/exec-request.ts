@@ -1,6 +1,7 @@
 import { z } from 'zod'
 import { environmentSchema, parseConfig } from './config.js'
 import type { SandboxExecOptions, SandboxStartOptions } from './sandbox.js'
+import { resolveSandboxPath } from './sandbox-path.js'
 
 const noNul = (what: string) =>
   z.string().refine((value) => !value.includes('\0'), `${what} cannot contain NUL`)
@@ -15,7 +16,7 @@ const execRequestSchema = z.object({
     .object({
       timeout: z.number().positive().max(2_147_483_647).optional(),
       env: environmentSchema.optional(),
-      cwd: noNul('cwd').startsWith('/', 'cwd must be an absolute path').optional(),
+      cwd: noNul('cwd').min(1, 'cwd must not be empty').optional(),
       onOutput: z
         .custom<(chunk: unknown) => void>(
           (value) => typeof value === 'function',
@@ -35,20 +36,36 @@ const execRequestSchema = z.object({
     .strict(),
 })
 
+/** An exec or start call as a backend sends it on. */
+export interface ValidatedExecRequest {
+  readonly command: string
+  readonly args: string[]
+  /** The call's `cwd`, absolute (a relative one resolved against `rootDir`); undefined when it names none. */
+  readonly cwd: string | undefined
+}
+
 /**
  * Validates an exec or start call before anything is sent to a sandbox. Every
  * problem (an unknown option among them) is reported in one
- * `SandboxConfigValidationError`.
+ * `SandboxConfigValidationError`. A relative `cwd` is resolved against the
+ * sandbox's `rootDir`, the reference's workspace root, so `{ cwd: 'build' }`
+ * means the same on every backend.
  */
 export function validateExecRequest(
   command: unknown,
   args: unknown,
   options: SandboxExecOptions | SandboxStartOptions | undefined,
-): { command: string; args: string[] } {
+  rootDir: string,
+): ValidatedExecRequest {
   const parsed = parseConfig(
     execRequestSchema,
     { command, args: args ?? [], options: options ?? {} },
     'exec request',
   )
-  return { command: parsed.command, args: parsed.args }
+  const cwd = parsed.options.cwd
+  return {
+    command: parsed.command,
+    args: parsed.args,
+    cwd: cwd === undefined ? undefined : resolveSandboxPath(rootDir, cwd),
+  }
 }

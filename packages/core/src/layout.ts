@@ -12,9 +12,11 @@ export const SANDBOX_DEFAULT_SKILLS_PARENT = '/mnt/skills'
 /**
  * Skill ids become a path segment under `/mnt/skills` unless the skill names
  * its own `containerPath`: letters, digits, `.`, `_` and `-`, starting with a
- * letter or digit (so never `.` or `..`), at most 64 characters.
+ * letter or digit, at most 64 characters, and never `..` anywhere (the
+ * reference refused `foo..bar`, `..foo` and `foo..`; a single dot, as in
+ * `pdf-tools.v2`, is fine).
  */
-export const SKILL_ID_PATTERN = /^[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/
+export const SKILL_ID_PATTERN = /^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/
 
 /**
  * Where a mount's content comes from.
@@ -190,26 +192,59 @@ const ROLES: ReadonlyArray<
   ['transcripts', SANDBOX_DEFAULT_TRANSCRIPTS_PATH, true],
 ]
 
+/** What {@link checkLayout} found: every problem, and the layout when it has none. */
+export interface LayoutCheck {
+  /** Every problem, each located relative to the layout (`skills.1.id`). */
+  readonly problems: readonly SandboxConfigIssue[]
+  /** The layout as parsed, when it has no problem. */
+  readonly layout: ContainerSandboxLayout | undefined
+  /** The layout with every container path filled in, when it has no problem. */
+  readonly resolved: ResolvedContainerSandboxLayout | undefined
+}
+
 /**
  * Validates a layout and fills in every container path. Every problem is
- * collected and thrown together as one {@link ContainerSandboxLayoutValidationError}:
- * malformed or unknown fields, skill ids outside {@link SKILL_ID_PATTERN},
- * relative paths or paths with `..`, duplicate skill ids, and two mounts on
- * one path.
+ * collected and thrown together as one {@link ContainerSandboxLayoutValidationError}
+ * (see {@link checkLayout}).
  */
 export function resolveLayout(layout: ContainerSandboxLayout): ResolvedContainerSandboxLayout {
-  const parsed = containerSandboxLayoutSchema.safeParse(layout)
-  if (!parsed.success) {
-    throw ContainerSandboxLayoutValidationError.fromIssues(
-      parsed.error.issues.map((issue) => ({ path: issue.path.join('.'), message: issue.message })),
-    )
-  }
-  const input = parsed.data
+  const checked = checkLayout(layout)
+  if (!checked.resolved) throw ContainerSandboxLayoutValidationError.fromIssues(checked.problems)
+  return checked.resolved
+}
+
+/**
+ * Finds every problem of a layout in one pass, as the reference did, so a
+ * host fixes them all in one round: a missing `outputs`, malformed or
+ * unknown fields, each skill id outside {@link SKILL_ID_PATTERN}, each
+ * duplicate skill id, relative paths or paths with `..`, and two mounts on
+ * one path. A part that is malformed is reported and left out of the checks
+ * that need it whole; the others are still checked. Ids and paths are quoted
+ * with `JSON.stringify`.
+ */
+export function checkLayout(input: unknown): LayoutCheck {
+  const parsed = containerSandboxLayoutSchema.safeParse(input)
   const problems: SandboxConfigIssue[] = []
+  const raw = (typeof input === 'object' && input !== null ? input : {}) as Record<string, unknown>
+  if (raw.outputs === undefined) {
+    problems.push({
+      path: 'outputs',
+      message: "missing: a layout needs the writable outputs mount, the sandbox's rootDir",
+    })
+  }
+  if (!parsed.success) {
+    for (const issue of parsed.error.issues) {
+      // Said once above, in words a host can act on.
+      if (issue.path.length === 1 && issue.path[0] === 'outputs' && raw.outputs === undefined)
+        continue
+      problems.push({ path: issue.path.join('.'), message: issue.message })
+    }
+  }
+  const usable = parsed.success ? partsOf(parsed.data) : wellFormedParts(raw)
   const resolved: Record<string, unknown> = {}
 
   for (const [role, defaultPath, readOnly] of ROLES) {
-    const mount = input[role]
+    const mount = usable[role]
     if (!mount) continue
     checkSource(mount.source, `${role}.source`, readOnly, problems)
     resolved[role] = {
@@ -222,17 +257,22 @@ export function resolveLayout(layout: ContainerSandboxLayout): ResolvedContainer
     }
   }
 
-  if (input.skills) {
+  const skills = usable.skills ?? []
+  // No skills is no skills: an empty list resolves as an absent one.
+  if (skills.length > 0) {
     const seen = new Set<string>()
-    resolved.skills = input.skills.map((skill, index) => {
+    resolved.skills = skills.map(({ index, skill }) => {
       const at = `skills.${index}`
       if (!SKILL_ID_PATTERN.test(skill.id)) {
         problems.push({
           path: `${at}.id`,
-          message: `skill id "${skill.id}" must be 1 to 64 letters, digits, ".", "_" or "-", starting with a letter or digit`,
+          message: `skill id ${JSON.stringify(skill.id)} must be 1 to 64 letters, digits, ".", "_" or "-", starting with a letter or digit, with no ".."`,
         })
       } else if (seen.has(skill.id)) {
-        problems.push({ path: `${at}.id`, message: `duplicate skill id "${skill.id}"` })
+        problems.push({
+          path: `${at}.id`,
+          message: `duplicate skill id ${JSON.stringify(skill.id)}`,
+        })
       }
       seen.add(skill.id)
       checkSource(skill.source, `${at}.source`, true, problems)
@@ -250,8 +290,42 @@ export function resolveLayout(layout: ContainerSandboxLayout): ResolvedContainer
 
   const result = resolved as unknown as ResolvedContainerSandboxLayout
   checkOverlaps(planLayoutMounts(result), problems)
-  if (problems.length > 0) throw ContainerSandboxLayoutValidationError.fromIssues(problems)
-  return result
+  if (problems.length > 0 || !parsed.success)
+    return { problems, layout: undefined, resolved: undefined }
+  return { problems, layout: parsed.data, resolved: result }
+}
+
+/** The mounts of a layout by role, and its skills with the index that locates their problems. */
+type LayoutParts = {
+  -readonly [Role in (typeof ROLES)[number][0]]?: ContainerSandboxLayoutMount
+} & {
+  skills?: Array<{ readonly index: number; readonly skill: ContainerSandboxSkillMount }>
+}
+
+function partsOf(layout: ContainerSandboxLayout): LayoutParts {
+  const { skills, ...mounts } = layout
+  return { ...mounts, skills: (skills ?? []).map((skill, index) => ({ index, skill })) }
+}
+
+/**
+ * The parts of a malformed layout that are well formed on their own, so that
+ * the checks of the whole layout still run on them.
+ */
+function wellFormedParts(raw: Record<string, unknown>): LayoutParts {
+  const parts: LayoutParts = {}
+  for (const [role] of ROLES) {
+    const mount = mountSchema.safeParse(raw[role])
+    if (mount.success) parts[role] = mount.data
+  }
+  if (Array.isArray(raw.skills)) {
+    const skills: NonNullable<LayoutParts['skills']> = []
+    raw.skills.forEach((item: unknown, index: number) => {
+      const skill = skillSchema.safeParse(item)
+      if (skill.success) skills.push({ index, skill: skill.data })
+    })
+    parts.skills = skills
+  }
+  return parts
 }
 
 /** The mounts of a resolved layout, flattened, with whether each is writable. */
@@ -289,12 +363,14 @@ export function readableRoots(layout: ResolvedContainerSandboxLayout): string[] 
 function checkOverlaps(plans: readonly LayoutMountPlan[], problems: SandboxConfigIssue[]): void {
   const byPath = new Map<string, string>()
   for (const plan of plans) {
-    const name = plan.role === 'skill' ? `skill "${plan.skillId}"` : plan.role
+    const name = plan.role === 'skill' ? `skill ${JSON.stringify(plan.skillId)}` : plan.role
     const other = byPath.get(plan.containerPath)
+    // Two skills of one id share their default path: the duplicate id is the one reason.
+    if (other && plan.role === 'skill' && other === name) continue
     if (other) {
       problems.push({
         path: plan.role === 'skill' ? 'skills' : plan.role,
-        message: `${name} and ${other} are both mounted at ${plan.containerPath}`,
+        message: `${name} and ${other} are both mounted at ${JSON.stringify(plan.containerPath)}`,
       })
     } else {
       byPath.set(plan.containerPath, name)
@@ -304,10 +380,10 @@ function checkOverlaps(plans: readonly LayoutMountPlan[], problems: SandboxConfi
 
 function checkContainerPath(path: string, at: string, problems: SandboxConfigIssue[]): string {
   if (!path.startsWith('/')) {
-    problems.push({ path: at, message: `"${path}" must be an absolute path` })
+    problems.push({ path: at, message: `${JSON.stringify(path)} must be an absolute path` })
   }
   if (path.split('/').includes('..')) {
-    problems.push({ path: at, message: `"${path}" must not contain ".."` })
+    problems.push({ path: at, message: `${JSON.stringify(path)} must not contain ".."` })
   }
   if (path.split('/').filter(Boolean).length === 0) {
     problems.push({ path: at, message: 'a mount cannot cover the root directory' })
@@ -339,13 +415,13 @@ function checkSource(
   if (!source.hostPath.startsWith('/')) {
     problems.push({
       path: `${at}.hostPath`,
-      message: `host directory "${source.hostPath}" must be an absolute path`,
+      message: `host directory ${JSON.stringify(source.hostPath)} must be an absolute path`,
     })
   }
   if (source.hostPath.split('/').includes('..')) {
     problems.push({
       path: `${at}.hostPath`,
-      message: `host directory "${source.hostPath}" must not contain ".."`,
+      message: `host directory ${JSON.stringify(source.hostPath)} must not contain ".."`,
     })
   }
 }

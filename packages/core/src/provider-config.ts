@@ -1,8 +1,9 @@
 import {
   aciStandbyPoolBackendConfigSchema,
   type ContainerBackendConfig,
+  configIssues,
   containerBackendConfigSchema,
-  containerProviderConfigSchema,
+  containerProviderFieldsSchema,
   microVMBackendConfigSchema,
   microVMProviderConfigSchema,
   parseConfig,
@@ -12,11 +13,13 @@ import {
 import { DENY_ALL } from './egress-policy.js'
 import { egressRefusal } from './egress-refusal.js'
 import {
+  ContainerSandboxLayoutValidationError,
   SandboxBackendNotImplementedError,
+  type SandboxConfigIssue,
   SandboxConfigValidationError,
   SandboxControlRefusedError,
 } from './errors.js'
-import { type ResolvedContainerSandboxLayout, resolveLayout } from './layout.js'
+import { checkLayout, type ResolvedContainerSandboxLayout } from './layout.js'
 
 /** The backends cordon knows, by `tier:runtime` name. */
 export type SandboxBackendName =
@@ -38,7 +41,9 @@ export interface PreparedProviderConfig {
  * checks every field with that backend's schema (an unknown key is an error),
  * resolves the layout, and refuses the reference's fields that cordon cannot
  * honour with {@link SandboxControlRefusedError}. Every validation problem is
- * reported together.
+ * reported together: in a {@link ContainerSandboxLayoutValidationError} when
+ * the layout has one (the class a host of the reference catches), else in a
+ * {@link SandboxConfigValidationError}.
  */
 export function prepareProviderConfig(input: SandboxProviderConfig): PreparedProviderConfig {
   if (typeof input !== 'object' || input === null) {
@@ -47,15 +52,35 @@ export function prepareProviderConfig(input: SandboxProviderConfig): PreparedPro
     ])
   }
   const backendName = backendNameOf((input as { backend?: unknown }).backend)
-  const config: SandboxProviderConfig =
-    backendName === 'microvm:self-hosted'
-      ? parseConfig(microVMProviderConfigSchema, input, 'sandbox provider config')
-      : parseConfig(containerProviderConfigSchema, input, 'sandbox provider config')
+  if (backendName === 'microvm:self-hosted') {
+    const config = parseConfig(microVMProviderConfigSchema, input, 'sandbox provider config')
+    return { backendName, ...refuseOrKeep(backendName, config), layout: undefined }
+  }
+  const fields = containerProviderFieldsSchema.safeParse(input)
+  const otherIssues: SandboxConfigIssue[] = fields.success ? [] : configIssues(fields.error)
+  const layoutInput = (input as { layout?: unknown }).layout
+  const checked = layoutInput === undefined ? undefined : checkLayout(layoutInput)
+  if (checked && checked.problems.length > 0) {
+    throw ContainerSandboxLayoutValidationError.fromIssues(checked.problems, {
+      at: 'layout',
+      alsoInvalid: otherIssues,
+    })
+  }
+  if (!fields.success || !checked?.layout)
+    throw new SandboxConfigValidationError('sandbox provider config', otherIssues)
+  const config = { ...fields.data, layout: checked.layout } as SandboxProviderConfig
+  return { backendName, ...refuseOrKeep(backendName, config), layout: checked.resolved }
+}
+
+/** Refuses what cordon cannot honour in a config that is otherwise valid. */
+function refuseOrKeep(
+  backendName: SandboxBackendName,
+  config: SandboxProviderConfig,
+): { config: SandboxProviderConfig } {
   refuseUnhonourableFields(backendName, config.backend)
   const refusal = egressRefusal(backendName, config.backend, config.defaultEgress ?? DENY_ALL)
   if (refusal) throw refusal
-  const layout = config.layout ? resolveLayout(config.layout) : undefined
-  return { backendName, config, layout }
+  return { config }
 }
 
 /** Validates just a backend config (for backends used without a provider). */

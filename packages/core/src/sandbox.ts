@@ -33,7 +33,13 @@ export interface SandboxExecOptions {
   readonly timeout?: number
   /** Extra environment for this command; the sandbox's own environment is the base. */
   readonly env?: Readonly<Record<string, string>>
-  /** Working directory; defaults to the sandbox's working directory. */
+  /**
+   * Working directory: absolute, or relative to `rootDir` (the reference's
+   * workspace root). One that does not exist is created first, as the
+   * sandbox's user, if it lies inside a writable directory; elsewhere the
+   * call is refused with `SandboxPathError`. Default: the sandbox's
+   * working directory.
+   */
   readonly cwd?: string
   /** Aborting kills the command's whole process tree; the result has `aborted: true`. */
   readonly signal?: AbortSignal

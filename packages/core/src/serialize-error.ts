@@ -54,7 +54,8 @@ function serializeThrown(value: unknown, seen: WeakSet<object>): SerializedSandb
 function nonError(value: unknown): SerializedSandboxError {
   switch (typeof value) {
     case 'function':
-      return { name: 'Function', message: `[function ${value.name || 'anonymous'}]` }
+      // Exactly the reference's envelope: a host may compare it whole.
+      return { name: 'Function', message: '[function]' }
     case 'symbol':
       return { name: 'Symbol', message: value.toString() }
     case 'bigint':

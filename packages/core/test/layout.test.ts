@@ -91,7 +91,7 @@ describe('resolveLayout', () => {
           .skills?.[0]?.containerPath,
       ).toBe(`/mnt/skills/${id}`)
     }
-    for (const id of ['.', '..', '.hidden', 'a/b', 'a b', '']) {
+    for (const id of ['.', '..', '.hidden', 'a/b', 'a b', '', 'foo..bar', '..foo', 'foo..']) {
       expect(
         layoutError({ outputs: { source: host('/o') }, skills: [{ id, source: host('/s') }] })
           .reasons[0],
@@ -122,11 +122,50 @@ describe('resolveLayout', () => {
     expect(text).toContain('skill id "Bad Id"')
     expect(text).toContain('skill id "../escape"')
     expect(text).toContain('duplicate skill id "dup"')
-    expect(text).toContain('scratch and uploads are both mounted at /mnt/shared')
+    expect(text).toContain('scratch and uploads are both mounted at "/mnt/shared"')
     expect(error.reasons.length).toBeGreaterThanOrEqual(7)
     expect(error.issues).toHaveLength(error.reasons.length)
     expect(error.message).toBe(`Invalid ContainerSandboxLayout: ${error.reasons.join('; ')}`)
     expect(error.code).toBe('LAYOUT_INVALID')
+  })
+
+  it('finds a missing outputs, a malformed skill id and a duplicate skill id in one pass', () => {
+    const error = layoutError({
+      skills: [
+        { id: 'pdf-tools', source: host('/s1') },
+        { id: 'foo..bar', source: host('/s2') },
+        { id: 'pdf-tools', source: host('/s3') },
+      ],
+    })
+    expect(error.reasons).toEqual([
+      "outputs: missing: a layout needs the writable outputs mount, the sandbox's rootDir",
+      'skills.1.id: skill id "foo..bar" must be 1 to 64 letters, digits, ".", "_" or "-", starting with a letter or digit, with no ".."',
+      'skills.2.id: duplicate skill id "pdf-tools"',
+    ])
+    // A malformed part is reported, and the rest is still checked.
+    const mixed = layoutError({
+      outputs: { source: { type: 'nfs' } },
+      skills: [{ id: 'a', source: host('/s') }, { id: 'a', source: host('/t') }, { id: 7 }],
+    })
+    expect(mixed.reasons.some((reason) => reason.startsWith('outputs.source'))).toBe(true)
+    expect(mixed.reasons).toContain('skills.1.id: duplicate skill id "a"')
+    expect(mixed.reasons.some((reason) => reason.startsWith('skills.2'))).toBe(true)
+  })
+
+  it('quotes ids and paths as JSON, a shared containerPath included', () => {
+    const error = layoutError({
+      outputs: { source: host('/o'), containerPath: '/work' },
+      scratch: { source: { type: 'ephemeral' }, containerPath: '/work' },
+      skills: [{ id: 'say "hi"', source: host('/s') }],
+    })
+    expect(error.reasons).toContain('scratch: scratch and outputs are both mounted at "/work"')
+    expect(error.reasons.join('\n')).toContain('skill id "say \\"hi\\""')
+  })
+
+  it('resolves an empty skills list as no skills', () => {
+    const resolved = resolveLayout({ outputs: { source: host('/o') }, skills: [] })
+    expect(resolved.skills).toBeUndefined()
+    expect('skills' in resolved).toBe(false)
   })
 
   it('refuses a missing outputs mount, unknown source types and unknown keys', () => {

@@ -1,6 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import { backendNameOf, parseBackendConfig, prepareProviderConfig } from '../src/backend-kit.js'
 import {
+  ContainerSandboxLayoutValidationError,
   SandboxBackendNotImplementedError,
   SandboxConfigValidationError,
   SandboxControlRefusedError,
@@ -241,5 +242,61 @@ describe('prepareProviderConfig', () => {
         containerNamePrefix: 'namzu-task',
       }),
     ).toMatchObject({ workerPort: 2024 })
+  })
+
+  it("reports a layout's problems as the reference did: one ContainerSandboxLayoutValidationError with every reason", () => {
+    const backend = { tier: 'container', image: 'x' } as const
+    const caught = (() => {
+      try {
+        prepareProviderConfig({
+          backend,
+          layout: {
+            skills: [
+              { id: '..foo', source: { type: 'inImage' } },
+              { id: 'ok', source: { type: 'inImage' } },
+              { id: 'ok', source: { type: 'inImage' } },
+            ],
+          },
+        } as unknown as SandboxProviderConfig)
+      } catch (error) {
+        return error
+      }
+    })()
+    expect(ContainerSandboxLayoutValidationError.isInstance(caught)).toBe(true)
+    const error = caught as ContainerSandboxLayoutValidationError
+    expect(error.name).toBe('ContainerSandboxLayoutValidationError')
+    expect(error.reasons).toHaveLength(3)
+    expect(error.reasons[0]).toMatch(/^outputs: missing/)
+    expect(error.reasons[2]).toBe('skills.2.id: duplicate skill id "ok"')
+    expect(error.message).toBe(`Invalid ContainerSandboxLayout: ${error.reasons.join('; ')}`)
+    // Located in the provider config as structured issues.
+    expect(error.issues.map((issue) => issue.path)).toEqual([
+      'layout.outputs',
+      'layout.skills.0.id',
+      'layout.skills.2.id',
+    ])
+  })
+
+  it('still names every other problem of the config when the layout has one', () => {
+    let caught: unknown
+    try {
+      prepareProviderConfig({
+        backend: { tier: 'container', image: '' },
+        layout: { outputs: { source: { type: 'hostDir', hostPath: 'relative' } } },
+        defaultTimeoutMs: -1,
+      } as unknown as SandboxProviderConfig)
+    } catch (error) {
+      caught = error
+    }
+    expect(ContainerSandboxLayoutValidationError.isInstance(caught)).toBe(true)
+    const error = caught as ContainerSandboxLayoutValidationError
+    expect(error.reasons).toEqual([
+      'outputs.source.hostPath: host directory "relative" must be an absolute path',
+    ])
+    const paths = error.issues.map((issue) => issue.path)
+    expect(paths).toContain('layout.outputs.source.hostPath')
+    expect(paths).toContain('backend.image')
+    expect(paths).toContain('defaultTimeoutMs')
+    expect(error.message).toMatch(/the rest of the config is invalid too: .*backend\.image/)
   })
 })

@@ -80,7 +80,7 @@ describe('composeProvider', () => {
   it('validates per-call config and reports every problem', async () => {
     const { provider } = makeProvider()
     const error = await provider
-      .create({ memoryLimitMb: 0, env: { 'BAD-NAME': 'x' }, workingDirectory: 'rel' })
+      .create({ memoryLimitMb: 0, env: { 'BAD-NAME': 'x' }, workingDirectory: '' })
       .catch((caught: unknown) => caught)
     expect(SandboxConfigValidationError.isInstance(error)).toBe(true)
     expect((error as SandboxConfigValidationError).issues).toHaveLength(3)

@@ -82,6 +82,17 @@ describe('serializeSandboxError', () => {
     }
   })
 
+  it('encodes a function cause as exactly the reference does, whatever its name', () => {
+    function namedHelper(): void {}
+    for (const fn of [namedHelper, () => 1, class Thing {}]) {
+      expect(serializeSandboxError(new Error('outer', { cause: fn })).cause).toEqual({
+        name: 'Function',
+        message: '[function]',
+      })
+      expect(serializeSandboxError(fn)).toEqual({ name: 'Function', message: '[function]' })
+    }
+  })
+
   it("copies the layout error's reasons", () => {
     const out = serializeSandboxError(new ContainerSandboxLayoutValidationError(['outputs: bad']))
     expect(out.reasons).toEqual(['outputs: bad'])

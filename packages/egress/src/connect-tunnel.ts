@@ -32,7 +32,13 @@ export async function handleConnect(
   let host = ''
   let port = 0
   const deny = (reason: EgressReasonCode, address?: string): void => {
-    exchange.report({ host, port, reason, address, status: refuseOnSocket(client, reason) })
+    exchange.report({
+      host,
+      port,
+      reason,
+      address,
+      status: refuseOnSocket(client, reason, { host, port }),
+    })
   }
 
   const authority = parseAuthority(request.url ?? '')

@@ -41,9 +41,13 @@ const STATUS_TEXT: Readonly<Record<number, string>> = {
 const DRAIN_GRACE_MS = 2_000
 
 /** Writes a refusal on a raw socket (CONNECT, or a request the parser rejected). */
-export function refuseOnSocket(socket: Socket, reason: EgressReasonCode): number {
+export function refuseOnSocket(
+  socket: Socket,
+  reason: EgressReasonCode,
+  destination?: RefusedDestination,
+): number {
   const status = statusForReason(reason)
-  const body = denialBody(reason)
+  const body = denialBody(reason, destination)
   if (!socket.destroyed && socket.writable) {
     socket.end(
       `HTTP/1.1 ${status} ${STATUS_TEXT[status] ?? 'Error'}\r\n` +
@@ -58,6 +62,26 @@ export function refuseOnSocket(socket: Socket, reason: EgressReasonCode): number
   return status
 }
 
-export function denialBody(reason: EgressReasonCode): string {
-  return `egress denied: ${reason}\n`
+/** Where a refused request was going, as far as the proxy learnt it. */
+export interface RefusedDestination {
+  readonly host: string
+  readonly port: number
+}
+
+/**
+ * The refusal's body, which names the refused destination: an agent in the
+ * sandbox reads it to tell "this host is not permitted" from "the network is
+ * down". A request refused before its destination was known gets the reason
+ * alone.
+ */
+export function denialBody(reason: EgressReasonCode, destination?: RefusedDestination): string {
+  const host = destination ? printable(destination.host) : ''
+  if (!host) return `egress denied: ${reason}\n`
+  const at = host.includes(':') ? `[${host}]` : host
+  return `egress denied for ${destination!.port > 0 ? `${at}:${destination!.port}` : at}: ${reason}\n`
+}
+
+/** The host as sent, with anything but printable ASCII replaced: it goes back to whoever sent it. */
+function printable(host: string): string {
+  return host.replace(/[^\x21-\x7e]/g, '?')
 }

@@ -31,7 +31,12 @@ import {
   placeholderScanner,
   secretRedactor,
 } from './credential-broker.js'
-import { denialBody, EGRESS_DENIED_HEADER, statusForReason } from './denial.js'
+import {
+  denialBody,
+  EGRESS_DENIED_HEADER,
+  type RefusedDestination,
+  statusForReason,
+} from './denial.js'
 import { exchangeClient } from './exchange-client.js'
 import { DialError, pinnedConnector } from './pinned-dial.js'
 import type { ProxyRuntime } from './proxy-runtime.js'
@@ -75,7 +80,13 @@ export async function handleRequest(
   let host = ''
   let port = 0
   const deny = (reason: EgressReasonCode, address?: string): void => {
-    exchange.report({ host, port, reason, address, status: refuse(response, reason) })
+    exchange.report({
+      host,
+      port,
+      reason,
+      address,
+      status: refuse(response, reason, { host, port }),
+    })
   }
 
   const match = ABSOLUTE_HTTP.exec(request.url ?? '')
@@ -190,7 +201,7 @@ export async function handleRequest(
   } catch (error) {
     if (abort.signal.aborted) return finish('allowed', undefined, 'client closed')
     const reason = misdirected ? 'credential-placeholder-misdirected' : upstreamFailureReason(error)
-    const status = refuse(response, reason)
+    const status = refuse(response, reason, { host, port })
     return finish(reason, status, describe(error))
   }
 
@@ -208,13 +219,17 @@ export async function handleRequest(
 }
 
 /** Answers a refusal on an HTTP response that has not started, then closes the connection. */
-function refuse(response: ServerResponse, reason: EgressReasonCode): number {
+function refuse(
+  response: ServerResponse,
+  reason: EgressReasonCode,
+  destination: RefusedDestination,
+): number {
   const status = statusForReason(reason)
   if (response.headersSent) {
     response.destroy()
     return status
   }
-  const body = denialBody(reason)
+  const body = denialBody(reason, destination)
   refusedConnections.add(response.socket ?? response)
   response.shouldKeepAlive = false
   response.writeHead(status, {

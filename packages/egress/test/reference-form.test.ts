@@ -6,7 +6,7 @@
 import { SandboxConfigValidationError, SandboxControlRefusedError } from '@cordon/core'
 import { afterEach, describe, expect, it } from 'vitest'
 import { EgressProxy, type RunningEgressProxy } from '../src/index.js'
-import { fakeDns, rawExchange, startUpstream, type Upstream } from './helpers.js'
+import { fakeDns, openTunnel, rawExchange, startUpstream, type Upstream } from './helpers.js'
 
 let running: RunningEgressProxy | undefined
 let upstream: Upstream | undefined
@@ -66,6 +66,32 @@ describe("EgressProxy in the reference's form", () => {
     expect((await get(running.port, 'one.test', upstream.port)).status).toBe(403)
     running.setAllowedHosts(async () => ['one.test'])
     expect((await get(running.port, 'one.test', upstream.port)).status).toBe(200)
+  })
+
+  it('names the refused host in the body of its refusal, for a forwarded request and a tunnel', async () => {
+    const denied: Array<[string, string]> = []
+    const proxy = new EgressProxy({
+      allowedHosts: async () => ['allowed.test'],
+      onDenied: (host, reason) => denied.push([host, reason]),
+    })
+    running = await proxy.listen(0)
+    const forwarded = await get(running.port, 'Evil.Example.NET', 8080)
+    expect(forwarded.status).toBe(403)
+    expect(forwarded.body).toBe('egress denied for evil.example.net:8080: host-not-allowed\n')
+    const tunnel = await openTunnel(running.port, 'evil.example.net:443')
+    expect(tunnel.response.status).toBe(403)
+    expect(tunnel.response.body).toBe('egress denied for evil.example.net:443: host-not-allowed\n')
+    tunnel.socket.destroy()
+    const literal = await openTunnel(running.port, '[2001:db8::1]:443')
+    expect(literal.response.body).toMatch(/^egress denied for \[2001:db8::1\]:443: /)
+    literal.socket.destroy()
+    expect(denied.slice(0, 2)).toEqual([
+      ['evil.example.net', 'host-not-allowed'],
+      ['evil.example.net', 'host-not-allowed'],
+    ])
+    // Refused before any destination was read: the reason alone.
+    const garbled = await rawExchange(running.port, 'NOT HTTP AT ALL\r\n\r\n')
+    expect(garbled.body).toBe('egress denied: bad-request\n')
   })
 
   it('takes credentials under their reference name and never sends one in clear', () => {

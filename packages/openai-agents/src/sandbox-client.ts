@@ -1,4 +1,9 @@
-import type { Sandbox, SandboxCreateConfig, SandboxProvider } from '@cordon/core'
+import {
+  type Sandbox,
+  SandboxConfigValidationError,
+  type SandboxCreateConfig,
+  type SandboxProvider,
+} from '@cordon/core'
 import {
   isNoopSnapshotSpec,
   type Manifest,
@@ -82,12 +87,17 @@ export class CordonSandboxClient
     if (createArgs.options) refuseUnknownOptions(createArgs.options, providerId)
     assertManifestSupported(manifest, providerId)
     const environment = await manifest.resolveEnvironment()
-    const sandbox = await this.provider.create({
-      ...this.#options.sandbox,
-      ...createArgs.options?.sandbox,
-      env: environment,
-      workingDirectory: manifest.root,
-    })
+    // cordon makes the working directory at create, or refuses it there.
+    const sandbox = await this.provider
+      .create({
+        ...this.#options.sandbox,
+        ...createArgs.options?.sandbox,
+        env: environment,
+        workingDirectory: manifest.root,
+      })
+      .catch((error: unknown) => {
+        throw rootRefusal(error, manifest.root, providerId) ?? error
+      })
     try {
       await prepareWorkspace(sandbox, manifest, providerId)
       await materializeEntries(sandbox, placeManifestEntries(manifest))
@@ -178,26 +188,34 @@ export class CordonSandboxClient
  * The workspace is the manifest root, which must be writable: the sandbox's
  * root or a directory under it (made here).
  */
+/**
+ * The manifest root must be writable: the sandbox's rootDir or under it.
+ * cordon has made it by now (it is the sandbox's working directory); one that
+ * already existed elsewhere (`/tmp`) is still refused.
+ */
 async function prepareWorkspace(sandbox: Sandbox, manifest: Manifest, providerId: string) {
   const root = manifest.root
   const writable = sandbox.rootDir
-  if (root === writable) return
-  if (!root.startsWith(`${writable}/`)) {
-    throw new SandboxConfigurationError(
-      `The manifest root ${root} is not writable in a cordon sandbox of ${providerId}, whose writable root is ${writable}: set the provider's layout.outputs.containerPath to ${root}, or the manifest root to ${writable} or a directory under it.`,
-      { provider: 'cordon', root, rootDir: writable },
-    )
-  }
-  const made = await sandbox.exec('mkdir', ['-p', '--', root], { cwd: writable })
-  if (made.exitCode !== 0) {
-    throw new SandboxConfigurationError(
-      `Could not create the manifest root ${root}: ${made.stderr}`,
-      {
-        provider: 'cordon',
-        root,
-      },
-    )
-  }
+  if (root === writable || root.startsWith(`${writable}/`)) return
+  throw new SandboxConfigurationError(
+    `The manifest root ${root} is not writable in a cordon sandbox of ${providerId}, whose writable root is ${writable}: set the provider's layout.outputs.containerPath to ${root}, or the manifest root to ${writable} or a directory under it.`,
+    { provider: 'cordon', root, rootDir: writable },
+  )
+}
+
+/** cordon refusing the manifest root as the working directory, as the SDK's configuration error. */
+function rootRefusal(
+  error: unknown,
+  root: string,
+  providerId: string,
+): SandboxConfigurationError | undefined {
+  if (!SandboxConfigValidationError.isInstance(error)) return undefined
+  const issue = error.issues.find((candidate) => candidate.path === 'workingDirectory')
+  if (!issue) return undefined
+  return new SandboxConfigurationError(
+    `The manifest root ${root} cannot be made in a cordon sandbox of ${providerId} (${issue.message}): set the provider's layout.outputs.containerPath to ${root}, or the manifest root to the outputs path or a directory under it.`,
+    { provider: 'cordon', root },
+  )
 }
 
 function refuseUnknownOptions(options: SandboxClientOptions, providerId: string): void {

@@ -10,7 +10,8 @@ import { BACKEND_PACKAGES } from './backend-packages.js'
 import { loadBackendModule } from './load-backend.js'
 
 interface TransportImplementation {
-  healthz(signal?: AbortSignal): Promise<AgentHealthReport>
+  healthz(signal?: AbortSignal): Promise<boolean>
+  health(signal?: AbortSignal): Promise<AgentHealthReport>
   waitForReady(timeoutMs: number, pollIntervalMs?: number): Promise<AgentHealthReport>
   execute(request: VsockExecuteRequest): Promise<SandboxExecResult>
   writeFile(path: string, content: string | Uint8Array, signal?: AbortSignal): Promise<void>
@@ -42,8 +43,14 @@ export class VsockAgentTransport implements TransportImplementation {
     requireAgentSecret(options.secret, 'VsockAgentTransport options')
   }
 
-  async healthz(signal?: AbortSignal): Promise<AgentHealthReport> {
+  /** `true` when the agent answers health, `false` when it cannot be reached (see the backend's). */
+  async healthz(signal?: AbortSignal): Promise<boolean> {
     return (await this.#load()).healthz(signal)
+  }
+
+  /** The agent's health answer (its roots, its resumes). */
+  async health(signal?: AbortSignal): Promise<AgentHealthReport> {
+    return (await this.#load()).health(signal)
   }
 
   async waitForReady(timeoutMs: number, pollIntervalMs?: number): Promise<AgentHealthReport> {

@@ -3,6 +3,8 @@ import {
   createSandboxProvider,
   SandboxBackendNotInstalledError,
   SandboxError,
+  SandboxTransportError,
+  VsockAgentTransport,
 } from '../src/index.js'
 
 /**
@@ -26,6 +28,16 @@ describe('loading the real backend packages', () => {
     expect(SandboxError.isInstance(error)).toBe(true)
     expect(SandboxBackendNotInstalledError.isInstance(error)).toBe(false)
     await provider.close()
+  })
+
+  it("fronts the backend's VsockAgentTransport: healthz() a boolean, health() the reason", async () => {
+    const transport = new VsockAgentTransport(
+      { kind: 'unix', path: '/nonexistent/cordon-agent.sock' },
+      { secret: 'a-secret-of-twenty-characters', maxConnectAttempts: 1 },
+    )
+    expect(await transport.healthz()).toBe(false)
+    const error = await transport.health().catch((caught: unknown) => caught)
+    expect(SandboxTransportError.isInstance(error)).toBe(true)
   })
 
   it('loads @cordon/backend-aci for the aci-standby-pool runtime', async () => {

@@ -122,6 +122,12 @@ function describeEnvironment(environment: SandboxEnvironment): string {
   }
 }
 
+/** A readiness probe of the reference's shape: healthz() resolves with whether the agent is up. */
+async function agentIsUp(transport: VsockAgentTransport): Promise<boolean> {
+  const healthy: boolean = await transport.healthz()
+  return healthy
+}
+
 /** A prompt generator reads the resolved layout to tell the model where things are. */
 function promptFor(layout: ResolvedContainerSandboxLayout): string {
   const lines = [`Write deliverables to ${layout.outputs.containerPath}.`]
@@ -204,9 +210,10 @@ async function main(): Promise<void> {
     environment: describeEnvironment(provider.environment),
   })
 
-  // The SDK passes its run config's timeoutMs into every create().
+  // The SDK passes its run config's timeoutMs into every create(); the task
+  // works in a directory of its own under the outputs, which nobody made yet.
   const createConfig: SandboxCreateConfig = {
-    workingDirectory: SANDBOX_DEFAULT_OUTPUTS_PATH,
+    workingDirectory: `${SANDBOX_DEFAULT_OUTPUTS_PATH}/task-42`,
     env: { TASK_ID: 'task-42' },
     timeoutMs: 1_500,
     memoryLimitMb: 256,
@@ -237,6 +244,20 @@ async function main(): Promise<void> {
       timedOut: result.timedOut,
       durationIsNumber: typeof result.durationMs === 'number',
       stdoutTruncated: result.stdoutTruncated ?? null,
+    })
+
+    // Commands without a cwd run in the working directory; a relative cwd is
+    // the workspace's, and is made (mkdir -p) when it is missing.
+    const inWorkingDirectory = await sandbox.exec('pwd')
+    const relative = await sandbox.exec('sh', ['-c', 'pwd; echo built > out.txt'], {
+      cwd: 'build/objects',
+    })
+    const relativeAgain = await sandbox.exec('cat', ['out.txt'], { cwd: './build/objects' })
+    note('cwd', {
+      workingDirectory: inWorkingDirectory.stdout,
+      relative: relative.stdout,
+      relativeExit: relative.exitCode,
+      relativeAgain: relativeAgain.stdout,
     })
 
     // timeoutMs given to create() is the default per-exec timeout, not a lifetime.
@@ -304,11 +325,15 @@ async function main(): Promise<void> {
       image,
       labels: { 'cordon-test.run': runLabel },
     },
-    layout: { outputs: { source: { type: 'hostDir', hostPath: dirs.outputs } } },
+    layout: { outputs: { source: { type: 'hostDir', hostPath: dirs.outputs } }, skills: [] },
   })
-  const underGvisor = await gvisor.create()
+  const underGvisor = await gvisor.create({ workingDirectory: 'gvisor-task' })
   try {
     note('runsc', (await underGvisor.exec('echo', ['under gvisor'])).stdout)
+    note('runscCwd', {
+      workingDirectory: (await underGvisor.exec('pwd')).stdout,
+      relative: (await underGvisor.exec('pwd', [], { cwd: 'make/here' })).stdout,
+    })
   } finally {
     await underGvisor.destroy()
   }
@@ -323,10 +348,16 @@ async function main(): Promise<void> {
   try {
     const refused = await behindGateway.exec('wget', ['-q', '-O', '-', 'http://example.com/'])
     const env = await behindGateway.exec('env')
+    // What an agent in the sandbox reads when its proxy refuses it.
+    const refusal = await behindGateway.exec('sh', [
+      '-c',
+      "printf 'GET http://example.com/ HTTP/1.1\\r\\nHost: example.com\\r\\nConnection: close\\r\\n\\r\\n' | nc 127.0.0.1 3128",
+    ])
     note('staticEgress', {
       exitCode: refused.exitCode,
       stderr: refused.stderr,
       proxy: env.stdout.split('\n').find((line) => line.startsWith('HTTP_PROXY=')),
+      refusalBody: refusal.stdout.split('\r\n\r\n')[1] ?? refusal.stdout,
     })
   } finally {
     await behindGateway.destroy()
@@ -360,12 +391,44 @@ async function main(): Promise<void> {
     ),
   }
   note('refusals', refusals)
+
+  // A host catches the reference's layout error by its class, and fixes every reason at once.
+  const layoutProblems = (layout: ContainerSandboxLayout): unknown => {
+    try {
+      createSandboxProvider({ backend: docker, layout })
+      return 'accepted'
+    } catch (error) {
+      if (error instanceof ContainerSandboxLayoutValidationError)
+        return { caughtAs: error.name, reasons: error.reasons, message: error.message }
+      return { notALayoutError: serializeSandboxError(error) }
+    }
+  }
+  note('layoutErrors', {
+    threeInOnePass: layoutProblems({
+      skills: [
+        { id: 'pdf-tools', source: { type: 'inImage' } },
+        { id: 'foo..bar', source: { type: 'inImage' } },
+        { id: 'pdf-tools', source: { type: 'inImage' } },
+      ],
+    } as unknown as ContainerSandboxLayout),
+    dots: ['foo..bar', '..foo', 'foo..', 'pdf-tools.v2'].map((skillId) =>
+      layoutProblems({ outputs, skills: [{ id: skillId, source: { type: 'inImage' } }] }),
+    ),
+    sharedPath: layoutProblems({
+      outputs: { source: outputs.source, containerPath: '/work' },
+      scratch: { source: { type: 'hostDir', hostPath: dirs.uploads }, containerPath: '/work' },
+    }),
+  })
   const layoutError = new ContainerSandboxLayoutValidationError(['outputs: missing'], {
     cause: Symbol('why'),
   })
+  const retry = (): void => {}
   note('layoutError', {
     json: JSON.parse(JSON.stringify(layoutError)),
     serialized: serializeSandboxError(layoutError),
+    functionCause: serializeSandboxError(
+      new ContainerSandboxLayoutValidationError(['outputs: missing'], { cause: retry }),
+    ).cause,
     notImplemented: new SandboxBackendNotImplementedError('container:lxc').backend,
   })
 
@@ -412,7 +475,12 @@ async function main(): Promise<void> {
   })
   running.setAllowedHosts(async () => [])
   await running.close()
-  note('proxy', { url: running.url, status: answer.split(' ')[1], denied })
+  note('proxy', {
+    url: running.url,
+    status: answer.split(' ')[1],
+    body: answer.split('\r\n\r\n')[1],
+    denied,
+  })
 
   // ---- the microVM tier (and its agent transport)
   const getToken: OrchestratorTokenProvider = async () => process.env.ORCHESTRATOR_TOKEN ?? 'token'
@@ -425,11 +493,16 @@ async function main(): Promise<void> {
     readyTimeoutMs: 60_000,
     readyPollIntervalMs: 100,
   }
+  const transportOptions: VsockTransportOptions = {
+    connectTimeoutMs: 1_000,
+    readIdleTimeoutMs: 60_000,
+  }
   const internal: FirecrackerBackendInternalConfig = {
     orchestratorEndpoint: microvm.orchestratorEndpoint,
     getToken,
     agentSnapshot: snapshot,
     mtls: { ca: Buffer.from('ca'), cert: Buffer.from('cert'), key: Buffer.from('key') },
+    transport: transportOptions,
   }
   note('microvmConfig', Object.keys(internal).sort())
   const vmProvider = createSandboxProvider({ backend: microvm, defaultTimeoutMs: 20_000 })
@@ -440,24 +513,23 @@ async function main(): Promise<void> {
       await guest.writeFile('hello.txt', 'from the host')
       const read = await guest.readFile('hello.txt')
       const ran = await guest.exec('cat', [`${guest.rootDir}/hello.txt`])
+      const relative = await guest.exec('pwd', [], { cwd: 'vm-build' })
       note('microvm', {
         read: read.toString('utf8'),
         ran: ran.stdout,
         environment: guest.environment,
+        relativeCwd: relative.stdout.trim() === `${guest.rootDir}/vm-build`,
       })
     } finally {
       await guest.destroy()
     }
   }
   const handle: SandboxAgentHandle = { kind: 'vsock', udsPath: '/run/fc/v.sock', port: 1024 }
-  const transportOptions: VsockTransportOptions = {
-    connectTimeoutMs: 1_000,
-    readIdleTimeoutMs: 60_000,
-  }
   note(
     'transport',
     caught(() => new VsockAgentTransport(handle, transportOptions)),
   )
+  note('transportProbe', typeof agentIsUp)
 
   // ---- the ACI standby pool tier: a provider is built without any request to Azure
   const aci: ACIStandbyPoolBackendConfig = {

@@ -163,6 +163,21 @@ describe('switching a namzu host to cordon by its imports', () => {
     })
   })
 
+  it("resolves a relative cwd against the workspace and makes a missing one, as the reference's worker did", () => {
+    expect(report.cwd).toEqual({
+      // create({ workingDirectory }) was made when the sandbox was; commands start there.
+      workingDirectory: '/mnt/user-data/outputs/task-42\n',
+      relative: '/mnt/user-data/outputs/build/objects\n',
+      relativeExit: 0,
+      relativeAgain: 'built\n',
+    })
+    expect(report.runscCwd).toEqual({
+      workingDirectory: '/mnt/user-data/outputs/gvisor-task\n',
+      relative: '/mnt/user-data/outputs/make/here\n',
+    })
+    // The microVM guest does the same (see the microVM case: relativeCwd).
+  })
+
   it("reads create's timeoutMs as the default exec timeout, never as the sandbox's lifetime", () => {
     expect(report.timeoutMs).toEqual({
       aliveAfter: 'still here',
@@ -182,6 +197,7 @@ describe('switching a namzu host to cordon by its imports', () => {
       bytes: [0, 1, 2, 255],
       upload: 'a,b\n1,2\n',
       entries: [
+        ['/mnt/user-data/outputs/build/objects/out.txt', 6],
         ['/mnt/user-data/outputs/data.bin', 4],
         ['/mnt/user-data/outputs/notes/report.md', 26],
       ],
@@ -204,6 +220,10 @@ describe('switching a namzu host to cordon by its imports', () => {
     expect(report.staticEgress.exitCode).not.toBe(0)
     expect(report.staticEgress.stderr).toContain('403')
     expect(report.staticEgress.proxy).toBe('HTTP_PROXY=http://127.0.0.1:3128')
+    // The agent in the sandbox learns from the refusal which host it may not reach.
+    expect(report.staticEgress.refusalBody).toBe(
+      'egress denied for example.com:80: host-not-allowed\n',
+    )
   })
 
   it('refuses what it cannot honour with typed errors naming the field and the fix', () => {
@@ -226,6 +246,26 @@ describe('switching a namzu host to cordon by its imports', () => {
     expect(refusals.badLayout.message).toMatch(/^Invalid ContainerSandboxLayout: /)
   })
 
+  it("throws the reference's layout error from createSandboxProvider, every reason in one pass", () => {
+    const { threeInOnePass, dots, sharedPath } = report.layoutErrors
+    expect(threeInOnePass.caughtAs).toBe('ContainerSandboxLayoutValidationError')
+    expect(threeInOnePass.reasons).toHaveLength(3)
+    expect(threeInOnePass.reasons[0]).toMatch(/^outputs: missing/)
+    expect(threeInOnePass.reasons[1]).toContain('skill id "foo..bar"')
+    expect(threeInOnePass.reasons[2]).toContain('duplicate skill id "pdf-tools"')
+    expect(threeInOnePass.message).toBe(
+      `Invalid ContainerSandboxLayout: ${threeInOnePass.reasons.join('; ')}`,
+    )
+    expect(dots.slice(0, 3).map((caught: { caughtAs?: string }) => caught.caughtAs)).toEqual([
+      'ContainerSandboxLayoutValidationError',
+      'ContainerSandboxLayoutValidationError',
+      'ContainerSandboxLayoutValidationError',
+    ])
+    expect(dots[3]).toBe('accepted')
+    expect(sharedPath.caughtAs).toBe('ContainerSandboxLayoutValidationError')
+    expect(sharedPath.reasons.join('\n')).toContain('both mounted at "/work"')
+  })
+
   it("serialises errors in the reference's envelope", () => {
     expect(report.layoutError.json).toEqual({
       name: 'ContainerSandboxLayoutValidationError',
@@ -237,6 +277,7 @@ describe('switching a namzu host to cordon by its imports', () => {
       reasons: ['outputs: missing'],
       cause: { name: 'Symbol', message: 'Symbol(why)' },
     })
+    expect(report.layoutError.functionCause).toEqual({ name: 'Function', message: '[function]' })
     expect(report.layoutError.notImplemented).toBe('container:lxc')
   })
 
@@ -251,6 +292,7 @@ describe('switching a namzu host to cordon by its imports', () => {
     expect(report.proxy.status).toBe('403')
     expect(report.proxy.url).toMatch(/^http:\/\/127\.0\.0\.1:\d+$/)
     expect(report.proxy.denied).toEqual([['evil.example.net', 'host-not-allowed']])
+    expect(report.proxy.body).toBe('egress denied for evil.example.net:80: host-not-allowed\n')
   })
 
   it('runs the microVM tier through an orchestrator, and refuses an unauthenticated agent transport', () => {
@@ -262,7 +304,12 @@ describe('switching a namzu host to cordon by its imports', () => {
       read: 'from the host',
       ran: 'from the host',
       environment: 'linux-namespace',
+      relativeCwd: true,
     })
+    // FirecrackerBackendInternalConfig has the reference's transport key, and
+    // healthz() resolves with a boolean (agentIsUp type-checks only then).
+    expect(report.microvmConfig).toContain('transport')
+    expect(report.transportProbe).toBe('function')
     expect(report.transport).toMatchObject({ name: 'SandboxConfigValidationError' })
     expect(report.transport.message).toContain('authenticates every connection')
     expect(report.aciProvider).toEqual({

@@ -299,6 +299,18 @@ export async function requestListFiles(
   return entries
 }
 
+/** Makes `path` a directory as the sandbox's user (see `MakeDirectoryRequest`); resolves with whether it was made. */
+export async function requestMakeDirectory(
+  connection: FramedConnection,
+  path: string,
+): Promise<boolean> {
+  await connection.send({ type: 'make-directory', path })
+  const reply = await nextMessage(connection)
+  if (reply.type !== 'directory-ok') throw remoteOrUnexpected(reply, 'directory-ok')
+  connection.close()
+  return reply.created
+}
+
 export interface AgentFileDownload {
   readonly size: number
   readonly mode: number

@@ -124,6 +124,14 @@ export interface ListFilesRequest {
   readonly type: 'list-files'
   readonly path: string
 }
+/**
+ * Makes a directory (and its parents) as the sandbox's user, inside the write
+ * roots, unless it already exists: a sandbox's working directory at create.
+ */
+export interface MakeDirectoryRequest {
+  readonly type: 'make-directory'
+  readonly path: string
+}
 export interface EndMessage {
   readonly type: 'end'
 }
@@ -141,6 +149,7 @@ export type AgentRequest =
   | WriteFilesRequest
   | ReadFilesRequest
   | ListFilesRequest
+  | MakeDirectoryRequest
 export type ClientMessage =
   | AuthMessage
   | AgentRequest
@@ -229,6 +238,11 @@ export interface WriteDoneMessage {
   /** For a batch: how many files were placed. */
   readonly files?: number
 }
+export interface DirectoryOkMessage {
+  readonly type: 'directory-ok'
+  /** Whether the agent made it (false: it was already there). */
+  readonly created: boolean
+}
 export interface EntriesMessage {
   readonly type: 'entries'
   readonly entries: readonly FileEntryMessage[]
@@ -253,6 +267,7 @@ export type AgentMessage =
   | WriteReadyMessage
   | WriteDoneMessage
   | EntriesMessage
+  | DirectoryOkMessage
   | FileBeginMessage
   | EndMessage
   | ErrorMessage
@@ -413,6 +428,8 @@ export function parseClientMessage(raw: Raw): ClientMessage {
       return { type: 'read-file', path: absolutePath(raw, 'path') }
     case 'list-files':
       return { type: 'list-files', path: absolutePath(raw, 'path') }
+    case 'make-directory':
+      return { type: 'make-directory', path: absolutePath(raw, 'path') }
     case 'read-files':
       return { type: 'read-files', path: absolutePath(raw, 'path') }
     case 'write-file': {
@@ -467,6 +484,8 @@ export function parseAgentMessage(raw: Raw): AgentMessage {
       }
     case 'signal-ok':
       return { type: 'signal-ok', signalled: int(raw, 'signalled', { min: 0 })! }
+    case 'directory-ok':
+      return { type: 'directory-ok', created: bool(raw, 'created') }
     case 'usage-ok': {
       const optional = (name: string) => int(raw, name, { optional: true, min: 0 })
       const cpuTimeMs = optional('cpuTimeMs')

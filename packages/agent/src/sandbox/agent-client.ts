@@ -17,6 +17,7 @@ import {
   requestExec,
   requestHealth,
   requestListFiles,
+  requestMakeDirectory,
   requestReadFile,
   requestReadFiles,
   requestSignalMarked,
@@ -332,6 +333,13 @@ export class AgentClient {
     )
   }
 
+  /** Makes `path` a directory as the sandbox's user, inside the write roots; resolves with whether it was made. */
+  async makeDirectory(path: string, signal?: AbortSignal): Promise<boolean> {
+    return this.withConnection('makeDirectory', path, signal, (connection) =>
+      requestMakeDirectory(connection, path),
+    )
+  }
+
   async writeFile(
     path: string,
     source: AsyncIterable<Uint8Array>,
@@ -430,7 +438,7 @@ export class AgentClient {
       return await requestExec(connection, request, handlers)
     } catch (error) {
       connection.destroy()
-      throw this.translate(error, 'exec', undefined, signal)
+      throw this.translate(error, 'exec', request.cwd, signal)
     }
   }
 

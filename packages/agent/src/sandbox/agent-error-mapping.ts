@@ -30,6 +30,7 @@ export function toSandboxError(
   if (error instanceof AgentRemoteError) {
     switch (error.code) {
       case 'path-refused':
+      case 'bad-cwd':
         return new SandboxPathError(context.path ?? '', error.message, { cause: error })
       case 'not-found':
         return new SandboxFileNotFoundError(context.path ?? '', {

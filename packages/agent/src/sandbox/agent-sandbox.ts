@@ -1,10 +1,10 @@
 import { Buffer } from 'node:buffer'
-import { posix } from 'node:path'
 import {
   type CordonBackendSandbox,
   SANDBOX_DEFAULT_MAX_READ_BYTES,
   type SandboxBackendUsage,
   type SandboxByteSource,
+  SandboxConfigValidationError,
   SandboxDestroyedError,
   type SandboxDestroyOptions,
   type SandboxEndReason,
@@ -31,7 +31,12 @@ import {
   type SandboxTerminalOptions,
   type SandboxWriteFileOptions,
 } from '@cordon/core'
-import { ExecOutputCollector, throwIfAborted, validateExecRequest } from '@cordon/core/backend'
+import {
+  ExecOutputCollector,
+  resolveSandboxPath,
+  throwIfAborted,
+  validateExecRequest,
+} from '@cordon/core/backend'
 import { AgentStdinClosedError } from '../protocol/index.js'
 import type { AgentClient } from './agent-client.js'
 import { AgentProcess } from './agent-process.js'
@@ -44,6 +49,10 @@ export interface AgentSandboxInit {
   readonly rootDir: string
   /** The sandbox's environment; each command's `env` is laid over it. */
   readonly env: Readonly<Record<string, string>>
+  /**
+   * Where a command without `cwd` runs: absolute, or relative to `rootDir`
+   * (default: `rootDir`). See {@link AgentSandbox.prepareWorkingDirectory}.
+   */
   readonly workingDirectory: string | undefined
   /** Timeout of an exec that names none, in ms (default: none). */
   readonly execTimeoutMs?: number
@@ -106,6 +115,8 @@ export type LostReason = Extract<
 export class AgentSandbox implements CordonBackendSandbox {
   readonly id: SandboxId
   readonly rootDir: string
+  /** Where a command without `cwd` runs (absolute). */
+  readonly workingDirectory: string
   readonly environment: SandboxEnvironment = 'linux-namespace'
   private state: 'ready' | 'destroying' | 'destroyed' = 'ready'
   private lost = false
@@ -127,13 +138,19 @@ export class AgentSandbox implements CordonBackendSandbox {
   constructor(private readonly init: AgentSandboxInit) {
     this.id = init.id
     this.rootDir = init.rootDir
+    this.workingDirectory = resolveSandboxPath(init.rootDir, init.workingDirectory ?? init.rootDir)
     const explain = init.explainLoss
     if (explain) init.client.onTransportFailure(() => void this.checkLoss(explain))
     const open = init.openTerminal
     if (open) {
       this.openTerminal = async (options) => {
         this.assertUsable('openTerminal', undefined)
-        return open(options)
+        // A relative cwd means what it means for exec.
+        return open(
+          options.cwd === undefined
+            ? options
+            : { ...options, cwd: resolveSandboxPath(this.rootDir, options.cwd) },
+        )
       }
     }
     const change = init.setNetworkPolicy
@@ -155,6 +172,34 @@ export class AgentSandbox implements CordonBackendSandbox {
       }
       // The forward's kind follows the options, as the overloads promise.
       this.forwardPort = open as SandboxForwardPort
+    }
+  }
+
+  /**
+   * Makes the working directory exist before the sandbox is handed out, so
+   * that no command fails later for want of it: the agent creates it (as the
+   * sandbox's user, inside the write roots) if it is missing. A directory it
+   * may not create fails with `SandboxConfigValidationError` naming
+   * `workingDirectory`. Backends call it last in `create()`; the rootDir and
+   * the write roots are mounts that exist, and cost no round trip.
+   */
+  async prepareWorkingDirectory(signal?: AbortSignal): Promise<void> {
+    const directory = this.workingDirectory
+    if (directory === this.rootDir || this.init.writeRoots?.includes(directory)) return
+    try {
+      await this.init.client.makeDirectory(directory, signal)
+    } catch (error) {
+      if (!SandboxPathError.isInstance(error)) throw error
+      throw new SandboxConfigValidationError(
+        'sandbox create config',
+        [
+          {
+            path: 'workingDirectory',
+            message: `${directory} cannot be the working directory: ${error.reason}`,
+          },
+        ],
+        { cause: error },
+      )
     }
   }
 
@@ -419,13 +464,13 @@ export class AgentSandbox implements CordonBackendSandbox {
     openStdin: boolean,
     operation: 'exec' | 'start',
   ): Promise<AgentProcess> {
-    validateExecRequest(command, args, options)
+    const request = validateExecRequest(command, args, options, this.rootDir)
     this.assertUsable(operation, options.signal)
     const collector = new ExecOutputCollector({
       ...(options.maxOutputBytes === undefined ? {} : { maxOutputBytes: options.maxOutputBytes }),
       ...(options.onOutput ? { onOutput: options.onOutput } : {}),
     })
-    const cwd = options.cwd ?? this.init.workingDirectory ?? this.rootDir
+    const cwd = request.cwd ?? this.workingDirectory
     const started = Date.now()
     this.init.emit({
       type: 'exec',
@@ -506,7 +551,7 @@ export class AgentSandbox implements CordonBackendSandbox {
     if (typeof path !== 'string' || path.length === 0 || path.includes('\0')) {
       throw new SandboxPathError(String(path), 'a path must be a non-empty string without NUL')
     }
-    return posix.resolve(this.rootDir, path)
+    return resolveSandboxPath(this.rootDir, path)
   }
 }
 
