@@ -137,24 +137,54 @@ function engineMount(
 }
 
 /**
+ * Layout mounts this engine cannot give the way they are asked for, refused
+ * before anything is made. A mount is `noexec` only where the engine can
+ * say so: a tmpfs (`ephemeral`) takes the flag, but the engine's bind mounts
+ * have no such option (Engine API 1.41), and an `inImage` path is not
+ * mounted at all.
+ */
+export function refuseUnmountableLayout(
+  layout: ResolvedContainerSandboxLayout,
+  backend: string,
+): void {
+  for (const mount of planLayoutMounts(layout)) {
+    if (!mount.noexec || mount.source.type === 'ephemeral') continue
+    throw new SandboxControlRefusedError(
+      `layout.${mountName(mount)}.noexec`,
+      backend,
+      mount.source.type === 'hostDir'
+        ? "the Docker Engine cannot mount a host directory noexec; mount it noexec on the host (the sandbox's mount inherits that), or use an ephemeral source"
+        : `a ${mount.source.type} source is not mounted by the Docker Engine, so it cannot be made noexec`,
+    )
+  }
+}
+
+function mountName(mount: LayoutMountPlan): string {
+  return mount.role === 'skill' ? `skills.${mount.skillId}` : mount.role
+}
+
+/**
  * tmpfs mounts: `/tmp`, and every `ephemeral` layout source, owned by the
  * sandbox's user, with a size cap so a sandbox cannot fill the engine's
- * memory or disk, no setuid and no device files. They live and die with the
- * container, so nothing is left behind when it goes.
+ * memory or disk, no setuid and no device files. Programs on them may run
+ * unless the config (`tmpfsNoexec`) or the layout mount (`noexec`) says
+ * not: the engine makes a tmpfs `noexec` unless told `exec`. They live and
+ * die with the container, so nothing is left behind when it goes.
  */
 export function tmpfsMounts(
-  config: Pick<ContainerBackendConfig, 'tmpfsSizeMb'>,
+  config: Pick<ContainerBackendConfig, 'tmpfsSizeMb' | 'tmpfsNoexec'>,
   layout: ResolvedContainerSandboxLayout,
   user: { uid: number; gid: number },
 ): Record<string, string> {
+  const execution = (noexec: boolean | undefined) => (noexec ? 'noexec' : 'exec')
   const mounts: Record<string, string> = {
-    '/tmp': `rw,nosuid,nodev,size=${(config.tmpfsSizeMb ?? DEFAULT_TMPFS_MB) * 1024 * 1024},mode=1777`,
+    '/tmp': `rw,nosuid,nodev,${execution(config.tmpfsNoexec)},size=${(config.tmpfsSizeMb ?? DEFAULT_TMPFS_MB) * 1024 * 1024},mode=1777`,
   }
   for (const mount of planLayoutMounts(layout)) {
     if (mount.source.type !== 'ephemeral') continue
     const sizeMb = mount.source.sizeMb ?? DEFAULT_EPHEMERAL_SIZE_MB
     mounts[mount.containerPath] =
-      `${mount.readOnly ? 'ro' : 'rw'},nosuid,nodev,size=${sizeMb * 1024 * 1024},uid=${user.uid},gid=${user.gid},mode=0755`
+      `${mount.readOnly ? 'ro' : 'rw'},nosuid,nodev,${execution(mount.noexec)},size=${sizeMb * 1024 * 1024},uid=${user.uid},gid=${user.gid},mode=0755`
   }
   return mounts
 }

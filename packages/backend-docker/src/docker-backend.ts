@@ -37,6 +37,7 @@ import {
   EGRESS_PROXY_PORT,
   fileSizeLimit,
   layoutMounts,
+  refuseUnmountableLayout,
   sandboxUser,
   sealedOutputPaths,
   tmpfsMounts,
@@ -174,7 +175,12 @@ export class DockerBackend implements CordonSandboxBackend {
       return await this.createSandbox(options)
     } catch (error) {
       // Its runtime volume was removed under this process: prepared again, and tried once more.
-      if (options.signal?.aborted || !(await this.runtimeWentAway())) throw error
+      if (
+        options.signal?.aborted ||
+        SandboxControlRefusedError.isInstance(error) ||
+        !(await this.runtimeWentAway())
+      )
+        throw error
       return this.createSandbox(options)
     }
   }
@@ -204,6 +210,7 @@ export class DockerBackend implements CordonSandboxBackend {
         'the container tier needs a layout with an outputs mount',
       )
     }
+    refuseUnmountableLayout(layout, this.name)
     const refusal = egressRefusal(this.name, this.config, request.egress)
     if (refusal) throw refusal
     const name = `cordon-${request.id}`

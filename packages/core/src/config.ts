@@ -58,6 +58,12 @@ export interface ContainerBackendConfig {
   /** Size of the writable `/tmp` tmpfs in MiB (default 64). */
   readonly tmpfsSizeMb?: number
   /**
+   * Mount `/tmp` `noexec`, so no program written there can be run (default
+   * false: it can, as on a layout mount without `noexec`; see
+   * `ContainerSandboxLayoutMount.noexec`).
+   */
+  readonly tmpfsNoexec?: boolean
+  /**
    * Fixed name-to-address entries for the gateway's resolver, for internal
    * services a policy names (pair them with the provider's `allowInwardFor`).
    */
@@ -272,6 +278,7 @@ export const containerBackendConfigSchema: z.ZodType<ContainerBackendConfig> = z
       .optional(),
     cpus: z.number().positive().max(1024).optional(),
     tmpfsSizeMb: positiveInt().optional(),
+    tmpfsNoexec: z.boolean().optional(),
     gatewayHosts: z.record(z.string().min(1), z.string().min(1)).readonly().optional(),
     gatewayAllowedPorts: z.array(tcpPort()).readonly().optional(),
     gatewayUpstreamCa: z.string().min(1).optional(),
@@ -388,6 +395,27 @@ export const containerProviderConfigSchema = z
   })
   .strict()
   .readonly()
+
+/**
+ * The container tier's provider config with the one backend schema its
+ * `runtime` names, so that a mistyped field is reported by name rather than
+ * as a union that matched neither backend.
+ */
+export function containerProviderConfigSchemaFor(
+  runtime: 'docker' | 'aci-standby-pool',
+): typeof containerProviderConfigSchema {
+  return z
+    .object({
+      ...providerBaseShape,
+      backend:
+        runtime === 'aci-standby-pool'
+          ? aciStandbyPoolBackendConfigSchema
+          : containerBackendConfigSchema,
+      layout: containerSandboxLayoutSchema,
+    })
+    .strict()
+    .readonly() as unknown as typeof containerProviderConfigSchema
+}
 
 /** Provider config for the microvm tier: the guest's files are the orchestrator's business. */
 export const microVMProviderConfigSchema = z

@@ -2,7 +2,7 @@ import {
   aciStandbyPoolBackendConfigSchema,
   type ContainerBackendConfig,
   containerBackendConfigSchema,
-  containerProviderConfigSchema,
+  containerProviderConfigSchemaFor,
   microVMBackendConfigSchema,
   microVMProviderConfigSchema,
   parseConfig,
@@ -50,7 +50,13 @@ export function prepareProviderConfig(input: SandboxProviderConfig): PreparedPro
   const config: SandboxProviderConfig =
     backendName === 'microvm:self-hosted'
       ? parseConfig(microVMProviderConfigSchema, input, 'sandbox provider config')
-      : parseConfig(containerProviderConfigSchema, input, 'sandbox provider config')
+      : parseConfig(
+          containerProviderConfigSchemaFor(
+            backendName === 'container:aci-standby-pool' ? 'aci-standby-pool' : 'docker',
+          ),
+          input,
+          'sandbox provider config',
+        )
   refuseUnhonourableFields(backendName, config.backend)
   const refusal = egressRefusal(backendName, config.backend, config.defaultEgress ?? DENY_ALL)
   if (refusal) throw refusal

@@ -58,7 +58,7 @@ describe('prepareProviderConfig', () => {
           host: 'h',
           labels: { 'cordon.owner': 'me' },
         },
-        layout,
+        layout: { outputs: { source: { type: 'ephemeral' }, noexec: 1 } },
         defaultMemoryLimitMb: -1,
         defaultEgress: {
           kind: 'static',
@@ -72,8 +72,20 @@ describe('prepareProviderConfig', () => {
     expect(text).toContain('either socketPath or host')
     expect(text).toContain('reserved')
     expect(text).toContain('defaultMemoryLimitMb')
+    expect(text).toContain('layout.outputs.noexec')
     expect(text).toContain('defaultEgress.allowedHosts.1')
     expect(text).toContain('defaultEgress.allowedHosts.2')
+  })
+
+  it('takes tmpfsNoexec as a boolean only', () => {
+    expect(
+      issuesOf(() =>
+        prepareProviderConfig({
+          backend: { tier: 'container', image: 'x', tmpfsNoexec: 'yes' },
+          layout,
+        } as unknown as SandboxProviderConfig),
+      ).join('\n'),
+    ).toContain('tmpfsNoexec')
   })
 
   it('requires a layout for the container tier', () => {
