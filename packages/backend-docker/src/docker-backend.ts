@@ -376,7 +376,7 @@ export class DockerBackend implements CordonSandboxBackend {
               },
               terminalOptions,
             ).catch((error: unknown) => {
-              throw translateEngineError(error, this.name, this.engine.endpoint, 'openTerminal')
+              throw translateEngineError(error, this.name, this.engine.description, 'openTerminal')
             }),
           workingDirectory: request.workingDirectory,
           execTimeoutMs: request.execTimeoutMs,
@@ -435,7 +435,7 @@ export class DockerBackend implements CordonSandboxBackend {
         disposeLate: (late) => late.destroy(),
       },
     ).catch((error: unknown) => {
-      throw translateEngineError(error, this.name, this.engine.endpoint, 'create')
+      throw translateEngineError(error, this.name, this.engine.description, 'create')
     })
   }
 

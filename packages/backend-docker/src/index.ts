@@ -13,6 +13,7 @@ import {
 import { ensureAgentRuntime } from './agent-runtime.js'
 import { DockerBackend } from './docker-backend.js'
 import { connectEngine } from './engine-connection.js'
+import { translateEngineError } from './engine-errors.js'
 
 export type { ContainerBackendConfig as DockerBackendConfig } from '@cordon/core'
 export {
@@ -50,7 +51,9 @@ export async function prepareAgentRuntime(
     engine.endpoint,
     config.image,
     'container:docker',
-  )
+  ).catch((error: unknown) => {
+    throw translateEngineError(error, 'container:docker', engine.description, 'prepare')
+  })
   return {
     volume: runtime.volume,
     launcher: runtime.launcher !== undefined,

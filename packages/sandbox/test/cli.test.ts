@@ -118,6 +118,23 @@ describe('the cordon command', () => {
     expect(result.stderr).toContain('tooling/engine/setup.sh')
   })
 
+  it('names DOCKER_HOST and the engine when DOCKER_HOST leads nowhere, in run, gc, prepare and demo', async () => {
+    for (const [dockerHost, reason] of [
+      ['bogus', /\((ENOTFOUND|EAI_AGAIN): its host name does not resolve\)/],
+      ['unix:///nonexistent/docker.sock', /\(ENOENT\)/],
+    ] as const) {
+      for (const args of [['run', '--', 'true'], ['gc'], ['prepare'], ['demo']]) {
+        const result = await cordon(args, { DOCKER_HOST: dockerHost })
+        expect(result.code, `${args[0]} ${dockerHost}`).toBe(125)
+        const [first] = result.stderr.split('\n')
+        expect(first).toContain(
+          `cordon: The Docker Engine at DOCKER_HOST=${dockerHost} is unreachable`,
+        )
+        expect(first).toMatch(reason)
+      }
+    }
+  })
+
   it('runs the demo: a command, a file round trip, refused and gateway egress decisions, destroy', async () => {
     const result = await cordon(['demo'])
     expect(result.code).toBe(0)

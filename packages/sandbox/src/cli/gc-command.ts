@@ -22,8 +22,12 @@ export async function gcCommand(argv: readonly string[], io: RunIo): Promise<num
     options: { 'dry-run': { type: 'boolean', default: false } },
   })
   const backend = await loadDockerBackend()
-  const { docker, endpoint } = backend.connectEngine({})
-  const report = await backend.collectGarbage({ docker, dryRun: values['dry-run'] })
+  const { docker, endpoint, description } = backend.connectEngine({})
+  const report = await backend.collectGarbage({
+    docker,
+    engine: description,
+    dryRun: values['dry-run'],
+  })
   const verb = values['dry-run'] ? 'would remove' : 'removed'
   const unjudged = report.unjudged.length
   io.stdout(
