@@ -384,7 +384,10 @@ export function containerSpec(options: {
     NetworkDisabled: true,
     StopTimeout: 1,
     HostConfig: {
-      ...(config.runtime === 'runsc' ? { Runtime: 'runsc' } : {}),
+      // `docker` leaves the choice to the engine's default runtime.
+      ...(config.runtime === 'runsc' || config.runtime === 'runc'
+        ? { Runtime: config.runtime }
+        : {}),
       NetworkMode: 'none',
       CapDrop: ['ALL'],
       CapAdd: agentCapabilities(options.handsOverOutputs),

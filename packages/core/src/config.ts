@@ -15,12 +15,17 @@ export interface TlsClientMaterial {
 }
 
 /**
- * `container` tier on a Docker Engine, with runc (`docker`, the default) or
- * gVisor (`runsc`). The first six fields are the reference's.
+ * `container` tier on a Docker Engine, with runc or gVisor (`runsc`). The
+ * first six fields are the reference's.
  */
 export interface ContainerBackendConfig {
   readonly tier: 'container'
-  readonly runtime?: 'docker' | 'runsc'
+  /**
+   * The container runtime: `docker` (the default) is the engine's default
+   * runtime, runc on a stock engine; `runc` asks the engine for runc by
+   * name, whatever its default; `runsc` is gVisor.
+   */
+  readonly runtime?: 'docker' | 'runc' | 'runsc'
   /** Image to start per sandbox. It needs only the commands you will run in it. */
   readonly image: string
   /**
@@ -256,7 +261,7 @@ export const tlsClientSchema: z.ZodType<TlsClientMaterial> = z
 export const containerBackendConfigSchema: z.ZodType<ContainerBackendConfig> = z
   .object({
     tier: z.literal('container'),
-    runtime: z.enum(['docker', 'runsc']).optional(),
+    runtime: z.enum(['docker', 'runc', 'runsc']).optional(),
     image: z.string().min(1),
     hostReachability: z.enum(['host-port', 'container-network']).optional(),
     network: z.string().min(1).optional(),

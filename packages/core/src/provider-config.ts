@@ -115,12 +115,14 @@ export function backendNameOf(backend: unknown): SandboxBackendName {
     service?: unknown
   }
   if (tier === 'container') {
-    if (runtime === undefined || runtime === 'docker') return 'container:docker'
+    // runc is the Docker backend's default runtime, asked for by name.
+    if (runtime === undefined || runtime === 'docker' || runtime === 'runc')
+      return 'container:docker'
     if (runtime === 'runsc') return 'container:runsc'
     if (runtime === 'aci-standby-pool') return 'container:aci-standby-pool'
     throw new SandboxBackendNotImplementedError(
       `container:${String(runtime)}`,
-      'known runtimes are docker, runsc and aci-standby-pool',
+      'known runtimes are docker, runc, runsc and aci-standby-pool',
     )
   }
   if (tier === 'microvm') {

@@ -32,6 +32,13 @@ describe('prepareProviderConfig', () => {
 
   it('names each backend by tier and runtime', () => {
     expect(backendNameOf({ tier: 'container', runtime: 'runsc' })).toBe('container:runsc')
+    // runc is the Docker backend's default runtime, by its own name.
+    expect(backendNameOf({ tier: 'container', runtime: 'runc' })).toBe('container:docker')
+    expect(backendNameOf({ tier: 'container', runtime: 'docker' })).toBe('container:docker')
+    expect(
+      prepareProviderConfig({ backend: { tier: 'container', runtime: 'runc', image: 'x' }, layout })
+        .config.backend,
+    ).toMatchObject({ runtime: 'runc' })
     expect(backendNameOf({ tier: 'container', runtime: 'aci-standby-pool' })).toBe(
       'container:aci-standby-pool',
     )
