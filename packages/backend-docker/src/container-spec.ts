@@ -34,6 +34,17 @@ export const EGRESS_PROXY_PORT = 3128
  */
 export const AGENT_MEMORY_ALLOWANCE_MB = 48
 /**
+ * The smallest `memoryLimitMb` a sandbox is created with; a smaller one is
+ * refused. Measured on Engine 20.10: under gVisor, whose kernel's page cache
+ * is charged to the same cgroup as the agent and the commands, sandboxes of
+ * 1, 8 and 10 MiB (and one run in three at 16) were killed while cordon
+ * streamed a 100 MiB file through a host directory; at 24 and 32 MiB none
+ * was, also under load (test/memory-floor.test.ts holds the minimum to it).
+ * runc got through at 1 MiB. One floor for both runtimes, so that a config
+ * means the same on each.
+ */
+export const MIN_MEMORY_LIMIT_MB = 32
+/**
  * Tasks the agent and the init use, added to the pids
  * cgroup's limit (a backstop; `maxProcesses` itself is the sandbox user's
  * RLIMIT_NPROC), and the worker's few threads, which count toward that user.

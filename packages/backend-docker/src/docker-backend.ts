@@ -31,12 +31,14 @@ import {
 } from './agent-runtime.js'
 import { AttachedChannel } from './attached-channel.js'
 import {
+  AGENT_MEMORY_ALLOWANCE_MB,
   agentEnvironment,
   containerSpec,
   DEFAULT_CPUS,
   EGRESS_PROXY_PORT,
   fileSizeLimit,
   layoutMounts,
+  MIN_MEMORY_LIMIT_MB,
   refuseUnmountableLayout,
   sandboxUser,
   sealedOutputPaths,
@@ -211,6 +213,13 @@ export class DockerBackend implements CordonSandboxBackend {
       )
     }
     refuseUnmountableLayout(layout, this.name)
+    if (request.memoryLimitMb < MIN_MEMORY_LIMIT_MB) {
+      throw new SandboxControlRefusedError(
+        'memoryLimitMb',
+        this.name,
+        `${request.memoryLimitMb} MiB is below the minimum of ${MIN_MEMORY_LIMIT_MB} MiB; the sandbox's memory limit is memoryLimitMb plus ${AGENT_MEMORY_ALLOWANCE_MB} MiB for cordon's agent`,
+      )
+    }
     const refusal = egressRefusal(this.name, this.config, request.egress)
     if (refusal) throw refusal
     const name = `cordon-${request.id}`
