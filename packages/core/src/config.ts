@@ -472,10 +472,16 @@ export function parseConfig<T>(schema: z.ZodType<T>, input: unknown, subject: st
   throw new SandboxConfigValidationError(subject, configIssues(result.error))
 }
 
-/** A zod failure as config issues, `path` dotted. */
+/**
+ * A zod failure as config issues, `path` dotted. A refused record key (an
+ * environment variable's name) says why, not only that it was refused.
+ */
 export function configIssues(error: z.ZodError): SandboxConfigIssue[] {
   return error.issues.map((issue) => ({
     path: issue.path.map(String).join('.'),
-    message: issue.message,
+    message:
+      issue.code === 'invalid_key' && issue.issues.length > 0
+        ? issue.issues.map((inner) => inner.message).join('; ')
+        : issue.message,
   }))
 }
