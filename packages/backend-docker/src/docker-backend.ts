@@ -202,7 +202,6 @@ export class DockerBackend implements CordonSandboxBackend {
   }
 
   private async createSandbox(options: SandboxBackendOptions): Promise<CordonBackendSandbox> {
-    this.sweepDeadOwners()
     const request = resolveBackendOptions(options)
     const layout = this.context.layout
     if (!layout) {
@@ -222,6 +221,7 @@ export class DockerBackend implements CordonSandboxBackend {
     }
     const refusal = egressRefusal(this.name, this.config, request.egress)
     if (refusal) throw refusal
+    this.sweepDeadOwners()
     const name = `cordon-${request.id}`
     // A retry of this create (see create) would otherwise be removed by the sweeps of the failed try.
     for (const sweep of this.lateSweeps.get(name) ?? []) clearTimeout(sweep)
