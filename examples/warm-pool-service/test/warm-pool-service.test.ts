@@ -43,10 +43,33 @@ describe('the warm-pooled service example', () => {
     expect(new Set(results.map((result) => result.body.sandbox)).size).toBe(8)
   })
 
-  it('answers bad input with the typed error, and ends cleanly on SIGTERM', async () => {
-    const bad = await runTask('', [])
-    expect(bad.status).toBe(400)
-    expect(bad.body).toMatchObject({ name: 'SandboxConfigValidationError', code: 'CONFIG_INVALID' })
+  it('answers input it cannot run with 400 and a message, never a stack', async () => {
+    const post = async (body: string) => {
+      const response = await fetch(`${base}/run`, { method: 'POST', body })
+      const text = await response.text()
+      // No stack frames, no host paths: only what the client can act on.
+      expect(text).not.toMatch(/stack|\bat .*:\d+:\d+|node_modules|\/dist\//)
+      return { status: response.status, body: JSON.parse(text) as Record<string, unknown> }
+    }
+    expect(await post('{"command": "sh", "args": [')).toEqual({
+      status: 400,
+      body: { error: 'the body is not JSON; give {"command": string, "args": string[]}' },
+    })
+    expect(await post('{"command": "sh", "args": [1]}')).toEqual({
+      status: 400,
+      body: { error: 'give {"command": string, "args": string[]}' },
+    })
+    const refused = await post(JSON.stringify({ command: '', args: [] }))
+    expect(refused.status).toBe(400)
+    expect(Object.keys(refused.body).sort()).toEqual(['code', 'error', 'issues', 'name'])
+    expect(refused.body).toMatchObject({
+      name: 'SandboxConfigValidationError',
+      code: 'CONFIG_INVALID',
+      issues: [{ path: 'command' }],
+    })
+  })
+
+  it('ends cleanly on SIGTERM', async () => {
     service.kill('SIGTERM')
     const [code] = await once(service, 'exit')
     expect(code).toBe(0)
