@@ -8,7 +8,8 @@ import { testProvider } from './test-run.js'
 /**
  * Puts two programs into `dir` the way an agent does (a compiled binary it
  * copied or downloaded, and a script it wrote and marked executable), runs
- * each directly and from a shell, and returns the statuses.
+ * the binary directly and the script from a shell, and returns what each
+ * did; the script also runs as an interpreter's input, mount flags or not.
  */
 async function runProgramsFrom(sandbox: CordonSandbox, dir: string) {
   const binary = `${dir}/busybox`
@@ -20,6 +21,9 @@ async function runProgramsFrom(sandbox: CordonSandbox, dir: string) {
   expect(placed, placed.stderr).toMatchObject({ exitCode: 0 })
   const direct = await sandbox.exec(binary, ['echo', 'binary ran'])
   const fromShell = await sandbox.exec('sh', ['-c', `${script}; echo "status $?"`])
+  // What noexec never stops: an interpreter reading the script.
+  const interpreted = await sandbox.exec('sh', [script])
+  expect(interpreted.stdout, dir).toBe('script ran\n')
   return {
     direct: { exitCode: direct.exitCode, stdout: direct.stdout },
     fromShell: fromShell.stdout,
@@ -55,6 +59,11 @@ for (const runtime of ['docker', 'runsc'] as const) {
             fromShell: 'script ran\nstatus 0\n',
           })
         }
+        // Shared memory is the engine's, and stays noexec.
+        expect(await runProgramsFrom(sandbox, '/dev/shm')).toEqual({
+          direct: { exitCode: 126, stdout: '' },
+          fromShell: 'status 126\n',
+        })
       } finally {
         await provider.close()
       }
