@@ -71,7 +71,7 @@ const apiPort = (api.address() as AddressInfo).port
 const provider = createSandboxProvider({
   backend: {
     tier: 'container',
-    image: process.env.CORDON_EXAMPLE_IMAGE ?? 'cordon-test/busybox:latest',
+    image: process.env.CORDON_IMAGE ?? 'cordon-test/busybox:latest',
     gatewayHosts: { [API_HOST]: HOST_FROM_CONTAINERS },
     gatewayAllowedPorts: [apiPort],
     gatewayUpstreamCa: tls.cert,

@@ -10,7 +10,8 @@
  * closes the server and the provider, which destroys the pooled sandboxes.
  */
 import { createServer, type IncomingMessage } from 'node:http'
-import { createSandboxProvider, SandboxError, serializeSandboxError } from '@cordon/sandbox'
+import { createSandboxProvider } from '@cordon/sandbox'
+import { BadRequest, clientFailure, USAGE } from './client-failure.js'
 
 const provider = createSandboxProvider({
   backend: { tier: 'container', image: process.env.CORDON_IMAGE ?? 'cordon-test/busybox:latest' },
@@ -20,10 +21,23 @@ const provider = createSandboxProvider({
 })
 await provider.warm()
 
-async function body(request: IncomingMessage): Promise<unknown> {
+async function task(request: IncomingMessage): Promise<{ command: string; args: string[] }> {
   const chunks: Buffer[] = []
   for await (const chunk of request) chunks.push(chunk as Buffer)
-  return JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}')
+  let body: unknown
+  try {
+    body = JSON.parse(Buffer.concat(chunks).toString('utf8') || '{}')
+  } catch {
+    throw new BadRequest(`the body is not JSON; ${USAGE}`)
+  }
+  const { command, args } = (body ?? {}) as { command?: unknown; args?: unknown }
+  if (
+    typeof command !== 'string' ||
+    !Array.isArray(args) ||
+    !args.every((arg) => typeof arg === 'string')
+  )
+    throw new BadRequest(USAGE)
+  return { command, args }
 }
 
 const server = createServer(async (request, response) => {
@@ -33,17 +47,15 @@ const server = createServer(async (request, response) => {
   }
   if (request.method !== 'POST' || request.url !== '/run') return reply(404, { error: 'not found' })
   try {
-    const { command, args } = (await body(request)) as { command?: unknown; args?: unknown }
-    if (typeof command !== 'string' || !Array.isArray(args)) {
-      return reply(400, { error: 'give {"command": string, "args": string[]}' })
-    }
+    const { command, args } = await task(request)
     await using sandbox = await provider.create()
-    const result = await sandbox.exec(command, args as string[], { timeout: 5_000 })
+    const result = await sandbox.exec(command, args, { timeout: 5_000 })
     reply(200, { sandbox: sandbox.id, ...result })
   } catch (error) {
-    // cordon's errors are typed: bad input is the caller's, the rest is ours.
-    const status = SandboxError.isInstance(error) && error.code === 'CONFIG_INVALID' ? 400 : 500
-    reply(status, serializeSandboxError(error))
+    const { status, body } = clientFailure(error)
+    // The operator's log gets the whole of what went wrong on the service's side.
+    if (status >= 500) console.error(error)
+    reply(status, body)
   }
 })
 server.listen(Number(process.env.PORT ?? 0), '127.0.0.1', () => {

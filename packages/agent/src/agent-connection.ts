@@ -228,7 +228,8 @@ async function refuse(connection: FramedConnection, message: string): Promise<un
 
 function describeFailure(error: unknown): { code: AgentErrorCode; message: string } {
   if (error instanceof AgentOperationError) return { code: error.code, message: error.message }
-  if (error instanceof PathRefusedError) return { code: 'path-refused', message: error.message }
+  // The host's SandboxPathError names the path; the message says only why.
+  if (error instanceof PathRefusedError) return { code: 'path-refused', message: error.reason }
   if (error instanceof ProtocolError || error instanceof FrameError)
     return { code: 'bad-request', message: error.message }
   const errno = error as NodeJS.ErrnoException

@@ -10,11 +10,14 @@ import { type ActAs, actAsItself } from './user-identity.js'
  */
 const realPath = realpathSync.native
 
-/** A path the host asked for lies outside the roots it may use. */
+/**
+ * A path the host asked for lies outside the roots it may use. `reason` is
+ * what goes back to the host, which names the path itself.
+ */
 export class PathRefusedError extends Error {
   constructor(
     readonly path: string,
-    reason: string,
+    readonly reason: string,
   ) {
     super(`path "${path}" refused: ${reason}`)
     this.name = 'PathRefusedError'

@@ -326,6 +326,14 @@ describe('AgentSandbox', () => {
       .writeFile('/etc/cordon-nope', 'x')
       .catch((caught: unknown) => caught)
     expect(SandboxPathError.isInstance(error)).toBe(true)
+    // The path once, then why.
+    expect((error as Error).message).toBe(
+      `Path "/etc/cordon-nope" refused: it is outside the write roots (${agent.outputs})`,
+    )
+    expect(error).toMatchObject({
+      path: '/etc/cordon-nope',
+      reason: `it is outside the write roots (${agent.outputs})`,
+    })
   })
 
   it('destroy abandons running commands and releases; a failed release is tried again', async () => {

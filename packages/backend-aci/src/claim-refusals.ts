@@ -47,9 +47,15 @@ export function refuseLimitMismatch(
  * A claim cannot mount anything: `hostDir` (there is no host) and
  * `ephemeral` (storage the backend would create) are refused. `inImage` is
  * taken as it is; an `azureFileShare` must already be mounted by the profile.
+ * Neither can be made `noexec`: ACI's volume mounts have no such option.
  */
 export function refuseUnmountableLayout(layout: ResolvedContainerSandboxLayout): void {
   for (const mount of planLayoutMounts(layout)) {
+    if (mount.noexec)
+      refuse(
+        `layout.${mountName(mount)}.noexec`,
+        "a container group's volume mounts have no noexec option, and a claim cannot change them",
+      )
     const kind = mount.source.type
     if (kind === 'inImage' || kind === 'azureFileShare') continue
     refuse(

@@ -131,6 +131,7 @@ describe('refusals', () => {
         },
         'layout.skills.pdf.ephemeral',
       ],
+      [{ outputs: { source: { type: 'inImage' }, noexec: true } }, 'layout.outputs.noexec'],
     ]
     for (const [layout, control] of layouts) {
       expectRefusal(

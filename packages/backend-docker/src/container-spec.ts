@@ -34,6 +34,17 @@ export const EGRESS_PROXY_PORT = 3128
  */
 export const AGENT_MEMORY_ALLOWANCE_MB = 48
 /**
+ * The smallest `memoryLimitMb` a sandbox is created with; a smaller one is
+ * refused. Measured on Engine 20.10: under gVisor, whose kernel's page cache
+ * is charged to the same cgroup as the agent and the commands, sandboxes of
+ * 1, 8 and 10 MiB (and one run in three at 16) were killed while cordon
+ * streamed a 100 MiB file through a host directory; at 24 and 32 MiB none
+ * was, also under load (test/memory-floor.test.ts holds the minimum to it).
+ * runc got through at 1 MiB. One floor for both runtimes, so that a config
+ * means the same on each.
+ */
+export const MIN_MEMORY_LIMIT_MB = 32
+/**
  * Tasks the agent and the init use, added to the pids
  * cgroup's limit (a backstop; `maxProcesses` itself is the sandbox user's
  * RLIMIT_NPROC), and the worker's few threads, which count toward that user.
@@ -137,24 +148,54 @@ function engineMount(
 }
 
 /**
+ * Layout mounts this engine cannot give the way they are asked for, refused
+ * before anything is made. A mount is `noexec` only where the engine can
+ * say so: a tmpfs (`ephemeral`) takes the flag, but the engine's bind mounts
+ * have no such option (Engine API 1.41), and an `inImage` path is not
+ * mounted at all.
+ */
+export function refuseUnmountableLayout(
+  layout: ResolvedContainerSandboxLayout,
+  backend: string,
+): void {
+  for (const mount of planLayoutMounts(layout)) {
+    if (!mount.noexec || mount.source.type === 'ephemeral') continue
+    throw new SandboxControlRefusedError(
+      `layout.${mountName(mount)}.noexec`,
+      backend,
+      mount.source.type === 'hostDir'
+        ? "the Docker Engine cannot mount a host directory noexec; mount it noexec on the host (the sandbox's mount inherits that), or use an ephemeral source"
+        : `a ${mount.source.type} source is not mounted by the Docker Engine, so it cannot be made noexec`,
+    )
+  }
+}
+
+function mountName(mount: LayoutMountPlan): string {
+  return mount.role === 'skill' ? `skills.${mount.skillId}` : mount.role
+}
+
+/**
  * tmpfs mounts: `/tmp`, and every `ephemeral` layout source, owned by the
  * sandbox's user, with a size cap so a sandbox cannot fill the engine's
- * memory or disk, no setuid and no device files. They live and die with the
- * container, so nothing is left behind when it goes.
+ * memory or disk, no setuid and no device files. Programs on them may run
+ * unless the config (`tmpfsNoexec`) or the layout mount (`noexec`) says
+ * not: the engine makes a tmpfs `noexec` unless told `exec`. They live and
+ * die with the container, so nothing is left behind when it goes.
  */
 export function tmpfsMounts(
-  config: Pick<ContainerBackendConfig, 'tmpfsSizeMb'>,
+  config: Pick<ContainerBackendConfig, 'tmpfsSizeMb' | 'tmpfsNoexec'>,
   layout: ResolvedContainerSandboxLayout,
   user: { uid: number; gid: number },
 ): Record<string, string> {
+  const execution = (noexec: boolean | undefined) => (noexec ? 'noexec' : 'exec')
   const mounts: Record<string, string> = {
-    '/tmp': `rw,nosuid,nodev,size=${(config.tmpfsSizeMb ?? DEFAULT_TMPFS_MB) * 1024 * 1024},mode=1777`,
+    '/tmp': `rw,nosuid,nodev,${execution(config.tmpfsNoexec)},size=${(config.tmpfsSizeMb ?? DEFAULT_TMPFS_MB) * 1024 * 1024},mode=1777`,
   }
   for (const mount of planLayoutMounts(layout)) {
     if (mount.source.type !== 'ephemeral') continue
     const sizeMb = mount.source.sizeMb ?? DEFAULT_EPHEMERAL_SIZE_MB
     mounts[mount.containerPath] =
-      `${mount.readOnly ? 'ro' : 'rw'},nosuid,nodev,size=${sizeMb * 1024 * 1024},uid=${user.uid},gid=${user.gid},mode=0755`
+      `${mount.readOnly ? 'ro' : 'rw'},nosuid,nodev,${execution(mount.noexec)},size=${sizeMb * 1024 * 1024},uid=${user.uid},gid=${user.gid},mode=0755`
   }
   return mounts
 }
@@ -354,7 +395,10 @@ export function containerSpec(options: {
     NetworkDisabled: true,
     StopTimeout: 1,
     HostConfig: {
-      ...(config.runtime === 'runsc' ? { Runtime: 'runsc' } : {}),
+      // `docker` leaves the choice to the engine's default runtime.
+      ...(config.runtime === 'runsc' || config.runtime === 'runc'
+        ? { Runtime: config.runtime }
+        : {}),
       NetworkMode: 'none',
       CapDrop: ['ALL'],
       CapAdd: agentCapabilities(options.handsOverOutputs),

@@ -37,12 +37,15 @@ import {
 } from './agent-runtime.js'
 import { attachChannel } from './attached-channel.js'
 import {
+  AGENT_MEMORY_ALLOWANCE_MB,
   agentEnvironment,
   containerSpec,
   DEFAULT_CPUS,
   EGRESS_PROXY_PORT,
   fileSizeLimit,
   layoutMounts,
+  MIN_MEMORY_LIMIT_MB,
+  refuseUnmountableLayout,
   sandboxUser,
   sealedOutputPaths,
   tmpfsMounts,
@@ -194,7 +197,12 @@ export class DockerBackend implements CordonSandboxBackend {
       return await this.createSandbox(options)
     } catch (error) {
       // Its runtime volume was removed under this process: prepared again, and tried once more.
-      if (options.signal?.aborted || !(await this.runtimeWentAway())) throw error
+      if (
+        options.signal?.aborted ||
+        SandboxControlRefusedError.isInstance(error) ||
+        !(await this.runtimeWentAway())
+      )
+        throw error
       return this.createSandbox(options)
     }
   }
@@ -214,7 +222,6 @@ export class DockerBackend implements CordonSandboxBackend {
   }
 
   private async createSandbox(options: SandboxBackendOptions): Promise<CordonBackendSandbox> {
-    this.sweepDeadOwners()
     const request = resolveBackendOptions(options)
     const layout = this.context.layout
     if (!layout) {
@@ -224,8 +231,17 @@ export class DockerBackend implements CordonSandboxBackend {
         'the container tier needs a layout with an outputs mount',
       )
     }
+    refuseUnmountableLayout(layout, this.name)
+    if (request.memoryLimitMb < MIN_MEMORY_LIMIT_MB) {
+      throw new SandboxControlRefusedError(
+        'memoryLimitMb',
+        this.name,
+        `${request.memoryLimitMb} MiB is below the minimum of ${MIN_MEMORY_LIMIT_MB} MiB; the sandbox's memory limit is memoryLimitMb plus ${AGENT_MEMORY_ALLOWANCE_MB} MiB for cordon's agent`,
+      )
+    }
     const refusal = egressRefusal(this.name, this.config, request.egress)
     if (refusal) throw refusal
+    this.sweepDeadOwners()
     const workingDirectory = resolveSandboxPath(
       layout.outputs.containerPath,
       request.workingDirectory,
@@ -414,7 +430,7 @@ export class DockerBackend implements CordonSandboxBackend {
               },
               terminalOptions,
             ).catch((error: unknown) => {
-              throw translateEngineError(error, this.name, this.engine.endpoint, 'openTerminal')
+              throw translateEngineError(error, this.name, this.engine.description, 'openTerminal')
             }),
           workingDirectory,
           execTimeoutMs: request.execTimeoutMs,
@@ -475,7 +491,7 @@ export class DockerBackend implements CordonSandboxBackend {
         disposeLate: (late) => late.destroy(),
       },
     ).catch((error: unknown) => {
-      throw translateEngineError(error, this.name, this.engine.endpoint, 'create')
+      throw translateEngineError(error, this.name, this.engine.description, 'create')
     })
   }
 

@@ -8,6 +8,9 @@ const UNREACHABLE_CODES = new Set([
   'ETIMEDOUT',
   'ECONNRESET',
   'EPIPE',
+  // The engine's host name does not resolve (a DOCKER_HOST such as `bogus`).
+  'ENOTFOUND',
+  'EAI_AGAIN',
 ])
 
 /** HTTP status of a dockerode error, if it carries one. */
@@ -48,26 +51,29 @@ export function engineMessage(error: unknown): string {
 /**
  * Turns a dockerode failure into a cordon error at the backend boundary; the
  * original is kept as `cause`. cordon's own errors pass through unchanged.
+ * `engine` names the engine as a person set it (EngineConnection's
+ * `description`, e.g. `DOCKER_HOST=tcp://host:2375`).
  */
 export function translateEngineError(
   error: unknown,
   backend: string,
-  endpoint: string,
+  engine: string,
   operation: string,
 ): Error {
   if (SandboxError.isInstance(error)) return error
   const message = engineMessage(error)
   if (isUnreachable(error)) {
+    const code = (error as { code: string }).code
     return new SandboxBackendUnavailableError(
       backend,
-      `The Docker Engine at ${endpoint} is unreachable (${(error as { code: string }).code}). Is dockerd running, and may this process use its socket?`,
+      `The Docker Engine at ${engine} is unreachable (${code === 'ENOTFOUND' || code === 'EAI_AGAIN' ? `${code}: its host name does not resolve` : code}). Is dockerd running there, and may this process use it?`,
       { cause: error },
     )
   }
   if (/unknown or invalid runtime name/i.test(message)) {
     return new SandboxBackendUnavailableError(
       backend,
-      `The Docker Engine at ${endpoint} has no "runsc" runtime registered; install gVisor and add it to daemon.json "runtimes"`,
+      `The Docker Engine at ${engine} has no "runsc" runtime registered; install gVisor and add it to daemon.json "runtimes"`,
       { cause: error },
     )
   }

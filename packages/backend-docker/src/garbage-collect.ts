@@ -1,6 +1,6 @@
 import { judgeOwner, LABEL, type UnjudgedOwnerReason } from '@cordon/core/backend'
 import type Docker from 'dockerode'
-import { isBeingRemoved, isNotFound } from './engine-errors.js'
+import { isBeingRemoved, isNotFound, translateEngineError } from './engine-errors.js'
 import { findRuntimeGarbage } from './runtime-garbage.js'
 
 /** A resource kept because the process collecting cannot judge its owner. */
@@ -30,6 +30,12 @@ export interface GarbageReport {
 
 export interface CollectGarbageOptions {
   readonly docker: Docker
+  /**
+   * The engine as errors name it (`connectEngine(...).description`); an
+   * engine that cannot be reached fails with `SandboxBackendUnavailableError`
+   * naming it.
+   */
+  readonly engine?: string
   /** List what would be removed without removing it. */
   readonly dryRun?: boolean
   readonly now?: number
@@ -46,6 +52,19 @@ export interface CollectGarbageOptions {
  * no one owns, go when nothing uses them (runtime-garbage.ts).
  */
 export async function collectGarbage(options: CollectGarbageOptions): Promise<GarbageReport> {
+  try {
+    return await collect(options)
+  } catch (error) {
+    throw translateEngineError(
+      error,
+      'container:docker',
+      options.engine ?? 'the configured address',
+      'collect garbage',
+    )
+  }
+}
+
+async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
   const { docker } = options
   const now = options.now ?? Date.now()
   const filters = { label: [`${LABEL.managed}=1`] }

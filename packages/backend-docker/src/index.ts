@@ -14,6 +14,7 @@ import {
 import { ensureAgentRuntime } from './agent-runtime.js'
 import { DockerBackend } from './docker-backend.js'
 import { connectEngine } from './engine-connection.js'
+import { translateEngineError } from './engine-errors.js'
 import { ImagePuller } from './image-pull.js'
 
 export type { ContainerBackendConfig as DockerBackendConfig } from '@cordon/core'
@@ -78,7 +79,9 @@ export async function prepareAgentRuntime(
     engine.endpoint,
     config.image,
     'container:docker',
-  )
+  ).catch((error: unknown) => {
+    throw translateEngineError(error, 'container:docker', engine.description, 'prepare')
+  })
   return {
     volume: runtime.volume,
     launcher: runtime.launcher !== undefined,

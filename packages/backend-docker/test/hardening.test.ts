@@ -253,6 +253,19 @@ for (const runtime of ['docker', 'runsc'] as const) {
       expect(info.HostConfig.Privileged).toBe(false)
     })
 
+    it('refuses a file operation outside its directories, saying the path once and why', async () => {
+      for (const [operation, roots] of [
+        [() => sandbox.writeFile('/mnt/etc/x', 'x'), 'write roots'],
+        [() => sandbox.readFile('/mnt/etc/x'), 'read roots'],
+      ] as const) {
+        const error = await operation().catch((caught: unknown) => caught)
+        expect(SandboxPathError.isInstance(error)).toBe(true)
+        expect((error as Error).message).toBe(
+          `Path "/mnt/etc/x" refused: it is outside the ${roots} (/mnt/user-data/outputs)`,
+        )
+      }
+    })
+
     it('never sees the engine socket', async () => {
       const socket = await sandbox.exec('ls', ['/var/run/docker.sock', '/run/docker.sock'])
       expect(socket.exitCode).not.toBe(0)

@@ -22,12 +22,17 @@ export interface RegistryCredential {
 }
 
 /**
- * `container` tier on a Docker Engine, with runc (`docker`, the default) or
- * gVisor (`runsc`). The first six fields are the reference's.
+ * `container` tier on a Docker Engine, with runc or gVisor (`runsc`). The
+ * first six fields are the reference's.
  */
 export interface ContainerBackendConfig {
   readonly tier: 'container'
-  readonly runtime?: 'docker' | 'runsc'
+  /**
+   * The container runtime: `docker` (the default) is the engine's default
+   * runtime, runc on a stock engine; `runc` asks the engine for runc by
+   * name, whatever its default; `runsc` is gVisor.
+   */
+  readonly runtime?: 'docker' | 'runc' | 'runsc'
   /**
    * Image to start per sandbox. It needs only the commands you will run in
    * it. When the engine does not have it, the first `create()` pulls it (as
@@ -76,6 +81,12 @@ export interface ContainerBackendConfig {
   readonly cpus?: number
   /** Size of the writable `/tmp` tmpfs in MiB (default 64). */
   readonly tmpfsSizeMb?: number
+  /**
+   * Mount `/tmp` `noexec`, so no program written there can be run (default
+   * false: it can, as on a layout mount without `noexec`; see
+   * `ContainerSandboxLayoutMount.noexec`).
+   */
+  readonly tmpfsNoexec?: boolean
   /**
    * Fixed name-to-address entries for the gateway's resolver, for internal
    * services a policy names (pair them with the provider's `allowInwardFor`).
@@ -321,7 +332,7 @@ export const tlsClientSchema: z.ZodType<TlsClientMaterial> = z
 export const containerBackendConfigSchema: z.ZodType<ContainerBackendConfig> = z
   .object({
     tier: z.literal('container'),
-    runtime: z.enum(['docker', 'runsc']).optional(),
+    runtime: z.enum(['docker', 'runc', 'runsc']).optional(),
     image: z.string().min(1),
     registryAuth: registryAuthSchema.optional(),
     hostReachability: z.enum(['host-port', 'container-network']).optional(),
@@ -344,6 +355,7 @@ export const containerBackendConfigSchema: z.ZodType<ContainerBackendConfig> = z
       .optional(),
     cpus: z.number().positive().max(1024).optional(),
     tmpfsSizeMb: positiveInt().optional(),
+    tmpfsNoexec: z.boolean().optional(),
     gatewayHosts: z.record(z.string().min(1), z.string().min(1)).readonly().optional(),
     gatewayAllowedPorts: z.array(tcpPort()).readonly().optional(),
     gatewayUpstreamCa: z.string().min(1).optional(),
@@ -466,18 +478,25 @@ export const containerProviderConfigSchema = z
   .readonly()
 
 /**
- * The container tier's provider config with its layout left to
+ * The container tier's provider config with the one backend schema its
+ * `runtime` names (so that a mistyped field is reported by name rather than
+ * as a union that matched neither backend), and its layout left to
  * `checkLayout`, whose problems are reported as the reference reported them
  * (`ContainerSandboxLayoutValidationError`).
  */
-export const containerProviderFieldsSchema = z
-  .object({
-    ...providerBaseShape,
-    ...containerBackendShape,
-    layout: z.unknown().refine((value) => value !== undefined, 'required for the container tier'),
-  })
-  .strict()
-  .readonly()
+export function containerProviderFieldsSchemaFor(runtime: 'docker' | 'aci-standby-pool') {
+  return z
+    .object({
+      ...providerBaseShape,
+      backend:
+        runtime === 'aci-standby-pool'
+          ? aciStandbyPoolBackendConfigSchema
+          : containerBackendConfigSchema,
+      layout: z.unknown().refine((value) => value !== undefined, 'required for the container tier'),
+    })
+    .strict()
+    .readonly()
+}
 
 /** Provider config for the microvm tier: the guest's files are the orchestrator's business. */
 export const microVMProviderConfigSchema = z
@@ -533,10 +552,16 @@ export function parseConfig<T>(schema: z.ZodType<T>, input: unknown, subject: st
   throw new SandboxConfigValidationError(subject, configIssues(result.error))
 }
 
-/** A zod failure as config issues, `path` dotted. */
+/**
+ * A zod failure as config issues, `path` dotted. A refused record key (an
+ * environment variable's name) says why, not only that it was refused.
+ */
 export function configIssues(error: z.ZodError): SandboxConfigIssue[] {
   return error.issues.map((issue) => ({
     path: issue.path.map(String).join('.'),
-    message: issue.message,
+    message:
+      issue.code === 'invalid_key' && issue.issues.length > 0
+        ? issue.issues.map((inner) => inner.message).join('; ')
+        : issue.message,
   }))
 }

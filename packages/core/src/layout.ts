@@ -51,6 +51,17 @@ export type ContainerSandboxMountSource =
 export interface ContainerSandboxLayoutMount {
   readonly source: ContainerSandboxMountSource
   readonly containerPath?: string
+  /**
+   * Whether programs on this mount may not be run (cordon; default false).
+   * By default they may: an agent builds and downloads tools and runs them,
+   * and a sandbox's boundary is its container, not a mount flag (an
+   * interpreter still reads a script from a `noexec` mount). With `true`
+   * the mount is `noexec`, so running a file from it fails with EACCES
+   * (status 126 from a shell). A backend that cannot mount this source
+   * `noexec` refuses it with `SandboxControlRefusedError` naming
+   * `layout.<role>.noexec`.
+   */
+  readonly noexec?: boolean
 }
 
 /** A read-only skill bundle, mounted at `/mnt/skills/<id>` unless `containerPath` says otherwise. */
@@ -58,6 +69,8 @@ export interface ContainerSandboxSkillMount {
   readonly id: string
   readonly source: ContainerSandboxMountSource
   readonly containerPath?: string
+  /** As a layout mount's {@link ContainerSandboxLayoutMount.noexec}. */
+  readonly noexec?: boolean
 }
 
 /**
@@ -78,6 +91,8 @@ export interface ContainerSandboxLayout {
 export interface ResolvedContainerSandboxMount {
   readonly source: ContainerSandboxMountSource
   readonly containerPath: string
+  /** Present only where the layout set it ({@link ContainerSandboxLayoutMount.noexec}). */
+  readonly noexec?: boolean
 }
 
 /**
@@ -141,12 +156,21 @@ const mountSourceSchema = z.discriminatedUnion('type', [
 ])
 
 const mountSchema = z
-  .object({ source: mountSourceSchema, containerPath: z.string().optional() })
+  .object({
+    source: mountSourceSchema,
+    containerPath: z.string().optional(),
+    noexec: z.boolean().optional(),
+  })
   .strict()
   .readonly()
 
 const skillSchema = z
-  .object({ id: z.string(), source: mountSourceSchema, containerPath: z.string().optional() })
+  .object({
+    id: z.string(),
+    source: mountSourceSchema,
+    containerPath: z.string().optional(),
+    noexec: z.boolean().optional(),
+  })
   .strict()
   .readonly()
 
@@ -180,6 +204,8 @@ export interface LayoutMountPlan {
   readonly containerPath: string
   readonly readOnly: boolean
   readonly source: ContainerSandboxMountSource
+  /** Programs on it may not be run ({@link ContainerSandboxLayoutMount.noexec}). */
+  readonly noexec: boolean
 }
 
 const ROLES: ReadonlyArray<
@@ -254,6 +280,7 @@ export function checkLayout(input: unknown): LayoutCheck {
         `${role}.containerPath`,
         problems,
       ),
+      ...(mount.noexec === undefined ? {} : { noexec: mount.noexec }),
     }
   }
 
@@ -284,6 +311,7 @@ export function checkLayout(input: unknown): LayoutCheck {
           `${at}.containerPath`,
           problems,
         ),
+        ...(skill.noexec === undefined ? {} : { noexec: skill.noexec }),
       }
     })
   }
@@ -334,7 +362,13 @@ export function planLayoutMounts(layout: ResolvedContainerSandboxLayout): Layout
   for (const [role, , readOnly] of ROLES) {
     const mount = layout[role]
     if (mount)
-      plans.push({ role, containerPath: mount.containerPath, readOnly, source: mount.source })
+      plans.push({
+        role,
+        containerPath: mount.containerPath,
+        readOnly,
+        source: mount.source,
+        noexec: mount.noexec === true,
+      })
   }
   for (const skill of layout.skills ?? []) {
     plans.push({
@@ -343,6 +377,7 @@ export function planLayoutMounts(layout: ResolvedContainerSandboxLayout): Layout
       containerPath: skill.containerPath,
       readOnly: true,
       source: skill.source,
+      noexec: skill.noexec === true,
     })
   }
   return plans

@@ -3,7 +3,7 @@ import {
   type ContainerBackendConfig,
   configIssues,
   containerBackendConfigSchema,
-  containerProviderFieldsSchema,
+  containerProviderFieldsSchemaFor,
   microVMBackendConfigSchema,
   microVMProviderConfigSchema,
   parseConfig,
@@ -56,7 +56,9 @@ export function prepareProviderConfig(input: SandboxProviderConfig): PreparedPro
     const config = parseConfig(microVMProviderConfigSchema, input, 'sandbox provider config')
     return { backendName, ...refuseOrKeep(backendName, config), layout: undefined }
   }
-  const fields = containerProviderFieldsSchema.safeParse(input)
+  const fields = containerProviderFieldsSchemaFor(
+    backendName === 'container:aci-standby-pool' ? 'aci-standby-pool' : 'docker',
+  ).safeParse(input)
   const otherIssues: SandboxConfigIssue[] = fields.success ? [] : configIssues(fields.error)
   const layoutInput = (input as { layout?: unknown }).layout
   const checked = layoutInput === undefined ? undefined : checkLayout(layoutInput)
@@ -134,12 +136,14 @@ export function backendNameOf(backend: unknown): SandboxBackendName {
     service?: unknown
   }
   if (tier === 'container') {
-    if (runtime === undefined || runtime === 'docker') return 'container:docker'
+    // runc is the Docker backend's default runtime, asked for by name.
+    if (runtime === undefined || runtime === 'docker' || runtime === 'runc')
+      return 'container:docker'
     if (runtime === 'runsc') return 'container:runsc'
     if (runtime === 'aci-standby-pool') return 'container:aci-standby-pool'
     throw new SandboxBackendNotImplementedError(
       `container:${String(runtime)}`,
-      'known runtimes are docker, runsc and aci-standby-pool',
+      'known runtimes are docker, runc, runsc and aci-standby-pool',
     )
   }
   if (tier === 'microvm') {

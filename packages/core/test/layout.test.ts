@@ -84,6 +84,30 @@ describe('resolveLayout', () => {
     })
   })
 
+  it('keeps noexec where a mount sets it, and plans every other mount as executable', () => {
+    const resolved = resolveLayout({
+      outputs: { source: { type: 'ephemeral' }, noexec: true },
+      scratch: { source: { type: 'ephemeral' }, noexec: false },
+      uploads: { source: host('/data/up') },
+      skills: [{ id: 'pdf', source: host('/skills/pdf'), noexec: true }],
+    })
+    expect(resolved.outputs).toEqual({
+      source: { type: 'ephemeral' },
+      containerPath: SANDBOX_DEFAULT_OUTPUTS_PATH,
+      noexec: true,
+    })
+    expect(resolved.uploads).not.toHaveProperty('noexec')
+    expect(planLayoutMounts(resolved).map((mount) => [mount.role, mount.noexec])).toEqual([
+      ['outputs', true],
+      ['uploads', false],
+      ['scratch', false],
+      ['skill', true],
+    ])
+    expect(layoutError({ outputs: { source: host('/o'), noexec: 'yes' } }).reasons[0]).toContain(
+      'outputs.noexec',
+    )
+  })
+
   it("accepts the reference's skill ids with dots and capitals, never . or ..", () => {
     for (const id of ['pdf-tools.v2', 'Data_Analysis', 'a', '1.0']) {
       expect(

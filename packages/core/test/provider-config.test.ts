@@ -33,6 +33,13 @@ describe('prepareProviderConfig', () => {
 
   it('names each backend by tier and runtime', () => {
     expect(backendNameOf({ tier: 'container', runtime: 'runsc' })).toBe('container:runsc')
+    // runc is the Docker backend's default runtime, by its own name.
+    expect(backendNameOf({ tier: 'container', runtime: 'runc' })).toBe('container:docker')
+    expect(backendNameOf({ tier: 'container', runtime: 'docker' })).toBe('container:docker')
+    expect(
+      prepareProviderConfig({ backend: { tier: 'container', runtime: 'runc', image: 'x' }, layout })
+        .config.backend,
+    ).toMatchObject({ runtime: 'runc' })
     expect(backendNameOf({ tier: 'container', runtime: 'aci-standby-pool' })).toBe(
       'container:aci-standby-pool',
     )
@@ -59,7 +66,7 @@ describe('prepareProviderConfig', () => {
           host: 'h',
           labels: { 'cordon.owner': 'me' },
         },
-        layout,
+        layout: { outputs: { source: { type: 'ephemeral' }, noexec: 1 } },
         defaultMemoryLimitMb: -1,
         defaultEgress: {
           kind: 'static',
@@ -73,6 +80,7 @@ describe('prepareProviderConfig', () => {
     expect(text).toContain('either socketPath or host')
     expect(text).toContain('reserved')
     expect(text).toContain('defaultMemoryLimitMb')
+    expect(text).toContain('layout.outputs.noexec')
     expect(text).toContain('defaultEgress.allowedHosts.1')
     expect(text).toContain('defaultEgress.allowedHosts.2')
   })
@@ -121,6 +129,17 @@ describe('prepareProviderConfig', () => {
     // Neither the message nor the issues carry a password.
     expect(JSON.stringify(thrown)).not.toContain('hunter2')
     expect((thrown as Error).message).not.toContain('hunter2')
+  })
+
+  it('takes tmpfsNoexec as a boolean only', () => {
+    expect(
+      issuesOf(() =>
+        prepareProviderConfig({
+          backend: { tier: 'container', image: 'x', tmpfsNoexec: 'yes' },
+          layout,
+        } as unknown as SandboxProviderConfig),
+      ).join('\n'),
+    ).toContain('tmpfsNoexec')
   })
 
   it('requires a layout for the container tier', () => {

@@ -84,6 +84,10 @@ describe('composeProvider', () => {
       .catch((caught: unknown) => caught)
     expect(SandboxConfigValidationError.isInstance(error)).toBe(true)
     expect((error as SandboxConfigValidationError).issues).toHaveLength(3)
+    expect((error as SandboxConfigValidationError).issues).toContainEqual({
+      path: 'env.BAD-NAME',
+      message: 'environment variable names are letters, digits and "_"',
+    })
   })
 
   it('honours an already aborted signal', async () => {

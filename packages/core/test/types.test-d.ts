@@ -113,10 +113,20 @@ describe("the reference's shapes", () => {
       shareName: string
       storageAccountKey: string
     }>().toMatchTypeOf<ContainerSandboxMountSource>()
-    expectTypeOf<ResolvedContainerSandboxLayout['outputs']>().toEqualTypeOf<{
+    // The reference's resolved mount, with cordon's optional noexec: either is the other.
+    type ReferenceResolvedMount = {
       readonly source: ContainerSandboxMountSource
       readonly containerPath: string
-    }>()
+    }
+    expectTypeOf<ResolvedContainerSandboxLayout['outputs']['noexec']>().toEqualTypeOf<
+      boolean | undefined
+    >()
+    expectTypeOf<ReferenceResolvedMount>().toMatchTypeOf<
+      ResolvedContainerSandboxLayout['outputs']
+    >()
+    expectTypeOf<
+      ResolvedContainerSandboxLayout['outputs']
+    >().toMatchTypeOf<ReferenceResolvedMount>()
     expectTypeOf<{
       outputs: { source: { type: 'hostDir'; hostPath: string }; containerPath: string }
       skills: { id: string; source: { type: 'inImage' }; containerPath: string }[]

@@ -1,10 +1,18 @@
-import { parseArgs } from 'node:util'
 import type { SandboxEvent } from '@cordon/core'
 import { createSandboxProvider } from '../create-sandbox-provider.js'
+import { parseFlags } from './command-line.js'
 import { hostBridgeAddress, startDemoUpstream } from './demo-upstream.js'
 import { loadDockerBackend } from './docker-backend-module.js'
 import type { RunIo } from './run-command.js'
-import { DEFAULT_IMAGE } from './sandbox-flags.js'
+import { DEFAULT_IMAGE, runtimeFlag } from './sandbox-flags.js'
+
+export const DEMO_USAGE = `usage: cordon demo [--image IMAGE] [--runtime docker|runc|runsc]
+
+Shows cordon's main job step by step, with the time of each: a hardened
+sandbox runs a command, a file goes in and comes back, the network is tried
+and refused; then a second sandbox reaches one allowed host through the
+egress gateway and is refused everything else, and the gateway's decisions
+are printed.`
 
 /**
  * `cordon demo`: cordon's main job in one go. A hardened sandbox runs a
@@ -14,23 +22,29 @@ import { DEFAULT_IMAGE } from './sandbox-flags.js'
  * printed. Each step is printed with its time.
  */
 export async function demoCommand(argv: readonly string[], io: RunIo): Promise<number> {
-  const { values } = parseArgs({
-    args: [...argv],
-    options: {
+  const values = parseFlags(
+    'demo',
+    argv,
+    {
       image: { type: 'string', default: process.env.CORDON_IMAGE ?? DEFAULT_IMAGE },
       runtime: { type: 'string', default: 'docker' },
+      help: { type: 'boolean', short: 'h' },
     },
-  })
+    false,
+  )
+  const runtime = runtimeFlag(values.runtime)
   const docker = await loadDockerBackend()
+  // The engine is asked first through the backend, so that one that cannot
+  // be reached is reported as such, before the demo starts anything.
+  await docker.prepareAgentRuntime({ image: values.image })
   const { docker: engine } = docker.connectEngine({})
-  const upstream = await startDemoUpstream()
   const upstreamAddress = await hostBridgeAddress(engine as Parameters<typeof hostBridgeAddress>[0])
+  const upstream = await startDemoUpstream()
   const events: SandboxEvent[] = []
   const provider = createSandboxProvider({
     backend: {
       tier: 'container',
-      // Checked by the provider's config validation, which names a bad value.
-      runtime: values.runtime as 'docker' | 'runsc',
+      runtime,
       image: values.image,
       gatewayHosts: { 'demo.upstream': upstreamAddress },
       gatewayAllowedPorts: [upstream.port],

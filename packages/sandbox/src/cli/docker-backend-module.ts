@@ -3,7 +3,7 @@ import type { UnjudgedOwnerReason } from '@cordon/core/backend'
 
 /** The subset of @cordon/backend-docker the command line uses beyond the provider. */
 export interface DockerBackendModule {
-  collectGarbage(options: { docker: unknown; dryRun?: boolean }): Promise<{
+  collectGarbage(options: { docker: unknown; engine?: string; dryRun?: boolean }): Promise<{
     containers: string[]
     volumes: string[]
     networks: string[]
@@ -11,7 +11,11 @@ export interface DockerBackendModule {
     unjudged: ReadonlyArray<{ kind: string; id: string; reason: UnjudgedOwnerReason }>
     failed: Array<{ id: string; reason: string }>
   }>
-  connectEngine(config: Record<string, never>): { docker: unknown; endpoint: string }
+  connectEngine(config: Record<string, never>): {
+    docker: unknown
+    endpoint: string
+    description: string
+  }
   prepareAgentRuntime(
     config: { image: string },
     options: { signal?: AbortSignal; onEvent?: (event: SandboxEvent) => void },

@@ -1,5 +1,5 @@
-import { parseArgs } from 'node:util'
 import type { UnjudgedOwnerReason } from '@cordon/core/backend'
+import { parseFlags } from './command-line.js'
 import { loadDockerBackend } from './docker-backend-module.js'
 import type { RunIo } from './run-command.js'
 
@@ -15,15 +15,28 @@ const UNJUDGED_OWNER: Record<UnjudgedOwnerReason, string> = {
   'other-time-namespace': 'ran in another time namespace',
 }
 
+export const GC_USAGE = `usage: cordon gc [--dry-run]
+
+Removes what cordon left on the Docker Engine for owners that are gone
+(containers, volumes, networks) and agent runtimes nothing uses; never what
+a live owner, or one cordon cannot judge from here, made. --dry-run lists
+what would go and removes nothing.`
+
 /** `cordon gc`: removes engine resources whose owning process is gone, and agent runtimes nothing uses. */
 export async function gcCommand(argv: readonly string[], io: RunIo): Promise<number> {
-  const { values } = parseArgs({
-    args: [...argv],
-    options: { 'dry-run': { type: 'boolean', default: false } },
-  })
+  const values = parseFlags(
+    'gc',
+    argv,
+    { 'dry-run': { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h' } },
+    false,
+  )
   const backend = await loadDockerBackend()
-  const { docker, endpoint } = backend.connectEngine({})
-  const report = await backend.collectGarbage({ docker, dryRun: values['dry-run'] })
+  const { docker, endpoint, description } = backend.connectEngine({})
+  const report = await backend.collectGarbage({
+    docker,
+    engine: description,
+    dryRun: values['dry-run'],
+  })
   const verb = values['dry-run'] ? 'would remove' : 'removed'
   const unjudged = report.unjudged.length
   io.stdout(

@@ -1,14 +1,15 @@
 #!/usr/bin/env node
 import { BUILD_USAGE, buildCommand } from './build-command.js'
-import { demoCommand } from './demo-command.js'
+import { asksForHelp, UsageError } from './command-line.js'
+import { DEMO_USAGE, demoCommand } from './demo-command.js'
 import { EXIT_CORDON_FAILURE, EXIT_USAGE } from './exit-codes.js'
-import { gcCommand } from './gc-command.js'
-import { prepareCommand } from './prepare-command.js'
+import { GC_USAGE, gcCommand } from './gc-command.js'
+import { PREPARE_USAGE, prepareCommand } from './prepare-command.js'
 import { reportError } from './report-error.js'
 import { RUN_USAGE, type RunIo, runCommand } from './run-command.js'
-import { shellCommand } from './shell-command.js'
+import { SHELL_USAGE, shellCommand } from './shell-command.js'
 
-const USAGE = `usage: cordon <command>
+const USAGE = `usage: cordon <command> [--help]
 
   run [options] -- COMMAND [ARGS...]   run one command in a fresh sandbox
   shell [options] [-- COMMAND ...]     an interactive terminal in a fresh sandbox
@@ -28,38 +29,58 @@ const io: RunIo = {
   terminal: { stdout: process.stdout.isTTY === true, stderr: process.stderr.isTTY === true },
 }
 
-async function main(argv: readonly string[]): Promise<number> {
-  const [command, ...rest] = argv
-  switch (command) {
-    case 'run':
-      return runCommand(rest, io)
-    case 'shell':
-      return shellCommand(rest, {
+const COMMANDS: Readonly<
+  Record<string, { usage: string; run: (argv: string[]) => Promise<number> }>
+> = {
+  run: { usage: RUN_USAGE, run: (argv) => runCommand(argv, io) },
+  shell: {
+    usage: SHELL_USAGE,
+    run: (argv) =>
+      shellCommand(argv, {
         stdin: process.stdin,
         stdout: process.stdout,
         stderr: io.stderr,
+        stderrIsTerminal: process.stderr.isTTY === true,
         onResize: (listener) => {
           process.stdout.on('resize', listener)
           return () => process.stdout.off('resize', listener)
         },
-      })
-    case 'demo':
-      return demoCommand(rest, io)
-    case 'gc':
-      return gcCommand(rest, io)
-    case 'prepare':
-      return prepareCommand(rest, io)
-    case 'build':
-      return buildCommand(rest, io)
-    case undefined:
-    case 'help':
-    case '--help':
-    case '-h':
-      io.stdout(`${USAGE}\n`)
-      return command === undefined ? EXIT_USAGE : 0
-    default:
-      io.stderr(`cordon: unknown command "${command}"\n${USAGE}\n`)
-      return EXIT_USAGE
+      }),
+  },
+  demo: { usage: DEMO_USAGE, run: (argv) => demoCommand(argv, io) },
+  gc: { usage: GC_USAGE, run: (argv) => gcCommand(argv, io) },
+  prepare: { usage: PREPARE_USAGE, run: (argv) => prepareCommand(argv, io) },
+  build: { usage: BUILD_USAGE, run: (argv) => buildCommand(argv, io) },
+}
+
+async function main(argv: readonly string[]): Promise<number> {
+  const [name, ...rest] = argv
+  if (name === 'help' || name === '--help' || name === '-h') {
+    const asked = name === 'help' && rest[0] ? COMMANDS[rest[0]] : undefined
+    io.stdout(`${asked ? asked.usage : USAGE}\n`)
+    return 0
+  }
+  if (name === undefined) {
+    io.stderr(`${USAGE}\n`)
+    return EXIT_USAGE
+  }
+  const command = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined
+  if (!command) {
+    io.stderr(
+      `cordon: unknown command "${name}"; the commands are ${Object.keys(COMMANDS).join(', ')} (cordon --help)\n`,
+    )
+    return EXIT_USAGE
+  }
+  if (asksForHelp(rest)) {
+    io.stdout(`${command.usage}\n`)
+    return 0
+  }
+  try {
+    return await command.run(rest)
+  } catch (error) {
+    if (!(error instanceof UsageError)) throw error
+    io.stderr(`cordon ${name}: ${error.message}\n(cordon ${name} --help shows its usage)\n`)
+    return EXIT_USAGE
   }
 }
 

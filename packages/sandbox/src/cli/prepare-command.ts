@@ -1,8 +1,15 @@
-import { parseArgs } from 'node:util'
+import { parseFlags } from './command-line.js'
 import { loadDockerBackend } from './docker-backend-module.js'
 import { imagePullReporter } from './image-pull-report.js'
 import type { RunIo } from './run-command.js'
 import { DEFAULT_IMAGE } from './sandbox-flags.js'
+
+export const PREPARE_USAGE = `usage: cordon prepare [--image IMAGE]
+
+Fills the agent runtime volume on the Docker Engine now (cordon's agent and
+its egress gateway run from it), so that no sandbox's first create pays for
+it. IMAGE runs the short-lived container that fills it: any image your
+sandboxes use. Doing it again finds it there.`
 
 /**
  * `cordon prepare`: fills the agent runtime volume on the engine now (cordon's
@@ -12,10 +19,15 @@ import { DEFAULT_IMAGE } from './sandbox-flags.js'
  * Idempotent.
  */
 export async function prepareCommand(argv: readonly string[], io: RunIo): Promise<number> {
-  const { values } = parseArgs({
-    args: [...argv],
-    options: { image: { type: 'string', default: process.env.CORDON_IMAGE ?? DEFAULT_IMAGE } },
-  })
+  const values = parseFlags(
+    'prepare',
+    argv,
+    {
+      image: { type: 'string', default: process.env.CORDON_IMAGE ?? DEFAULT_IMAGE },
+      help: { type: 'boolean', short: 'h' },
+    },
+    false,
+  )
   const backend = await loadDockerBackend()
   const interrupt = new AbortController()
   const onSignal = () => interrupt.abort()

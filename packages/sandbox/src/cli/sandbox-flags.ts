@@ -1,6 +1,14 @@
-import type { SandboxProviderConfig } from '@cordon/core'
+import { resolve } from 'node:path'
+import {
+  SandboxConfigValidationError,
+  SandboxControlRefusedError,
+  type SandboxProviderConfig,
+} from '@cordon/core'
+import { UsageError, wholeNumberFlag } from './command-line.js'
 
 export const DEFAULT_IMAGE = 'cordon-test/busybox:latest'
+
+const RUNTIMES = ['docker', 'runc', 'runsc'] as const
 
 /**
  * The flags every command that makes one sandbox takes (`run`, `shell`), in
@@ -12,6 +20,7 @@ export const SANDBOX_FLAG_OPTIONS = {
   runtime: { type: 'string', default: 'docker' },
   memory: { type: 'string' },
   outputs: { type: 'string' },
+  help: { type: 'boolean', short: 'h', default: false },
 } as const
 
 export function splitAtSeparator(argv: readonly string[]): {
@@ -25,24 +34,79 @@ export function splitAtSeparator(argv: readonly string[]): {
   }
 }
 
+/** `--runtime` as a runtime name, or a {@link UsageError} listing the names. */
+export function runtimeFlag(value: string): (typeof RUNTIMES)[number] {
+  const runtime = RUNTIMES.find((name) => name === value)
+  if (!runtime) throw new UsageError(`--runtime is one of ${RUNTIMES.join(', ')} (got "${value}")`)
+  return runtime
+}
+
 export function providerConfigFromFlags(values: {
   readonly image: string
   readonly runtime: string
   readonly outputs?: string | undefined
 }): SandboxProviderConfig {
   return {
-    backend: {
-      tier: 'container',
-      // Checked by the provider's config validation, which names a bad value.
-      runtime: values.runtime as 'docker' | 'runsc',
-      image: values.image,
-    },
+    backend: { tier: 'container', runtime: runtimeFlag(values.runtime), image: values.image },
     layout: {
       outputs: {
+        // A relative directory is taken from where cordon runs, as a shell user expects.
         source: values.outputs
-          ? { type: 'hostDir', hostPath: values.outputs }
+          ? { type: 'hostDir', hostPath: resolve(values.outputs) }
           : { type: 'ephemeral' },
       },
     },
+  }
+}
+
+/** `--memory` as `memoryLimitMb`, if given. */
+export function memoryFromFlags(values: { readonly memory?: string | undefined }): {
+  memoryLimitMb?: number
+} {
+  return values.memory === undefined
+    ? {}
+    : { memoryLimitMb: wholeNumberFlag('memory', values.memory, 'MiB') }
+}
+
+/** The flag a control or config path comes from, for errors a person can act on. */
+function flagOf(path: string): string | undefined {
+  const [first, second] = path.split('.')
+  if (first === 'memoryLimitMb') return 'memory'
+  if (first === 'maxProcesses') return 'pids'
+  if (first === 'env') return 'env'
+  if (first === 'backend' && (second === 'image' || second === 'runtime')) return second
+  if (first === 'layout' || first === 'outputs') return 'outputs'
+  return undefined
+}
+
+/**
+ * A refusal of a value the flags gave (a memory limit under the backend's
+ * minimum, an environment name a sandbox cannot take) as a
+ * {@link UsageError} that names the flag; any other error as it is.
+ */
+export function flagErrorOf(error: unknown, values: Readonly<Record<string, unknown>>): unknown {
+  if (SandboxControlRefusedError.isInstance(error)) {
+    const flag = flagOf(error.control)
+    if (flag) return new UsageError(`--${flag} ${String(values[flag])}: ${error.reason}`)
+  }
+  if (SandboxConfigValidationError.isInstance(error)) {
+    return new UsageError(
+      error.issues
+        .map((issue) => {
+          const flag = flagOf(issue.path)
+          return `${flag ? `--${flag}` : issue.path}: ${issue.message}`
+        })
+        .join('; '),
+    )
+  }
+  return error
+}
+
+/** Runs `make` (a provider's synchronous validation), its refusals of flag values as {@link flagErrorOf}. */
+export function withFlagErrors<T>(values: Readonly<Record<string, unknown>>, make: () => T): T {
+  try {
+    return make()
+  } catch (error) {
+    throw flagErrorOf(error, values)
   }
 }

@@ -1,0 +1,104 @@
+import { describe, expect, it } from 'vitest'
+import { cordon } from './run-cli.js'
+
+const COMMANDS = ['run', 'shell', 'demo', 'gc', 'prepare'] as const
+
+describe('cordon help', () => {
+  it.each(COMMANDS)(
+    'cordon %s --help and -h print its usage on stdout and exit 0',
+    async (name) => {
+      for (const flag of ['--help', '-h']) {
+        const result = await cordon([name, flag])
+        expect(result, flag).toMatchObject({ code: 0, stderr: '' })
+        expect(result.stdout).toMatch(new RegExp(`^usage: cordon ${name} `))
+      }
+      expect((await cordon(['help', name])).stdout).toMatch(new RegExp(`^usage: cordon ${name} `))
+    },
+  )
+
+  it('prints help without escape or carriage-return bytes when stdout is not a terminal', async () => {
+    for (const args of [['--help'], ['run', '--help']]) {
+      const result = await cordon(args)
+      expect(result.code).toBe(0)
+      // The help mentions those characters by their escapes only.
+      expect(result.stdout).toContain('shown as escapes (\\x1b, \\r)')
+      const controls = [...result.stdout].filter((char) => char < ' ' && char !== '\n')
+      expect(controls).toEqual([])
+    }
+  })
+})
+
+describe('cordon usage errors exit 64 and name what to fix', () => {
+  it.each([
+    [['run', '--bogus', '--', 'true'], "cordon run: Unknown option '--bogus'"],
+    [['gc', '--bogus'], "cordon gc: Unknown option '--bogus'"],
+    [
+      ['prepare', 'extra'],
+      'cordon prepare: cordon prepare takes no arguments, only flags (got "extra")',
+    ],
+    [
+      ['demo', '--runtime', 'lxc'],
+      'cordon demo: --runtime is one of docker, runc, runsc (got "lxc")',
+    ],
+    [['run', '--timeout'], "cordon run: Option '--timeout <value>' argument missing"],
+    [['run'], 'cordon run: no command to run: cordon run [options] -- COMMAND [ARGS...]'],
+    [
+      ['run', 'echo', 'hi'],
+      "cordon run: the sandbox's command goes after --: cordon run [options] -- echo hi",
+    ],
+    [
+      ['shell', 'ls', '/'],
+      "cordon shell: the sandbox's command goes after --: cordon shell [options] -- ls /",
+    ],
+    [
+      ['run', '--memory', 'abc', '--', 'true'],
+      'cordon run: --memory takes a whole number of MiB, at least 1 (got "abc")',
+    ],
+    [
+      ['run', '--pids', '0', '--', 'true'],
+      'cordon run: --pids takes a whole number of processes, at least 1 (got "0")',
+    ],
+    [
+      ['run', '--timeout', '1.5', '--', 'true'],
+      'cordon run: --timeout takes a whole number of milliseconds, at least 1 (got "1.5")',
+    ],
+    [
+      ['run', '--env', 'FOO', '--', 'true'],
+      'cordon run: --env takes KEY=VALUE (got "FOO"); to pass on your own value, write --env FOO="$FOO"',
+    ],
+    [
+      ['run', '--env', '1X=y', '--', 'true'],
+      'cordon run: --env: environment variable names are letters, digits and "_"',
+    ],
+    [
+      ['run', '--runtime', 'lxc', '--', 'true'],
+      'cordon run: --runtime is one of docker, runc, runsc (got "lxc")',
+    ],
+    [
+      ['run', '--memory', '1', '--', 'true'],
+      "cordon run: --memory 1: 1 MiB is below the minimum of 32 MiB; the sandbox's memory limit is memoryLimitMb plus 48 MiB for cordon's agent",
+    ],
+    [
+      ['shell', '--memory', '31'],
+      "cordon shell: --memory 31: 31 MiB is below the minimum of 32 MiB; the sandbox's memory limit is memoryLimitMb plus 48 MiB for cordon's agent",
+    ],
+  ])('cordon %j', async (args, message) => {
+    const result = await cordon([...args])
+    expect(result).toMatchObject({
+      code: 64,
+      stdout: '',
+      stderr: `${message}\n(cordon ${args[0]} --help shows its usage)\n`,
+    })
+  })
+
+  it('an unknown command and a missing one exit 64 with the usage on stderr', async () => {
+    const unknown = await cordon(['frobnicate'])
+    expect(unknown).toMatchObject({ code: 64, stdout: '' })
+    expect(unknown.stderr).toBe(
+      'cordon: unknown command "frobnicate"; the commands are run, shell, demo, gc, prepare (cordon --help)\n',
+    )
+    const none = await cordon([])
+    expect(none).toMatchObject({ code: 64, stdout: '' })
+    expect(none.stderr).toMatch(/^usage: cordon <command>/)
+  })
+})
