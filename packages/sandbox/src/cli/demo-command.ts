@@ -36,7 +36,7 @@ export async function demoCommand(argv: readonly string[], io: RunIo): Promise<n
   const docker = await loadDockerBackend()
   // The engine is asked first through the backend, so that one that cannot
   // be reached is reported as such, before the demo starts anything.
-  await docker.prepareAgentRuntime({ image: values.image })
+  await docker.prepareAgentRuntime({ image: values.image }, {})
   const { docker: engine } = docker.connectEngine({})
   const upstreamAddress = await hostBridgeAddress(engine as Parameters<typeof hostBridgeAddress>[0])
   const upstream = await startDemoUpstream()
