@@ -148,7 +148,7 @@ export class DockerBackend implements CordonSandboxBackend {
     this.events = new EngineEvents(this.engine.docker, context.providerId)
     this.images = new ImagePuller({
       docker: this.engine.docker,
-      endpoint: this.engine.endpoint,
+      engine: this.engine.description,
       backend: this.name,
       registryAuth: config.registryAuth,
       emit: context.emit,

@@ -106,7 +106,7 @@ export async function buildImage(
   ).catch((error: unknown) => {
     if (SandboxError.isInstance(error)) throw error
     if (isUnreachable(error)) {
-      throw translateEngineError(error, 'container:docker', engine.endpoint, 'buildImage')
+      throw translateEngineError(error, 'container:docker', engine.description, 'buildImage')
     }
     throw build.error(engineMessage(error).trim(), error)
   })

@@ -21,8 +21,8 @@ const AUTH_REFUSAL = /unauthorized|authentication required|no basic auth|denied|
 
 export interface ImagePullerOptions {
   readonly docker: Docker
-  /** Where the engine is, for errors. */
-  readonly endpoint: string
+  /** The engine as the person set it, for errors (EngineConnection's `description`). */
+  readonly engine: string
   /** `container:docker` or `container:runsc`, for errors and events. */
   readonly backend: string
   readonly registryAuth?: Readonly<Record<string, RegistryCredential>>
@@ -111,7 +111,7 @@ export class ImagePuller {
       return true
     } catch (error) {
       if (isNotFound(error)) return false
-      throw translateEngineError(error, this.options.backend, this.options.endpoint, 'image pull')
+      throw translateEngineError(error, this.options.backend, this.options.engine, 'image pull')
     }
   }
 
@@ -176,10 +176,10 @@ export class ImagePuller {
     withCredential: boolean,
     signal: AbortSignal,
   ): SandboxError {
-    const { backend, endpoint } = this.options
+    const { backend, engine } = this.options
     if (signal.aborted) return new SandboxAbortedError('image pull', { cause: signal.reason })
     if (isUnreachable(error))
-      return translateEngineError(error, backend, endpoint, 'image pull') as SandboxError
+      return translateEngineError(error, backend, engine, 'image pull') as SandboxError
     let reason = engineMessage(error).trim()
     if (AUTH_REFUSAL.test(reason)) {
       reason += withCredential

@@ -69,7 +69,7 @@ export async function prepareAgentRuntime(
   const engine = connectEngine(config)
   await new ImagePuller({
     docker: engine.docker,
-    endpoint: engine.endpoint,
+    engine: engine.description,
     backend: 'container:docker',
     registryAuth: config.registryAuth,
     emit: (event) => options.onEvent?.(event),

@@ -95,7 +95,7 @@ describe('cordon usage errors exit 64 and name what to fix', () => {
     const unknown = await cordon(['frobnicate'])
     expect(unknown).toMatchObject({ code: 64, stdout: '' })
     expect(unknown.stderr).toBe(
-      'cordon: unknown command "frobnicate"; the commands are run, shell, demo, gc, prepare (cordon --help)\n',
+      'cordon: unknown command "frobnicate"; the commands are run, shell, demo, gc, prepare, build (cordon --help)\n',
     )
     const none = await cordon([])
     expect(none).toMatchObject({ code: 64, stdout: '' })
