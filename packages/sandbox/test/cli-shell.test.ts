@@ -59,5 +59,5 @@ describe('cordon shell', () => {
     // A named program reads the whole of stdin.
     const counted = await cordon(['shell', '--', 'wc', '-c'], {}, 'x'.repeat(200_000))
     expect(counted).toMatchObject({ code: 0, stdout: '200000\n' })
-  })
+  }, 60_000)
 })

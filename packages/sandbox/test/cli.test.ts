@@ -196,7 +196,8 @@ describe('the cordon command', () => {
         expect(first).toMatch(reason)
       }
     }
-  })
+    // Eight runs of the command: a bound on a hang, not a measure of speed.
+  }, 120_000)
 
   it('runs the demo: a command, a file round trip, refused and gateway egress decisions, destroy', async () => {
     const result = await cordon(['demo'])
