@@ -17,6 +17,7 @@ import {
   ownerLabels,
   type ResourceRole,
   resolveBackendOptions,
+  resolverRefusedEvent,
   type SandboxBackendContext,
   type SandboxCreateRequest,
   withDeadline,
@@ -294,15 +295,7 @@ export class DockerBackend implements CordonSandboxBackend {
             request.id,
             proxied,
             this.context.brokeredCredentials,
-            (problem) =>
-              this.context.emit({
-                type: 'lifecycle',
-                phase: 'egress.resolver-refused',
-                sandboxId: request.id,
-                backend: this.name,
-                timestamp: Date.now(),
-                error: { name: 'ResolverAnswerRefused', message: problem },
-              }),
+            (problem) => this.context.emit(resolverRefusedEvent(request.id, this.name, problem)),
           )
           registering.catch(() => {})
         }

@@ -69,4 +69,5 @@ export {
   judgeResolverAnswer,
   type ResolverAnswer,
 } from './resolver-answer.js'
+export { resolverRefusedEvent } from './resolver-refused-event.js'
 export { newSandboxId, SANDBOX_ID_PATTERN } from './sandbox-id.js'

@@ -91,6 +91,7 @@ describe('entry points', () => {
       'registryHostKey',
       'requireAgentSecret',
       'resolveBackendOptions',
+      'resolverRefusedEvent',
       'sleep',
       'throwIfAborted',
       'tlsClientSchema',
