@@ -68,7 +68,11 @@ export type OrchestratorTokenProvider = () => Promise<string>
  */
 export type FirecrackerBackendInternalConfig = Omit<MicroVMBackendConfig, 'tier' | 'service'>
 
-/** What an agent answers to a health request (`VsockAgentTransport.healthz`). */
+/**
+ * What an agent answers to a health request (`VsockAgentTransport.healthz`):
+ * the agent protocol's `health-ok` message, defined here because
+ * `@cordon/agent` builds on core and not the other way round.
+ */
 export interface AgentHealthReport {
   readonly type: 'health-ok'
   readonly pid: number
@@ -80,7 +84,11 @@ export interface AgentHealthReport {
   readonly readRoots: readonly string[]
 }
 
-/** The shortest secret an agent accepts (it refuses to start with less). */
+/**
+ * The shortest per-sandbox secret: the agent refuses to start with less, and
+ * a transport refuses to be made with less ({@link requireAgentSecret}).
+ * Anything shorter is guessable. `@cordon/agent` uses this one.
+ */
 export const MIN_AGENT_SECRET_LENGTH = 16
 
 /**
