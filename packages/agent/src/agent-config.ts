@@ -1,7 +1,7 @@
 import { readFileSync, unlinkSync, writeSync } from 'node:fs'
 import { isAbsolute } from 'node:path'
+import { MIN_AGENT_SECRET_LENGTH } from '@cordon/core/backend'
 import type { SealRoot } from './output-seal.js'
-import { MIN_SECRET_LENGTH } from './protocol/auth.js'
 
 /**
  * The agent is configured only through `CORDON_AGENT_*` environment variables.
@@ -170,8 +170,8 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
       problems.push(`${AGENT_ENV.secretStdin} needs ${AGENT_ENV.listen}=stdio`)
     secret = { kind: 'stdin' }
   } else if (secretValue) {
-    if (secretValue.length < MIN_SECRET_LENGTH)
-      problems.push(`${AGENT_ENV.secret} must be at least ${MIN_SECRET_LENGTH} characters`)
+    if (secretValue.length < MIN_AGENT_SECRET_LENGTH)
+      problems.push(`${AGENT_ENV.secret} must be at least ${MIN_AGENT_SECRET_LENGTH} characters`)
     secret = { kind: 'value', value: secretValue }
   } else if (secretFile) {
     if (!isAbsolute(secretFile)) problems.push(`${AGENT_ENV.secretFile} must be an absolute path`)
@@ -402,8 +402,10 @@ export function loadSecret(
       code: (error as NodeJS.ErrnoException).code,
     })
   }
-  if (text.length < MIN_SECRET_LENGTH)
-    throw new AgentConfigError(`the secret file holds fewer than ${MIN_SECRET_LENGTH} characters`)
+  if (text.length < MIN_AGENT_SECRET_LENGTH)
+    throw new AgentConfigError(
+      `the secret file holds fewer than ${MIN_AGENT_SECRET_LENGTH} characters`,
+    )
   return text
 }
 
@@ -458,10 +460,10 @@ export function readSecretLine(
         const rest = buffered.subarray(newline + 1)
         if (rest.length > 0) input.unshift(rest)
         const secret = buffered.subarray(0, newline).toString('utf8').trim()
-        if (secret.length < MIN_SECRET_LENGTH)
+        if (secret.length < MIN_AGENT_SECRET_LENGTH)
           return finish(
             new AgentConfigError(
-              `the secret line holds fewer than ${MIN_SECRET_LENGTH} characters`,
+              `the secret line holds fewer than ${MIN_AGENT_SECRET_LENGTH} characters`,
             ),
           )
         return finish(undefined, secret)

@@ -1,5 +1,8 @@
+import { SandboxConfigValidationError } from '@cordon/core'
+import { MIN_AGENT_SECRET_LENGTH, requireAgentSecret } from '@cordon/core/backend'
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
+import { readAgentConfig } from '../src/agent-config.js'
 import { newAgentSecret } from '../src/protocol/agent-secret.js'
 import { computeAuthProof, verifyAuthProof } from '../src/protocol/auth.js'
 import { ProtocolError, parseAgentMessage, parseClientMessage } from '../src/protocol/messages.js'
@@ -102,5 +105,39 @@ describe('message validation', () => {
       ),
       { numRuns: 300 },
     )
+  })
+})
+
+describe("the shortest secret is core's, for the agent and for every transport", () => {
+  const agentAccepts = (secret: string): boolean => {
+    try {
+      readAgentConfig({
+        CORDON_AGENT_LISTEN: 'unix:/tmp/cordon-never.sock',
+        CORDON_AGENT_SECRET: secret,
+      })
+      return true
+    } catch {
+      return false
+    }
+  }
+  const transportAccepts = (secret: string): boolean => {
+    try {
+      requireAgentSecret(secret, 'test transport')
+      return true
+    } catch (error) {
+      expect(error).toBeInstanceOf(SandboxConfigValidationError)
+      return false
+    }
+  }
+
+  it('accepts a secret of exactly the minimum length and refuses one character less, on both sides', () => {
+    const enough = 'x'.repeat(MIN_AGENT_SECRET_LENGTH)
+    const short = enough.slice(1)
+    expect([agentAccepts(enough), transportAccepts(enough)]).toEqual([true, true])
+    expect([agentAccepts(short), transportAccepts(short)]).toEqual([false, false])
+  })
+
+  it('mints secrets the agent accepts', () => {
+    expect(newAgentSecret().length).toBeGreaterThanOrEqual(MIN_AGENT_SECRET_LENGTH)
   })
 })

@@ -1,15 +1,7 @@
-import {
-  SandboxAbortedError,
-  SandboxBackendUnavailableError,
-  type SandboxError,
-  SandboxOperationError,
-  SandboxTransportError,
-} from '@cordon/core'
-import { fetchBearerToken, sleep } from '@cordon/core/backend'
-import { Agent, request } from 'undici'
+import { type SandboxError, SandboxTransportError } from '@cordon/core'
+import { JsonHttpClient, type JsonHttpResponse } from '@cordon/core/backend'
 import { BACKEND_NAME } from './aci-defaults.js'
 import { ArmAuthorizationError, ArmConflictError, ArmRequestFailure } from './arm-errors.js'
-import { isTransientStatus, retryDelayMs } from './arm-retry.js'
 
 export interface ArmClientOptions {
   /** Base URL of Azure Resource Manager (or of a stand-in). */
@@ -18,13 +10,7 @@ export interface ArmClientOptions {
   readonly getToken: () => Promise<string>
 }
 
-export interface ArmResponse {
-  readonly status: number
-  readonly headers: Readonly<Record<string, string | undefined>>
-  readonly body: unknown
-  readonly method: string
-  readonly url: string
-}
+export type ArmResponse = JsonHttpResponse
 
 export interface ArmSendOptions {
   readonly body?: unknown
@@ -43,143 +29,72 @@ export interface ArmSendOptions {
   readonly onTransient?: (failure: ArmRequestFailure) => void
 }
 
-const HEADERS_KEPT = ['azure-asyncoperation', 'location', 'retry-after', 'x-ms-request-id'] as const
-
 /**
- * The backend's HTTP client of Azure Resource Manager. Every request carries
- * a fresh bearer token and the api-version; throttling (429) and transient
- * server or network failures are retried with ARM's `Retry-After` or a
- * back-off, within the caller's signal. ARM's idempotent verbs (GET, PUT of a
- * named resource, DELETE) are the only ones used, so a retry after a lost
- * answer is safe.
+ * The backend's client of Azure Resource Manager, on the kit's
+ * `JsonHttpClient` (a fresh bearer token per request, throttling and
+ * transient failures retried with ARM's `Retry-After` or a back-off, within
+ * the caller's signal). What is ARM's stays here: the api-version, the
+ * headers its long-running operations and support cases need, and its
+ * errors (`ArmRequestFailure`, 401/403 and 409). ARM's idempotent verbs
+ * (GET, PUT of a named resource, DELETE) are the only ones used, so a retry
+ * after a lost answer is safe.
  */
 export class ArmClient {
-  private readonly base: string
-  private readonly dispatcher = new Agent({
-    headersTimeout: 30_000,
-    bodyTimeout: 30_000,
-    connect: { timeout: 10_000 },
-  })
+  private readonly http: JsonHttpClient
 
-  constructor(private readonly options: ArmClientOptions) {
-    this.base = options.endpoint.replace(/\/+$/, '')
+  constructor(options: ArmClientOptions) {
+    this.http = new JsonHttpClient({
+      backend: BACKEND_NAME,
+      endpoint: options.endpoint,
+      getToken: options.getToken,
+      tokenClosureName: 'getArmToken',
+      audience: 'Azure Resource Manager',
+      timeouts: { connectMs: 10_000, headersMs: 30_000, bodyMs: 30_000 },
+      responseHeaders: ['azure-asyncoperation', 'location', 'x-ms-request-id'],
+    })
   }
 
   /** URL of a resource id (`/subscriptions/...`) with its api-version. */
   resourceUrl(resourceId: string, apiVersion: string): string {
-    return `${this.base}${resourceId}?api-version=${encodeURIComponent(apiVersion)}`
+    return this.http.urlFor(`${resourceId}?api-version=${encodeURIComponent(apiVersion)}`)
   }
 
-  async send(
+  send(
     method: 'GET' | 'PUT' | 'DELETE',
     url: string,
     options: ArmSendOptions = {},
   ): Promise<ArmResponse> {
-    const maxAttempts = options.maxAttempts ?? 6
-    for (let attempt = 1; ; attempt++) {
-      throwIfAborted(options.signal, method)
-      const sending = this.attempt(method, url, options)
-      options.onAttempt?.(sending)
-      let response: ArmResponse
-      try {
-        response = await sending
-      } catch (error) {
-        if (!isRetryableSendError(error) || attempt >= maxAttempts) throw error
-        const failure = new ArmRequestFailure({
-          status: 0,
-          code: 'NetworkError',
-          message: (error as Error).message,
-          requestId: undefined,
-          method,
-          url: withoutQuery(url),
-        })
-        options.onTransient?.(failure)
-        await sleep(retryDelayMs(attempt, undefined), options.signal, method)
-        continue
-      }
-      throwIfAborted(options.signal, method)
-      if (!isTransientStatus(response.status) || attempt >= maxAttempts) return response
-      options.onTransient?.(failureOf(response))
-      await sleep(retryDelayMs(attempt, response.headers['retry-after']), options.signal, method)
-    }
+    const { onTransient, ...rest } = options
+    return this.http.send(method, url, {
+      ...rest,
+      ...(onTransient
+        ? {
+            onRetry: (failure) =>
+              onTransient(
+                SandboxTransportError.isInstance(failure)
+                  ? networkFailureOf(method, url, failure)
+                  : failureOf(failure),
+              ),
+          }
+        : {}),
+    })
   }
 
   /**
    * The cordon error for a response that was not a success: 401/403 and 409
-   * have their own types; throttling and server errors that outlasted the
-   * retries mean Azure is unavailable; anything else is an operation failure.
+   * have ARM's own types; the rest is the kit's reading of the status, with
+   * ARM's facts (`ArmRequestFailure`) as its cause.
    */
   failure(operation: string, response: ArmResponse): SandboxError {
     const failure = failureOf(response)
     if (response.status === 401 || response.status === 403)
       return new ArmAuthorizationError(failure)
     if (response.status === 409) return new ArmConflictError(operation, failure)
-    if (isTransientStatus(response.status)) {
-      return new SandboxBackendUnavailableError(
-        BACKEND_NAME,
-        `Azure Resource Manager kept failing the ${operation} request (HTTP ${response.status} ${failure.code})`,
-        { cause: failure },
-      )
-    }
-    return new SandboxOperationError(
-      operation,
-      `${failure.code}: ${failure.message} (HTTP ${response.status})`,
-      { cause: failure },
-    )
+    return this.http.statusError(operation, response, failure)
   }
 
   async close(): Promise<void> {
-    await this.dispatcher.close()
-  }
-
-  private async attempt(
-    method: string,
-    url: string,
-    options: ArmSendOptions,
-  ): Promise<ArmResponse> {
-    const token = await fetchBearerToken(
-      this.options.getToken,
-      BACKEND_NAME,
-      'getArmToken',
-      'Azure Resource Manager',
-    )
-    const signal = options.finishInFlight ? undefined : options.signal
-    try {
-      const response = await request(url, {
-        method,
-        dispatcher: this.dispatcher,
-        headers: {
-          authorization: `Bearer ${token}`,
-          accept: 'application/json',
-          ...(options.body === undefined ? {} : { 'content-type': 'application/json' }),
-        },
-        ...(options.body === undefined ? {} : { body: JSON.stringify(options.body) }),
-        ...(signal ? { signal } : {}),
-      })
-      const text = await response.body.text()
-      const headers: Record<string, string | undefined> = {}
-      for (const name of HEADERS_KEPT) {
-        const value = response.headers[name]
-        headers[name] = Array.isArray(value) ? value[0] : value
-      }
-      let body: unknown
-      try {
-        body = text ? JSON.parse(text) : undefined
-      } catch {
-        body = { error: { code: 'InvalidResponse', message: text.slice(0, 300) } }
-      }
-      return { status: response.statusCode, headers, body, method, url }
-    } catch (error) {
-      if (options.signal?.aborted)
-        throw new SandboxAbortedError(method, { cause: options.signal.reason })
-      throw new SandboxTransportError(
-        `${method} ${withoutQuery(url)} failed: ${(error as Error).message}`,
-        withoutQuery(url),
-        {
-          cause: error,
-        },
-      )
-    }
+    await this.http.close()
   }
 }
 
@@ -197,16 +112,21 @@ export function failureOf(response: ArmResponse): ArmRequestFailure {
   })
 }
 
+function networkFailureOf(
+  method: string,
+  url: string,
+  error: SandboxTransportError,
+): ArmRequestFailure {
+  return new ArmRequestFailure({
+    status: 0,
+    code: 'NetworkError',
+    message: error.message,
+    requestId: undefined,
+    method,
+    url: withoutQuery(url),
+  })
+}
+
 function withoutQuery(url: string): string {
-  const index = url.indexOf('?')
-  return index === -1 ? url : url.slice(0, index)
-}
-
-function throwIfAborted(signal: AbortSignal | undefined, operation: string): void {
-  if (signal?.aborted) throw new SandboxAbortedError(operation, { cause: signal.reason })
-}
-
-/** Aborts and token failures are final; only transport failures are worth another attempt. */
-function isRetryableSendError(error: unknown): boolean {
-  return SandboxTransportError.isInstance(error)
+  return url.split('?')[0]!
 }

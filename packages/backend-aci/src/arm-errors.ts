@@ -3,6 +3,7 @@ import {
   type SandboxErrorOptions,
   SandboxOperationError,
 } from '@cordon/core'
+import { errorMarker, hasErrorMarker } from '@cordon/core/backend'
 import { BACKEND_NAME } from './aci-defaults.js'
 
 /**
@@ -37,12 +38,8 @@ export class ArmRequestFailure extends Error {
   }
 }
 
-/** Markers share @cordon/core's scheme, so `isInstance` works across duplicated copies of this package. */
-function markerFor(name: string): symbol {
-  return Symbol.for(`cordon.error.${name}`)
-}
-
-const authorizationMarker = markerFor('ArmAuthorizationError')
+/** Core's marker scheme, so `isInstance` works across duplicated copies of this package. */
+const authorizationMarker = errorMarker('ArmAuthorizationError')
 
 /**
  * ARM refused the caller (401: the token from `getArmToken` is missing,
@@ -70,11 +67,11 @@ export class ArmAuthorizationError extends SandboxBackendUnavailableError {
   }
 
   static override isInstance(value: unknown): value is ArmAuthorizationError {
-    return hasMarker(value, authorizationMarker)
+    return hasErrorMarker(value, authorizationMarker)
   }
 }
 
-const conflictMarker = markerFor('ArmConflictError')
+const conflictMarker = errorMarker('ArmConflictError')
 
 /**
  * ARM answered 409: the container group exists already or another operation
@@ -105,14 +102,6 @@ export class ArmConflictError extends SandboxOperationError {
   }
 
   static override isInstance(value: unknown): value is ArmConflictError {
-    return hasMarker(value, conflictMarker)
+    return hasErrorMarker(value, conflictMarker)
   }
-}
-
-function hasMarker(value: unknown, marker: symbol): boolean {
-  return (
-    typeof value === 'object' &&
-    value !== null &&
-    (value as Record<symbol, unknown>)[marker] === true
-  )
 }

@@ -1,8 +1,7 @@
 import { SandboxOperationError } from '@cordon/core'
-import { sleep } from '@cordon/core/backend'
+import { parseRetryAfter, sleep } from '@cordon/core/backend'
 import type { ArmClient, ArmResponse, ArmSendOptions } from './arm-client.js'
 import { ArmRequestFailure } from './arm-errors.js'
-import { parseRetryAfter } from './arm-retry.js'
 
 /** Poll interval when ARM gives no `Retry-After`. */
 const DEFAULT_POLL_MS = 1_000

@@ -1,7 +1,7 @@
 import { SandboxControlRefusedError } from '@cordon/core'
+import { isTransientStatus } from '@cordon/core/backend'
 import { BACKEND_NAME, NETWORK_API_VERSION } from './aci-defaults.js'
 import type { ArmClient, ArmResponse } from './arm-client.js'
-import { isTransientStatus } from './arm-retry.js'
 import { parseSubnetDocument, subnetEgressProblem } from './subnet-egress-check.js'
 
 /** What the subnet's security group says about `deny-all`: undefined when it holds, else why not. */

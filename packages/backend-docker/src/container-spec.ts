@@ -13,6 +13,7 @@ import {
 } from '@cordon/core/backend'
 import type { ContainerCreateOptions, MountSettings } from 'dockerode'
 import { type AgentRuntime, RUNTIME_MOUNT } from './agent-runtime.js'
+import { hardenedHostConfig } from './container-hardening.js'
 import { HUGE_PAGE_NODE_MOUNT } from './huge-page-node.js'
 
 export const DEFAULT_CPUS = 1
@@ -347,17 +348,16 @@ export function fileSizeLimit(layout: ResolvedContainerSandboxLayout): number | 
 }
 
 /**
- * The hardened sandbox container. Its entry process is cordon's agent (under
- * the engine's init), started from the runtime volume and reached only over
- * the attached stdin and stdout, with `StdinOnce` so the container ends when
- * its host goes away, and `AutoRemove` so the engine then removes it.
+ * The sandbox container, on the hardened base every cordon container shares
+ * ({@link hardenedHostConfig}). Its entry process is cordon's agent (under
+ * the init), started from the runtime volume and reached only over the
+ * attached stdin and stdout, with `StdinOnce` so the container ends when its
+ * host goes away (and is then removed).
  *
- * The agent runs as root with the capabilities of {@link agentCapabilities};
- * commands run as the sandbox's user with none at all. Everything else: every other
- * capability dropped, no-new-privileges, read-only root filesystem, tmpfs
- * `/tmp`, pids, memory (swap equal to memory, so no extra swap) and CPU
- * limits, the engine's default seccomp profile (cordon never passes a seccomp
- * option), private namespaces and no network interface but loopback.
+ * The agent runs as root with the capabilities of {@link agentCapabilities},
+ * the only ones given back; commands run as the sandbox's user with none at
+ * all. On top of the base: tmpfs `/tmp`, the process limits of
+ * {@link processLimits}, a CPU limit, and no network interface but loopback.
  */
 export function containerSpec(options: {
   readonly name: string
@@ -377,6 +377,7 @@ export function containerSpec(options: {
 }): ContainerCreateOptions {
   const { config, request } = options
   const memoryBytes = (request.memoryLimitMb + AGENT_MEMORY_ALLOWANCE_MB) * 1024 * 1024
+  const limits = processLimits(config, request.maxProcesses, options.fileSizeBytes)
   return {
     name: options.name,
     Image: config.image,
@@ -394,30 +395,23 @@ export function containerSpec(options: {
     Tty: false,
     NetworkDisabled: true,
     StopTimeout: 1,
-    HostConfig: {
-      // `docker` leaves the choice to the engine's default runtime.
-      ...(config.runtime === 'runsc' || config.runtime === 'runc'
-        ? { Runtime: config.runtime }
-        : {}),
-      NetworkMode: 'none',
-      CapDrop: ['ALL'],
-      CapAdd: agentCapabilities(options.handsOverOutputs),
-      SecurityOpt: ['no-new-privileges:true'],
-      ReadonlyRootfs: true,
-      Tmpfs: options.tmpfs,
-      ...processLimits(config, request.maxProcesses, options.fileSizeBytes),
-      Memory: memoryBytes,
-      MemorySwap: memoryBytes,
-      NanoCpus: Math.round((config.cpus ?? DEFAULT_CPUS) * 1e9),
-      ...(options.cpuSet === undefined ? {} : { CpusetCpus: options.cpuSet }),
-      Init: true,
-      Privileged: false,
-      IpcMode: 'private',
-      Mounts: options.mounts,
-      RestartPolicy: { Name: 'no' },
-      AutoRemove: true,
-      LogConfig: { Type: 'none', Config: {} },
-    },
+    HostConfig: hardenedHostConfig({
+      networkMode: 'none',
+      memoryBytes,
+      pidsLimit: limits.PidsLimit,
+      mounts: options.mounts,
+      capAdd: agentCapabilities(options.handsOverOutputs),
+      extra: {
+        // `docker` leaves the choice to the engine's default runtime.
+        ...(config.runtime === 'runsc' || config.runtime === 'runc'
+          ? { Runtime: config.runtime }
+          : {}),
+        Tmpfs: options.tmpfs,
+        Ulimits: limits.Ulimits,
+        NanoCpus: Math.round((config.cpus ?? DEFAULT_CPUS) * 1e9),
+        ...(options.cpuSet === undefined ? {} : { CpusetCpus: options.cpuSet }),
+      },
+    }),
   }
 }
 
@@ -446,35 +440,4 @@ export function agentCapabilities(handsOverOutputs: boolean): string[] {
     'SYS_PTRACE',
     ...(handsOverOutputs ? ['FOWNER', 'CHOWN'] : []),
   ]
-}
-
-/**
- * The hardening of cordon's own service container (the egress gateway): its
- * user set by the caller, no capabilities, no-new-privileges, read-only
- * root, memory without extra swap, a pids limit, an init process and no log
- * files. Kept in one place so a change to it reaches every service container.
- */
-export function serviceHostConfig(options: {
-  readonly networkMode: string
-  readonly memoryMb: number
-  readonly pidsLimit: number
-  readonly mounts: MountSettings[]
-}): NonNullable<ContainerCreateOptions['HostConfig']> {
-  const memory = options.memoryMb * 1024 * 1024
-  return {
-    NetworkMode: options.networkMode,
-    CapDrop: ['ALL'],
-    SecurityOpt: ['no-new-privileges:true'],
-    ReadonlyRootfs: true,
-    Memory: memory,
-    MemorySwap: memory,
-    PidsLimit: options.pidsLimit,
-    Init: true,
-    Privileged: false,
-    IpcMode: 'private',
-    Mounts: options.mounts,
-    RestartPolicy: { Name: 'no' },
-    AutoRemove: true,
-    LogConfig: { Type: 'none', Config: {} },
-  }
 }

@@ -23,6 +23,7 @@ import {
   type ResourceRole,
   resolveBackendOptions,
   resolveSandboxPath,
+  resolverRefusedEvent,
   type SandboxBackendContext,
   type SandboxCreateRequest,
   withDeadline,
@@ -320,15 +321,7 @@ export class DockerBackend implements CordonSandboxBackend {
             request.id,
             proxied,
             this.context.brokeredCredentials,
-            (problem) =>
-              this.context.emit({
-                type: 'lifecycle',
-                phase: 'egress.resolver-refused',
-                sandboxId: request.id,
-                backend: this.name,
-                timestamp: Date.now(),
-                error: { name: 'ResolverAnswerRefused', message: problem },
-              }),
+            (problem) => this.context.emit(resolverRefusedEvent(request.id, this.name, problem)),
           )
           registering.catch(() => {})
         }

@@ -25,7 +25,7 @@ import {
 import type Docker from 'dockerode'
 import { type AgentRuntime, RUNTIME_MOUNT } from './agent-runtime.js'
 import { attachChannel } from './attached-channel.js'
-import { serviceHostConfig } from './container-spec.js'
+import { hardenedHostConfig } from './container-hardening.js'
 import { isBeingRemoved, isNotFound } from './engine-errors.js'
 
 type ProxiedPolicy = Exclude<EgressPolicy, { kind: 'deny-all' } | { kind: 'resolver' }>
@@ -39,6 +39,13 @@ type GatewayCommandBody = GatewayCommand extends infer C
 const DEFAULT_IDLE_MS = 2000
 /** The unprivileged user the gateway's Node runs as. */
 const GATEWAY_USER = '65534:65534'
+/**
+ * The gateway's Node process: its heap plus a buffer per open tunnel, for
+ * every sandbox of the provider (up to 4096 tunnels in all).
+ */
+export const GATEWAY_MEMORY_MB = 256
+/** Node's threads plus the init, with room to spare; the gateway starts no processes. */
+export const GATEWAY_PIDS_LIMIT = 128
 
 /**
  * How long a control command may wait for the gateway's answer before the
@@ -178,20 +185,18 @@ export class EgressGateway {
       OpenStdin: true,
       StdinOnce: true,
       Tty: false,
-      HostConfig: {
-        ...serviceHostConfig({
-          networkMode: 'bridge',
-          memoryMb: 256,
-          pidsLimit: 128,
-          mounts: [
-            { Type: 'volume', Source: runtime.volume, Target: RUNTIME_MOUNT, ReadOnly: true },
-          ],
-        }),
-        Tmpfs: { '/tmp': 'rw,nosuid,nodev,noexec,size=16m,mode=1777' },
-        ExtraHosts: Object.entries(this.options.hosts).map(
-          ([name, address]) => `${name}:${address}`,
-        ),
-      },
+      HostConfig: hardenedHostConfig({
+        networkMode: 'bridge',
+        memoryBytes: GATEWAY_MEMORY_MB * 1024 * 1024,
+        pidsLimit: GATEWAY_PIDS_LIMIT,
+        mounts: [{ Type: 'volume', Source: runtime.volume, Target: RUNTIME_MOUNT, ReadOnly: true }],
+        extra: {
+          Tmpfs: { '/tmp': 'rw,nosuid,nodev,noexec,size=16m,mode=1777' },
+          ExtraHosts: Object.entries(this.options.hosts).map(
+            ([name, address]) => `${name}:${address}`,
+          ),
+        },
+      }),
     })
     const channel = await attachChannel(container, docker)
     this.channel = channel

@@ -1,5 +1,6 @@
 import { statSync } from 'node:fs'
 import type Docker from 'dockerode'
+import { hardenedHostConfig } from './container-hardening.js'
 import { isNotFound } from './engine-errors.js'
 import { putHostFiles } from './host-files-archive.js'
 
@@ -20,8 +21,9 @@ import { putHostFiles } from './host-files-archive.js'
  * `huge=always` holds the one file. A tmpfs volume lives only while some
  * container has it mounted, so a keeper container holds it: cordon-launcher
  * from the runtime volume, waiting on a stdin that is held open and never
- * written (no CPU, about half a MiB), as an unprivileged user with no
- * capabilities and no network. The binary is written through the engine's
+ * written (no CPU, well under a MiB), as an unprivileged user on cordon's
+ * hardened container base (no capabilities, no network, an init, a memory
+ * limit that does not count the volume's pages). The binary is written through the engine's
  * archive API while the keeper has a filling name; it takes its own name
  * once the binary is whole.
  *
@@ -65,6 +67,17 @@ const PREPARE_TIMEOUT_MS = 60_000
 /** A keeper still being filled after this long belongs to a process that died filling it. */
 const STALE_FILLING_MS = 120_000
 const HUGE_PAGE_BYTES = 2 * 1024 * 1024
+/**
+ * The keeper's memory limit. It needs well under one: measured on its cgroup
+ * (v1, runc), about 0.5 MiB while it and its init wait and a 4.3 MiB peak while runc
+ * starts it. The binary on its volume is not charged to it (the engine's
+ * archive API writes it, from outside the container), so the limit does not
+ * grow with Node's size. The keeper always runs under the engine's default
+ * runtime, runc where cordon is tested.
+ */
+export const KEEPER_MEMORY_MB = 16
+/** The init and the launcher. */
+export const KEEPER_PIDS_LIMIT = 4
 
 /**
  * The huge-page Node for this runtime, made if it is not there yet; undefined
@@ -178,15 +191,11 @@ async function makeKeeper(
       StdinOnce: false,
       NetworkDisabled: true,
       Labels: { ...request.labels, [KEEPER_LABEL]: 'keeper' },
-      HostConfig: {
-        NetworkMode: 'none',
-        CapDrop: ['ALL'],
-        SecurityOpt: ['no-new-privileges:true'],
-        ReadonlyRootfs: true,
-        PidsLimit: 4,
-        LogConfig: { Type: 'none', Config: {} },
-        RestartPolicy: { Name: 'no' },
-        Mounts: [
+      HostConfig: hardenedHostConfig({
+        networkMode: 'none',
+        memoryBytes: KEEPER_MEMORY_MB * 1024 * 1024,
+        pidsLimit: KEEPER_PIDS_LIMIT,
+        mounts: [
           {
             Type: 'volume',
             Source: request.runtimeVolume,
@@ -196,7 +205,7 @@ async function makeKeeper(
           // Writable for the archive API only: the keeper's user cannot write to it (root's, 0755).
           { Type: 'volume', Source: node.volume, Target: HUGE_PAGE_NODE_MOUNT, ReadOnly: false },
         ],
-      },
+      }),
     })
   } catch (error) {
     if ((error as { statusCode?: number }).statusCode === 409) return false

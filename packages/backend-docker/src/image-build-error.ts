@@ -1,7 +1,8 @@
 import { type SandboxErrorOptions, SandboxOperationError } from '@cordon/core'
+import { errorMarker, hasErrorMarker } from '@cordon/core/backend'
 
-/** Markers share @cordon/core's scheme, so `isInstance` works across duplicated copies of this package. */
-const imageBuildMarker = Symbol.for('cordon.error.ImageBuildError')
+/** Core's marker scheme, so `isInstance` works across duplicated copies of this package. */
+const imageBuildMarker = errorMarker('ImageBuildError')
 
 /**
  * `buildImage` did not produce the image: a step failed (a `RUN` that exited
@@ -44,10 +45,6 @@ export class ImageBuildError extends SandboxOperationError {
   }
 
   static override isInstance(value: unknown): value is ImageBuildError {
-    return (
-      typeof value === 'object' &&
-      value !== null &&
-      (value as Record<symbol, unknown>)[imageBuildMarker] === true
-    )
+    return hasErrorMarker(value, imageBuildMarker)
   }
 }

@@ -11,6 +11,7 @@ import type {
   EgressPolicy,
   SandboxEgressEvent,
   SandboxEvent,
+  SandboxLifecycleEvent,
 } from '@cordon/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createDockerSandboxProvider } from '../src/index.js'
@@ -323,7 +324,7 @@ describe('egress through the gateway (Docker backend)', () => {
     })
   })
 
-  it('asks a resolver policy in the host and denies everything when it fails', async () => {
+  it('asks a resolver policy in the host and denies everything when it fails or answers one bad entry', async () => {
     await withSandbox(
       { kind: 'resolver', resolve: async () => ['upstream.test'] },
       async (sandbox) => {
@@ -351,6 +352,25 @@ describe('egress through the gateway (Docker backend)', () => {
         expect(denied.stderr).toContain('403')
       },
     )
+    const refusals = () =>
+      events.filter(
+        (event): event is SandboxLifecycleEvent =>
+          event.type === 'lifecycle' && event.phase === 'egress.resolver-refused',
+      )
+    const refusedBefore = refusals().length
+    await withSandbox(
+      { kind: 'resolver', resolve: async () => ['upstream.test', '*.upstream.test'] },
+      async (sandbox) => {
+        const denied = await sandbox.exec(
+          'wget',
+          ['-q', '-O', '-', `http://upstream.test:${httpPort}/x`],
+          { timeout: 15_000 },
+        )
+        expect(denied.stderr).toContain('403')
+      },
+    )
+    expect(refusals()).toHaveLength(refusedBefore + 1)
+    expect(refusals().at(-1)?.error?.message).toContain('"*.upstream.test"')
   })
 
   it('brokers a credential: upstream receives it over HTTPS, the sandbox never holds it', async () => {

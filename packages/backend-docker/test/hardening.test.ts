@@ -1,3 +1,4 @@
+import { readFileSync } from 'node:fs'
 import { chmod, mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { hostname, tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -7,8 +8,12 @@ import {
   SandboxError,
   SandboxPathError,
 } from '@cordon/core'
+import type Docker from 'dockerode'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { currentRuntimeVolume } from '../src/agent-runtime.js'
 import { AGENT_MEMORY_ALLOWANCE_MB } from '../src/container-spec.js'
+import { GATEWAY_MEMORY_MB, GATEWAY_PIDS_LIMIT } from '../src/egress-gateway.js'
+import { KEEPER_MEMORY_MB, KEEPER_PIDS_LIMIT } from '../src/huge-page-node.js'
 import { buildHostileTool, HOSTILE_TOOL } from './hostile-tool.js'
 import { docker, testProvider } from './test-run.js'
 
@@ -20,6 +25,41 @@ async function statusField(sandbox: CordonSandbox, field: string): Promise<strin
 
 async function containerOf(sandbox: CordonSandbox) {
   return docker.getContainer(`cordon-${sandbox.id}`).inspect()
+}
+
+/**
+ * The hardened base every container cordon starts shares
+ * (container-hardening.ts), as the engine reports it.
+ */
+function expectHardenedBase(
+  info: Docker.ContainerInspectInfo,
+  expected: {
+    readonly networkMode: string
+    readonly memoryBytes: number
+    readonly pidsLimit?: number
+    readonly capAdd: readonly string[] | null
+  },
+): void {
+  const host = info.HostConfig as Docker.HostConfig & { ReadonlyRootfs?: boolean; Init?: boolean }
+  expect(host.NetworkMode).toBe(expected.networkMode)
+  expect(host.CapDrop).toEqual(['ALL'])
+  expect(host.CapAdd).toEqual(expected.capAdd)
+  // cordon never passes a seccomp option, so the engine's default profile applies.
+  expect(host.SecurityOpt).toEqual(['no-new-privileges:true'])
+  expect(host.ReadonlyRootfs).toBe(true)
+  expect(host.Memory).toBe(expected.memoryBytes)
+  expect(host.MemorySwap).toBe(expected.memoryBytes)
+  if (expected.pidsLimit === undefined) expect(host.PidsLimit).toBeGreaterThan(0)
+  else expect(host.PidsLimit).toBe(expected.pidsLimit)
+  expect(host.Init).toBe(true)
+  expect(host.Privileged).toBe(false)
+  expect(host.IpcMode).toBe('private')
+  expect(host.PidMode || '').toBe('')
+  expect(host.UsernsMode || '').toBe('')
+  expect(host.LogConfig?.Type).toBe('none')
+  expect(host.AutoRemove).toBe(true)
+  expect(host.RestartPolicy?.Name).toBe('no')
+  expect(JSON.stringify(info.Mounts)).not.toContain('docker.sock')
 }
 
 for (const runtime of ['docker', 'runsc'] as const) {
@@ -273,28 +313,18 @@ for (const runtime of ['docker', 'runsc'] as const) {
       expect(JSON.stringify(info.Mounts)).not.toContain('docker.sock')
     })
 
-    it('sets memory swap equal to memory and the pids and CPU limits', async () => {
+    it('is on the hardened base, with memory swap equal to memory and the pids and CPU limits', async () => {
       const info = await containerOf(sandbox)
-      // The agent's allowance comes on top of what the sandbox's commands get.
-      const memory = (128 + AGENT_MEMORY_ALLOWANCE_MB) * 1024 * 1024
-      expect(info.HostConfig.Memory).toBe(memory)
-      expect(info.HostConfig.MemorySwap).toBe(memory)
+      expectHardenedBase(info, {
+        networkMode: 'none',
+        // The agent's allowance comes on top of what the sandbox's commands get.
+        memoryBytes: (128 + AGENT_MEMORY_ALLOWANCE_MB) * 1024 * 1024,
+        capAdd: ['SETUID', 'SETGID', 'KILL', 'DAC_OVERRIDE', 'SYS_PTRACE'],
+      })
       // maxProcesses is the sandbox user's own RLIMIT_NPROC.
       expect(info.HostConfig.Ulimits).toEqual([{ Name: 'nproc', Soft: 64, Hard: 64 }])
       expect(info.HostConfig.PidsLimit).toBeGreaterThan(64)
       expect(info.HostConfig.NanoCpus).toBe(1e9)
-      expect(info.HostConfig.CapDrop).toEqual(['ALL'])
-      expect(info.HostConfig.CapAdd).toEqual([
-        'SETUID',
-        'SETGID',
-        'KILL',
-        'DAC_OVERRIDE',
-        'SYS_PTRACE',
-      ])
-      expect(info.HostConfig.ReadonlyRootfs).toBe(true)
-      expect(info.HostConfig.Init).toBe(true)
-      // cordon never passes a seccomp option, so the engine's default profile applies.
-      expect(info.HostConfig.SecurityOpt).toEqual(['no-new-privileges:true'])
     })
 
     it('labels the container with its owner', async () => {
@@ -341,6 +371,53 @@ for (const runtime of ['docker', 'runsc'] as const) {
     })
   })
 }
+
+describe("cordon's own containers are on the same hardened base", () => {
+  let provider: CordonSandboxProvider
+  let sandbox: CordonSandbox
+  beforeAll(async () => {
+    // A proxied sandbox starts the provider's gateway; any sandbox, the runtime's keeper.
+    provider = testProvider()
+    sandbox = await provider.create({ egress: { kind: 'static', allowedHosts: ['example.com'] } })
+  })
+  afterAll(async () => {
+    await provider.close()
+  })
+
+  it('the egress gateway: no capabilities, read-only, memory, pids, init, no logs, removed when it stops', async () => {
+    const [gateway] = await docker.listContainers({
+      filters: { label: ['cordon.role=gateway', `cordon.provider=${provider.instanceId}`] },
+    })
+    expect(gateway, 'the gateway runs while a proxied sandbox does').toBeDefined()
+    const info = await docker.getContainer(gateway!.Id).inspect()
+    expectHardenedBase(info, {
+      networkMode: 'bridge',
+      memoryBytes: GATEWAY_MEMORY_MB * 1024 * 1024,
+      pidsLimit: GATEWAY_PIDS_LIMIT,
+      capAdd: null,
+    })
+    expect(info.Config.User).toBe('65534:65534')
+    expect(sandbox.status).toBe('ready')
+  })
+
+  it('the huge-page keeper: the same base, a memory limit and an init as PID 1', async () => {
+    const info = await docker.getContainer(`${currentRuntimeVolume()}-keeper`).inspect()
+    expectHardenedBase(info, {
+      networkMode: 'none',
+      memoryBytes: KEEPER_MEMORY_MB * 1024 * 1024,
+      pidsLimit: KEEPER_PIDS_LIMIT,
+      capAdd: null,
+    })
+    expect(info.Config.User).toBe('65534:65534')
+    expect(info.State.Running).toBe(true)
+    // PID 1 is the engine's init; the launcher waits under it.
+    expect(readFileSync(`/proc/${info.State.Pid}/comm`, 'utf8').trim()).toBe('docker-init')
+    const [child] = readFileSync(`/proc/${info.State.Pid}/task/${info.State.Pid}/children`, 'utf8')
+      .trim()
+      .split(' ')
+    expect(readFileSync(`/proc/${child}/comm`, 'utf8').trim()).toBe('cordon-launcher')
+  })
+})
 
 describe('file operations act as the sandbox user (Docker)', () => {
   for (const runtime of ['docker', 'runsc'] as const) {

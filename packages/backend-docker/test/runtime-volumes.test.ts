@@ -1,8 +1,8 @@
-import { readFileSync } from 'node:fs'
+import { readFileSync, statSync } from 'node:fs'
 import { LABEL } from '@cordon/core/backend'
 import { describe, expect, it } from 'vitest'
 import { currentRuntimeVolume } from '../src/agent-runtime.js'
-import { ensureHugePageNode } from '../src/huge-page-node.js'
+import { ensureHugePageNode, KEEPER_MEMORY_MB } from '../src/huge-page-node.js'
 import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
 import { privateEngineForSuite } from './private-engine.js'
 import { BUSYBOX_IMAGE } from './test-images.js'
@@ -38,6 +38,21 @@ describe('agent runtime volumes', () => {
     const children = (pid: number) =>
       readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(' ').map(Number)
     return children(children(init)[0]!)[0]!
+  }
+  /** A container's memory cgroup on this host, from its init's /proc entry (cgroup v1 or v2). */
+  const memoryCgroup = (pid: number): { usage: number; limit: number } => {
+    const lines = readFileSync(`/proc/${pid}/cgroup`, 'utf8').trim().split('\n')
+    const v1 = lines.find((line) => line.split(':')[1]?.split(',').includes('memory'))
+    const read = (file: string) => Number(readFileSync(file, 'utf8').trim())
+    if (v1) {
+      const dir = `/sys/fs/cgroup/memory${v1.split(':')[2]}`
+      return {
+        usage: read(`${dir}/memory.usage_in_bytes`),
+        limit: read(`${dir}/memory.limit_in_bytes`),
+      }
+    }
+    const dir = `/sys/fs/cgroup${lines.find((line) => line.startsWith('0::'))!.slice(3)}`
+    return { usage: read(`${dir}/memory.current`), limit: read(`${dir}/memory.max`) }
   }
   const runtimeLabels = (hash: string) => ({
     [LABEL.managed]: '1',
@@ -100,6 +115,13 @@ describe('agent runtime volumes', () => {
       expect(keepers.map((keeper) => keeper.Names[0])).toEqual([
         `/${currentRuntimeVolume()}-keeper`,
       ])
+      // The keeper holds Node's ~100 MiB on its volume within a small memory
+      // limit: the engine's archive API wrote those pages, so they are not charged to it.
+      const keeper = await engine.docker.getContainer(keepers[0]!.Id).inspect()
+      const memory = memoryCgroup(keeper.State.Pid)
+      expect(memory.limit).toBe(KEEPER_MEMORY_MB * 1024 * 1024)
+      expect(memory.usage).toBeLessThan(memory.limit / 2)
+      expect(memory.usage).toBeLessThan(statSync(process.execPath).size / 16)
       for (const sandbox of sandboxes) await sandbox.destroy()
     } finally {
       await hosted.close()

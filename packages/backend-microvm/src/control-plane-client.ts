@@ -1,14 +1,10 @@
 import {
-  SandboxAbortedError,
-  SandboxBackendUnavailableError,
   SandboxControlRefusedError,
   type SandboxError,
-  SandboxOperationError,
   SandboxTransportError,
   type TlsClientMaterial,
 } from '@cordon/core'
-import { fetchBearerToken } from '@cordon/core/backend'
-import { Agent, request } from 'undici'
+import { JsonHttpClient, type JsonHttpResponse } from '@cordon/core/backend'
 import type {
   ControlPlaneErrorBody,
   CreateSandboxRequestBody,
@@ -27,26 +23,25 @@ export interface ControlPlaneClientOptions {
 }
 
 /**
- * The backend's client of the orchestrator's control plane (openapi.yaml).
- * Translates every failure into a cordon error at this boundary, keeping the
- * HTTP or network error as `cause`.
+ * The backend's client of the orchestrator's control plane (openapi.yaml), on
+ * the kit's `JsonHttpClient` (a fresh bearer token per request; GET and
+ * DELETE retried through throttling and transient failures, the create's
+ * POST sent once). Translates every failure into a cordon error at this
+ * boundary, keeping the HTTP or network error as `cause`; the orchestrator's
+ * own refusal of a control (`control-refused`) becomes
+ * `SandboxControlRefusedError`.
  */
 export class ControlPlaneClient {
-  private readonly base: string
-  private readonly dispatcher: Agent
+  private readonly http: JsonHttpClient
 
-  constructor(private readonly options: ControlPlaneClientOptions) {
-    this.base = options.endpoint.replace(/\/+$/, '')
-    const tls = options.tls
-    this.dispatcher = new Agent({
-      connect: tls
-        ? {
-            cert: tls.cert,
-            key: tls.key,
-            ...(tls.ca ? { ca: tls.ca } : {}),
-            ...(tls.servername ? { servername: tls.servername } : {}),
-          }
-        : {},
+  constructor(options: ControlPlaneClientOptions) {
+    this.http = new JsonHttpClient({
+      backend: BACKEND_NAME,
+      endpoint: options.endpoint,
+      getToken: options.getToken,
+      tokenClosureName: 'getToken',
+      audience: 'the control plane',
+      ...(options.tls ? { tls: options.tls } : {}),
     })
   }
 
@@ -55,22 +50,22 @@ export class ControlPlaneClient {
     signal: AbortSignal | undefined,
     describeRefusedControl: (control: string) => string = (control) => control,
   ): Promise<CreateSandboxResponseBody> {
-    const { status, payload } = await this.call('POST', '/v1/sandboxes', body, signal)
-    if (status !== 201 && status !== 200)
-      throw this.failure('create', status, payload, describeRefusedControl)
-    return parseCreateResponse(payload, body.sandboxId, this.base)
+    const response = await this.http.send('POST', this.http.urlFor('/v1/sandboxes'), {
+      body,
+      ...(signal ? { signal } : {}),
+    })
+    if (response.status !== 201 && response.status !== 200)
+      throw this.failure('create', response, describeRefusedControl)
+    return parseCreateResponse(response.body, body.sandboxId, this.http.urlFor(''))
   }
 
   /** Deletes a guest. A guest the control plane does not know is already gone. */
   async deleteSandbox(sandboxId: string, signal?: AbortSignal): Promise<void> {
-    const { status, payload } = await this.call(
-      'DELETE',
-      `/v1/sandboxes/${encodeURIComponent(sandboxId)}`,
-      undefined,
-      signal,
-    )
-    if (status === 204 || status === 200 || status === 404) return
-    throw this.failure('delete', status, payload)
+    const response = await this.http.send('DELETE', this.sandboxUrl(sandboxId), {
+      ...(signal ? { signal } : {}),
+    })
+    if (response.status === 204 || response.status === 200 || response.status === 404) return
+    throw this.failure('delete', response)
   }
 
   /**
@@ -79,99 +74,37 @@ export class ControlPlaneClient {
    * while it exists.
    */
   async whyGone(sandboxId: string, signal?: AbortSignal): Promise<'evicted' | undefined> {
-    const { status, payload } = await this.call(
-      'GET',
-      `/v1/sandboxes/${encodeURIComponent(sandboxId)}`,
-      undefined,
-      signal,
-    )
-    if (status === 404) return 'evicted'
-    if (status === 200) return undefined
-    throw this.failure('describe', status, payload)
+    const response = await this.http.send('GET', this.sandboxUrl(sandboxId), {
+      ...(signal ? { signal } : {}),
+    })
+    if (response.status === 404) return 'evicted'
+    if (response.status === 200) return undefined
+    throw this.failure('describe', response)
   }
 
   async close(): Promise<void> {
-    await this.dispatcher.close()
+    await this.http.close()
   }
 
-  private async call(
-    method: 'GET' | 'POST' | 'DELETE',
-    path: string,
-    body: unknown,
-    signal: AbortSignal | undefined,
-  ): Promise<{ status: number; payload: unknown }> {
-    if (signal?.aborted)
-      throw new SandboxAbortedError(`control-plane ${method}`, { cause: signal.reason })
-    const token = await fetchBearerToken(
-      this.options.getToken,
-      BACKEND_NAME,
-      'getToken',
-      'the control plane',
-    )
-    const url = `${this.base}${path}`
-    try {
-      const response = await request(url, {
-        method,
-        dispatcher: this.dispatcher,
-        headers: {
-          authorization: `Bearer ${token}`,
-          accept: 'application/json',
-          ...(body === undefined ? {} : { 'content-type': 'application/json' }),
-        },
-        ...(body === undefined ? {} : { body: JSON.stringify(body) }),
-        ...(signal ? { signal } : {}),
-      })
-      const text = await response.body.text()
-      let payload: unknown
-      try {
-        payload = text ? JSON.parse(text) : undefined
-      } catch {
-        payload = { error: { code: 'bad-response', message: text.slice(0, 500) } }
-      }
-      return { status: response.statusCode, payload }
-    } catch (error) {
-      if (signal?.aborted)
-        throw new SandboxAbortedError(`control-plane ${method}`, { cause: signal.reason })
-      throw new SandboxTransportError(
-        `control plane ${method} ${url} failed: ${(error as Error).message}`,
-        url,
-        { cause: error },
-      )
-    }
+  private sandboxUrl(sandboxId: string): string {
+    return this.http.urlFor(`/v1/sandboxes/${encodeURIComponent(sandboxId)}`)
   }
 
   private failure(
     operation: 'create' | 'delete' | 'describe',
-    status: number,
-    payload: unknown,
+    response: JsonHttpResponse,
     describeRefusedControl: (control: string) => string = (control) => control,
   ): SandboxError {
-    const error = (payload as Partial<ControlPlaneErrorBody> | undefined)?.error
-    const message = `${error?.code ?? 'error'}: ${error?.message ?? 'no detail'} (HTTP ${status})`
-    const cause = { status, body: payload }
-    if (status === 401 || status === 403) {
-      return new SandboxBackendUnavailableError(
-        BACKEND_NAME,
-        `the control plane refused the bearer token: ${message}`,
-        { cause },
-      )
-    }
-    if (error?.code === 'control-refused') {
+    const error = (response.body as Partial<ControlPlaneErrorBody> | undefined)?.error
+    if (response.status !== 401 && response.status !== 403 && error?.code === 'control-refused') {
       return new SandboxControlRefusedError(
         describeRefusedControl(error.control ?? 'unknown'),
         BACKEND_NAME,
         error.reason ?? error.message ?? 'refused by the control plane',
-        { cause },
+        { cause: { status: response.status, body: response.body } },
       )
     }
-    if (status === 429 || status >= 500) {
-      return new SandboxBackendUnavailableError(
-        BACKEND_NAME,
-        `control plane could not ${operation} the sandbox: ${message}`,
-        { cause },
-      )
-    }
-    return new SandboxOperationError(`control-plane ${operation}`, message, { cause })
+    return this.http.statusError(operation, response)
   }
 }
 

@@ -1,5 +1,5 @@
 import { type EgressPolicy, SandboxAbortedError } from '@cordon/core'
-import { parseAllowlistEntry } from '@cordon/core/backend'
+import { askResolver } from '@cordon/core/backend'
 
 /**
  * Encodes an egress policy as the control plane's `egressAllowlist`:
@@ -7,16 +7,19 @@ import { parseAllowlistEntry } from '@cordon/core/backend'
  * - `allow-all`: omitted (no restriction);
  * - `deny-all`: `[]` (no network at all);
  * - `static`: the listed hosts;
- * - `resolver`: what the resolver returns now, asked once per create. A
- *   resolver that throws, or returns entries that are not valid allowlist
- *   entries, denies everything, as core's policy contract says.
+ * - `resolver`: what the resolver answers now, asked once per create and
+ *   judged by core's one rule (`askResolver`): an answer with one invalid
+ *   entry, a resolver that throws, and one that overruns
+ *   `DEFAULT_RESOLVER_TIMEOUT_MS`, all send `[]` (deny everything).
  *
- * The orchestrator enforces the list; one that cannot must refuse the create
- * with `control-refused` rather than accept it.
+ * `onRefused` hears why a resolver's answer was refused. The orchestrator
+ * enforces the list; one that cannot must refuse the create with
+ * `control-refused` rather than accept it.
  */
 export async function encodeEgressAllowlist(
   policy: EgressPolicy,
   signal: AbortSignal,
+  onRefused: (problem: string) => void = () => {},
 ): Promise<readonly string[] | undefined> {
   switch (policy.kind) {
     case 'allow-all':
@@ -26,20 +29,11 @@ export async function encodeEgressAllowlist(
     case 'static':
       return [...policy.allowedHosts]
     case 'resolver': {
-      let hosts: readonly string[]
-      try {
-        hosts = await policy.resolve()
-      } catch {
-        return []
-      }
+      const answer = await askResolver(policy.resolve)
       if (signal.aborted) throw new SandboxAbortedError('create', { cause: signal.reason })
-      if (
-        !Array.isArray(hosts) ||
-        hosts.some((entry) => typeof entry !== 'string' || parseAllowlistEntry(entry) === undefined)
-      ) {
-        return []
-      }
-      return [...hosts]
+      if (answer.ok) return [...answer.allowedHosts]
+      onRefused(answer.problem)
+      return []
     }
   }
 }

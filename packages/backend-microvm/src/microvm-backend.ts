@@ -10,6 +10,7 @@ import {
   cleanupFailureEvent,
   parseBackendConfig,
   resolveBackendOptions,
+  resolverRefusedEvent,
   type SandboxBackendContext,
   type SandboxBackendFactory,
   withDeadline,
@@ -68,7 +69,9 @@ export function createMicroVMBackend(
     }
     return withDeadline(
       async (signal) => {
-        const egressAllowlist = await encodeEgressAllowlist(request.egress, signal)
+        const egressAllowlist = await encodeEgressAllowlist(request.egress, signal, (problem) =>
+          context.emit(resolverRefusedEvent(request.id, BACKEND_NAME, problem)),
+        )
         mark('control-plane.create')
         const secret = newAgentSecret()
         const created = await controlPlane.createSandbox(

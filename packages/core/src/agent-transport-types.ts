@@ -71,7 +71,11 @@ export type FirecrackerBackendInternalConfig = Omit<MicroVMBackendConfig, 'tier'
   readonly transport?: VsockTransportOptions
 }
 
-/** What an agent answers to a health request (`VsockAgentTransport.health`). */
+/**
+ * What an agent answers to a health request (`VsockAgentTransport.health`):
+ * the agent protocol's `health-ok` message, defined here because
+ * `@cordon/agent` builds on core and not the other way round.
+ */
 export interface AgentHealthReport {
   readonly type: 'health-ok'
   readonly pid: number
@@ -83,7 +87,11 @@ export interface AgentHealthReport {
   readonly readRoots: readonly string[]
 }
 
-/** The shortest secret an agent accepts (it refuses to start with less). */
+/**
+ * The shortest per-sandbox secret: the agent refuses to start with less, and
+ * a transport refuses to be made with less ({@link requireAgentSecret}).
+ * Anything shorter is guessable. `@cordon/agent` uses this one.
+ */
 export const MIN_AGENT_SECRET_LENGTH = 16
 
 /**

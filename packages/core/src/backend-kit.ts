@@ -1,9 +1,10 @@
 /**
  * `@cordon/core/backend`: what backend authors build on. The provider
  * runtime (validation, defaults, warm pool, lifetimes, events), deadlines,
- * output collection, layout planning, owner labels and the shared egress
- * rules. Hosts do not need any of it; the list is explicit and pinned by a
- * test.
+ * output collection, layout planning, owner labels, the shared egress
+ * rules, the JSON client of a remote control plane and the error markers a
+ * backend's own error classes use. Hosts do not need any of it; the list is
+ * explicit and pinned by a test.
  */
 export { MIN_AGENT_SECRET_LENGTH, requireAgentSecret } from './agent-transport-types.js'
 export {
@@ -33,10 +34,22 @@ export {
 } from './deadline.js'
 export { DENY_ALL, networkPolicySchema } from './egress-policy.js'
 export { egressRefusal } from './egress-refusal.js'
-export { throwIfAborted } from './errors.js'
+export {
+  hasMarker as hasErrorMarker,
+  markerFor as errorMarker,
+  throwIfAborted,
+} from './errors.js'
 export { concatBytes, ExecOutputCollector, utf8BoundaryAtOrBefore } from './exec-output.js'
 export { type ValidatedExecRequest, validateExecRequest } from './exec-request.js'
 export { type AllowlistEntry, normalizeHostname, parseAllowlistEntry } from './host-allowlist.js'
+export { isTransientStatus, parseRetryAfter, retryDelayMs } from './http-retry.js'
+export {
+  JsonHttpClient,
+  type JsonHttpClientOptions,
+  type JsonHttpMethod,
+  type JsonHttpResponse,
+  type JsonHttpSendOptions,
+} from './json-http-client.js'
 export {
   type ContainerSandboxMountRole,
   type LayoutMountPlan,
@@ -69,5 +82,6 @@ export {
   judgeResolverAnswer,
   type ResolverAnswer,
 } from './resolver-answer.js'
+export { resolverRefusedEvent } from './resolver-refused-event.js'
 export { newSandboxId, SANDBOX_ID_PATTERN } from './sandbox-id.js'
 export { resolveSandboxPath } from './sandbox-path.js'

@@ -11,8 +11,9 @@ import { parseAllowlistEntry } from './host-allowlist.js'
  * - `resolver`: the list the host's closure returns, asked when the sandbox is
  *   created and refreshed while it runs. The closure takes no arguments on
  *   purpose: it captures whatever tenant or run context the host has. If it
- *   throws, or returns anything but a list of valid entries, everything is
- *   denied (see `allowlistFromResolverAnswer`).
+ *   throws, does not answer within 5 s, or returns anything but a list of
+ *   valid entries (one invalid entry is enough), everything is denied: one
+ *   rule for every backend (see `askResolver` in `@cordon/core/backend`).
  *
  * Allowlist entries are exact host names (`api.example.com`) or a leading dot
  * for a domain and all its subdomains (`.example.com`); matching is

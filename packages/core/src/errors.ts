@@ -11,11 +11,17 @@
 
 const MARKER_PREFIX = 'cordon.error'
 
-function markerFor(name: string): symbol {
+/**
+ * The marker of the error class `name`. A backend's own error classes use
+ * this too (exported from the kit as `errorMarker`), so their `isInstance`
+ * works across duplicated copies of the backend's package the same way.
+ */
+export function markerFor(name: string): symbol {
   return Symbol.for(`${MARKER_PREFIX}.${name}`)
 }
 
-function hasMarker(value: unknown, marker: symbol): boolean {
+/** Whether `value` carries `marker` (exported from the kit as `hasErrorMarker`). */
+export function hasMarker(value: unknown, marker: symbol): boolean {
   return (
     typeof value === 'object' &&
     value !== null &&

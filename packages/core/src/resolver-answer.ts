@@ -1,10 +1,29 @@
 import { parseAllowlistEntry } from './host-allowlist.js'
 
 /**
- * What a `resolver` egress policy's closure answered, judged once for every
- * enforcer (the Docker gateway, the microVM control plane, the egress proxy):
- * either the allowlist to enforce, or a refusal that denies everything.
+ * The one rule for what a `resolver` egress policy's `resolve()` answer
+ * means. Every enforcer asks through {@link askResolver} (the egress proxy,
+ * the Docker backend's gateway registration, the microVM backend's
+ * control-plane allowlist), so the same answer allows the same hosts
+ * everywhere:
+ *
+ * - an array of valid allowlist entries is enforced exactly as returned
+ *   (an empty array allows nothing);
+ * - an answer that is not an array of strings, or holds even one entry
+ *   that is not a valid allowlist entry, denies everything: a bad entry
+ *   means the host's resolver is broken or compromised, and enforcing the
+ *   rest would guess at what it meant (a dropped `*.example.com` could be the
+ *   only host the sandbox needed, a kept one never matches anything);
+ * - a resolver that throws, rejects or does not answer within its budget
+ *   ({@link DEFAULT_RESOLVER_TIMEOUT_MS} unless the enforcer is configured
+ *   otherwise) denies everything.
+ *
+ * A refusal is an answer, never an exception, so an enforcer cannot forget
+ * to handle it; the problem text names the offending entry for the host's
+ * events.
  */
+
+/** Either the allowlist to enforce, or a refusal that denies everything. */
 export type ResolverAnswer =
   | { readonly ok: true; readonly allowedHosts: readonly string[] }
   | {
@@ -14,15 +33,10 @@ export type ResolverAnswer =
       readonly badEntry?: string
     }
 
-/** Default budget of one `resolve()` call. */
+/** Default budget of one `resolve()` call, the same for every enforcer. */
 export const DEFAULT_RESOLVER_TIMEOUT_MS = 5_000
 
-/**
- * Judges a resolver's answer. Egress is a security boundary, so this fails
- * closed: an answer that is not an array of strings, or that holds one
- * entry that is not a valid allowlist entry, denies everything (rather than
- * enforcing the rest and guessing what the host meant by the bad one).
- */
+/** Judges an answer already in hand by the rule above (the budget is {@link askResolver}'s). */
 export function judgeResolverAnswer(answer: unknown): ResolverAnswer {
   if (!Array.isArray(answer)) {
     return { ok: false, problem: 'resolve() did not return an array of host names' }

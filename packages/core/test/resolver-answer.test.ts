@@ -1,6 +1,12 @@
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { askResolver, judgeResolverAnswer, parseAllowlistEntry } from '../src/backend-kit.js'
+import {
+  askResolver,
+  DEFAULT_RESOLVER_TIMEOUT_MS,
+  judgeResolverAnswer,
+  parseAllowlistEntry,
+  resolverRefusedEvent,
+} from '../src/backend-kit.js'
 
 describe("a resolver's answer is judged once, failing closed", () => {
   it('accepts a list of valid entries as it is', () => {
@@ -48,6 +54,20 @@ describe("a resolver's answer is judged once, failing closed", () => {
     expect(await askResolver(async () => ['a.example.com'])).toEqual({
       ok: true,
       allowedHosts: ['a.example.com'],
+    })
+  })
+
+  it('gives a resolver five seconds by default', () => {
+    expect(DEFAULT_RESOLVER_TIMEOUT_MS).toBe(5_000)
+  })
+
+  it('reports a refusal as one lifecycle event naming the problem', () => {
+    expect(resolverRefusedEvent('sbx_x' as never, 'container:docker', 'bad "*.x"')).toMatchObject({
+      type: 'lifecycle',
+      phase: 'egress.resolver-refused',
+      sandboxId: 'sbx_x',
+      backend: 'container:docker',
+      error: { name: 'ResolverAnswerRefused', message: 'bad "*.x"' },
     })
   })
 })

@@ -9,7 +9,12 @@ import {
   egressPolicySchema,
   SandboxControlRefusedError,
 } from '@cordon/core'
-import { DENY_ALL, parseAllowlistEntry, parseConfig } from '@cordon/core/backend'
+import {
+  DEFAULT_RESOLVER_TIMEOUT_MS,
+  DENY_ALL,
+  parseAllowlistEntry,
+  parseConfig,
+} from '@cordon/core/backend'
 import { z } from 'zod'
 import { checkCredentials } from './credential-broker.js'
 import type { EgressDecisionListener } from './decision-event.js'
@@ -40,7 +45,10 @@ export interface EgressProxyLimits {
   readonly dnsTimeoutMs?: number
   /** A tunnel or exchange with no traffic either way for this long is closed. Default 120 s. */
   readonly idleTimeoutMs?: number
-  /** Budget for a `resolver` policy's `resolve()`; overrunning means deny. Default 5 s. */
+  /**
+   * Budget for a `resolver` policy's `resolve()`; overrunning denies everything.
+   * Default: core's `DEFAULT_RESOLVER_TIMEOUT_MS` (5 s), the budget every enforcer uses.
+   */
   readonly resolverTimeoutMs?: number
 }
 
@@ -247,7 +255,7 @@ export function resolveOptions(input: EgressProxyOptions | undefined): ResolvedO
       connectTimeoutMs: parsed.limits?.connectTimeoutMs ?? 10_000,
       dnsTimeoutMs: parsed.limits?.dnsTimeoutMs ?? 5_000,
       idleTimeoutMs: parsed.limits?.idleTimeoutMs ?? 120_000,
-      resolverTimeoutMs: parsed.limits?.resolverTimeoutMs ?? 5_000,
+      resolverTimeoutMs: parsed.limits?.resolverTimeoutMs ?? DEFAULT_RESOLVER_TIMEOUT_MS,
     },
     onDecision: withDeniedCallback(parsed.onDecision, parsed.onDenied),
     upstreamTls: parsed.upstreamTls,

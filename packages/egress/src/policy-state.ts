@@ -4,6 +4,11 @@
  * its own resolver cache, so replacing a policy also drops what its resolver
  * said.
  *
+ * A resolver's answer is judged by core's one rule (`askResolver`): one
+ * invalid entry, an error or an overrun of `resolverTimeoutMs` denies every
+ * request with `resolver-failed`, and is not cached, so the next request asks
+ * again.
+ *
  * Changes apply to connections that start afterwards; a tunnel already open
  * keeps the decision it was opened with.
  */
@@ -13,6 +18,7 @@ import {
   type EgressReasonCode,
   isHostAllowed,
 } from '@cordon/core'
+import { askResolver } from '@cordon/core/backend'
 import type { CredentialBroker } from './credential-broker.js'
 import { parseIpLiteral, unwrapMappedIpv4 } from './ip-literal.js'
 
@@ -27,7 +33,7 @@ type ResolverPolicy = Extract<EgressPolicy, { kind: 'resolver' }>
 
 type HostListResult =
   | { readonly ok: true; readonly hosts: readonly string[] }
-  | { readonly ok: false }
+  | { readonly ok: false; readonly problem: string }
 
 /** A policy plus the short-lived cache of its resolver's answer. */
 export class PolicyHolder {
@@ -77,25 +83,12 @@ export class PolicyHolder {
   }
 
   async #callResolver(policy: ResolverPolicy): Promise<HostListResult> {
-    let timer: ReturnType<typeof setTimeout> | undefined
-    try {
-      const hosts = await Promise.race([
-        Promise.resolve().then(() => policy.resolve()),
-        new Promise<never>((_, reject) => {
-          timer = setTimeout(() => reject(new Error('resolver timed out')), this.#timeoutMs)
-        }),
-      ])
-      if (!Array.isArray(hosts) || hosts.some((host) => typeof host !== 'string'))
-        return { ok: false }
-      const copy = Object.freeze([...hosts])
-      // Failures are not cached: the next request asks again.
-      this.#cached = { until: Date.now() + this.#ttlMs, hosts: copy }
-      return { ok: true, hosts: copy }
-    } catch {
-      return { ok: false }
-    } finally {
-      clearTimeout(timer)
-    }
+    const answer = await askResolver(policy.resolve, this.#timeoutMs)
+    // Refusals are not cached: the next request asks again.
+    if (!answer.ok) return answer
+    const hosts = Object.freeze([...answer.allowedHosts])
+    this.#cached = { until: Date.now() + this.#ttlMs, hosts }
+    return { ok: true, hosts }
   }
 }
 

@@ -18,9 +18,6 @@ import { constantTimeEqual, hmacSha256 } from './sha256.js'
  * at start).
  */
 
-/** Shortest secret the agent accepts: anything shorter is guessable. */
-export const MIN_SECRET_LENGTH = 16
-
 /** The client's answer to a nonce: lowercase hex HMAC-SHA256 keyed with the secret's UTF-8 bytes. */
 export function computeAuthProof(secret: string, nonceHex: string): string {
   return hmacSha256(Buffer.from(secret, 'utf8'), Buffer.from(nonceHex, 'hex')).toString('hex')

@@ -7,7 +7,6 @@ export { newAgentSecret } from './agent-secret.js'
 export {
   computeAgentProof,
   computeAuthProof,
-  MIN_SECRET_LENGTH,
   verifyAgentProof,
   verifyAuthProof,
 } from './auth.js'

@@ -20,6 +20,8 @@
  * established connections are dead but the listener is not.
  */
 
+import type { AgentHealthReport } from '@cordon/core'
+
 export const PROTOCOL_VERSION = 2
 
 export type AgentErrorCode =
@@ -174,16 +176,8 @@ export interface AuthOkMessage {
   /** The agent's answer to the client's nonce (auth.ts `computeAgentProof`). */
   readonly proof: string
 }
-export interface HealthOkMessage {
-  readonly type: 'health-ok'
-  readonly pid: number
-  readonly uptimeMs: number
-  /** How many resume signals the agent has handled. */
-  readonly resumes: number
-  readonly agentVersion: string
-  readonly writeRoots: readonly string[]
-  readonly readRoots: readonly string[]
-}
+/** The answer to `health`: core's `AgentHealthReport`, which hosts see as it is. */
+export type HealthOkMessage = AgentHealthReport
 export interface SignalOkMessage {
   readonly type: 'signal-ok'
   /** How many processes were signalled. */
