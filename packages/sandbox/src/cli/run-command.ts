@@ -1,6 +1,7 @@
 import { escapeTerminalControls } from '@cordon/core'
 import { createSandboxProvider } from '../create-sandbox-provider.js'
 import { environmentFlag, parseFlags, UsageError, wholeNumberFlag } from './command-line.js'
+import { imagePullReporter } from './image-pull-report.js'
 import {
   flagErrorOf,
   memoryFromFlags,
@@ -9,7 +10,6 @@ import {
   splitAtSeparator,
   withFlagErrors,
 } from './sandbox-flags.js'
-import { imagePullReporter } from './image-pull-report.js'
 
 export const RUN_USAGE = `usage: cordon run [--image IMAGE] [--runtime docker|runc|runsc] [--memory MB]
                   [--pids N] [--timeout MS] [--outputs HOST_DIR] [--env KEY=VALUE]...

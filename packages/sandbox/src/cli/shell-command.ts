@@ -2,6 +2,7 @@ import type { Readable, Writable } from 'node:stream'
 import { type CordonSandbox, escapeTerminalControls } from '@cordon/core'
 import { createSandboxProvider } from '../create-sandbox-provider.js'
 import { parseFlags } from './command-line.js'
+import { imagePullReporter } from './image-pull-report.js'
 import {
   flagErrorOf,
   memoryFromFlags,
@@ -10,7 +11,6 @@ import {
   splitAtSeparator,
   withFlagErrors,
 } from './sandbox-flags.js'
-import { imagePullReporter } from './image-pull-report.js'
 
 export const SHELL_USAGE = `usage: cordon shell [--image IMAGE] [--runtime docker|runc|runsc] [--memory MB]
                     [--outputs HOST_DIR] [-- COMMAND [ARGS...]]
