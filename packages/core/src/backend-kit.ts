@@ -6,7 +6,7 @@
  * backend's own error classes use. Hosts do not need any of it; the list is
  * explicit and pinned by a test.
  */
-export { MIN_AGENT_SECRET_LENGTH, requireAgentSecret } from './agent-transport-types.js'
+export { MIN_AGENT_SECRET_LENGTH, requireAgentSecret } from './agent-secret.js'
 export {
   type CordonSandboxBackend,
   resolveBackendOptions,
@@ -14,18 +14,26 @@ export {
   type SandboxBackendFactory,
   type SandboxBackendModule,
   type SandboxCreateRequest,
+  withEnforcedLimits,
 } from './backend.js'
+export {
+  defineBackend,
+  type SandboxBackendConfigBase,
+  type SandboxBackendDefinition,
+} from './backend-definition.js'
 export { fetchBearerToken } from './bearer-token.js'
 export { cleanupFailureEvent } from './cleanup-failure-event.js'
 export { type ComposeProviderOptions, composeProvider } from './compose-provider.js'
 export {
-  containerProviderConfigSchema,
+  durationMsSchema,
   environmentSchema,
-  microVMProviderConfigSchema,
+  functionSchema,
   parseConfig,
-  registryHostKey,
+  providerBaseShape,
+  tcpPortSchema,
   tlsClientSchema,
 } from './config.js'
+export { type RequestedControls, requestRefusal } from './control-refusal.js'
 export {
   DEFAULT_CLEANUP_GRACE_MS,
   type DeadlineOptions,
@@ -33,7 +41,7 @@ export {
   withDeadline,
 } from './deadline.js'
 export { DENY_ALL, networkPolicySchema } from './egress-policy.js'
-export { egressRefusal } from './egress-refusal.js'
+export type { SandboxEnforcementDeclaration } from './enforcement.js'
 export {
   hasMarker as hasErrorMarker,
   markerFor as errorMarker,
@@ -71,10 +79,10 @@ export {
 } from './owner-labels.js'
 export { type PortForwardListener, validatePortForwardRequest } from './port-forward-request.js'
 export {
-  backendNameOf,
   type PreparedProviderConfig,
   parseBackendConfig,
   prepareProviderConfig,
+  selectBackend,
 } from './provider-config.js'
 export {
   askResolver,

@@ -26,7 +26,7 @@ export const SKILL_ID_PATTERN = /^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/
  *   when the sandbox ends, what its user left there is handed to the
  *   directory's owner, or to `handOverTo` (cordon), so that a host user can
  *   manage every output without privileges.
- * - `azureFileShare`: an Azure Files share (ACI).
+ * - `azureFileShare`: an Azure Files share.
  * - `inImage`: the path already exists in the image; nothing is mounted.
  * - `ephemeral` (cordon): storage the backend creates for this sandbox, capped
  *   at `sizeMb` (default 256), and removes with it.

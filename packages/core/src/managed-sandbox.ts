@@ -1,10 +1,12 @@
 import type { Buffer } from 'node:buffer'
+import type { MeasuredUsageField, SandboxEnforcementReport } from './enforcement.js'
 import { SandboxControlRefusedError, SandboxError } from './errors.js'
 import { describeError } from './event-error.js'
 import type { SandboxEvent, SandboxFileEvent } from './events.js'
 import type {
   CordonBackendSandbox,
   CordonSandbox,
+  SandboxBackendUsage,
   SandboxByteSource,
   SandboxDestroyOptions,
   SandboxEndReason,
@@ -32,6 +34,8 @@ import type { SandboxId } from './sandbox-id.js'
 
 export interface ManagedSandboxHooks {
   readonly backend: string
+  /** The fields of `stats()` the backend declares it measures; others it reports are dropped. */
+  readonly measuredUsage: readonly MeasuredUsageField[]
   /** Destroy the sandbox this long after it was handed out; undefined for never. */
   readonly lifetimeMs: number | undefined
   /** Destroy the sandbox once nothing has run for this long; undefined for never. */
@@ -163,6 +167,16 @@ export class ManagedSandbox implements CordonSandbox {
     return this.inner.environment
   }
 
+  get enforced(): SandboxEnforcementReport {
+    const { lifetimeMs, idleTimeoutMs, execTimeoutMs } = this.hooks
+    return {
+      ...this.inner.enforcement,
+      execTimeoutMs,
+      ...(lifetimeMs !== undefined ? { lifetimeMs } : {}),
+      ...(idleTimeoutMs !== undefined ? { idleTimeoutMs } : {}),
+    }
+  }
+
   get endReason(): SandboxEndReason | undefined {
     return this.ended
   }
@@ -179,7 +193,14 @@ export class ManagedSandbox implements CordonSandbox {
   }
 
   async stats(options?: SandboxFileOptions): Promise<SandboxUsage> {
-    const measured = await this.track(() => this.inner.usage?.(options) ?? Promise.resolve({}))
+    const reported: SandboxBackendUsage = await this.track(
+      () => this.inner.usage?.(options) ?? Promise.resolve({}),
+    )
+    const measured: Record<string, number> = {}
+    for (const field of this.hooks.measuredUsage) {
+      const value = reported[field]
+      if (value !== undefined) measured[field] = value
+    }
     return {
       ...measured,
       egressBytesOut: this.egressOut,

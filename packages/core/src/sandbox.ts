@@ -1,4 +1,5 @@
 import type { Buffer } from 'node:buffer'
+import type { SandboxBackendEnforcement, SandboxEnforcementReport } from './enforcement.js'
 import type { SandboxId } from './sandbox-id.js'
 
 /**
@@ -12,9 +13,9 @@ export type SandboxStatus = 'creating' | 'ready' | 'busy' | 'destroyed'
 
 /**
  * The isolation primitive a sandbox runs under, with the reference's values.
- * Every cordon backend runs commands in Linux namespaces (inside a gVisor
- * sandbox, a microVM guest or an ACI group for the stronger tiers), so all of
- * them report `linux-namespace`.
+ * A backend declares its own (`enforcement.environment`): cordon's built-in
+ * backends run commands in Linux namespaces and report `linux-namespace`;
+ * one with no isolation reports `basic`.
  */
 export type SandboxEnvironment = 'linux-namespace' | 'macos-seatbelt' | 'basic'
 
@@ -461,6 +462,8 @@ export interface CordonBackendSandbox extends Sandbox, AsyncDisposable {
   openTerminal?(options: SandboxTerminalOptions): Promise<SandboxTerminal>
   /** What the backend measures of the sandbox's resource use. */
   usage?(options?: SandboxFileOptions): Promise<SandboxBackendUsage>
+  /** What the backend enforces for this sandbox (the provider adds its clocks). */
+  readonly enforcement: SandboxBackendEnforcement
   /**
    * Resolves when the sandbox ends underneath its host (its container died,
    * its agent or VM was lost, the platform removed it), with why. Never
@@ -475,7 +478,14 @@ export interface CordonBackendSandbox extends Sandbox, AsyncDisposable {
  * provider.create()` destroys it when the scope ends.
  */
 export interface CordonSandbox
-  extends Omit<CordonBackendSandbox, 'usage' | 'whenEnded' | 'openTerminal'> {
+  extends Omit<CordonBackendSandbox, 'usage' | 'whenEnded' | 'openTerminal' | 'enforcement'> {
+  /**
+   * What is enforced for this sandbox, machine-readably: its isolation and
+   * runtime, egress mode, each limit with its value, the user it runs as,
+   * its mounts and their modes, its exec timeout, idle timeout and
+   * lifetime. A limit the backend does not enforce is absent.
+   */
+  readonly enforced: SandboxEnforcementReport
   /** Why the sandbox ended; undefined while it lives. */
   readonly endReason: SandboxEndReason | undefined
   /**
