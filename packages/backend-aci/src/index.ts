@@ -5,7 +5,7 @@
  */
 import { fileURLToPath } from 'node:url'
 
-export type { ACIStandbyPoolBackendConfig } from '@cordon/core'
+export type { ACIStandbyPoolBackendConfig } from '@cordon/builtin-backends'
 export { createAciStandbyPoolBackend, createBackend } from './aci-backend.js'
 export {
   BACKEND_NAME,
@@ -19,6 +19,7 @@ export {
   STANDBY_POOL_API_VERSION,
 } from './aci-defaults.js'
 export { ArmAuthorizationError, ArmConflictError, ArmRequestFailure } from './arm-errors.js'
+export { aciStandbyPoolBackend } from './definition.js'
 
 /**
  * Absolute path of `cordon-aci-entrypoint.sh`, the command the container

@@ -13,7 +13,7 @@ export type {
   SandboxAgentHandle,
   VsockExecuteRequest,
   VsockTransportOptions,
-} from '@cordon/core'
+} from '@cordon/builtin-backends'
 export {
   BACKEND_NAME,
   ControlPlaneClient,
@@ -25,6 +25,7 @@ export type {
   CreateSandboxResponseBody,
   SandboxAgentEndpoint,
 } from './control-plane-types.js'
+export { microVMBackend } from './definition.js'
 export { encodeEgressAllowlist } from './egress-allowlist.js'
 export {
   createBackend,

@@ -60,6 +60,7 @@ export {
 } from './json-http-client.js'
 export {
   type ContainerSandboxMountRole,
+  enforcedLayoutMounts,
   type LayoutMountPlan,
   normalizeAbsolutePath,
   planLayoutMounts,

@@ -1,4 +1,5 @@
 import { z } from 'zod'
+import type { SandboxEnforcedMount } from './enforcement.js'
 import { ContainerSandboxLayoutValidationError, type SandboxConfigIssue } from './errors.js'
 
 /** Default container paths, the reference's, so hosts and their prompts keep them. */
@@ -465,4 +466,18 @@ function checkSource(
 export function normalizeAbsolutePath(path: string): string {
   const segments = path.split('/').filter((segment) => segment !== '' && segment !== '.')
   return `/${segments.join('/')}`
+}
+
+/**
+ * The layout's mounts as a sandbox's enforcement report lists them
+ * (`sandbox.enforced.mounts`): path, access and whether programs on it run.
+ */
+export function enforcedLayoutMounts(
+  layout: ResolvedContainerSandboxLayout,
+): SandboxEnforcedMount[] {
+  return planLayoutMounts(layout).map((mount) => ({
+    path: mount.containerPath,
+    access: mount.readOnly ? 'read-only' : 'read-write',
+    noexec: mount.noexec,
+  }))
 }
