@@ -4,6 +4,11 @@
  * to the cordon agent in each claimed group.
  */
 import { fileURLToPath } from 'node:url'
+import type { ACIStandbyPoolBackendConfig } from '@cordon/builtin-backends'
+import type { CordonSandboxProvider, SandboxProviderConfigFor } from '@cordon/core'
+import { standaloneProvider } from '@cordon/core/backend'
+import { createBackend } from './aci-backend.js'
+import { aciStandbyPoolBackend } from './definition.js'
 
 export type { ACIStandbyPoolBackendConfig } from '@cordon/builtin-backends'
 export { createAciStandbyPoolBackend, createBackend } from './aci-backend.js'
@@ -27,4 +32,14 @@ export { aciStandbyPoolBackend } from './definition.js'
  */
 export function aciEntrypointPath(): string {
   return fileURLToPath(new URL('../cordon-aci-entrypoint.sh', import.meta.url))
+}
+
+/**
+ * A provider on the ACI standby-pool backend without the umbrella package,
+ * for hosts that depend on `@cordon/backend-aci` alone.
+ */
+export function createAciSandboxProvider(
+  config: SandboxProviderConfigFor<ACIStandbyPoolBackendConfig>,
+): CordonSandboxProvider {
+  return standaloneProvider(config, [aciStandbyPoolBackend], createBackend)
 }

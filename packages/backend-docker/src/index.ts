@@ -6,10 +6,9 @@ import type {
 } from '@cordon/core'
 import {
   type CordonSandboxBackend,
-  composeProvider,
   parseBackendConfig,
-  prepareProviderConfig,
   type SandboxBackendContext,
+  standaloneProvider,
 } from '@cordon/core/backend'
 import { ensureAgentRuntime } from './agent-runtime.js'
 import { dockerBackend, runscBackend } from './definition.js'
@@ -107,9 +106,5 @@ export function createBackend(
 export function createDockerSandboxProvider(
   config: SandboxProviderConfigFor<ContainerBackendConfig>,
 ): CordonSandboxProvider {
-  const prepared = prepareProviderConfig(config, [dockerBackend, runscBackend])
-  return composeProvider({
-    ...prepared,
-    loadBackend: async (context) => createBackend(prepared.config.backend, context),
-  })
+  return standaloneProvider(config, [dockerBackend, runscBackend], createBackend)
 }

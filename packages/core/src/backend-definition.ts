@@ -34,7 +34,7 @@ export interface SandboxBackendDefinition<
    * backend (`tier`, `runtime`, `service`, ...) and must not throw; the
    * config is validated after the pick, with {@link configSchema}.
    */
-  readonly selects: (backend: SandboxBackendConfigBase) => boolean
+  selects(backend: SandboxBackendConfigBase): boolean
   /**
    * Validates a config of this backend: every problem is reported at once,
    * and an unknown key is a problem (make the object schema `.strict()`).
@@ -52,15 +52,15 @@ export interface SandboxBackendDefinition<
    * (the control named and the reason), or undefined. Checked when the
    * provider is built, before any I/O.
    */
-  readonly configRefusal?: (config: Config) => { control: string; reason: string } | undefined
+  configRefusal?(config: Config): { control: string; reason: string } | undefined
   /**
    * Why this config cannot enforce an egress policy whose kind the backend
    * otherwise enforces (for example, a backend that needs a subnet for
    * `deny-all`), or undefined.
    */
-  readonly egressRefusal?: (config: Config, policy: EgressPolicy) => string | undefined
+  egressRefusal?(config: Config, policy: EgressPolicy): string | undefined
   /** Loads the backend's factory; the provider calls it once, on first use. */
-  readonly load: () => Promise<SandboxBackendFactory<Config>>
+  load(): Promise<SandboxBackendFactory<Config>>
 }
 
 const NAME = /^[a-z0-9][a-z0-9-]*:[a-z0-9][a-z0-9.-]*$/

@@ -21,21 +21,21 @@ export {
   type SandboxBackendConfigBase,
   type SandboxBackendDefinition,
 } from './backend-definition.js'
-export { fetchBearerToken } from './bearer-token.js'
 export { cleanupFailureEvent } from './cleanup-failure-event.js'
-export { type ComposeProviderOptions, composeProvider } from './compose-provider.js'
+export {
+  type ComposeProviderOptions,
+  composeProvider,
+  standaloneProvider,
+} from './compose-provider.js'
 export {
   durationMsSchema,
-  environmentSchema,
   functionSchema,
   parseConfig,
-  providerBaseShape,
   tcpPortSchema,
   tlsClientSchema,
 } from './config.js'
 export { type RequestedControls, requestRefusal } from './control-refusal.js'
 export {
-  DEFAULT_CLEANUP_GRACE_MS,
   type DeadlineOptions,
   sleep,
   withDeadline,
@@ -47,7 +47,7 @@ export {
   markerFor as errorMarker,
   throwIfAborted,
 } from './errors.js'
-export { concatBytes, ExecOutputCollector, utf8BoundaryAtOrBefore } from './exec-output.js'
+export { ExecOutputCollector } from './exec-output.js'
 export { type ValidatedExecRequest, validateExecRequest } from './exec-request.js'
 export { type AllowlistEntry, normalizeHostname, parseAllowlistEntry } from './host-allowlist.js'
 export { isTransientStatus, parseRetryAfter, retryDelayMs } from './http-retry.js'
@@ -62,7 +62,6 @@ export {
   type ContainerSandboxMountRole,
   enforcedLayoutMounts,
   type LayoutMountPlan,
-  normalizeAbsolutePath,
   planLayoutMounts,
   readableRoots,
   writableRoots,
@@ -73,8 +72,6 @@ export {
   type OwnerJudgement,
   type OwnerState,
   ownerLabels,
-  ownerState,
-  processStartToken,
   type ResourceRole,
   type UnjudgedOwnerReason,
 } from './owner-labels.js'
@@ -88,7 +85,6 @@ export {
 export {
   askResolver,
   DEFAULT_RESOLVER_TIMEOUT_MS,
-  judgeResolverAnswer,
   type ResolverAnswer,
 } from './resolver-answer.js'
 export { resolverRefusedEvent } from './resolver-refused-event.js'

@@ -144,10 +144,15 @@ export interface SandboxBackendContext {
   readonly emit: (event: SandboxEvent) => void
 }
 
-export type SandboxBackendFactory<Config = SandboxBackendConfigBase> = (
-  config: Config,
-  context: SandboxBackendContext,
-) => CordonSandboxBackend
+/**
+ * A backend package's factory. Written as a method's type so that a
+ * definition of one backend (`SandboxBackendDefinition<MyConfig>`) can stand
+ * in a list of any backends' definitions without a cast: TypeScript checks
+ * a method's parameters both ways, a plain function type's only one way.
+ */
+export type SandboxBackendFactory<Config = SandboxBackendConfigBase> = {
+  create(config: Config, context: SandboxBackendContext): CordonSandboxBackend
+}['create']
 
 /** What a backend package's module exports; the umbrella imports it lazily. */
 export interface SandboxBackendModule<Config = SandboxBackendConfigBase> {

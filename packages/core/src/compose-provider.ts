@@ -19,6 +19,7 @@ import type { SandboxEvent, SandboxEventListener } from './events.js'
 import type { ResolvedContainerSandboxLayout } from './layout.js'
 import { ManagedSandbox } from './managed-sandbox.js'
 import type { CordonSandboxProvider } from './provider.js'
+import { prepareProviderConfig } from './provider-config.js'
 import type { CordonBackendSandbox, CordonSandbox } from './sandbox.js'
 import { newSandboxId } from './sandbox-id.js'
 import { WarmPool } from './warm-pool.js'
@@ -239,4 +240,22 @@ function canUsePooled(call: SandboxCreateConfig): boolean {
     call.workingDirectory === undefined &&
     call.egress === undefined
   )
+}
+
+/**
+ * A provider on one backend package without the umbrella: the config is
+ * validated and refused exactly as `createSandboxProvider` does, and
+ * `createBackend` is the package's own factory. Every backend package's
+ * `create<Name>SandboxProvider` is this.
+ */
+export function standaloneProvider<Config extends SandboxBackendConfigBase>(
+  config: SandboxProviderConfigFor<Config>,
+  definitions: readonly SandboxBackendDefinition<Config>[],
+  createBackend: (config: Config, context: SandboxBackendContext) => CordonSandboxBackend,
+): CordonSandboxProvider {
+  const prepared = prepareProviderConfig(config, definitions)
+  return composeProvider({
+    ...prepared,
+    loadBackend: async (context) => createBackend(prepared.config.backend, context),
+  })
 }

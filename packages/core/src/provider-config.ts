@@ -56,7 +56,7 @@ export function prepareProviderConfig<Config extends SandboxBackendConfigBase>(
           ? z.undefined({ error: `${definition.name} takes no layout` }).optional()
           : definition.layout === 'required'
             ? z.unknown().refine((value) => value !== undefined, `required by ${definition.name}`)
-            : z.unknown(),
+            : z.unknown().optional(),
     })
     .strict()
     .readonly()
