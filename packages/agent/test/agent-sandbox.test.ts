@@ -286,6 +286,14 @@ describe('AgentSandbox', () => {
       workingDirectory: undefined,
       client: tcpClient(tcpPortOf(agent), agent.secret),
       backend: 'test:agent',
+      environment: 'basic',
+      enforcement: {
+        backend: 'test:agent',
+        isolation: 'none',
+        egress: { kind: 'allow-all' },
+        limits: {},
+        mounts: [],
+      },
       emit: (event) => events.push(event),
       release: async () => {
         releases++

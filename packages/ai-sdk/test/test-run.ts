@@ -1,5 +1,6 @@
 import { createDockerSandboxProvider } from '@cordon/backend-docker'
-import type { ContainerBackendConfig, CordonSandboxProvider } from '@cordon/core'
+import type { ContainerBackendConfig } from '@cordon/builtin-backends'
+import type { CordonSandboxProvider } from '@cordon/core'
 import Docker from 'dockerode'
 
 /** Every resource a test run creates carries this label, so the run can prove it leaked nothing. */

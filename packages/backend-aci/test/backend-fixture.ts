@@ -1,5 +1,5 @@
+import type { ACIStandbyPoolBackendConfig } from '@cordon/builtin-backends'
 import {
-  type ACIStandbyPoolBackendConfig,
   resolveLayout,
   SANDBOX_DEFAULT_OUTPUTS_PATH,
   type SandboxBackendOptions,
@@ -33,7 +33,7 @@ export function testBackend(
   return { backend, events }
 }
 
-/** A create request with the stand-in profile's limits and deny-all. */
+/** A create request with deny-all and no limits (a claim cannot set any: the profile's hold). */
 export function createRequest(
   standin: TestStandin,
   overrides: Partial<SandboxBackendOptions> = {},
@@ -43,8 +43,6 @@ export function createRequest(
     id,
     sandboxId: id,
     env: {},
-    memoryLimitMb: standin.profile.memoryMb,
-    maxProcesses: standin.profile.maxProcesses,
     workingDirectory: SANDBOX_DEFAULT_OUTPUTS_PATH,
     egress: DENY_ALL,
     ...overrides,

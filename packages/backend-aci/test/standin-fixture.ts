@@ -1,17 +1,13 @@
 import { randomBytes } from 'node:crypto'
 import { type ArmStandin, type ArmStandinOptions, startArmStandin } from '@cordon/arm-standin'
-import type {
-  ACIStandbyPoolBackendConfig,
-  ContainerSandboxLayout,
-  CordonSandboxProvider,
-  SandboxProviderConfig,
-} from '@cordon/core'
+import type { ACIStandbyPoolBackendConfig, SandboxProviderConfig } from '@cordon/builtin-backends'
+import type { ContainerSandboxLayout, CordonSandboxProvider } from '@cordon/core'
 import {
   composeProvider,
   prepareProviderConfig,
   type SandboxBackendContext,
 } from '@cordon/core/backend'
-import { aciEntrypointPath, createBackend } from '../src/index.js'
+import { aciEntrypointPath, aciStandbyPoolBackend, createBackend } from '../src/index.js'
 import { TEST_RUN_ID, TEST_RUN_LABEL } from './test-run.js'
 
 export type TestStandin = ArmStandin & { readonly token: string }
@@ -59,7 +55,7 @@ export function backendConfig(
 
 export const OUTPUTS_IN_IMAGE: ContainerSandboxLayout = { outputs: { source: { type: 'inImage' } } }
 
-/** A provider whose defaults are the stand-in profile's limits, as an operator would set them. */
+/** A provider on the stand-in's pool (its limits are the profile's: a claim cannot set any). */
 export function testProvider(
   standin: TestStandin,
   options: {
@@ -68,20 +64,19 @@ export function testProvider(
     onContext?: (context: SandboxBackendContext) => void
   } = {},
 ): CordonSandboxProvider {
-  const prepared = prepareProviderConfig({
-    layout: OUTPUTS_IN_IMAGE,
-    defaultMemoryLimitMb: standin.profile.memoryMb,
-    defaultMaxProcesses: standin.profile.maxProcesses,
-    ...options.provider,
-    backend: backendConfig(standin, options.backend),
-  } as SandboxProviderConfig)
+  const prepared = prepareProviderConfig<ACIStandbyPoolBackendConfig>(
+    {
+      layout: OUTPUTS_IN_IMAGE,
+      ...options.provider,
+      backend: backendConfig(standin, options.backend),
+    },
+    [aciStandbyPoolBackend],
+  )
   return composeProvider({
-    config: prepared.config,
-    backendName: prepared.backendName,
-    layout: prepared.layout,
+    ...prepared,
     loadBackend: async (context) => {
       options.onContext?.(context)
-      return createBackend(prepared.config.backend as ACIStandbyPoolBackendConfig, context)
+      return createBackend(prepared.config.backend, context)
     },
   })
 }

@@ -1,8 +1,5 @@
-import type {
-  ContainerBackendConfig,
-  ContainerSandboxLayout,
-  CordonSandboxProvider,
-} from '@cordon/core'
+import type { ContainerBackendConfig } from '@cordon/builtin-backends'
+import type { ContainerSandboxLayout, CordonSandboxProvider } from '@cordon/core'
 import Docker from 'dockerode'
 import { createDockerSandboxProvider } from '../src/index.js'
 import { BUSYBOX_IMAGE } from './test-images.js'

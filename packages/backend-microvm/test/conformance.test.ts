@@ -1,7 +1,6 @@
 import { ALL_CAPABILITIES, describeSandboxConformance } from '@cordon/conformance'
-import { composeProvider, prepareProviderConfig } from '@cordon/core/backend'
 import { afterAll, beforeAll } from 'vitest'
-import { createBackend } from '../src/index.js'
+import { createMicroVMSandboxProvider } from '../src/index.js'
 import { startTestStandin } from './standin-fixture.js'
 
 // The stand-in's guests are containers with real memory and pids limits and no
@@ -25,20 +24,13 @@ describeSandboxConformance({
   },
   createProvider: () => {
     const token = standin.token
-    const prepared = prepareProviderConfig({
+    return createMicroVMSandboxProvider({
       backend: {
         tier: 'microvm',
         service: 'self-hosted',
         orchestratorEndpoint: standin.url,
         getToken: async () => token,
       },
-    })
-    return composeProvider({
-      config: prepared.config,
-      backendName: prepared.backendName,
-      layout: prepared.layout,
-      loadBackend: async (context) =>
-        createBackend(prepared.config.backend as Parameters<typeof createBackend>[0], context),
     })
   },
 })

@@ -1,6 +1,5 @@
-import { composeProvider, prepareProviderConfig } from '@cordon/core/backend'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createBackend } from '../src/index.js'
+import { createMicroVMSandboxProvider } from '../src/index.js'
 import { startTestStandin } from './standin-fixture.js'
 
 /**
@@ -19,20 +18,13 @@ describe('a guest removed behind the host (orchestrator stand-in)', () => {
 
   it('ends the sandbox with end reason evicted', async () => {
     const token = standin.token
-    const prepared = prepareProviderConfig({
+    const provider = createMicroVMSandboxProvider({
       backend: {
         tier: 'microvm',
         service: 'self-hosted',
         orchestratorEndpoint: standin.url,
         getToken: async () => token,
       },
-    })
-    const provider = composeProvider({
-      config: prepared.config,
-      backendName: prepared.backendName,
-      layout: prepared.layout,
-      loadBackend: async (context) =>
-        createBackend(prepared.config.backend as Parameters<typeof createBackend>[0], context),
     })
     try {
       const sandbox = await provider.create()

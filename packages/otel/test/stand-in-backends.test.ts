@@ -1,30 +1,14 @@
 import { randomBytes } from 'node:crypto'
 import { type ArmStandin, startArmStandin } from '@cordon/arm-standin'
-import { aciEntrypointPath, createBackend as createAciBackend } from '@cordon/backend-aci'
-import { createBackend as createMicroVMBackend } from '@cordon/backend-microvm'
-import type { CordonSandboxProvider, SandboxProviderConfig } from '@cordon/core'
-import { composeProvider, prepareProviderConfig } from '@cordon/core/backend'
+import { aciEntrypointPath, createAciSandboxProvider } from '@cordon/backend-aci'
+import { createMicroVMSandboxProvider } from '@cordon/backend-microvm'
+import type { CordonSandboxProvider } from '@cordon/core'
 import { type OrchestratorStandin, startOrchestratorStandin } from '@cordon/orchestrator-standin'
 import { afterAll, describe, expect, it } from 'vitest'
 import { cordonTelemetry } from '../src/index.js'
 import { childrenOf, inMemoryOtel } from './in-memory-otel.js'
 
 const RUN_LABELS = { 'cordon.test-run': process.env.CORDON_TEST_RUN_ID ?? `local-${process.pid}` }
-
-/** A provider over an already prepared config and a backend factory, with the telemetry hook. */
-function provider(
-  config: SandboxProviderConfig,
-  create: (backend: never, context: never) => unknown,
-): CordonSandboxProvider {
-  const prepared = prepareProviderConfig(config)
-  return composeProvider({
-    config: prepared.config,
-    backendName: prepared.backendName,
-    layout: prepared.layout,
-    loadBackend: async (context) =>
-      create(prepared.config.backend as never, context as never) as never,
-  })
-}
 
 /**
  * The same telemetry from the backends cordon proves through stand-ins:
@@ -76,18 +60,15 @@ describe('telemetry of microVM and ACI sandboxes (stand-ins), read back through 
     const token = randomBytes(24).toString('base64url')
     orchestrator = await startOrchestratorStandin({ token, labels: RUN_LABELS })
     await traceOfOneSandbox(
-      provider(
-        {
-          backend: {
-            tier: 'microvm',
-            service: 'self-hosted',
-            orchestratorEndpoint: orchestrator.url,
-            getToken: async () => token,
-          },
-          onEvent: telemetry.onEvent,
+      createMicroVMSandboxProvider({
+        backend: {
+          tier: 'microvm',
+          service: 'self-hosted',
+          orchestratorEndpoint: orchestrator.url,
+          getToken: async () => token,
         },
-        createMicroVMBackend as never,
-      ),
+        onEvent: telemetry.onEvent,
+      }),
       'microvm:self-hosted',
     )
   }, 120_000)
@@ -102,16 +83,11 @@ describe('telemetry of microVM and ACI sandboxes (stand-ins), read back through 
     })
     await arm.poolSettled()
     await traceOfOneSandbox(
-      provider(
-        {
-          backend: { ...arm.backendConfig(), getArmToken: async () => token },
-          layout: { outputs: { source: { type: 'inImage' } } },
-          defaultMemoryLimitMb: arm.profile.memoryMb,
-          defaultMaxProcesses: arm.profile.maxProcesses,
-          onEvent: telemetry.onEvent,
-        } as SandboxProviderConfig,
-        createAciBackend as never,
-      ),
+      createAciSandboxProvider({
+        backend: { ...arm.backendConfig(), getArmToken: async () => token },
+        layout: { outputs: { source: { type: 'inImage' } } },
+        onEvent: telemetry.onEvent,
+      }),
       'container:aci-standby-pool',
     )
   }, 120_000)

@@ -6,6 +6,26 @@
  * `@namzu/sandbox` and `@namzu/sdk` switches by changing import specifiers.
  * The list is explicit; a test pins it.
  */
+
+export {
+  type ACIStandbyPoolBackendConfig,
+  type AgentSnapshotRef,
+  aciStandbyPoolBackendConfigSchema,
+  type ContainerBackendConfig,
+  containerBackendConfigSchema,
+  type FirecrackerBackendInternalConfig,
+  type MicroVMBackendConfig,
+  microVMBackendConfigSchema,
+  type OrchestratorTokenProvider,
+  type RegistryCredential,
+  type SandboxAgentHandle,
+  type SandboxBackendConfig,
+  type SandboxBackendName,
+  type SandboxProviderConfig,
+  type SandboxTier,
+  type VsockExecuteRequest,
+  type VsockTransportOptions,
+} from '@cordon/builtin-backends'
 export {
   type AgentHealthReport,
   type BrokeredCredential,
@@ -43,11 +63,11 @@ export {
   type Sandbox,
   SandboxAbortedError,
   type SandboxBackend,
-  SandboxBackendNotImplementedError,
-  SandboxBackendNotInstalledError,
   type SandboxBackendConfigBase,
   type SandboxBackendDefinition,
   type SandboxBackendEnforcement,
+  SandboxBackendNotImplementedError,
+  SandboxBackendNotInstalledError,
   type SandboxBackendOptions,
   SandboxBackendUnavailableError,
   type SandboxByteSource,
@@ -110,25 +130,6 @@ export {
   serializeSandboxError,
   type TlsClientMaterial,
 } from '@cordon/core'
-export {
-  type ACIStandbyPoolBackendConfig,
-  aciStandbyPoolBackendConfigSchema,
-  type AgentSnapshotRef,
-  type ContainerBackendConfig,
-  containerBackendConfigSchema,
-  type FirecrackerBackendInternalConfig,
-  type MicroVMBackendConfig,
-  microVMBackendConfigSchema,
-  type OrchestratorTokenProvider,
-  type RegistryCredential,
-  type SandboxAgentHandle,
-  type SandboxBackendConfig,
-  type SandboxBackendName,
-  type SandboxProviderConfig,
-  type SandboxTier,
-  type VsockExecuteRequest,
-  type VsockTransportOptions,
-} from '@cordon/builtin-backends'
 export {
   EgressProxy,
   type EgressProxyOptions,
