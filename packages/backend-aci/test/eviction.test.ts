@@ -1,12 +1,7 @@
+import { closeTestArmStandin, type TestArmStandin } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DEFAULT_ARM_API_VERSION } from '../src/aci-defaults.js'
-import {
-  backendConfig,
-  closeTestStandin,
-  startTestStandin,
-  type TestStandin,
-  testProvider,
-} from './standin-fixture.js'
+import { backendConfig, startTestStandin, testProvider } from './standin-fixture.js'
 
 /**
  * A container group that Azure removes underneath its host (a spot eviction,
@@ -15,11 +10,11 @@ import {
  * sandbox ends with `evicted`.
  */
 describe('a group removed behind the host (ARM stand-in)', () => {
-  let standin: TestStandin
+  let standin: TestArmStandin
   beforeAll(async () => {
     standin = await startTestStandin()
   }, 120_000)
-  afterAll(() => closeTestStandin(standin), 120_000)
+  afterAll(() => closeTestArmStandin(standin), 120_000)
 
   it('ends the sandbox with end reason evicted', async () => {
     const provider = testProvider(standin)
