@@ -30,16 +30,15 @@ export const OUTPUTS_IN_IMAGE: ContainerSandboxLayout = { outputs: { source: { t
  * the run (a test's own labels are added to the run's, never replace it).
  * Typed by the caller's backend config, so it names no backend package.
  */
-export function containerTestBackend<
-  T extends { readonly labels?: Readonly<Record<string, string>> },
->(
+export function containerTestBackend<T extends object = Record<never, never>>(
   overrides: T = {} as T,
 ): { tier: 'container'; image: string } & T & { labels: Record<string, string> } {
+  const own = (overrides as { readonly labels?: Readonly<Record<string, string>> }).labels
   return {
     tier: 'container',
     image: BUSYBOX_IMAGE,
     ...overrides,
-    labels: { ...testRunLabels(), ...overrides.labels },
+    labels: { ...testRunLabels(), ...own },
   }
 }
 
