@@ -1,4 +1,4 @@
-import { closeTestArmStandin, type TestArmStandin } from '@cordon/test-support'
+import { closeTestArmStandin, endReasonOf, type TestArmStandin } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DEFAULT_ARM_API_VERSION } from '../src/aci-defaults.js'
 import { backendConfig, startTestStandin, testProvider } from './standin-fixture.js'
@@ -36,11 +36,7 @@ describe('a group removed behind the host (ARM stand-in)', () => {
       }
       const failed = await sandbox.exec('echo', ['gone?']).catch((error: unknown) => error)
       expect(failed).toBeInstanceOf(Error)
-      for (let waited = 0; sandbox.endReason === undefined; waited += 50) {
-        if (waited > 15_000) throw new Error('no end reason')
-        await new Promise((resolve) => setTimeout(resolve, 50))
-      }
-      expect(sandbox.endReason).toBe('evicted')
+      expect(await endReasonOf(sandbox)).toBe('evicted')
       expect(sandbox.status).toBe('destroyed')
     } finally {
       await provider.close()

@@ -1,18 +1,8 @@
-import type { CordonSandbox, CordonSandboxProvider, SandboxEvent } from '@cordon/core'
-import { BUSYBOX_IMAGE, testRunLabels } from '@cordon/test-support'
+import type { CordonSandboxProvider, SandboxEvent } from '@cordon/core'
+import { BUSYBOX_IMAGE, endReasonOf, testRunLabels } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createDockerSandboxProvider } from '../src/index.js'
 import { docker } from './test-run.js'
-
-/** Waits until `sandbox.endReason` is set; returns it. */
-async function endReasonOf(sandbox: CordonSandbox, timeoutMs = 15_000) {
-  const deadline = Date.now() + timeoutMs
-  while (sandbox.endReason === undefined) {
-    if (Date.now() > deadline) throw new Error('the sandbox did not end')
-    await new Promise((resolve) => setTimeout(resolve, 50))
-  }
-  return sandbox.endReason
-}
 
 for (const runtime of ['docker', 'runsc'] as const) {
   describe(`lifetime that follows work, end reasons and usage (${runtime})`, () => {

@@ -27,17 +27,6 @@ describeSandboxConformance({
     measuredUsage: ALL_CAPABILITIES.measuredUsage,
   },
   createProvider: () => {
-    const token = standin.token
-    return composeTestProvider(
-      {
-        backend: {
-          tier: 'microvm',
-          service: 'self-hosted',
-          orchestratorEndpoint: standin.url,
-          getToken: async () => token,
-        },
-      },
-      createBackend,
-    )
+    return composeTestProvider({ backend: standin.backendConfig() }, createBackend)
   },
 })

@@ -1,5 +1,6 @@
 import {
   composeTestProvider,
+  endReasonOf,
   startTestOrchestrator,
   type TestOrchestratorStandin,
 } from '@cordon/test-support'
@@ -22,17 +23,7 @@ describe('a guest removed behind the host (orchestrator stand-in)', () => {
 
   it('ends the sandbox with end reason evicted', async () => {
     const token = standin.token
-    const provider = composeTestProvider(
-      {
-        backend: {
-          tier: 'microvm',
-          service: 'self-hosted',
-          orchestratorEndpoint: standin.url,
-          getToken: async () => token,
-        },
-      },
-      createBackend,
-    )
+    const provider = composeTestProvider({ backend: standin.backendConfig() }, createBackend)
     try {
       const sandbox = await provider.create()
       expect((await sandbox.exec('echo', ['up'])).stdout).toBe('up\n')
@@ -43,11 +34,7 @@ describe('a guest removed behind the host (orchestrator stand-in)', () => {
       expect(deleted.status).toBe(204)
       const failed = await sandbox.exec('echo', ['gone?']).catch((error: unknown) => error)
       expect(failed).toBeInstanceOf(Error)
-      for (let waited = 0; sandbox.endReason === undefined; waited += 50) {
-        if (waited > 15_000) throw new Error('no end reason')
-        await new Promise((resolve) => setTimeout(resolve, 50))
-      }
-      expect(sandbox.endReason).toBe('evicted')
+      expect(await endReasonOf(sandbox)).toBe('evicted')
     } finally {
       await provider.close()
     }

@@ -56,15 +56,7 @@ describe('resolver answers through the orchestrator stand-in', () => {
     'creates a guest with no network for every answer the rule refuses, and sends every accepted list',
     async () => {
       const { context, events } = testBackendContext()
-      const backend = createMicroVMBackend(
-        {
-          tier: 'microvm',
-          service: 'self-hosted',
-          orchestratorEndpoint: standin.url,
-          getToken: async () => standin.token,
-        },
-        context,
-      )
+      const backend = createMicroVMBackend(standin.backendConfig(), context)
       const refusedFor = (id: SandboxId) =>
         events.filter(
           (event) =>

@@ -62,16 +62,10 @@ describe('telemetry of microVM and ACI sandboxes (stand-ins), read back through 
 
   it('microvm:self-hosted: create, a file, an exec and destroy under one root span', async () => {
     orchestrator = await startTestOrchestrator()
-    const token = orchestrator.token
     await traceOfOneSandbox(
       composeTestProvider(
         {
-          backend: {
-            tier: 'microvm',
-            service: 'self-hosted',
-            orchestratorEndpoint: orchestrator.url,
-            getToken: async () => token,
-          },
+          backend: orchestrator.backendConfig(),
           onEvent: telemetry.onEvent,
         },
         createMicroVMBackend,

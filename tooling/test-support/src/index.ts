@@ -7,6 +7,7 @@ export {
   startTestArmStandin,
   type TestArmStandin,
 } from './arm-standin.js'
+export { endReasonOf } from './end-reason.js'
 export {
   assertNoEngineLeftovers,
   type EngineLeftovers,

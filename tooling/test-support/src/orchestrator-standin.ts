@@ -10,7 +10,16 @@ import {
 import Dockerode from 'dockerode'
 import { testRunLabels } from './test-run.js'
 
-export type TestOrchestratorStandin = OrchestratorStandin & { readonly token: string }
+export type TestOrchestratorStandin = OrchestratorStandin & {
+  readonly token: string
+  /** The `microvm` backend config that points at this stand-in with its token. */
+  backendConfig(): {
+    tier: 'microvm'
+    service: 'self-hosted'
+    orchestratorEndpoint: string
+    getToken: () => Promise<string>
+  }
+}
 
 /**
  * Starts the orchestrator stand-in for one test file, with a fresh token and
@@ -44,6 +53,12 @@ export async function startTestOrchestrator(
   const close = standin.close.bind(standin)
   return Object.assign(standin, {
     token,
+    backendConfig: () => ({
+      tier: 'microvm' as const,
+      service: 'self-hosted' as const,
+      orchestratorEndpoint: standin.url,
+      getToken: async () => token,
+    }),
     async close(): Promise<void> {
       const alive = standin.guests()
       await close()
