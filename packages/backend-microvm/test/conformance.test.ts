@@ -1,13 +1,13 @@
 import { ALL_CAPABILITIES, describeSandboxConformance } from '@cordon/conformance'
+import { startTestOrchestrator, type TestOrchestratorStandin } from '@cordon/test-support'
 import { afterAll, beforeAll } from 'vitest'
 import { createMicroVMSandboxProvider } from '../src/index.js'
-import { startTestStandin } from './standin-fixture.js'
 
 // The stand-in's guests are containers with real memory and pids limits and no
 // network, so every capability is enforced by a kernel, not by promise.
-let standin: Awaited<ReturnType<typeof startTestStandin>>
+let standin: TestOrchestratorStandin
 beforeAll(async () => {
-  standin = await startTestStandin()
+  standin = await startTestOrchestrator()
 })
 afterAll(async () => {
   await standin?.close()
@@ -23,14 +23,6 @@ describeSandboxConformance({
     measuredUsage: ALL_CAPABILITIES.measuredUsage,
   },
   createProvider: () => {
-    const token = standin.token
-    return createMicroVMSandboxProvider({
-      backend: {
-        tier: 'microvm',
-        service: 'self-hosted',
-        orchestratorEndpoint: standin.url,
-        getToken: async () => token,
-      },
-    })
+    return createMicroVMSandboxProvider({ backend: standin.backendConfig() })
   },
 })

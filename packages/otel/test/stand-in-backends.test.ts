@@ -1,14 +1,17 @@
-import { randomBytes } from 'node:crypto'
-import { type ArmStandin, startArmStandin } from '@cordon/arm-standin'
 import { aciEntrypointPath, createAciSandboxProvider } from '@cordon/backend-aci'
 import { createMicroVMSandboxProvider } from '@cordon/backend-microvm'
 import type { CordonSandboxProvider } from '@cordon/core'
-import { type OrchestratorStandin, startOrchestratorStandin } from '@cordon/orchestrator-standin'
+import {
+  closeTestArmStandin,
+  OUTPUTS_IN_IMAGE,
+  startTestArmStandin,
+  startTestOrchestrator,
+  type TestArmStandin,
+  type TestOrchestratorStandin,
+} from '@cordon/test-support'
 import { afterAll, describe, expect, it } from 'vitest'
 import { cordonTelemetry } from '../src/index.js'
 import { childrenOf, inMemoryOtel } from './in-memory-otel.js'
-
-const RUN_LABELS = { 'cordon.test-run': process.env.CORDON_TEST_RUN_ID ?? `local-${process.pid}` }
 
 /**
  * The same telemetry from the backends cordon proves through stand-ins:
@@ -22,13 +25,13 @@ describe('telemetry of microVM and ACI sandboxes (stand-ins), read back through 
     tracerProvider: otel.tracerProvider,
     meterProvider: otel.meterProvider,
   })
-  let orchestrator: OrchestratorStandin | undefined
-  let arm: ArmStandin | undefined
+  let orchestrator: TestOrchestratorStandin | undefined
+  let arm: TestArmStandin | undefined
   afterAll(async () => {
     telemetry.endOpenSpans()
     await otel.shutdown()
     await orchestrator?.close()
-    await arm?.close()
+    await closeTestArmStandin(arm)
   }, 120_000)
 
   const traceOfOneSandbox = async (hosted: CordonSandboxProvider, backend: string) => {
@@ -57,16 +60,10 @@ describe('telemetry of microVM and ACI sandboxes (stand-ins), read back through 
   }
 
   it('microvm:self-hosted: create, a file, an exec and destroy under one root span', async () => {
-    const token = randomBytes(24).toString('base64url')
-    orchestrator = await startOrchestratorStandin({ token, labels: RUN_LABELS })
+    orchestrator = await startTestOrchestrator()
     await traceOfOneSandbox(
       createMicroVMSandboxProvider({
-        backend: {
-          tier: 'microvm',
-          service: 'self-hosted',
-          orchestratorEndpoint: orchestrator.url,
-          getToken: async () => token,
-        },
+        backend: orchestrator.backendConfig(),
         onEvent: telemetry.onEvent,
       }),
       'microvm:self-hosted',
@@ -74,18 +71,12 @@ describe('telemetry of microVM and ACI sandboxes (stand-ins), read back through 
   }, 120_000)
 
   it('container:aci-standby-pool: create, a file, an exec and destroy under one root span', async () => {
-    const token = randomBytes(24).toString('base64url')
-    arm = await startArmStandin({
-      token,
-      retryAfterSeconds: 0,
-      entrypointPath: aciEntrypointPath(),
-      labels: RUN_LABELS,
-    })
-    await arm.poolSettled()
+    arm = await startTestArmStandin({ entrypointPath: aciEntrypointPath() })
+    const token = arm.token
     await traceOfOneSandbox(
       createAciSandboxProvider({
         backend: { ...arm.backendConfig(), getArmToken: async () => token },
-        layout: { outputs: { source: { type: 'inImage' } } },
+        layout: OUTPUTS_IN_IMAGE,
         onEvent: telemetry.onEvent,
       }),
       'container:aci-standby-pool',
