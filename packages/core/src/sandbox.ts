@@ -225,6 +225,17 @@ export interface SandboxMakeDirectoryOptions extends SandboxFileOptions {
 export interface SandboxWatchOptions extends SandboxFileOptions {
   /** Report changes in subdirectories too, including ones made later (default false). */
   readonly recursive?: boolean
+  /**
+   * Promise that changes made to the directory from outside the sandbox
+   * (by the host, in a host directory it shares) are reported too. Changes
+   * made inside the sandbox (by its commands and by this API) always are.
+   * A backend whose runtime cannot see outside changes refuses it with
+   * `SandboxControlRefusedError` naming `watchDirectory.external`: Docker
+   * under gVisor (its kernel implements inotify inside the sandbox), and
+   * the microVM and ACI backends. Default false: outside changes may or
+   * may not be reported.
+   */
+  readonly external?: boolean
 }
 
 /** One change `watchDirectory` reports. */

@@ -6,6 +6,7 @@ import {
   type SandboxBackendUsage,
   type SandboxByteSource,
   SandboxConfigValidationError,
+  SandboxControlRefusedError,
   SandboxDestroyedError,
   type SandboxDestroyOptions,
   type SandboxDirectoryWatch,
@@ -102,6 +103,13 @@ export interface AgentSandboxInit {
   readonly explainLoss?: () => Promise<LostReason | undefined>
   /** The backend's own usage figures, which take precedence over the agent's (see `usage`). */
   readonly measureUsage?: (signal?: AbortSignal) => Promise<Partial<SandboxBackendUsage>>
+  /**
+   * Whether a watch sees changes made to the sandbox's files from outside
+   * it (a host directory the host writes to): true only where the agent
+   * shares the host's kernel (Docker under runc). Without it a watch that
+   * asks for them (`external`) is refused.
+   */
+  readonly watchesExternalChanges?: boolean
   /** See `AgentProcessHooks.explainLost`. */
   readonly explainLostCommand?: (startedAt: number) => Promise<SandboxExecResult | undefined>
 }
@@ -497,6 +505,12 @@ export class AgentSandbox implements CordonBackendSandbox {
     options: SandboxWatchOptions = {},
   ): Promise<SandboxDirectoryWatch> {
     this.assertUsable('watchDirectory', options.signal)
+    if (options.external && !this.init.watchesExternalChanges)
+      throw new SandboxControlRefusedError(
+        'watchDirectory.external',
+        this.init.backend,
+        "changes made to the sandbox's files from outside it are not visible to its kernel's inotify here (gVisor and a microVM guest have kernels of their own; ACI mounts are remote)",
+      )
     const signal = options.signal
     const agentWatch = await this.init.client.watch(
       this.resolvePath(path),
