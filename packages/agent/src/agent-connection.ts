@@ -1,10 +1,13 @@
 import type { Duplex } from 'node:stream'
 import type { AgentConfig } from './agent-config.js'
+import { serveWatch } from './directory-watch.js'
 import { serveExec } from './exec-runner.js'
 import { serveReadFiles } from './file-batch-read.js'
+import { serveRemove, serveRename, serveStat } from './file-entry-ops.js'
 import { serveListFiles } from './file-list.js'
 import { serveReadFile } from './file-read.js'
 import { serveWriteFile, serveWriteFiles } from './file-write.js'
+import type { KeptProcessRegistry } from './kept-process.js'
 import type { NonceSource } from './nonce-source.js'
 import { AgentOperationError } from './operation-error.js'
 import { type PathJail, PathRefusedError } from './path-jail.js'
@@ -20,6 +23,7 @@ import { FramedConnection } from './protocol/framed-connection.js'
 import {
   type AgentErrorCode,
   type AgentRequest,
+  PROTOCOL_REVISION,
   PROTOCOL_VERSION,
   ProtocolError,
   parseClientMessage,
@@ -48,6 +52,12 @@ export const ALL_OPERATIONS: ReadonlySet<AgentOperation> = new Set<AgentOperatio
   'read-files',
   'list-files',
   'make-directory',
+  'stat',
+  'remove',
+  'rename',
+  'watch',
+  'list-processes',
+  'attach',
 ])
 
 export interface ConnectionContext {
@@ -59,6 +69,8 @@ export interface ConnectionContext {
   readonly startedAt: number
   /** What starts commands. */
   readonly launcher: ProcessLauncher
+  /** The commands started with `keep`. */
+  readonly processes: KeptProcessRegistry
   /**
    * The secret in force now (it changes when a resume delivers a new one).
    * A promise: an agent whose secret comes on stdin already listens while it
@@ -132,7 +144,27 @@ export async function serveConnection(socket: Duplex, context: ConnectionContext
           runAs: context.config.runAs,
           launcher: context.launcher,
           jail: context.jail,
+          processes: context.processes,
         })
+        break
+      case 'list-processes':
+        await connection.send({ type: 'processes', processes: context.processes.list() })
+        break
+      case 'attach':
+        await context.processes.get(request.id).serve(connection, true)
+        // The process's end closes the connection; a detach leaves it to the client.
+        return
+      case 'stat':
+        await serveStat(connection, request, context.jail)
+        break
+      case 'remove':
+        await serveRemove(connection, request, context.jail)
+        break
+      case 'rename':
+        await serveRename(connection, request, context.jail)
+        break
+      case 'watch':
+        await serveWatch(connection, request, context.jail)
         break
       case 'read-file':
         await serveReadFile(connection, request, context.jail)
@@ -184,6 +216,7 @@ async function authenticate(
     protocol: PROTOCOL_VERSION,
     nonce,
     agentVersion: AGENT_VERSION,
+    revision: PROTOCOL_REVISION,
   })
   let timer: ReturnType<typeof setTimeout> | undefined
   const deadline = new Promise<undefined>((resolve) => {
@@ -235,6 +268,10 @@ function describeFailure(error: unknown): { code: AgentErrorCode; message: strin
   const errno = error as NodeJS.ErrnoException
   if (typeof errno?.code === 'string') {
     if (errno.code === 'ENOENT') return { code: 'not-found', message: errno.message }
+    if (errno.code === 'ENOTEMPTY') return { code: 'not-empty', message: errno.message }
+    if (errno.code === 'EXDEV')
+      return { code: 'cross-device', message: 'source and target are on different mounts' }
+    if (errno.code === 'EBUSY') return { code: 'path-refused', message: errno.message }
     if (errno.code === 'EACCES' || errno.code === 'EPERM' || errno.code === 'EROFS')
       return { code: 'path-refused', message: errno.message }
     return { code: 'io-error', message: errno.message }

@@ -8,6 +8,7 @@ import {
   readSecretLine,
 } from './agent-config.js'
 import { ALL_OPERATIONS, type ConnectionContext, serveConnection } from './agent-connection.js'
+import { KeptProcessRegistry } from './kept-process.js'
 import { NativeLauncher } from './launcher-client.js'
 import { NonceSource, runReseedHook } from './nonce-source.js'
 import { killProcessesOf, sealOutputs } from './output-seal.js'
@@ -65,6 +66,7 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
   const context: ConnectionContext = {
     config,
     launcher: native ?? nodeLauncher,
+    processes: new KeptProcessRegistry(),
     operations: ALL_OPERATIONS,
     jail: new PathJail(
       config.writeRoots,
@@ -115,6 +117,7 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
     },
     async close() {
       for (const socket of sockets) socket.destroy()
+      context.processes.endAll()
       await closeServer(server)
       sealOnEnd(config)
       native?.close()
@@ -208,6 +211,7 @@ async function startStdioAgent(
   let closing: Promise<void> | undefined
   const close = (): Promise<void> =>
     (closing ??= (async () => {
+      context.processes.endAll()
       mux.close()
       if (direct) {
         // The host's idle spare connections would otherwise hold the close open.

@@ -1,5 +1,6 @@
 import { constants } from 'node:os'
 import type { Readable } from 'node:stream'
+import type { KeptProcessRegistry } from './kept-process.js'
 import { readOomKillCount } from './oom-counter.js'
 import type { PathJail } from './path-jail.js'
 import type { LaunchedProcess, ProcessLauncher } from './process-launcher.js'
@@ -23,6 +24,8 @@ export interface ExecContext {
   readonly launcher: ProcessLauncher
   /** Where a missing working directory may be made, and as whom. */
   readonly jail: PathJail
+  /** Where a command started with `keep` is registered. */
+  readonly processes: KeptProcessRegistry
 }
 
 /**
@@ -70,6 +73,19 @@ export async function serveExec(
     return
   }
   const pid = child.pid
+  if (request.keep) {
+    const kept = context.processes.add({
+      child,
+      marker,
+      command: request.command,
+      args: request.args,
+      runAs: context.runAs,
+      timeoutMs: request.timeoutMs,
+    })
+    await connection.send({ type: 'started', pid, id: kept.id })
+    await kept.serve(connection, false)
+    return
+  }
   await connection.send({ type: 'started', pid })
 
   let timedOut = false

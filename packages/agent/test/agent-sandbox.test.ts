@@ -20,6 +20,7 @@ import {
   waitForAgentConnection,
 } from '../src/sandbox/index.js'
 import { type AgentUnderTest, delay, startAgentProcess, tcpPortOf } from './agent-harness.js'
+import { UNISOLATED } from './unisolated.js'
 
 // Tuned so failing dials give up quickly in tests.
 const fast = { maxConnectAttempts: 3, retryDelayMs: 20, connectTimeoutMs: 2_000 }
@@ -286,14 +287,7 @@ describe('AgentSandbox', () => {
       workingDirectory: undefined,
       client: tcpClient(tcpPortOf(agent), agent.secret),
       backend: 'test:agent',
-      environment: 'basic',
-      enforcement: {
-        backend: 'test:agent',
-        isolation: 'none',
-        egress: { kind: 'allow-all' },
-        limits: {},
-        mounts: [],
-      },
+      ...UNISOLATED,
       emit: (event) => events.push(event),
       release: async () => {
         releases++

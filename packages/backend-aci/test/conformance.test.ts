@@ -25,6 +25,7 @@ describeSandboxConformance({
     processLimit: false,
     denyAllNetwork: false,
     terminal: false,
+    externalWatch: false,
     measuredUsage: ALL_CAPABILITIES.measuredUsage,
   },
 })

@@ -20,6 +20,8 @@ describeSandboxConformance({
   capabilities: {
     ...ALL_CAPABILITIES,
     terminal: false,
+    // A guest's kernel is its own: it does not see what the host does to shared files.
+    externalWatch: false,
     measuredUsage: ALL_CAPABILITIES.measuredUsage,
   },
   createProvider: () => {

@@ -26,6 +26,12 @@ export interface SandboxConformanceCapabilities {
    * refuse with `SandboxControlRefusedError` naming `openTerminal`.
    */
   readonly terminal: boolean
+  /**
+   * `watchDirectory` with `external: true` reports changes made from outside
+   * the sandbox. When false it must refuse with `SandboxControlRefusedError`
+   * naming `watchDirectory.external`.
+   */
+  readonly externalWatch: boolean
   /** The fields of `stats()` the backend measures; the others must be absent, never made up. */
   readonly measuredUsage: readonly MeasuredUsageField[]
 }
@@ -39,5 +45,6 @@ export const ALL_CAPABILITIES: SandboxConformanceCapabilities = {
   processLimit: true,
   denyAllNetwork: true,
   terminal: true,
+  externalWatch: true,
   measuredUsage: ['cpuTimeMs', 'memoryBytes', 'memoryPeakBytes', 'processes', 'diskBytes'],
 }

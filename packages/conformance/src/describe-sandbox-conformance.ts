@@ -1,9 +1,11 @@
 import { describe } from 'vitest'
 import { execCases } from './exec-cases.js'
+import { fileApiCases } from './file-api-cases.js'
 import { fileCases } from './file-cases.js'
 import { lifecycleCases } from './lifecycle-cases.js'
 import { limitCases } from './limit-cases.js'
 import { networkCases } from './network-cases.js'
+import { processCases } from './process-cases.js'
 import { useSandboxes } from './shared-sandbox.js'
 import type { SandboxConformanceOptions } from './suite-options.js'
 import { workAndUsageCases } from './work-and-usage-cases.js'
@@ -31,6 +33,8 @@ export function describeSandboxConformance(options: SandboxConformanceOptions): 
     execCases(options, sandboxes)
     workingDirectoryCases(options, sandboxes)
     fileCases(options, sandboxes)
+    fileApiCases(options, sandboxes)
+    processCases(options, sandboxes)
     limitCases(options, sandboxes)
     networkCases(options, sandboxes)
     workAndUsageCases(options, sandboxes)
