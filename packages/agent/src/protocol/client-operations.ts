@@ -420,7 +420,9 @@ export async function requestWatch(
   const ready = await nextMessage(connection)
   if (ready.type !== 'watching') throw remoteOrUnexpected(ready, 'watching')
   let stopping = false
+  let iterating = false
   async function* changes(): AsyncGenerator<readonly FileChangeMessage[]> {
+    iterating = true
     let finished = false
     try {
       for (;;) {
@@ -451,7 +453,13 @@ export async function requestWatch(
     stop: () => {
       if (stopping) return
       stopping = true
-      void connection.send({ type: 'end' }).catch(() => connection.destroy())
+      void connection.send({ type: 'end' }).then(
+        // Nobody will read the agent's answer: end our side too, and the connection closes.
+        () => {
+          if (!iterating) connection.close()
+        },
+        () => connection.destroy(),
+      )
     },
   }
 }
