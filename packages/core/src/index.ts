@@ -65,6 +65,7 @@ export {
   SandboxImagePullError,
   SandboxOperationError,
   SandboxPathError,
+  SandboxPausedError,
   SandboxReadinessError,
   SandboxTransportError,
 } from './errors.js'
@@ -119,6 +120,7 @@ export type {
   SandboxForwardPort,
   SandboxNetworkPolicy,
   SandboxOutputChunk,
+  SandboxPauseOptions,
   SandboxPortForward,
   SandboxPortForwardOptions,
   SandboxProcess,

@@ -96,6 +96,8 @@ export {
   SandboxOperationError,
   type SandboxOutputChunk,
   SandboxPathError,
+  type SandboxPauseOptions,
+  SandboxPausedError,
   type SandboxPortForward,
   type SandboxPortForwardOptions,
   type SandboxProcess,
