@@ -1,5 +1,6 @@
 import type { Duplex } from 'node:stream'
 import type { AgentConfig } from './agent-config.js'
+import type { DeadlineClock } from './deadline-clock.js'
 import { serveExec } from './exec-runner.js'
 import { serveReadFiles } from './file-batch-read.js'
 import { serveListFiles } from './file-list.js'
@@ -48,6 +49,8 @@ export const ALL_OPERATIONS: ReadonlySet<AgentOperation> = new Set<AgentOperatio
   'read-files',
   'list-files',
   'make-directory',
+  'pause-clocks',
+  'resume-clocks',
 ])
 
 export interface ConnectionContext {
@@ -57,6 +60,8 @@ export interface ConnectionContext {
   readonly jail: PathJail
   readonly nonces: NonceSource
   readonly startedAt: number
+  /** The agent's deadlines (lifetime, command timeouts), held while the host has the sandbox frozen. */
+  readonly clock: DeadlineClock
   /** What starts commands. */
   readonly launcher: ProcessLauncher
   /**
@@ -125,6 +130,13 @@ export async function serveConnection(socket: Duplex, context: ConnectionContext
           ),
         })
         break
+      case 'pause-clocks':
+        context.clock.hold()
+        await connection.send({ type: 'clocks-ok', heldMs: 0 })
+        break
+      case 'resume-clocks':
+        await connection.send({ type: 'clocks-ok', heldMs: Math.round(context.clock.release()) })
+        break
       case 'exec':
         await serveExec(connection, request, {
           defaultCwd: context.config.writeRoots[0] ?? '/',
@@ -132,6 +144,7 @@ export async function serveConnection(socket: Duplex, context: ConnectionContext
           runAs: context.config.runAs,
           launcher: context.launcher,
           jail: context.jail,
+          clock: context.clock,
         })
         break
       case 'read-file':

@@ -1,5 +1,6 @@
 import { constants } from 'node:os'
 import type { Readable } from 'node:stream'
+import type { DeadlineClock } from './deadline-clock.js'
 import { readOomKillCount } from './oom-counter.js'
 import type { PathJail } from './path-jail.js'
 import type { LaunchedProcess, ProcessLauncher } from './process-launcher.js'
@@ -23,6 +24,8 @@ export interface ExecContext {
   readonly launcher: ProcessLauncher
   /** Where a missing working directory may be made, and as whom. */
   readonly jail: PathJail
+  /** Times the command's timeout in running time: a pause of the sandbox does not count. */
+  readonly clock: DeadlineClock
 }
 
 /**
@@ -90,11 +93,11 @@ export async function serveExec(
   const timeout =
     request.timeoutMs === undefined
       ? undefined
-      : setTimeout(() => {
+      : context.clock.after(request.timeoutMs, () => {
           if (exited) return
           timedOut = true
           kill('SIGKILL')
-        }, request.timeoutMs)
+        })
 
   void child.exited.then(() => {
     exited = true
@@ -119,7 +122,7 @@ export async function serveExec(
 
   const { code, signal } = await child.closed
   await Promise.allSettled(outputs)
-  if (timeout) clearTimeout(timeout)
+  timeout?.cancel()
   if (killTimer) clearTimeout(killTimer)
   const oomAfter = readOomKillCount()
   const oomKilled =

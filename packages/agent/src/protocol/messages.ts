@@ -140,6 +140,18 @@ export interface EndMessage {
 export interface HeartbeatMessage {
   readonly type: 'heartbeat'
 }
+/**
+ * The host is about to freeze the sandbox: hold the agent's deadlines (the
+ * lifetime, command timeouts) until `resume-clocks`, so frozen time does
+ * not count toward them.
+ */
+export interface PauseClocksRequest {
+  readonly type: 'pause-clocks'
+}
+/** The sandbox runs again: its deadlines go on, later by the time held. */
+export interface ResumeClocksRequest {
+  readonly type: 'resume-clocks'
+}
 
 export type AgentRequest =
   | HealthRequest
@@ -152,6 +164,8 @@ export type AgentRequest =
   | ReadFilesRequest
   | ListFilesRequest
   | MakeDirectoryRequest
+  | PauseClocksRequest
+  | ResumeClocksRequest
 export type ClientMessage =
   | AuthMessage
   | AgentRequest
@@ -208,6 +222,12 @@ export interface StdinAckMessage {
 export interface CancelAckMessage {
   readonly type: 'cancel-ack'
 }
+/** The answer to `pause-clocks` and `resume-clocks`. */
+export interface ClocksOkMessage {
+  readonly type: 'clocks-ok'
+  /** On `resume-clocks`: how long the deadlines were held, in ms (0 if they were not). */
+  readonly heldMs: number
+}
 export interface ExitMessage {
   readonly type: 'exit'
   /** The exit code, or 128 + the signal number when a signal ended the command. */
@@ -256,6 +276,7 @@ export type AgentMessage =
   | StartedMessage
   | StdinAckMessage
   | CancelAckMessage
+  | ClocksOkMessage
   | ExitMessage
   | FileInfoMessage
   | WriteReadyMessage
@@ -371,6 +392,8 @@ export function parseClientMessage(raw: Raw): ClientMessage {
     }
     case 'health':
     case 'usage':
+    case 'pause-clocks':
+    case 'resume-clocks':
     case 'write-files':
     case 'proceed':
     case 'stdin-end':
@@ -478,6 +501,8 @@ export function parseAgentMessage(raw: Raw): AgentMessage {
       }
     case 'signal-ok':
       return { type: 'signal-ok', signalled: int(raw, 'signalled', { min: 0 })! }
+    case 'clocks-ok':
+      return { type: 'clocks-ok', heldMs: int(raw, 'heldMs', { min: 0 })! }
     case 'directory-ok':
       return { type: 'directory-ok', created: bool(raw, 'created') }
     case 'usage-ok': {
