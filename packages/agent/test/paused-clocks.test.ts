@@ -44,19 +44,27 @@ describe('an agent across a pause', () => {
     agent = undefined
   })
 
-  it("does not time a command out for the time its clocks were held", async () => {
+  it('does not time a command out for the time its clocks were held', async () => {
     agent = await startAgentProcess()
     const connection = await agent.connect()
     let stdout = ''
     const session = await requestExec(
       connection,
-      { command: 'sh', args: ['-c', 'sleep 1.5; echo done'], env: {}, stdin: false, timeoutMs: 800 },
+      {
+        command: 'sh',
+        args: ['-c', 'sleep 1.5; echo done'],
+        env: {},
+        stdin: false,
+        timeoutMs: 800,
+      },
       { onStdout: (bytes) => (stdout += Buffer.from(bytes).toString()), onStderr: () => {} },
     )
     await delay(100)
     expect(await requestClocks(await agent.connect(), 'pause-clocks')).toBe(0)
     await delay(1_100)
-    expect(await requestClocks(await agent.connect(), 'resume-clocks')).toBeGreaterThanOrEqual(1_000)
+    expect(await requestClocks(await agent.connect(), 'resume-clocks')).toBeGreaterThanOrEqual(
+      1_000,
+    )
     const exit: ExitMessage = await session.result
     expect(exit.timedOut).toBe(false)
     expect(exit.exitCode).toBe(0)
