@@ -26,6 +26,12 @@ export interface SandboxConformanceCapabilities {
    * refuse with `SandboxControlRefusedError` naming `openTerminal`.
    */
   readonly terminal: boolean
+  /**
+   * `pause()` freezes every process of a sandbox and `resume()` continues
+   * them. When false both must refuse with `SandboxControlRefusedError`
+   * naming the control and the backend.
+   */
+  readonly pause: boolean
   /** The fields of `stats()` the backend measures; the others must be absent, never made up. */
   readonly measuredUsage: readonly MeasuredUsageField[]
 }
@@ -39,5 +45,6 @@ export const ALL_CAPABILITIES: SandboxConformanceCapabilities = {
   processLimit: true,
   denyAllNetwork: true,
   terminal: true,
+  pause: true,
   measuredUsage: ['cpuTimeMs', 'memoryBytes', 'memoryPeakBytes', 'processes', 'diskBytes'],
 }
