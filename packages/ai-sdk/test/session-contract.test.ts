@@ -3,9 +3,10 @@ import type { AddressInfo } from 'node:net'
 import { HarnessCapabilityUnsupportedError } from '@ai-sdk/harness'
 import { createDockerSandboxProvider } from '@cordon/backend-docker'
 import type { CordonSandboxProvider } from '@cordon/core'
+import { containerTestBackend, EPHEMERAL_OUTPUTS } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type CordonHarnessSession, createCordonHarnessSandbox } from '../src/index.js'
-import { BUSYBOX_IMAGE, TEST_RUN_ID, TEST_RUN_LABEL, testProvider } from './test-run.js'
+import { testProvider } from './test-run.js'
 
 /** The host as a container on the default bridge reaches it. */
 const HOST_BRIDGE_ADDRESS = '172.17.0.1'
@@ -198,14 +199,11 @@ describe('CordonHarnessSession: network policy through cordon’s enforced egres
       server.listen(0, '0.0.0.0', () => resolve((server.address() as AddressInfo).port)),
     )
     egressProvider = createDockerSandboxProvider({
-      backend: {
-        tier: 'container',
-        image: BUSYBOX_IMAGE,
-        labels: { [TEST_RUN_LABEL]: TEST_RUN_ID },
+      backend: containerTestBackend({
         gatewayHosts: { 'upstream.test': HOST_BRIDGE_ADDRESS },
         gatewayAllowedPorts: [port],
-      },
-      layout: { outputs: { source: { type: 'ephemeral' } } },
+      }),
+      layout: EPHEMERAL_OUTPUTS,
       allowInwardFor: ['upstream.test'],
     })
   })

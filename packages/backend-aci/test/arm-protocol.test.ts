@@ -4,6 +4,7 @@ import {
   SandboxCreateTimeoutError,
   SandboxOperationError,
 } from '@cordon/core'
+import { closeTestArmStandin, type TestArmStandin } from '@cordon/test-support'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { ArmAuthorizationError, ArmConflictError, ArmRequestFailure } from '../src/index.js'
 import {
@@ -13,10 +14,10 @@ import {
   requestsSince,
   testBackend,
 } from './backend-fixture.js'
-import { closeTestStandin, startTestStandin, type TestStandin } from './standin-fixture.js'
+import { startTestStandin } from './standin-fixture.js'
 
 /** Creates a sandbox, runs one command in it, destroys it; returns the requests it made. */
-async function claimAndRelease(standin: TestStandin, backendOverrides = {}): Promise<string[]> {
+async function claimAndRelease(standin: TestArmStandin, backendOverrides = {}): Promise<string[]> {
   const { backend } = testBackend(standin, backendOverrides)
   const mark = standin.requests().length
   try {
@@ -39,12 +40,12 @@ async function rejectionOf(promise: Promise<unknown>): Promise<unknown> {
 }
 
 describe('ARM protocol (Azure-AsyncOperation)', () => {
-  let standin: TestStandin | undefined
+  let standin: TestArmStandin | undefined
   beforeAll(async () => {
     standin = await startTestStandin({ poolSize: 2 })
   })
   afterEach(() => standin?.faults.clear())
-  afterAll(() => closeTestStandin(standin))
+  afterAll(() => closeTestArmStandin(standin))
 
   it('claims with PUT, follows the operation to Succeeded, reads the address, and deletes through the operation', async () => {
     const requests = await claimAndRelease(standin!)
@@ -304,11 +305,11 @@ describe('ARM protocol (Azure-AsyncOperation)', () => {
 })
 
 describe('ARM protocol (Location)', () => {
-  let standin: TestStandin | undefined
+  let standin: TestArmStandin | undefined
   beforeAll(async () => {
     standin = await startTestStandin({ poolSize: 1, lroStyle: 'location', retryAfterSeconds: 1 })
   })
-  afterAll(() => closeTestStandin(standin))
+  afterAll(() => closeTestArmStandin(standin))
 
   it('follows a 202 with Location, waiting Retry-After between polls', async () => {
     const started = Date.now()

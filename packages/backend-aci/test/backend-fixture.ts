@@ -1,59 +1,50 @@
 import {
   type ACIStandbyPoolBackendConfig,
   resolveLayout,
-  SANDBOX_DEFAULT_OUTPUTS_PATH,
   type SandboxBackendOptions,
   type SandboxEvent,
   type SandboxId,
 } from '@cordon/core'
+import type { CordonSandboxBackend, SandboxBackendContext } from '@cordon/core/backend'
 import {
-  type CordonSandboxBackend,
-  DENY_ALL,
-  newSandboxId,
-  type SandboxBackendContext,
-} from '@cordon/core/backend'
+  backendCreateRequest,
+  OUTPUTS_IN_IMAGE,
+  type TestArmStandin,
+  testBackendContext,
+} from '@cordon/test-support'
 import { createAciStandbyPoolBackend } from '../src/index.js'
-import { backendConfig, OUTPUTS_IN_IMAGE, type TestStandin } from './standin-fixture.js'
+import { backendConfig } from './standin-fixture.js'
 
 /** A backend used without a provider, so a test controls each request and sees every event. */
 export function testBackend(
-  standin: TestStandin,
+  standin: TestArmStandin,
   overrides: Partial<ACIStandbyPoolBackendConfig> = {},
   context: Partial<SandboxBackendContext> = {},
 ): { backend: CordonSandboxBackend; events: SandboxEvent[] } {
-  const events: SandboxEvent[] = []
-  const backend = createAciStandbyPoolBackend(backendConfig(standin, overrides), {
+  const test = testBackendContext({
     providerId: 'prv_acitest',
     layout: resolveLayout(OUTPUTS_IN_IMAGE),
-    brokeredCredentials: [],
-    allowInwardFor: [],
-    emit: (event) => events.push(event),
     ...context,
   })
-  return { backend, events }
+  const backend = createAciStandbyPoolBackend(backendConfig(standin, overrides), test.context)
+  return { backend, events: test.events }
 }
 
 /** A create request with the stand-in profile's limits and deny-all. */
 export function createRequest(
-  standin: TestStandin,
+  standin: TestArmStandin,
   overrides: Partial<SandboxBackendOptions> = {},
 ): SandboxBackendOptions & { readonly id: SandboxId } {
-  const id = overrides.sandboxId ?? newSandboxId()
-  return {
-    id,
-    sandboxId: id,
-    env: {},
+  return backendCreateRequest({
     memoryLimitMb: standin.profile.memoryMb,
     maxProcesses: standin.profile.maxProcesses,
-    workingDirectory: SANDBOX_DEFAULT_OUTPUTS_PATH,
-    egress: DENY_ALL,
     ...overrides,
-  }
+  })
 }
 
 /** The requests the stand-in served after `mark` (an earlier `requests().length`). */
 export function requestsSince(
-  standin: TestStandin,
+  standin: TestArmStandin,
   mark: number,
 ): Array<{ method: string; path: string; status: number }> {
   return standin.requests().slice(mark)
@@ -69,7 +60,7 @@ export function describeRequest(request: { method: string; path: string; status:
 }
 
 /** Resolves once the stand-in has no container group left (deletes run in the background). */
-export async function groupsGone(standin: TestStandin, withinMs = 10_000): Promise<string[]> {
+export async function groupsGone(standin: TestArmStandin, withinMs = 10_000): Promise<string[]> {
   const until = Date.now() + withinMs
   while (standin.groups().length > 0 && Date.now() < until)
     await new Promise((resolve) => setTimeout(resolve, 50))

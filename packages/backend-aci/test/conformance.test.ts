@@ -1,17 +1,13 @@
 import { ALL_CAPABILITIES, describeSandboxConformance } from '@cordon/conformance'
+import { closeTestArmStandin, type TestArmStandin } from '@cordon/test-support'
 import { afterAll, beforeAll } from 'vitest'
-import {
-  closeTestStandin,
-  startTestStandin,
-  type TestStandin,
-  testProvider,
-} from './standin-fixture.js'
+import { startTestStandin, testProvider } from './standin-fixture.js'
 
-let standin: TestStandin | undefined
+let standin: TestArmStandin | undefined
 beforeAll(async () => {
   standin = await startTestStandin()
 })
-afterAll(() => closeTestStandin(standin))
+afterAll(() => closeTestArmStandin(standin))
 
 describeSandboxConformance({
   name: 'container:aci-standby-pool (ARM stand-in)',

@@ -6,14 +6,10 @@ import {
   requestHealth,
 } from '@cordon/agent/protocol'
 import type { CordonSandbox, CordonSandboxProvider } from '@cordon/core'
+import { closeTestArmStandin, type TestArmStandin } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { SECRET_CONFIG_MAP_KEY } from '../src/index.js'
-import {
-  closeTestStandin,
-  startTestStandin,
-  type TestStandin,
-  testProvider,
-} from './standin-fixture.js'
+import { startTestStandin, testProvider } from './standin-fixture.js'
 
 /**
  * What a claimed sandbox enforces, proved from inside one: the profile's
@@ -22,7 +18,7 @@ import {
  * duties as PID 1.
  */
 describe('enforced from inside a claimed sandbox', () => {
-  let standin: TestStandin | undefined
+  let standin: TestArmStandin | undefined
   let provider: CordonSandboxProvider | undefined
   let sandbox: CordonSandbox | undefined
   beforeAll(async () => {
@@ -33,7 +29,7 @@ describe('enforced from inside a claimed sandbox', () => {
   })
   afterAll(async () => {
     await provider?.close()
-    await closeTestStandin(standin)
+    await closeTestArmStandin(standin)
   })
 
   it("kills a process that exceeds the profile's memory and reports it; the sandbox goes on", async () => {
@@ -127,7 +123,7 @@ interface ClaimedGroupView {
 }
 
 /** Reads a claimed group through ARM, as anyone with Reader on the resource group can. */
-async function readGroup(standin: TestStandin, name: string): Promise<ClaimedGroupView> {
+async function readGroup(standin: TestArmStandin, name: string): Promise<ClaimedGroupView> {
   const response = await fetch(
     `${standin.url}/subscriptions/${standin.ids.subscriptionId}/resourceGroups/${standin.ids.resourceGroup}/providers/Microsoft.ContainerInstance/containerGroups/${name}?api-version=2025-09-01`,
     { headers: { authorization: `Bearer ${standin.token}` } },

@@ -1,12 +1,7 @@
+import { closeTestArmStandin, endReasonOf, type TestArmStandin } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { DEFAULT_ARM_API_VERSION } from '../src/aci-defaults.js'
-import {
-  backendConfig,
-  closeTestStandin,
-  startTestStandin,
-  type TestStandin,
-  testProvider,
-} from './standin-fixture.js'
+import { backendConfig, startTestStandin, testProvider } from './standin-fixture.js'
 
 /**
  * A container group that Azure removes underneath its host (a spot eviction,
@@ -15,11 +10,11 @@ import {
  * sandbox ends with `evicted`.
  */
 describe('a group removed behind the host (ARM stand-in)', () => {
-  let standin: TestStandin
+  let standin: TestArmStandin
   beforeAll(async () => {
     standin = await startTestStandin()
   }, 120_000)
-  afterAll(() => closeTestStandin(standin), 120_000)
+  afterAll(() => closeTestArmStandin(standin), 120_000)
 
   it('ends the sandbox with end reason evicted', async () => {
     const provider = testProvider(standin)
@@ -41,11 +36,7 @@ describe('a group removed behind the host (ARM stand-in)', () => {
       }
       const failed = await sandbox.exec('echo', ['gone?']).catch((error: unknown) => error)
       expect(failed).toBeInstanceOf(Error)
-      for (let waited = 0; sandbox.endReason === undefined; waited += 50) {
-        if (waited > 15_000) throw new Error('no end reason')
-        await new Promise((resolve) => setTimeout(resolve, 50))
-      }
-      expect(sandbox.endReason).toBe('evicted')
+      expect(await endReasonOf(sandbox)).toBe('evicted')
       expect(sandbox.status).toBe('destroyed')
     } finally {
       await provider.close()

@@ -5,6 +5,7 @@ import {
   SandboxConfigValidationError,
   SandboxControlRefusedError,
 } from '@cordon/core'
+import { closeTestArmStandin, type TestArmStandin } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createAciStandbyPoolBackend } from '../src/index.js'
 import {
@@ -14,13 +15,7 @@ import {
   requestsSince,
   testBackend,
 } from './backend-fixture.js'
-import {
-  backendConfig,
-  closeTestStandin,
-  startTestStandin,
-  type TestStandin,
-  testProvider,
-} from './standin-fixture.js'
+import { backendConfig, startTestStandin, testProvider } from './standin-fixture.js'
 
 const BACKEND = 'container:aci-standby-pool'
 
@@ -49,11 +44,11 @@ function caught(run: () => unknown): unknown {
 }
 
 describe('refusals', () => {
-  let standin: TestStandin | undefined
+  let standin: TestArmStandin | undefined
   beforeAll(async () => {
     standin = await startTestStandin({ poolSize: 1 })
   })
-  afterAll(() => closeTestStandin(standin))
+  afterAll(() => closeTestArmStandin(standin))
 
   it('refuses allow-all, static and resolver egress before asking Azure for anything', async () => {
     const policies: EgressPolicy[] = [

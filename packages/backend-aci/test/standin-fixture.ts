@@ -1,51 +1,27 @@
-import { randomBytes } from 'node:crypto'
-import { type ArmStandin, type ArmStandinOptions, startArmStandin } from '@cordon/arm-standin'
+import type { ArmStandinOptions } from '@cordon/arm-standin'
 import type {
   ACIStandbyPoolBackendConfig,
-  ContainerSandboxLayout,
   CordonSandboxProvider,
   SandboxProviderConfig,
 } from '@cordon/core'
+import type { SandboxBackendContext } from '@cordon/core/backend'
 import {
-  composeProvider,
-  prepareProviderConfig,
-  type SandboxBackendContext,
-} from '@cordon/core/backend'
+  composeTestProvider,
+  OUTPUTS_IN_IMAGE,
+  startTestArmStandin,
+  type TestArmStandin,
+} from '@cordon/test-support'
 import { aciEntrypointPath, createBackend } from '../src/index.js'
-import { TEST_RUN_ID, TEST_RUN_LABEL } from './test-run.js'
 
-export type TestStandin = ArmStandin & { readonly token: string }
-
-/**
- * A stand-in for one test file, its containers labelled with the run. LRO
- * answers carry `Retry-After: 0` unless a test asks otherwise, to keep wall
- * time down; the client still waits its minimum poll interval.
- */
-export async function startTestStandin(
+/** The ARM stand-in for one test file, serving this package's entrypoint; close it with `closeTestArmStandin`. */
+export function startTestStandin(
   options: Partial<ArmStandinOptions> = {},
-): Promise<TestStandin> {
-  const token = options.token ?? randomBytes(24).toString('base64url')
-  const standin = await startArmStandin({
-    retryAfterSeconds: 0,
-    ...options,
-    token,
-    entrypointPath: aciEntrypointPath(),
-    labels: { [TEST_RUN_LABEL]: TEST_RUN_ID, ...options.labels },
-  })
-  await standin.poolSettled()
-  return Object.assign(standin, { token })
-}
-
-/** Closes the stand-in; a container group still claimed is a sandbox the backend failed to delete. */
-export async function closeTestStandin(standin: TestStandin | undefined): Promise<void> {
-  if (!standin) return
-  const leaked = standin.groups()
-  await standin.close()
-  if (leaked.length > 0) throw new Error(`container groups were left claimed: ${leaked.join(', ')}`)
+): Promise<TestArmStandin> {
+  return startTestArmStandin({ ...options, entrypointPath: aciEntrypointPath() })
 }
 
 export function backendConfig(
-  standin: TestStandin,
+  standin: TestArmStandin,
   overrides: Partial<ACIStandbyPoolBackendConfig> = {},
 ): ACIStandbyPoolBackendConfig {
   const token = standin.token
@@ -57,31 +33,24 @@ export function backendConfig(
   }
 }
 
-export const OUTPUTS_IN_IMAGE: ContainerSandboxLayout = { outputs: { source: { type: 'inImage' } } }
-
 /** A provider whose defaults are the stand-in profile's limits, as an operator would set them. */
 export function testProvider(
-  standin: TestStandin,
+  standin: TestArmStandin,
   options: {
     backend?: Partial<ACIStandbyPoolBackendConfig>
     provider?: Partial<Omit<SandboxProviderConfig, 'backend'>>
     onContext?: (context: SandboxBackendContext) => void
   } = {},
 ): CordonSandboxProvider {
-  const prepared = prepareProviderConfig({
-    layout: OUTPUTS_IN_IMAGE,
-    defaultMemoryLimitMb: standin.profile.memoryMb,
-    defaultMaxProcesses: standin.profile.maxProcesses,
-    ...options.provider,
-    backend: backendConfig(standin, options.backend),
-  } as SandboxProviderConfig)
-  return composeProvider({
-    config: prepared.config,
-    backendName: prepared.backendName,
-    layout: prepared.layout,
-    loadBackend: async (context) => {
-      options.onContext?.(context)
-      return createBackend(prepared.config.backend as ACIStandbyPoolBackendConfig, context)
-    },
-  })
+  return composeTestProvider(
+    {
+      layout: OUTPUTS_IN_IMAGE,
+      defaultMemoryLimitMb: standin.profile.memoryMb,
+      defaultMaxProcesses: standin.profile.maxProcesses,
+      ...options.provider,
+      backend: backendConfig(standin, options.backend),
+    } as SandboxProviderConfig,
+    createBackend,
+    options.onContext,
+  )
 }

@@ -1,5 +1,6 @@
 import { README_SECURITY_RULES } from '@cordon/arm-standin'
 import { SandboxControlRefusedError, SandboxCreateTimeoutError } from '@cordon/core'
+import { closeTestArmStandin, type TestArmStandin } from '@cordon/test-support'
 import { afterAll, afterEach, beforeAll, describe, expect, it } from 'vitest'
 import { ArmAuthorizationError, type ArmRequestFailure } from '../src/index.js'
 import {
@@ -9,12 +10,7 @@ import {
   requestsSince,
   testBackend,
 } from './backend-fixture.js'
-import {
-  closeTestStandin,
-  startTestStandin,
-  type TestStandin,
-  testProvider,
-} from './standin-fixture.js'
+import { startTestStandin, testProvider } from './standin-fixture.js'
 
 async function rejectionOf(promise: Promise<unknown>): Promise<unknown> {
   return promise.then(
@@ -41,7 +37,7 @@ function expectDenyAllRefused(error: unknown): SandboxControlRefusedError {
  * the group lets traffic reach the internet, or cannot be read.
  */
 describe('deny-all is checked against the subnet and its network security group', () => {
-  let standin: TestStandin | undefined
+  let standin: TestArmStandin | undefined
   beforeAll(async () => {
     standin = await startTestStandin({ poolSize: 2 })
   })
@@ -49,7 +45,7 @@ describe('deny-all is checked against the subnet and its network security group'
     standin?.faults.clear()
     standin?.network.reset()
   })
-  afterAll(() => closeTestStandin(standin))
+  afterAll(() => closeTestArmStandin(standin))
 
   /** Creates through a fresh backend; returns the error (or undefined) and the requests made. */
   async function tryCreate(): Promise<{ error: unknown; requests: string[] }> {

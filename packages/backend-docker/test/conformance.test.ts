@@ -1,7 +1,6 @@
 import { ALL_CAPABILITIES, describeSandboxConformance } from '@cordon/conformance'
+import { BUSYBOX_IMAGE, testRunLabels } from '@cordon/test-support'
 import { createDockerSandboxProvider } from '../src/index.js'
-import { BUSYBOX_IMAGE } from './test-images.js'
-import { TEST_RUN_ID, TEST_RUN_LABEL } from './test-run.js'
 
 for (const runtime of ['docker', 'runsc'] as const) {
   describeSandboxConformance({
@@ -12,7 +11,7 @@ for (const runtime of ['docker', 'runsc'] as const) {
           tier: 'container',
           runtime,
           image: BUSYBOX_IMAGE,
-          labels: { [TEST_RUN_LABEL]: TEST_RUN_ID },
+          labels: testRunLabels(),
         },
         layout: { outputs: { source: { type: 'ephemeral' } } },
       }),

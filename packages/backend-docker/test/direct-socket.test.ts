@@ -6,6 +6,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Duplex } from 'node:stream'
 import { AgentClient, RetryableDialError } from '@cordon/agent/sandbox'
+import { BUSYBOX_IMAGE, testRunLabels } from '@cordon/test-support'
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import {
   DIRECT_SOCKET_DIR,
@@ -14,8 +15,7 @@ import {
   DirectSocket,
   isSocketDirectory,
 } from '../src/direct-socket.js'
-import { BUSYBOX_IMAGE } from './test-images.js'
-import { docker, TEST_RUN_ID, TEST_RUN_LABEL, testProvider } from './test-run.js'
+import { docker, testProvider } from './test-run.js'
 
 /**
  * Issue 15: file and command streams skip the engine's attach where the host
@@ -242,7 +242,7 @@ describe('the direct socket (Docker)', () => {
         Image: BUSYBOX_IMAGE,
         User: '0:0',
         Cmd: ['sh', '-c', `rm -rf /run && ln -s '${target(planted)}' /run`],
-        Labels: { [TEST_RUN_LABEL]: TEST_RUN_ID },
+        Labels: testRunLabels(),
       })
       const { opened } = watchOpen()
       const provider = testProvider({ image })

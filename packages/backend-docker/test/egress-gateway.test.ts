@@ -13,10 +13,10 @@ import type {
   SandboxEvent,
   SandboxLifecycleEvent,
 } from '@cordon/core'
+import { BUSYBOX_IMAGE, NODE_IMAGE, testRunLabels } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createDockerSandboxProvider } from '../src/index.js'
-import { BUSYBOX_IMAGE, NODE_IMAGE } from './test-images.js'
-import { docker, TEST_RUN_ID, TEST_RUN_LABEL } from './test-run.js'
+import { docker } from './test-run.js'
 
 /** The host as a container on any bridge reaches it; upstream servers listen here on 0.0.0.0. */
 const HOST_BRIDGE_ADDRESS = '172.17.0.1'
@@ -140,7 +140,7 @@ describe('egress through the gateway (Docker backend)', () => {
           tier: 'container',
           runtime,
           image,
-          labels: { [TEST_RUN_LABEL]: TEST_RUN_ID },
+          labels: testRunLabels(),
           gatewayHosts: {
             'upstream.test': HOST_BRIDGE_ADDRESS,
             'secure.test': HOST_BRIDGE_ADDRESS,

@@ -1,18 +1,8 @@
-import type { CordonSandbox, CordonSandboxProvider, SandboxEvent } from '@cordon/core'
+import type { CordonSandboxProvider, SandboxEvent } from '@cordon/core'
+import { BUSYBOX_IMAGE, endReasonOf, testRunLabels } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createDockerSandboxProvider } from '../src/index.js'
-import { BUSYBOX_IMAGE } from './test-images.js'
-import { docker, TEST_RUN_ID, TEST_RUN_LABEL } from './test-run.js'
-
-/** Waits until `sandbox.endReason` is set; returns it. */
-async function endReasonOf(sandbox: CordonSandbox, timeoutMs = 15_000) {
-  const deadline = Date.now() + timeoutMs
-  while (sandbox.endReason === undefined) {
-    if (Date.now() > deadline) throw new Error('the sandbox did not end')
-    await new Promise((resolve) => setTimeout(resolve, 50))
-  }
-  return sandbox.endReason
-}
+import { docker } from './test-run.js'
 
 for (const runtime of ['docker', 'runsc'] as const) {
   describe(`lifetime that follows work, end reasons and usage (${runtime})`, () => {
@@ -25,7 +15,7 @@ for (const runtime of ['docker', 'runsc'] as const) {
           runtime,
           image: BUSYBOX_IMAGE,
           cpus: 1,
-          labels: { [TEST_RUN_LABEL]: TEST_RUN_ID },
+          labels: testRunLabels(),
         },
         layout: { outputs: { source: { type: 'ephemeral' } } },
         onEvent: (event) => events.push(event),

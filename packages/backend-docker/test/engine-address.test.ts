@@ -1,7 +1,7 @@
 import { SandboxBackendUnavailableError } from '@cordon/core'
+import { BUSYBOX_IMAGE } from '@cordon/test-support'
 import { describe, expect, it } from 'vitest'
 import { collectGarbage, connectEngine, prepareAgentRuntime } from '../src/index.js'
-import { BUSYBOX_IMAGE } from './test-images.js'
 import { testProvider } from './test-run.js'
 
 /** Runs `body` with DOCKER_HOST set as a person might have left it. */

@@ -1,8 +1,8 @@
 import { SandboxError } from '@cordon/core'
+import { BUSYBOX_IMAGE } from '@cordon/test-support'
 import { describe, expect, it } from 'vitest'
 import { createDockerSandboxProvider } from '../src/index.js'
 import { privateEngineForSuite } from './private-engine.js'
-import { BUSYBOX_IMAGE } from './test-images.js'
 
 /**
  * The engine restarting underneath cordon (an upgrade, a crash): work in

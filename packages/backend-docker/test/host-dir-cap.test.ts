@@ -2,8 +2,9 @@ import { chmod, lstat, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { SandboxError } from '@cordon/core'
+import { engineLeftovers } from '@cordon/test-support'
 import { afterEach, describe, expect, it } from 'vitest'
-import { leftovers, testProvider } from './test-run.js'
+import { testProvider } from './test-run.js'
 
 /**
  * Issue 17, item 4: a writable host directory is capped (`sizeMb`, default
@@ -124,7 +125,7 @@ describe('a writable host directory cannot grow past its cap (Docker)', () => {
       } finally {
         await provider.close()
       }
-      expect((await leftovers()).containers).toEqual([])
+      expect((await engineLeftovers()).containers).toEqual([])
     })
   }
 
@@ -139,7 +140,7 @@ describe('a writable host directory cannot grow past its cap (Docker)', () => {
     } finally {
       await provider.close()
     }
-    expect((await leftovers()).containers).toEqual([])
+    expect((await engineLeftovers()).containers).toEqual([])
   })
 
   it('the default cap is finite: 1 GiB per file, from inside', async () => {

@@ -2,9 +2,10 @@ import { chmod, lstat, mkdtemp, readdir, rm, stat } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { CordonSandbox } from '@cordon/core'
+import { engineLeftovers } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { buildHostileTool, HOSTILE_TOOL, type HostileTool } from './hostile-tool.js'
-import { leftovers, testProvider } from './test-run.js'
+import { testProvider } from './test-run.js'
 
 /**
  * Issue 26, items 1 to 3: a hostile sandbox against the cap of a writable
@@ -32,7 +33,7 @@ beforeAll(async () => {
 afterAll(async () => {
   await tool.remove()
   for (const root of roots.splice(0)) await rm(root, { recursive: true, force: true })
-  expect((await leftovers()).containers).toEqual([])
+  expect((await engineLeftovers()).containers).toEqual([])
 })
 
 async function hostDirectory(): Promise<string> {

@@ -7,6 +7,7 @@ import {
   SandboxConfigValidationError,
   SandboxOperationError,
 } from '@cordon/core'
+import { BUSYBOX_IMAGE, testRunLabels } from '@cordon/test-support'
 import { afterEach, beforeAll, describe, expect, it } from 'vitest'
 import {
   buildImage,
@@ -15,8 +16,7 @@ import {
   type ImageBuildProgress,
   prepareAgentRuntime,
 } from '../src/index.js'
-import { BUSYBOX_IMAGE } from './test-images.js'
-import { docker, TEST_RUN_ID, TEST_RUN_LABEL, testProvider } from './test-run.js'
+import { docker, testProvider } from './test-run.js'
 
 const contexts: string[] = []
 const tags: string[] = []
@@ -49,7 +49,7 @@ async function imageExists(name: string): Promise<boolean> {
     )
 }
 
-const labels = { [TEST_RUN_LABEL]: TEST_RUN_ID }
+const labels = testRunLabels()
 
 afterEach(async () => {
   for (const name of tags.splice(0)) {

@@ -11,6 +11,7 @@ import {
   type SandboxLifecycleEvent,
   serializeSandboxError,
 } from '@cordon/core'
+import { BUSYBOX_IMAGE, engineLeftovers, testRunId, testRunLabels } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import {
   type LocalRegistry,
@@ -20,8 +21,7 @@ import {
   startRegistryProxy,
 } from '../../../tooling/engine/test-registry.mjs'
 import { buildImage, createDockerSandboxProvider, prepareAgentRuntime } from '../src/index.js'
-import { BUSYBOX_IMAGE } from './test-images.js'
-import { docker, leftovers, TEST_RUN_ID, TEST_RUN_LABEL } from './test-run.js'
+import { docker } from './test-run.js'
 
 const PASSWORD = `pw-${randomBytes(12).toString('hex')}`
 /** The size of the layer that makes the pushed image's pull download something. */
@@ -50,7 +50,7 @@ function provider(
     backend: {
       tier: 'container',
       image,
-      labels: { [TEST_RUN_LABEL]: TEST_RUN_ID },
+      labels: testRunLabels(),
       ...(extra.registryAuth ? { registryAuth: extra.registryAuth } : {}),
       ...(extra.readyTimeoutMs ? { readyTimeoutMs: extra.readyTimeoutMs } : {}),
     },
@@ -116,8 +116,8 @@ describe('pulling a missing image', () => {
         join(context, 'Dockerfile'),
         `FROM ${BUSYBOX_IMAGE}\nCOPY payload /payload\nUSER 0\nRUN sha256sum /payload > /payload.sha256\n`,
       )
-      source = `cordon-test-pull-source:${TEST_RUN_ID}`
-      await buildImage({}, { context, tag: source, labels: { [TEST_RUN_LABEL]: TEST_RUN_ID } })
+      source = `cordon-test-pull-source:${testRunId()}`
+      await buildImage({}, { context, tag: source, labels: testRunLabels() })
       const { createHash } = await import('node:crypto')
       payloadDigest = createHash('sha256').update(payload).digest('hex')
     } finally {
@@ -317,7 +317,7 @@ describe('pulling a missing image', () => {
       await sandboxes.close()
       await removeImage(image)
     }
-    const found = await leftovers()
+    const found = await engineLeftovers()
     expect(found.containers).toEqual([])
     expect(found.volumes).toEqual([])
   })

@@ -11,10 +11,10 @@ import {
   SandboxImagePullError,
   SandboxPathError,
 } from '@cordon/core'
+import { BUSYBOX_IMAGE, engineLeftovers, testRunId, testRunLabels } from '@cordon/test-support'
 import { describe, expect, it } from 'vitest'
 import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
-import { BUSYBOX_IMAGE } from './test-images.js'
-import { docker, leftovers, TEST_RUN_ID, TEST_RUN_LABEL, testProvider } from './test-run.js'
+import { docker, testProvider } from './test-run.js'
 
 describe('create and destroy', () => {
   it('removes the container and its volumes on destroy', async () => {
@@ -87,7 +87,7 @@ describe('create and destroy', () => {
       backend: {
         tier: 'container',
         image: BUSYBOX_IMAGE,
-        labels: { [TEST_RUN_LABEL]: TEST_RUN_ID },
+        labels: testRunLabels(),
       },
       layout: { outputs: { source: { type: 'ephemeral' } } },
       onEvent: (event) => events.push(event),
@@ -206,7 +206,7 @@ async function crashAnOwner(
 ): Promise<{ sandboxId: string; providerId: string; died: number }> {
   const script = fileURLToPath(new URL('./fixtures/crashing-owner.mjs', import.meta.url))
   const child = spawn(process.execPath, [script], {
-    env: { ...process.env, CORDON_TEST_RUN_ID: TEST_RUN_ID, ...env },
+    env: { ...process.env, CORDON_TEST_RUN_ID: testRunId(), ...env },
     stdio: ['ignore', 'pipe', 'inherit'],
   })
   let output = ''
@@ -256,8 +256,9 @@ describe('a host that dies', () => {
     // A volume made by a process that has since exited, with cordon's owner labels.
     const script = `
       import { ownerLabels } from '@cordon/core/backend'
+      import { testRunLabels } from '@cordon/test-support'
       import Docker from 'dockerode'
-      const labels = { ...ownerLabels('dead-owner-test'), '${TEST_RUN_LABEL}': '${TEST_RUN_ID}' }
+      const labels = { ...ownerLabels('dead-owner-test'), ...testRunLabels() }
       const volume = await new Docker().createVolume({ Name: 'cordon-test-dead-' + process.pid, Labels: labels })
       process.stdout.write(volume.name)
     `
@@ -322,6 +323,6 @@ describe('cordon gc', () => {
     expect(gone).toBe(true)
     expect((await docker.getContainer(`cordon-${kept.id}`).inspect()).State.Running).toBe(true)
     await live.close()
-    expect((await leftovers()).containers).toEqual([])
+    expect((await engineLeftovers()).containers).toEqual([])
   })
 })

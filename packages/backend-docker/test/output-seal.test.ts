@@ -3,8 +3,9 @@ import { chmod, chown, lstat, mkdtemp, readdir, readFile, realpath, rm } from 'n
 import { tmpdir } from 'node:os'
 import { join, relative } from 'node:path'
 import { fileURLToPath } from 'node:url'
+import { testRunId } from '@cordon/test-support'
 import { describe, expect, it } from 'vitest'
-import { docker, TEST_RUN_ID, testProvider } from './test-run.js'
+import { docker, testProvider } from './test-run.js'
 
 /** Every entry under `root`, walked without following links. */
 async function walk(root: string): Promise<string[]> {
@@ -233,7 +234,7 @@ describe('writable host directories are safe for host tools once the sandbox end
     const child = spawn(process.execPath, [script], {
       env: {
         ...process.env,
-        CORDON_TEST_RUN_ID: TEST_RUN_ID,
+        CORDON_TEST_RUN_ID: testRunId(),
         CORDON_TEST_OUTPUTS: root,
         CORDON_TEST_PLANT: PLANT,
       },

@@ -1,9 +1,9 @@
 import { execFileSync, spawn } from 'node:child_process'
 import { mkdtempSync, openSync, readdirSync, readFileSync, readlinkSync, rmSync } from 'node:fs'
 import { join } from 'node:path'
+import { BUSYBOX_IMAGE } from '@cordon/test-support'
 import Docker from 'dockerode'
 import { afterAll, beforeAll } from 'vitest'
-import { BUSYBOX_IMAGE } from './test-images.js'
 
 /**
  * A Docker Engine of a test's own, to restart at will without touching the

@@ -1,11 +1,11 @@
 import { readFileSync, statSync } from 'node:fs'
 import { LABEL } from '@cordon/core/backend'
+import { BUSYBOX_IMAGE } from '@cordon/test-support'
 import { describe, expect, it } from 'vitest'
 import { currentRuntimeVolume } from '../src/agent-runtime.js'
 import { ensureHugePageNode, KEEPER_MEMORY_MB } from '../src/huge-page-node.js'
 import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
 import { privateEngineForSuite } from './private-engine.js'
-import { BUSYBOX_IMAGE } from './test-images.js'
 
 /**
  * The agent runtime volumes (agent-runtime.ts): one per build of cordon and

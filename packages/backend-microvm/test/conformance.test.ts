@@ -1,14 +1,17 @@
 import { ALL_CAPABILITIES, describeSandboxConformance } from '@cordon/conformance'
-import { composeProvider, prepareProviderConfig } from '@cordon/core/backend'
+import {
+  composeTestProvider,
+  startTestOrchestrator,
+  type TestOrchestratorStandin,
+} from '@cordon/test-support'
 import { afterAll, beforeAll } from 'vitest'
 import { createBackend } from '../src/index.js'
-import { startTestStandin } from './standin-fixture.js'
 
 // The stand-in's guests are containers with real memory and pids limits and no
 // network, so every capability is enforced by a kernel, not by promise.
-let standin: Awaited<ReturnType<typeof startTestStandin>>
+let standin: TestOrchestratorStandin
 beforeAll(async () => {
-  standin = await startTestStandin()
+  standin = await startTestOrchestrator()
 })
 afterAll(async () => {
   await standin?.close()
@@ -26,21 +29,6 @@ describeSandboxConformance({
     measuredUsage: ALL_CAPABILITIES.measuredUsage,
   },
   createProvider: () => {
-    const token = standin.token
-    const prepared = prepareProviderConfig({
-      backend: {
-        tier: 'microvm',
-        service: 'self-hosted',
-        orchestratorEndpoint: standin.url,
-        getToken: async () => token,
-      },
-    })
-    return composeProvider({
-      config: prepared.config,
-      backendName: prepared.backendName,
-      layout: prepared.layout,
-      loadBackend: async (context) =>
-        createBackend(prepared.config.backend as Parameters<typeof createBackend>[0], context),
-    })
+    return composeTestProvider({ backend: standin.backendConfig() }, createBackend)
   },
 })

@@ -2,50 +2,31 @@ import { createServer, type IncomingMessage, type Server, type ServerResponse } 
 import {
   type EgressPolicy,
   type MicroVMBackendConfig,
-  SANDBOX_DEFAULT_OUTPUTS_PATH,
   SandboxAbortedError,
-  type SandboxBackendOptions,
   SandboxBackendUnavailableError,
   SandboxControlRefusedError,
   SandboxCreateTimeoutError,
   SandboxDestroyedError,
-  type SandboxId,
   SandboxOperationError,
   SandboxReadinessError,
   SandboxTransportError,
 } from '@cordon/core'
-import { type CordonSandboxBackend, newSandboxId } from '@cordon/core/backend'
+import type { CordonSandboxBackend } from '@cordon/core/backend'
+import {
+  backendCreateRequest,
+  startTestOrchestrator,
+  type TestOrchestratorStandin,
+  testBackendContext,
+} from '@cordon/test-support'
 import Dockerode from 'dockerode'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createMicroVMBackend, encodeEgressAllowlist } from '../src/index.js'
 import { type HostAgent, makeTestPki, startHostAgent } from './host-agent.js'
-import { startTestStandin } from './standin-fixture.js'
 
 const docker = new Dockerode()
 
-const context = {
-  providerId: 'prv_test',
-  layout: undefined,
-  brokeredCredentials: [],
-  allowInwardFor: [],
-  emit: () => {},
-}
-
-function request(
-  overrides: Partial<SandboxBackendOptions> = {},
-): SandboxBackendOptions & { readonly id: SandboxId } {
-  const id = overrides.sandboxId ?? newSandboxId()
-  return {
-    id,
-    sandboxId: id,
-    env: {},
-    memoryLimitMb: 256,
-    maxProcesses: 64,
-    workingDirectory: SANDBOX_DEFAULT_OUTPUTS_PATH,
-    egress: { kind: 'deny-all' },
-    ...overrides,
-  }
-}
+const { context } = testBackendContext()
+const request = backendCreateRequest
 
 function backendFor(
   config: Partial<MicroVMBackendConfig> & {
@@ -76,9 +57,9 @@ describe('egress allowlist encoding', () => {
 })
 
 describe('control plane through the orchestrator stand-in', () => {
-  let standin: Awaited<ReturnType<typeof startTestStandin>>
+  let standin: TestOrchestratorStandin
   beforeAll(async () => {
-    standin = await startTestStandin()
+    standin = await startTestOrchestrator()
   })
   afterAll(async () => {
     await standin?.close()
@@ -190,7 +171,7 @@ describe('control plane through the orchestrator stand-in', () => {
 
   it('runs the agent leg and the control plane over mutual TLS', async () => {
     const pki = await makeTestPki()
-    const secure = await startTestStandin({
+    const secure = await startTestOrchestrator({
       tls: { cert: pki.serverCert, key: pki.serverKey, ca: pki.ca },
       agentRelay: { cert: pki.serverCert, key: pki.serverKey, ca: pki.ca },
       host: '127.0.0.1',

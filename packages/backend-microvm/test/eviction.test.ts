@@ -1,7 +1,11 @@
-import { composeProvider, prepareProviderConfig } from '@cordon/core/backend'
+import {
+  composeTestProvider,
+  endReasonOf,
+  startTestOrchestrator,
+  type TestOrchestratorStandin,
+} from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createBackend } from '../src/index.js'
-import { startTestStandin } from './standin-fixture.js'
 
 /**
  * A guest the orchestrator removes underneath its host (a host failure, an
@@ -9,9 +13,9 @@ import { startTestStandin } from './standin-fixture.js'
  * plane about it, and the sandbox ends with `evicted`.
  */
 describe('a guest removed behind the host (orchestrator stand-in)', () => {
-  let standin: Awaited<ReturnType<typeof startTestStandin>>
+  let standin: TestOrchestratorStandin
   beforeAll(async () => {
-    standin = await startTestStandin()
+    standin = await startTestOrchestrator()
   })
   afterAll(async () => {
     await standin?.close()
@@ -19,21 +23,7 @@ describe('a guest removed behind the host (orchestrator stand-in)', () => {
 
   it('ends the sandbox with end reason evicted', async () => {
     const token = standin.token
-    const prepared = prepareProviderConfig({
-      backend: {
-        tier: 'microvm',
-        service: 'self-hosted',
-        orchestratorEndpoint: standin.url,
-        getToken: async () => token,
-      },
-    })
-    const provider = composeProvider({
-      config: prepared.config,
-      backendName: prepared.backendName,
-      layout: prepared.layout,
-      loadBackend: async (context) =>
-        createBackend(prepared.config.backend as Parameters<typeof createBackend>[0], context),
-    })
+    const provider = composeTestProvider({ backend: standin.backendConfig() }, createBackend)
     try {
       const sandbox = await provider.create()
       expect((await sandbox.exec('echo', ['up'])).stdout).toBe('up\n')
@@ -44,11 +34,7 @@ describe('a guest removed behind the host (orchestrator stand-in)', () => {
       expect(deleted.status).toBe(204)
       const failed = await sandbox.exec('echo', ['gone?']).catch((error: unknown) => error)
       expect(failed).toBeInstanceOf(Error)
-      for (let waited = 0; sandbox.endReason === undefined; waited += 50) {
-        if (waited > 15_000) throw new Error('no end reason')
-        await new Promise((resolve) => setTimeout(resolve, 50))
-      }
-      expect(sandbox.endReason).toBe('evicted')
+      expect(await endReasonOf(sandbox)).toBe('evicted')
     } finally {
       await provider.close()
     }

@@ -7,17 +7,16 @@
  * and cuts a guest with `[]` off the network).
  */
 import { RESOLVER_ANSWER_CASES } from '@cordon/conformance'
+import { SandboxControlRefusedError, type SandboxId } from '@cordon/core'
+import { DEFAULT_RESOLVER_TIMEOUT_MS } from '@cordon/core/backend'
 import {
-  SANDBOX_DEFAULT_OUTPUTS_PATH,
-  type SandboxBackendOptions,
-  SandboxControlRefusedError,
-  type SandboxEvent,
-  type SandboxId,
-} from '@cordon/core'
-import { DEFAULT_RESOLVER_TIMEOUT_MS, newSandboxId } from '@cordon/core/backend'
+  backendCreateRequest,
+  startTestOrchestrator,
+  type TestOrchestratorStandin,
+  testBackendContext,
+} from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createMicroVMBackend, encodeEgressAllowlist } from '../src/index.js'
-import { startTestStandin } from './standin-fixture.js'
 
 describe.each(RESOLVER_ANSWER_CASES)(
   'a resolver answering $name',
@@ -45,9 +44,9 @@ describe.each(RESOLVER_ANSWER_CASES)(
 )
 
 describe('resolver answers through the orchestrator stand-in', () => {
-  let standin: Awaited<ReturnType<typeof startTestStandin>>
+  let standin: TestOrchestratorStandin
   beforeAll(async () => {
-    standin = await startTestStandin()
+    standin = await startTestOrchestrator()
   })
   afterAll(async () => {
     await standin?.close()
@@ -56,22 +55,8 @@ describe('resolver answers through the orchestrator stand-in', () => {
   it(
     'creates a guest with no network for every answer the rule refuses, and sends every accepted list',
     async () => {
-      const events: SandboxEvent[] = []
-      const backend = createMicroVMBackend(
-        {
-          tier: 'microvm',
-          service: 'self-hosted',
-          orchestratorEndpoint: standin.url,
-          getToken: async () => standin.token,
-        },
-        {
-          providerId: 'prv_test',
-          layout: undefined,
-          brokeredCredentials: [],
-          allowInwardFor: [],
-          emit: (event) => events.push(event),
-        },
-      )
+      const { context, events } = testBackendContext()
+      const backend = createMicroVMBackend(standin.backendConfig(), context)
       const refusedFor = (id: SandboxId) =>
         events.filter(
           (event) =>
@@ -82,16 +67,8 @@ describe('resolver answers through the orchestrator stand-in', () => {
       try {
         await Promise.all(
           RESOLVER_ANSWER_CASES.map(async ({ name, resolve, verdict }) => {
-            const id = newSandboxId()
-            const request: SandboxBackendOptions & { readonly id: SandboxId } = {
-              id,
-              sandboxId: id,
-              env: {},
-              memoryLimitMb: 256,
-              maxProcesses: 64,
-              workingDirectory: SANDBOX_DEFAULT_OUTPUTS_PATH,
-              egress: { kind: 'resolver', resolve },
-            }
+            const request = backendCreateRequest({ egress: { kind: 'resolver', resolve } })
+            const id = request.id
             const created = await backend.create(request).catch((caught: unknown) => caught)
             if (verdict.kind === 'enforce' && verdict.allowedHosts.length > 0) {
               // The stand-in saw a non-empty list, which it cannot enforce.

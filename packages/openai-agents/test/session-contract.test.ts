@@ -1,4 +1,5 @@
 import { createDockerSandboxProvider } from '@cordon/backend-docker'
+import { containerTestBackend, EPHEMERAL_OUTPUTS, engineLeftovers } from '@cordon/test-support'
 import { Runner } from '@openai/agents-core'
 import {
   Manifest,
@@ -21,7 +22,7 @@ import {
 } from '@openai/agents-core/testing'
 import { afterAll, describe, expect, it } from 'vitest'
 import { CordonSandboxClient } from '../src/index.js'
-import { BUSYBOX_IMAGE, leftovers, TEST_RUN_ID, TEST_RUN_LABEL, testProvider } from './test-run.js'
+import { testProvider } from './test-run.js'
 
 const provider = testProvider()
 afterAll(async () => {
@@ -114,17 +115,13 @@ describe('CordonSandboxClient: what cordon refuses, in the SDK’s error terms',
       const error = await attempt().catch((caught: unknown) => caught)
       expect(error, name).toBeInstanceOf(SandboxUnsupportedFeatureError)
     }
-    expect(await leftovers()).toMatchObject({ containers: [] })
+    expect(await engineLeftovers()).toMatchObject({ containers: [] })
   })
 
   it('refuses a manifest root outside the sandbox’s writable root, and removes the sandbox', async () => {
     const defaultLayout = createDockerSandboxProvider({
-      backend: {
-        tier: 'container',
-        image: BUSYBOX_IMAGE,
-        labels: { [TEST_RUN_LABEL]: TEST_RUN_ID },
-      },
-      layout: { outputs: { source: { type: 'ephemeral' } } },
+      backend: containerTestBackend(),
+      layout: EPHEMERAL_OUTPUTS,
     })
     try {
       const client = new CordonSandboxClient(defaultLayout)

@@ -1,30 +1,18 @@
-import { randomBytes } from 'node:crypto'
-import { type ArmStandin, startArmStandin } from '@cordon/arm-standin'
 import { aciEntrypointPath, createBackend as createAciBackend } from '@cordon/backend-aci'
 import { createBackend as createMicroVMBackend } from '@cordon/backend-microvm'
 import type { CordonSandboxProvider, SandboxProviderConfig } from '@cordon/core'
-import { composeProvider, prepareProviderConfig } from '@cordon/core/backend'
-import { type OrchestratorStandin, startOrchestratorStandin } from '@cordon/orchestrator-standin'
+import {
+  closeTestArmStandin,
+  composeTestProvider,
+  OUTPUTS_IN_IMAGE,
+  startTestArmStandin,
+  startTestOrchestrator,
+  type TestArmStandin,
+  type TestOrchestratorStandin,
+} from '@cordon/test-support'
 import { afterAll, describe, expect, it } from 'vitest'
 import { cordonTelemetry } from '../src/index.js'
 import { childrenOf, inMemoryOtel } from './in-memory-otel.js'
-
-const RUN_LABELS = { 'cordon.test-run': process.env.CORDON_TEST_RUN_ID ?? `local-${process.pid}` }
-
-/** A provider over an already prepared config and a backend factory, with the telemetry hook. */
-function provider(
-  config: SandboxProviderConfig,
-  create: (backend: never, context: never) => unknown,
-): CordonSandboxProvider {
-  const prepared = prepareProviderConfig(config)
-  return composeProvider({
-    config: prepared.config,
-    backendName: prepared.backendName,
-    layout: prepared.layout,
-    loadBackend: async (context) =>
-      create(prepared.config.backend as never, context as never) as never,
-  })
-}
 
 /**
  * The same telemetry from the backends cordon proves through stand-ins:
@@ -38,13 +26,13 @@ describe('telemetry of microVM and ACI sandboxes (stand-ins), read back through 
     tracerProvider: otel.tracerProvider,
     meterProvider: otel.meterProvider,
   })
-  let orchestrator: OrchestratorStandin | undefined
-  let arm: ArmStandin | undefined
+  let orchestrator: TestOrchestratorStandin | undefined
+  let arm: TestArmStandin | undefined
   afterAll(async () => {
     telemetry.endOpenSpans()
     await otel.shutdown()
     await orchestrator?.close()
-    await arm?.close()
+    await closeTestArmStandin(arm)
   }, 120_000)
 
   const traceOfOneSandbox = async (hosted: CordonSandboxProvider, backend: string) => {
@@ -73,44 +61,32 @@ describe('telemetry of microVM and ACI sandboxes (stand-ins), read back through 
   }
 
   it('microvm:self-hosted: create, a file, an exec and destroy under one root span', async () => {
-    const token = randomBytes(24).toString('base64url')
-    orchestrator = await startOrchestratorStandin({ token, labels: RUN_LABELS })
+    orchestrator = await startTestOrchestrator()
     await traceOfOneSandbox(
-      provider(
+      composeTestProvider(
         {
-          backend: {
-            tier: 'microvm',
-            service: 'self-hosted',
-            orchestratorEndpoint: orchestrator.url,
-            getToken: async () => token,
-          },
+          backend: orchestrator.backendConfig(),
           onEvent: telemetry.onEvent,
         },
-        createMicroVMBackend as never,
+        createMicroVMBackend,
       ),
       'microvm:self-hosted',
     )
   }, 120_000)
 
   it('container:aci-standby-pool: create, a file, an exec and destroy under one root span', async () => {
-    const token = randomBytes(24).toString('base64url')
-    arm = await startArmStandin({
-      token,
-      retryAfterSeconds: 0,
-      entrypointPath: aciEntrypointPath(),
-      labels: RUN_LABELS,
-    })
-    await arm.poolSettled()
+    arm = await startTestArmStandin({ entrypointPath: aciEntrypointPath() })
+    const token = arm.token
     await traceOfOneSandbox(
-      provider(
+      composeTestProvider(
         {
           backend: { ...arm.backendConfig(), getArmToken: async () => token },
-          layout: { outputs: { source: { type: 'inImage' } } },
+          layout: OUTPUTS_IN_IMAGE,
           defaultMemoryLimitMb: arm.profile.memoryMb,
           defaultMaxProcesses: arm.profile.maxProcesses,
           onEvent: telemetry.onEvent,
         } as SandboxProviderConfig,
-        createAciBackend as never,
+        createAciBackend,
       ),
       'container:aci-standby-pool',
     )

@@ -1,9 +1,9 @@
 import { PassThrough } from 'node:stream'
+import { testRunLabels } from '@cordon/test-support'
 import Docker from 'dockerode'
 import { describe, expect, it } from 'vitest'
 
 const docker = new Docker({ socketPath: '/var/run/docker.sock' })
-const RUN_LABEL = { 'cordon-test.run': process.env.CORDON_TEST_RUN_ID ?? `engine-${process.pid}` }
 
 /** Runs `cmd` in a hardened, networkless container and returns its output and exit code. */
 async function runHardened(image: string, runtime: 'runc' | 'runsc', cmd: string[]) {
@@ -11,7 +11,7 @@ async function runHardened(image: string, runtime: 'runc' | 'runsc', cmd: string
     Image: image,
     Cmd: cmd,
     User: '1000:1000',
-    Labels: RUN_LABEL,
+    Labels: testRunLabels(),
     HostConfig: {
       Runtime: runtime,
       NetworkMode: 'none',

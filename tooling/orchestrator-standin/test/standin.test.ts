@@ -6,7 +6,8 @@ import { type OrchestratorStandin, startOrchestratorStandin } from '../src/index
 
 const docker = new Dockerode()
 const token = newAgentSecret()
-const runLabels = { 'cordon.test-run': process.env.CORDON_TEST_RUN_ID ?? `local-${process.pid}` }
+// @cordon/test-support's run label: that package depends on this one, so its tests cannot import it.
+const runLabels = { 'cordon-test.run': process.env.CORDON_TEST_RUN_ID ?? `local-${process.pid}` }
 
 function sandboxId(): string {
   const alphabet = 'abcdefghijklmnopqrstuvwxyz234567'

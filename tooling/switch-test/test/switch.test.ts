@@ -11,7 +11,13 @@ import { mkdir, readFile, rm, writeFile } from 'node:fs/promises'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
-import { type OrchestratorStandin, startOrchestratorStandin } from '@cordon/orchestrator-standin'
+import {
+  BUSYBOX_IMAGE,
+  startTestOrchestrator,
+  TEST_RUN_LABEL,
+  type TestOrchestratorStandin,
+  testRunId,
+} from '@cordon/test-support'
 import Dockerode from 'dockerode'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 
@@ -19,8 +25,8 @@ const run = promisify(execFile)
 const here = dirname(fileURLToPath(import.meta.url))
 const root = join(here, '..')
 const work = join(root, '.switch')
-const RUN_LABEL = process.env.CORDON_TEST_RUN_ID ?? `switch-${process.pid}`
-const IMAGE = 'cordon-test/busybox:latest'
+const RUN_LABEL = testRunId()
+const IMAGE = BUSYBOX_IMAGE
 
 /** The one change a switching host makes. */
 const SPECIFIERS: Readonly<Record<string, string>> = {
@@ -41,7 +47,7 @@ let switched = ''
 let typeCheck: { code: number; output: string } = { code: -1, output: '' }
 // biome-ignore lint/suspicious/noExplicitAny: JSON read back from the host program, checked field by field below
 let report: Record<string, any> = {}
-let standin: OrchestratorStandin | undefined
+let standin: TestOrchestratorStandin | undefined
 const token = 'switch-test-token-0123456789'
 
 beforeAll(async () => {
@@ -77,7 +83,7 @@ beforeAll(async () => {
       output: `${error.stdout ?? ''}${error.stderr ?? ''}`,
     }))
   if (typeCheck.code !== 0) return
-  standin = await startOrchestratorStandin({ token, labels: { 'cordon-test.run': RUN_LABEL } })
+  standin = await startTestOrchestrator({ token })
   const { stdout } = await run(process.execPath, [join(work, 'out/host.js')], {
     cwd: work,
     env: {
@@ -322,7 +328,7 @@ describe('switching a namzu host to cordon by its imports', () => {
     const docker = new Dockerode()
     const containers = await docker.listContainers({
       all: true,
-      filters: { label: [`cordon-test.run=${RUN_LABEL}`, 'cordon.managed=1'] },
+      filters: { label: [`${TEST_RUN_LABEL}=${RUN_LABEL}`, 'cordon.managed=1'] },
     })
     expect(containers.map((container) => container.Names[0])).toEqual([])
   })
