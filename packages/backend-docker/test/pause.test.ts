@@ -5,10 +5,10 @@ import {
   SandboxPausedError,
 } from '@cordon/core'
 import { LABEL, ownerLabels } from '@cordon/core/backend'
+import { BUSYBOX_IMAGE, endReasonOf, testRunLabels } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
-import { BUSYBOX_IMAGE } from './test-images.js'
-import { docker, TEST_RUN_ID, TEST_RUN_LABEL } from './test-run.js'
+import { docker } from './test-run.js'
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
@@ -29,12 +29,6 @@ async function cpuMs(sandbox: CordonSandbox): Promise<number> {
   return cpuTimeMs
 }
 
-async function endReasonOf(sandbox: CordonSandbox, timeoutMs: number) {
-  const deadline = Date.now() + timeoutMs
-  while (sandbox.endReason === undefined && Date.now() < deadline) await sleep(50)
-  return sandbox.endReason
-}
-
 async function engineState(sandbox: CordonSandbox) {
   const inspected = await docker.getContainer(`cordon-${sandbox.id}`).inspect()
   return { status: inspected.State.Status, paused: inspected.State.Paused }
@@ -51,7 +45,7 @@ for (const runtime of ['docker', 'runsc'] as const) {
           runtime,
           image: BUSYBOX_IMAGE,
           cpus: 1,
-          labels: { [TEST_RUN_LABEL]: TEST_RUN_ID },
+          labels: testRunLabels(),
         },
         layout: { outputs: { source: { type: 'ephemeral' } } },
         onEvent: (event) => events.push(event),
@@ -212,7 +206,7 @@ for (const runtime of ['docker', 'runsc'] as const) {
         const container = await docker.createContainer({
           Image: BUSYBOX_IMAGE,
           Cmd: ['sleep', '600'],
-          Labels: { ...labels, [LABEL.role]: 'sandbox', [TEST_RUN_LABEL]: TEST_RUN_ID },
+          Labels: { ...labels, [LABEL.role]: 'sandbox', ...testRunLabels() },
           HostConfig: { NetworkMode: 'none', ...(runtime === 'runsc' ? { Runtime: 'runsc' } : {}) },
         })
         await container.start()
