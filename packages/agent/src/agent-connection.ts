@@ -1,11 +1,14 @@
 import type { Duplex } from 'node:stream'
 import type { AgentConfig } from './agent-config.js'
 import type { DeadlineClock } from './deadline-clock.js'
+import { serveWatch } from './directory-watch.js'
 import { serveExec } from './exec-runner.js'
 import { serveReadFiles } from './file-batch-read.js'
+import { serveRemove, serveRename, serveStat } from './file-entry-ops.js'
 import { serveListFiles } from './file-list.js'
 import { serveReadFile } from './file-read.js'
 import { serveWriteFile, serveWriteFiles } from './file-write.js'
+import type { KeptProcessRegistry } from './kept-process.js'
 import type { NonceSource } from './nonce-source.js'
 import { AgentOperationError } from './operation-error.js'
 import { type PathJail, PathRefusedError } from './path-jail.js'
@@ -21,6 +24,7 @@ import { FramedConnection } from './protocol/framed-connection.js'
 import {
   type AgentErrorCode,
   type AgentRequest,
+  PROTOCOL_REVISION,
   PROTOCOL_VERSION,
   ProtocolError,
   parseClientMessage,
@@ -51,6 +55,12 @@ export const ALL_OPERATIONS: ReadonlySet<AgentOperation> = new Set<AgentOperatio
   'make-directory',
   'pause-clocks',
   'resume-clocks',
+  'stat',
+  'remove',
+  'rename',
+  'watch',
+  'list-processes',
+  'attach',
 ])
 
 export interface ConnectionContext {
@@ -64,6 +74,8 @@ export interface ConnectionContext {
   readonly clock: DeadlineClock
   /** What starts commands. */
   readonly launcher: ProcessLauncher
+  /** The commands started with `keep`. */
+  readonly processes: KeptProcessRegistry
   /**
    * The secret in force now (it changes when a resume delivers a new one).
    * A promise: an agent whose secret comes on stdin already listens while it
@@ -145,7 +157,27 @@ export async function serveConnection(socket: Duplex, context: ConnectionContext
           launcher: context.launcher,
           jail: context.jail,
           clock: context.clock,
+          processes: context.processes,
         })
+        break
+      case 'list-processes':
+        await connection.send({ type: 'processes', processes: context.processes.list() })
+        break
+      case 'attach':
+        await context.processes.get(request.id).serve(connection, true)
+        // The process's end closes the connection; a detach leaves it to the client.
+        return
+      case 'stat':
+        await serveStat(connection, request, context.jail)
+        break
+      case 'remove':
+        await serveRemove(connection, request, context.jail)
+        break
+      case 'rename':
+        await serveRename(connection, request, context.jail)
+        break
+      case 'watch':
+        await serveWatch(connection, request, context.jail)
         break
       case 'read-file':
         await serveReadFile(connection, request, context.jail)
@@ -197,6 +229,7 @@ async function authenticate(
     protocol: PROTOCOL_VERSION,
     nonce,
     agentVersion: AGENT_VERSION,
+    revision: PROTOCOL_REVISION,
   })
   let timer: ReturnType<typeof setTimeout> | undefined
   const deadline = new Promise<undefined>((resolve) => {
@@ -248,6 +281,10 @@ function describeFailure(error: unknown): { code: AgentErrorCode; message: strin
   const errno = error as NodeJS.ErrnoException
   if (typeof errno?.code === 'string') {
     if (errno.code === 'ENOENT') return { code: 'not-found', message: errno.message }
+    if (errno.code === 'ENOTEMPTY') return { code: 'not-empty', message: errno.message }
+    if (errno.code === 'EXDEV')
+      return { code: 'cross-device', message: 'source and target are on different mounts' }
+    if (errno.code === 'EBUSY') return { code: 'path-refused', message: errno.message }
     if (errno.code === 'EACCES' || errno.code === 'EPERM' || errno.code === 'EROFS')
       return { code: 'path-refused', message: errno.message }
     return { code: 'io-error', message: errno.message }

@@ -9,6 +9,7 @@ import {
 } from './agent-config.js'
 import { ALL_OPERATIONS, type ConnectionContext, serveConnection } from './agent-connection.js'
 import { DeadlineClock } from './deadline-clock.js'
+import { KeptProcessRegistry } from './kept-process.js'
 import { NativeLauncher } from './launcher-client.js'
 import { NonceSource, runReseedHook } from './nonce-source.js'
 import { killProcessesOf, sealOutputs } from './output-seal.js'
@@ -69,6 +70,7 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
   const context: ConnectionContext = {
     config,
     launcher: native ?? nodeLauncher,
+    processes: new KeptProcessRegistry(),
     operations: ALL_OPERATIONS,
     jail: new PathJail(
       config.writeRoots,
@@ -121,6 +123,7 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
     },
     async close() {
       for (const socket of sockets) socket.destroy()
+      context.processes.endAll()
       await closeServer(server)
       sealOnEnd(config)
       native?.close()
@@ -214,6 +217,7 @@ async function startStdioAgent(
   let closing: Promise<void> | undefined
   const close = (): Promise<void> =>
     (closing ??= (async () => {
+      context.processes.endAll()
       mux.close()
       if (direct) {
         // The host's idle spare connections would otherwise hold the close open.

@@ -1,6 +1,7 @@
 import { constants } from 'node:os'
 import type { Readable } from 'node:stream'
 import type { DeadlineClock } from './deadline-clock.js'
+import type { KeptProcessRegistry } from './kept-process.js'
 import { readOomKillCount } from './oom-counter.js'
 import type { PathJail } from './path-jail.js'
 import type { LaunchedProcess, ProcessLauncher } from './process-launcher.js'
@@ -26,6 +27,8 @@ export interface ExecContext {
   readonly jail: PathJail
   /** Times the command's timeout in running time: a pause of the sandbox does not count. */
   readonly clock: DeadlineClock
+  /** Where a command started with `keep` is registered. */
+  readonly processes: KeptProcessRegistry
 }
 
 /**
@@ -73,6 +76,20 @@ export async function serveExec(
     return
   }
   const pid = child.pid
+  if (request.keep) {
+    const kept = context.processes.add({
+      child,
+      marker,
+      command: request.command,
+      args: request.args,
+      runAs: context.runAs,
+      timeoutMs: request.timeoutMs,
+      clock: context.clock,
+    })
+    await connection.send({ type: 'started', pid, id: kept.id })
+    await kept.serve(connection, false)
+    return
+  }
   await connection.send({ type: 'started', pid })
 
   let timedOut = false

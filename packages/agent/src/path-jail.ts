@@ -1,5 +1,5 @@
 import { readlinkSync, realpathSync } from 'node:fs'
-import { dirname, isAbsolute, join, resolve, sep } from 'node:path'
+import { basename, dirname, isAbsolute, join, resolve, sep } from 'node:path'
 import { type ActAs, actAsItself } from './user-identity.js'
 
 /**
@@ -54,6 +54,41 @@ export class PathJail {
   /** The real path `path` leads to, if it lies inside a write root. */
   resolveForWrite(path: string): string {
     return this.resolveWithin(path, this.writeRoots, 'write')
+  }
+
+  /**
+   * Where the entry `path` names lies, without following its last component
+   * (a link stays the link): its parent is resolved as {@link resolveForRead}
+   * does and its name appended. The result must lie inside a root of
+   * `access`; it may be a root itself.
+   */
+  resolveEntry(path: string, access: 'read' | 'write'): string {
+    const roots = access === 'read' ? this.readRoots : this.writeRoots
+    if (!isAbsolute(path)) throw new PathRefusedError(path, 'not an absolute path')
+    const absolute = resolve(path)
+    const parent = dirname(absolute)
+    const real =
+      parent === absolute ? absolute : join(realPathOfNearestAncestor(parent), basename(absolute))
+    if (this.isInside(real, roots)) return real
+    // A root named through a link of its own (the root's real path is elsewhere).
+    const full = realPathOfNearestAncestor(absolute)
+    if (this.isRoot(full, roots)) return full
+    throw new PathRefusedError(
+      path,
+      `it is outside the ${access} roots (${roots.join(', ') || 'none'})`,
+    )
+  }
+
+  /** Whether `real` (a resolved path) is one of the roots of `access` itself. */
+  isRoot(real: string, roots: readonly string[]): boolean {
+    for (const root of roots) {
+      try {
+        if (realPath(root) === real) return true
+      } catch {
+        // A root that does not exist is nobody's path.
+      }
+    }
+    return false
   }
 
   /**

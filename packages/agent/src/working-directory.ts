@@ -65,12 +65,47 @@ function statOrUndefined(path: string): Stats | undefined {
   }
 }
 
+/**
+ * The file API's `makeDirectory`: like {@link ensureWorkingDirectory}, but
+ * the path must lie inside the write roots even when it exists already, and
+ * something there that is not a directory is an error of the request.
+ */
+export function makeDirectoryInRoots(jail: PathJail, path: string, mode = 0o755): boolean {
+  return jail.actAs(() => {
+    const real = jail.resolveForWrite(path)
+    let existing: Stats | undefined
+    try {
+      existing = statSync(real, { throwIfNoEntry: false })
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'ENOTDIR') throw error
+      throw new AgentOperationError('bad-request', `${path}: a part of it is not a directory`)
+    }
+    if (existing) {
+      if (existing.isDirectory()) return false
+      throw new AgentOperationError('bad-request', `${path} exists and is not a directory`)
+    }
+    try {
+      mkdirSync(real, { recursive: true, mode })
+    } catch (error) {
+      const code = (error as NodeJS.ErrnoException).code
+      if (code === 'ENOTDIR' || code === 'EEXIST')
+        throw new AgentOperationError('bad-request', `${path}: a part of it is not a directory`)
+      throw error
+    }
+    // What was just made must still lead inside the roots (a link swapped in meanwhile).
+    jail.resolveForWrite(path)
+    return true
+  })
+}
+
 /** Answers a `make-directory` request: the directory exists when `directory-ok` is sent. */
 export async function serveMakeDirectory(
   connection: FramedConnection,
   request: MakeDirectoryRequest,
   jail: PathJail,
 ): Promise<void> {
-  const created = ensureWorkingDirectory(jail, request.path)
+  const created = request.strict
+    ? makeDirectoryInRoots(jail, request.path, request.mode)
+    : ensureWorkingDirectory(jail, request.path)
   await connection.send({ type: 'directory-ok', created })
 }

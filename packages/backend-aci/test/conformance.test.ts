@@ -27,6 +27,7 @@ describeSandboxConformance({
     denyAllNetwork: false,
     terminal: false,
     pause: false,
+    externalWatch: false,
     measuredUsage: ALL_CAPABILITIES.measuredUsage,
   },
 })

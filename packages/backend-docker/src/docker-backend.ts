@@ -426,6 +426,8 @@ export class DockerBackend implements CordonSandboxBackend {
               throw translateEngineError(error, this.name, this.engine.description, 'openTerminal')
             }),
           workingDirectory,
+          // gVisor's inotify is its own kernel's: it sees what the sandbox does, not what the host does.
+          watchesExternalChanges: this.config.runtime !== 'runsc',
           execTimeoutMs: request.execTimeoutMs,
           client,
           backend: this.name,

@@ -16,6 +16,11 @@ for (const runtime of ['docker', 'runsc'] as const) {
         layout: { outputs: { source: { type: 'ephemeral' } } },
       }),
     // Under gVisor the host's OOM killer sees the whole sandbox as one process.
-    capabilities: { ...ALL_CAPABILITIES, survivesOutOfMemory: runtime === 'docker' },
+    // gVisor's inotify sees what the sandbox does, not what the host does to a shared directory.
+    capabilities: {
+      ...ALL_CAPABILITIES,
+      survivesOutOfMemory: runtime === 'docker',
+      externalWatch: runtime === 'docker',
+    },
   })
 }

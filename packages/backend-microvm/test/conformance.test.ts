@@ -26,6 +26,8 @@ describeSandboxConformance({
     ...ALL_CAPABILITIES,
     terminal: false,
     pause: false,
+    // A guest's kernel is its own: it does not see what the host does to shared files.
+    externalWatch: false,
     measuredUsage: ALL_CAPABILITIES.measuredUsage,
   },
   createProvider: () => {

@@ -32,6 +32,12 @@ export interface SandboxConformanceCapabilities {
    * naming the control and the backend.
    */
   readonly pause: boolean
+  /**
+   * `watchDirectory` with `external: true` reports changes made from outside
+   * the sandbox. When false it must refuse with `SandboxControlRefusedError`
+   * naming `watchDirectory.external`.
+   */
+  readonly externalWatch: boolean
   /** The fields of `stats()` the backend measures; the others must be absent, never made up. */
   readonly measuredUsage: readonly MeasuredUsageField[]
 }
@@ -46,5 +52,6 @@ export const ALL_CAPABILITIES: SandboxConformanceCapabilities = {
   denyAllNetwork: true,
   terminal: true,
   pause: true,
+  externalWatch: true,
   measuredUsage: ['cpuTimeMs', 'memoryBytes', 'memoryPeakBytes', 'processes', 'diskBytes'],
 }

@@ -1,10 +1,12 @@
 import { describe } from 'vitest'
 import { execCases } from './exec-cases.js'
+import { fileApiCases } from './file-api-cases.js'
 import { fileCases } from './file-cases.js'
 import { lifecycleCases } from './lifecycle-cases.js'
 import { limitCases } from './limit-cases.js'
 import { networkCases } from './network-cases.js'
 import { pauseCases } from './pause-cases.js'
+import { processCases } from './process-cases.js'
 import { useSandboxes } from './shared-sandbox.js'
 import type { SandboxConformanceOptions } from './suite-options.js'
 import { workAndUsageCases } from './work-and-usage-cases.js'
@@ -32,6 +34,8 @@ export function describeSandboxConformance(options: SandboxConformanceOptions): 
     execCases(options, sandboxes)
     workingDirectoryCases(options, sandboxes)
     fileCases(options, sandboxes)
+    fileApiCases(options, sandboxes)
+    processCases(options, sandboxes)
     limitCases(options, sandboxes)
     networkCases(options, sandboxes)
     workAndUsageCases(options, sandboxes)

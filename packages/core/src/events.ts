@@ -99,6 +99,11 @@ export interface SandboxFileEvent {
     | 'write-batch'
     | 'read-batch'
     | 'list'
+    | 'stat'
+    | 'remove'
+    | 'rename'
+    | 'make-directory'
+    | 'watch'
   readonly sandboxId: SandboxId
   readonly backend: string
   readonly timestamp: number

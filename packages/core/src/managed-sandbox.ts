@@ -10,29 +10,38 @@ import { describeError } from './event-error.js'
 import type { SandboxEvent, SandboxFileEvent } from './events.js'
 import type {
   CordonBackendSandbox,
+  CordonProcess,
   CordonSandbox,
+  SandboxAttachOptions,
   SandboxByteSource,
   SandboxDestroyOptions,
+  SandboxDirectoryWatch,
   SandboxEndReason,
   SandboxEnvironment,
   SandboxExecOptions,
   SandboxExecResult,
   SandboxFileContent,
   SandboxFileEntry,
+  SandboxFileInfo,
   SandboxFileOptions,
   SandboxFileWrite,
   SandboxForward,
   SandboxForwardOptions,
   SandboxForwardPort,
+  SandboxMakeDirectoryOptions,
   SandboxNetworkPolicy,
   SandboxPauseOptions,
   SandboxProcess,
+  SandboxProcessInfo,
   SandboxReadFileOptions,
+  SandboxRemoveOptions,
   SandboxStartOptions,
+  SandboxStatOptions,
   SandboxStatus,
   SandboxTerminal,
   SandboxTerminalOptions,
   SandboxUsage,
+  SandboxWatchOptions,
   SandboxWriteFileOptions,
 } from './sandbox.js'
 import type { SandboxId } from './sandbox-id.js'
@@ -50,6 +59,34 @@ export interface ManagedSandboxHooks {
 }
 
 type FileOperation = SandboxFileEvent['operation']
+
+/** A backend's process as a {@link CordonProcess}: one that cannot be detached from says so when asked. */
+function detachable(process: SandboxProcess, backend: string): CordonProcess {
+  if (typeof process.detach === 'function' && typeof process.droppedOutputBytes === 'number')
+    return process as CordonProcess
+  return Object.assign(process, {
+    droppedOutputBytes: process.droppedOutputBytes ?? 0,
+    detach:
+      process.detach?.bind(process) ??
+      (async () => {
+        throw new SandboxControlRefusedError(
+          'detach',
+          backend,
+          "this backend's processes live only as long as their handle",
+        )
+      }),
+  })
+}
+
+/** The file and process members a backend may lack; the managed sandbox then refuses them. */
+type OptionalMember =
+  | 'statFile'
+  | 'removeFile'
+  | 'renameFile'
+  | 'makeDirectory'
+  | 'watchDirectory'
+  | 'listProcesses'
+  | 'attachProcess'
 
 /**
  * The sandbox a provider hands out: the backend's sandbox plus what the
@@ -245,11 +282,11 @@ export class ManagedSandbox implements CordonSandbox {
     command: string,
     args?: readonly string[],
     options?: SandboxStartOptions,
-  ): Promise<SandboxProcess> {
+  ): Promise<CordonProcess> {
     this.refuseWhilePaused('start')
     const process = await this.track(() => this.inner.start(command, args, options))
     this.holdWhile(process.wait())
-    return process
+    return detachable(process, this.hooks.backend)
   }
 
   writeFile(
@@ -305,6 +342,63 @@ export class ManagedSandbox implements CordonSandbox {
       () => this.inner.listFiles(rootPath, options),
       { measure: (entries) => ({ files: entries.length }) },
     )
+  }
+
+  async statFile(path: string, options?: SandboxStatOptions): Promise<SandboxFileInfo> {
+    const stat = this.optional('statFile')
+    return this.fileOperation('stat', path, () => stat(path, options), {})
+  }
+
+  async removeFile(path: string, options?: SandboxRemoveOptions): Promise<void> {
+    const remove = this.optional('removeFile')
+    return this.fileOperation('remove', path, () => remove(path, options), {})
+  }
+
+  async renameFile(from: string, to: string, options?: SandboxFileOptions): Promise<void> {
+    const rename = this.optional('renameFile')
+    return this.fileOperation('rename', from, () => rename(from, to, options), {})
+  }
+
+  async makeDirectory(path: string, options?: SandboxMakeDirectoryOptions): Promise<boolean> {
+    const make = this.optional('makeDirectory')
+    return this.fileOperation('make-directory', path, () => make(path, options), {})
+  }
+
+  /** Setting the watch up is activity; a watch waiting for changes is not (it does not hold off the idle timeout). */
+  async watchDirectory(
+    path: string,
+    options?: SandboxWatchOptions,
+  ): Promise<SandboxDirectoryWatch> {
+    const watch = this.optional('watchDirectory')
+    return this.fileOperation('watch', path, () => watch(path, options), {})
+  }
+
+  async listProcesses(options?: SandboxFileOptions): Promise<readonly SandboxProcessInfo[]> {
+    this.refuseWhilePaused('listProcesses')
+    const list = this.optional('listProcesses')
+    return this.track(() => list(options))
+  }
+
+  async attachProcess(id: string, options?: SandboxAttachOptions): Promise<CordonProcess> {
+    this.refuseWhilePaused('attachProcess')
+    const attach = this.optional('attachProcess')
+    const process = await this.track(() => attach(id, options))
+    this.holdWhile(process.wait())
+    return detachable(process, this.hooks.backend)
+  }
+
+  /** The backend's member, or a refusal naming it when the backend has none. */
+  private optional<K extends OptionalMember>(name: K): NonNullable<CordonBackendSandbox[K]> {
+    const member = this.inner[name]
+    if (typeof member !== 'function')
+      throw new SandboxControlRefusedError(
+        name,
+        this.hooks.backend,
+        `this backend's sandbox has no ${name}`,
+      )
+    return (member as (...args: never[]) => unknown).bind(this.inner) as NonNullable<
+      CordonBackendSandbox[K]
+    >
   }
 
   destroy(options?: SandboxDestroyOptions): Promise<void> {
@@ -635,6 +729,11 @@ const fileOperationName: Record<FileOperation, string> = {
   'write-batch': 'writeFiles',
   'read-batch': 'readFiles',
   list: 'listFiles',
+  stat: 'statFile',
+  remove: 'removeFile',
+  rename: 'renameFile',
+  'make-directory': 'makeDirectory',
+  watch: 'watchDirectory',
 }
 
 function byteLength(content: string | Uint8Array): number {

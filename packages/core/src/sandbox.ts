@@ -89,9 +89,30 @@ export interface SandboxStartOptions extends Omit<SandboxExecOptions, 'stdin'> {
  * A command running in the background. `exec` is `start` followed by `wait`.
  * A started process has no default timeout: it runs until it ends, is killed,
  * or its `timeout` (if given) runs out. Disposing it (`await using`) kills it
- * if it is still running.
+ * if it is still running and this handle is attached to it.
  */
 export interface SandboxProcess extends AsyncDisposable {
+  /**
+   * The sandbox's id of the process, for `listProcesses` and
+   * `attachProcess` (always set by cordon's backends).
+   */
+  readonly id?: string
+  /** Its process id inside the sandbox (always set by cordon's backends). */
+  readonly pid?: number
+  /**
+   * Bytes of output dropped while nobody was attached, before this handle
+   * attached (0 for the handle `start` returns). Set on a handle from
+   * `attachProcess`.
+   */
+  readonly droppedOutputBytes?: number
+  /**
+   * Stops following the process without ending it: the handle stops
+   * receiving output and `wait()` rejects with `SandboxOperationError`,
+   * while the process runs on and its output is kept (up to a bound, the
+   * oldest dropped first) for the next `attachProcess(id)`. Always present
+   * on cordon's backends.
+   */
+  detach?(): Promise<void>
   /** Write to the command's stdin. */
   write(data: string | Uint8Array): Promise<void>
   /** Close the command's stdin (end of input). */
@@ -100,6 +121,53 @@ export interface SandboxProcess extends AsyncDisposable {
   kill(signal?: 'SIGTERM' | 'SIGKILL'): Promise<void>
   /** Resolves with the result when the command has ended. */
   wait(): Promise<SandboxExecResult>
+}
+
+/**
+ * The process handle a {@link CordonSandbox} hands out (from `start` and
+ * `attachProcess`): a {@link SandboxProcess} that can always be detached
+ * from. `id` is absent only when the sandbox's agent is too old to keep a
+ * process without a connection; `detach` then refuses with
+ * `SandboxOperationError`, and `listProcesses` and `attachProcess` with
+ * `SandboxControlRefusedError`.
+ */
+export interface CordonProcess extends SandboxProcess {
+  readonly droppedOutputBytes: number
+  detach(): Promise<void>
+}
+
+/**
+ * A process started with `start`, as `listProcesses` reports it (the
+ * E2B `commands.list()` and Daytona session-command equivalents).
+ */
+export interface SandboxProcessInfo {
+  /** What `attachProcess` takes. */
+  readonly id: string
+  /** Its process id inside the sandbox. */
+  readonly pid: number
+  readonly command: string
+  readonly args: readonly string[]
+  readonly status: 'running' | 'exited'
+  /** When it started, milliseconds since the epoch. */
+  readonly startedAt: number
+  /** When it ended, for an exited process. */
+  readonly endedAt?: number
+  /** Its exit code (128 + the signal's number when a signal ended it), for an exited process. */
+  readonly exitCode?: number
+  /** The signal that ended it, if one did. */
+  readonly signal?: string
+  /** Whether a handle follows its output now. */
+  readonly attached: boolean
+}
+
+/** Options of `Sandbox.attachProcess`. */
+export interface SandboxAttachOptions {
+  /** Called with each piece of output: the output kept while detached first, then live output. */
+  readonly onOutput?: (chunk: SandboxOutputChunk) => void
+  /** Cap on the bytes of each stream kept in the result (default 10 MiB), as for exec. */
+  readonly maxOutputBytes?: number
+  /** Aborting ends the wait for the attach; once attached, it kills the process as for `start`. */
+  readonly signal?: AbortSignal
 }
 
 /** A regular file found by `listFiles`. */
@@ -113,6 +181,83 @@ export interface SandboxFileEntry {
 
 export interface SandboxFileOptions {
   readonly signal?: AbortSignal
+}
+
+/** What `statFile` finds at a path. */
+export type SandboxFileType = 'file' | 'directory' | 'symlink' | 'other'
+
+/** What `statFile` reports (E2B `files.getInfo`, Daytona `fs.getFileDetails`). */
+export interface SandboxFileInfo {
+  /** Absolute path inside the sandbox, as asked (relative paths resolved against `rootDir`). */
+  readonly path: string
+  /** `symlink` for a link that was not followed. */
+  readonly type: SandboxFileType
+  /** Bytes (for a link not followed: the length of its target's text). */
+  readonly size: number
+  /** Permission bits, with the set-id and sticky bits (`0o755`). */
+  readonly mode: number
+  /** Last modification time, milliseconds since the epoch. */
+  readonly modifiedMs: number
+  /** Whether the path is a symbolic link (only ever true when links are not followed). */
+  readonly isSymlink: boolean
+  /** The link's own text (what it points to, unresolved), for a link. */
+  readonly symlinkTarget?: string
+}
+
+export interface SandboxStatOptions extends SandboxFileOptions {
+  /**
+   * Report what a symbolic link leads to instead of the link (default
+   * false). A link that leads outside the sandbox's readable directories
+   * is then refused with `SandboxPathError`; one that leads nowhere is
+   * `SandboxFileNotFoundError`.
+   */
+  readonly followSymlinks?: boolean
+}
+
+export interface SandboxRemoveOptions extends SandboxFileOptions {
+  /** Remove a directory and everything in it (default false: only an empty one). */
+  readonly recursive?: boolean
+}
+
+export interface SandboxMakeDirectoryOptions extends SandboxFileOptions {
+  /** Permission bits of the directories made (default 0o755, less the agent's umask). */
+  readonly mode?: number
+}
+
+export interface SandboxWatchOptions extends SandboxFileOptions {
+  /** Report changes in subdirectories too, including ones made later (default false). */
+  readonly recursive?: boolean
+  /**
+   * Promise that changes made to the directory from outside the sandbox
+   * (by the host, in a host directory it shares) are reported too. Changes
+   * made inside the sandbox (by its commands and by this API) always are.
+   * A backend whose runtime cannot see outside changes refuses it with
+   * `SandboxControlRefusedError` naming `watchDirectory.external`: Docker
+   * under gVisor (its kernel implements inotify inside the sandbox), and
+   * the microVM and ACI backends. Default false: outside changes may or
+   * may not be reported.
+   */
+  readonly external?: boolean
+}
+
+/** One change `watchDirectory` reports. */
+export interface SandboxFileChange {
+  readonly type: 'created' | 'modified' | 'removed' | 'renamed'
+  /** Absolute path inside the sandbox, under the watched directory as it was named. */
+  readonly path: string
+  /** For `renamed`: where it was. */
+  readonly oldPath?: string
+  readonly isDirectory: boolean
+}
+
+/**
+ * A watch of a directory (E2B `files.watchDir`): iterate it for the
+ * changes; it ends when `close()` is called, its `signal` aborts, or the
+ * loop is left.
+ */
+export interface SandboxDirectoryWatch extends AsyncIterable<SandboxFileChange>, AsyncDisposable {
+  /** Stops the watch; an iteration in progress ends after the changes already received. */
+  close(): Promise<void>
 }
 
 /** Options of a whole-file read (`readFile`, `readFiles`). */
@@ -394,6 +539,57 @@ export interface Sandbox {
   readFile(path: string, options?: SandboxReadFileOptions): Promise<Buffer>
   /** Every regular file under `rootPath` (default `rootDir`), recursively; `[]` if it is missing. */
   listFiles(rootPath?: string, options?: SandboxFileOptions): Promise<readonly SandboxFileEntry[]>
+  /**
+   * What is at `path`: type, size, mode, modification time, and whether it
+   * is a link (not followed unless `followSymlinks`). Readable directories
+   * only; a missing path is `SandboxFileNotFoundError`. Always present on a
+   * {@link CordonSandbox}.
+   */
+  statFile?(path: string, options?: SandboxStatOptions): Promise<SandboxFileInfo>
+  /**
+   * Removes a file, a link (never what it points to) or an empty directory;
+   * with `recursive`, a directory and everything in it. Only inside the
+   * writable directories, and never one of the sandbox's mounts itself: any
+   * other path is refused with `SandboxPathError`, as `writeFile` refuses
+   * it. A missing path is `SandboxFileNotFoundError`. Always present on a
+   * {@link CordonSandbox}.
+   */
+  removeFile?(path: string, options?: SandboxRemoveOptions): Promise<void>
+  /**
+   * Renames (moves) a file, link or directory, replacing a file at `to`
+   * and making `to`'s missing parent directories. Both paths must lie
+   * inside the writable directories (`SandboxPathError` otherwise); a move
+   * between two mounts is refused with `SandboxOperationError`. Always
+   * present on a {@link CordonSandbox}.
+   */
+  renameFile?(from: string, to: string, options?: SandboxFileOptions): Promise<void>
+  /**
+   * Makes a directory and its missing parents, as the sandbox's user, inside
+   * the writable directories (`SandboxPathError` otherwise). Resolves with
+   * `true` if it made it, `false` if it was a directory already. Always
+   * present on a {@link CordonSandbox}.
+   */
+  makeDirectory?(path: string, options?: SandboxMakeDirectoryOptions): Promise<boolean>
+  /**
+   * Watches a directory (readable directories only) and streams its
+   * changes; resolves once the watch is in place, so a change made after
+   * it resolves is reported. Always present on a {@link CordonSandbox}.
+   */
+  watchDirectory?(path: string, options?: SandboxWatchOptions): Promise<SandboxDirectoryWatch>
+  /**
+   * The processes started with `start` on this sandbox, running and
+   * recently exited. Always present on a {@link CordonSandbox}.
+   */
+  listProcesses?(options?: SandboxFileOptions): Promise<readonly SandboxProcessInfo[]>
+  /**
+   * Follows a process started with `start` again (from this sandbox object
+   * or another one reaching the same sandbox): the output it wrote while
+   * nobody was attached comes first, then its live output; `wait()`,
+   * `kill()` and `write()` work as on the handle `start` returned, which is
+   * detached from it. An unknown id is `SandboxOperationError`. Always
+   * present on a {@link CordonSandbox}.
+   */
+  attachProcess?(id: string, options?: SandboxAttachOptions): Promise<SandboxProcess>
   /** Removes the sandbox and everything made for it. Idempotent. */
   destroy(options?: SandboxDestroyOptions): Promise<void>
   /** Starts `command` in the background (always present on a {@link CordonSandbox}). */
@@ -490,7 +686,35 @@ export interface CordonBackendSandbox extends Sandbox, AsyncDisposable {
  * provider.create()` destroys it when the scope ends.
  */
 export interface CordonSandbox
-  extends Omit<CordonBackendSandbox, 'usage' | 'whenEnded' | 'openTerminal' | 'pause' | 'resume'> {
+  extends Omit<
+    CordonBackendSandbox,
+    | 'usage'
+    | 'whenEnded'
+    | 'openTerminal'
+    | 'statFile'
+    | 'removeFile'
+    | 'renameFile'
+    | 'makeDirectory'
+    | 'watchDirectory'
+    | 'listProcesses'
+    | 'attachProcess'
+    | 'start'
+    | 'pause'
+    | 'resume'
+  > {
+  /** Starts `command` in the background; see {@link SandboxProcess} and {@link CordonProcess}. */
+  start(
+    command: string,
+    args?: readonly string[],
+    options?: SandboxStartOptions,
+  ): Promise<CordonProcess>
+  statFile(path: string, options?: SandboxStatOptions): Promise<SandboxFileInfo>
+  removeFile(path: string, options?: SandboxRemoveOptions): Promise<void>
+  renameFile(from: string, to: string, options?: SandboxFileOptions): Promise<void>
+  makeDirectory(path: string, options?: SandboxMakeDirectoryOptions): Promise<boolean>
+  watchDirectory(path: string, options?: SandboxWatchOptions): Promise<SandboxDirectoryWatch>
+  listProcesses(options?: SandboxFileOptions): Promise<readonly SandboxProcessInfo[]>
+  attachProcess(id: string, options?: SandboxAttachOptions): Promise<CordonProcess>
   /** Why the sandbox ended; undefined while it lives. */
   readonly endReason: SandboxEndReason | undefined
   /**

@@ -5,6 +5,7 @@ import type {
   ContainerBackendConfig,
   ContainerSandboxLayout,
   ContainerSandboxMountSource,
+  CordonProcess,
   CordonSandbox,
   CordonSandboxProvider,
   EgressPolicy,
@@ -82,7 +83,8 @@ describe("the reference's shapes", () => {
 
   it('what cordon hands out is a Sandbox with every member', () => {
     expectTypeOf<CordonSandbox>().toMatchTypeOf<Sandbox>()
-    expectTypeOf<CordonSandbox['start']>().returns.toEqualTypeOf<Promise<SandboxProcess>>()
+    expectTypeOf<CordonSandbox['start']>().returns.toEqualTypeOf<Promise<CordonProcess>>()
+    expectTypeOf<CordonProcess>().toMatchTypeOf<SandboxProcess>()
     expectTypeOf<CordonSandbox>().toHaveProperty(Symbol.asyncDispose)
     expectTypeOf<SandboxProcess>().toHaveProperty(Symbol.asyncDispose)
   })

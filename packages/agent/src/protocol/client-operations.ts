@@ -7,13 +7,17 @@ import {
   type AgentMessage,
   type ExecRequest,
   type ExitMessage,
+  type FileChangeMessage,
   type FileEntryMessage,
   type HealthOkMessage,
   type HelloMessage,
   type KillSignalName,
+  PROTOCOL_REVISION,
   PROTOCOL_VERSION,
+  type ProcessEntryMessage,
   ProtocolError,
   parseAgentMessage,
+  type StatOkMessage,
   type UsageOkMessage,
 } from './messages.js'
 
@@ -52,6 +56,32 @@ export class AgentImpostorError extends Error {
     super(message)
     this.name = 'AgentImpostorError'
   }
+}
+
+/**
+ * A request the agent at the other end is too old to serve: it announced an
+ * earlier protocol revision than the request needs. Nothing was sent.
+ */
+export class AgentRevisionError extends Error {
+  constructor(
+    readonly request: string,
+    readonly agentRevision: number,
+    readonly needed: number,
+  ) {
+    super(
+      `the sandbox's agent serves protocol revision ${agentRevision}; "${request}" needs ${needed} (update the agent in the sandbox's image or runtime)`,
+    )
+    this.name = 'AgentRevisionError'
+  }
+}
+
+/** The revision each agent announced, by connection (see `PROTOCOL_REVISION`). */
+const agentRevisions = new WeakMap<FramedConnection, number>()
+
+/** Throws {@link AgentRevisionError} when the connection's agent announced less than `needed`. */
+function requireRevision(connection: FramedConnection, request: string, needed = 1): void {
+  const revision = agentRevisions.get(connection) ?? 0
+  if (revision < needed) throw new AgentRevisionError(request, revision, needed)
 }
 
 export const DEFAULT_HEARTBEAT_MS = 5_000
@@ -117,6 +147,7 @@ export async function authenticateToAgent(
   }
   connection.setMaxFrameBytes(DEFAULT_MAX_FRAME_BYTES)
   connection.startHeartbeat(heartbeatMs, heartbeatMs * IDLE_HEARTBEATS)
+  agentRevisions.set(connection, Math.min(hello.revision ?? 0, PROTOCOL_REVISION))
   return hello
 }
 
@@ -318,12 +349,126 @@ export async function requestListFiles(
 export async function requestMakeDirectory(
   connection: FramedConnection,
   path: string,
+  options: { strict?: boolean; mode?: number } = {},
 ): Promise<boolean> {
-  await connection.send({ type: 'make-directory', path })
+  if (options.strict || options.mode !== undefined) requireRevision(connection, 'make-directory')
+  await connection.send({
+    type: 'make-directory',
+    path,
+    ...(options.strict ? { strict: true } : {}),
+    ...(options.mode === undefined ? {} : { mode: options.mode }),
+  })
   const reply = await nextMessage(connection)
   if (reply.type !== 'directory-ok') throw remoteOrUnexpected(reply, 'directory-ok')
   connection.close()
   return reply.created
+}
+
+/** What is at `path` (see `StatRequest`). */
+export async function requestStat(
+  connection: FramedConnection,
+  path: string,
+  followLinks: boolean,
+): Promise<StatOkMessage> {
+  requireRevision(connection, 'stat')
+  await connection.send({ type: 'stat', path, followLinks })
+  const reply = await nextMessage(connection)
+  if (reply.type !== 'stat-ok') throw remoteOrUnexpected(reply, 'stat-ok')
+  connection.close()
+  return reply
+}
+
+/** Removes `path` (see `RemoveRequest`). */
+export async function requestRemove(
+  connection: FramedConnection,
+  path: string,
+  recursive: boolean,
+): Promise<void> {
+  requireRevision(connection, 'remove')
+  await connection.send({ type: 'remove', path, recursive })
+  const reply = await nextMessage(connection)
+  if (reply.type !== 'done') throw remoteOrUnexpected(reply, 'done')
+  connection.close()
+}
+
+/** Renames `from` to `to` (see `RenameRequest`). */
+export async function requestRename(
+  connection: FramedConnection,
+  from: string,
+  to: string,
+): Promise<void> {
+  requireRevision(connection, 'rename')
+  await connection.send({ type: 'rename', from, to })
+  const reply = await nextMessage(connection)
+  if (reply.type !== 'done') throw remoteOrUnexpected(reply, 'done')
+  connection.close()
+}
+
+/** The processes started with `keep` (see `ListProcessesRequest`). */
+export async function requestListProcesses(
+  connection: FramedConnection,
+): Promise<readonly ProcessEntryMessage[]> {
+  requireRevision(connection, 'list-processes')
+  await connection.send({ type: 'list-processes' })
+  const reply = await nextMessage(connection)
+  if (reply.type !== 'processes') throw remoteOrUnexpected(reply, 'processes')
+  connection.close()
+  return reply.processes
+}
+
+/** A watch in place (see `WatchRequest`). */
+export interface AgentWatch {
+  /** Batches of changes, until `stop()` or the connection ends; a failure of the watch rejects. */
+  readonly changes: AsyncIterable<readonly FileChangeMessage[]>
+  /** Asks the agent to stop; the iteration then ends. */
+  stop(): void
+}
+
+/** Starts a watch; resolves once the agent's watches are in place. */
+export async function requestWatch(
+  connection: FramedConnection,
+  path: string,
+  recursive: boolean,
+): Promise<AgentWatch> {
+  requireRevision(connection, 'watch')
+  await connection.send({ type: 'watch', path, recursive })
+  const ready = await nextMessage(connection)
+  if (ready.type !== 'watching') throw remoteOrUnexpected(ready, 'watching')
+  let stopping = false
+  async function* changes(): AsyncGenerator<readonly FileChangeMessage[]> {
+    let finished = false
+    try {
+      for (;;) {
+        const frame = await connection.read()
+        if (!frame) {
+          if (stopping) {
+            finished = true
+            return
+          }
+          throw new ConnectionClosedError('the agent closed the watch')
+        }
+        if (frame.kind !== 'message') throw new ProtocolError('unexpected data during a watch')
+        const message = parseAgentMessage(frame.message)
+        if (message.type === 'end') {
+          finished = true
+          return
+        }
+        if (message.type !== 'fs-events') throw remoteOrUnexpected(message, 'fs-events')
+        yield message.events
+      }
+    } finally {
+      if (finished) connection.close()
+      else connection.destroy()
+    }
+  }
+  return {
+    changes: changes(),
+    stop: () => {
+      if (stopping) return
+      stopping = true
+      void connection.send({ type: 'end' }).catch(() => connection.destroy())
+    },
+  }
 }
 
 export interface AgentFileDownload {
@@ -443,6 +588,8 @@ export class AgentExecSession {
     private readonly connection: FramedConnection,
     readonly pid: number,
     handlers: AgentExecHandlers,
+    /** The agent's id of a command started with `keep` (see `ExecRequest.keep`). */
+    readonly id?: string,
   ) {
     this.result = this.pump(handlers)
     this.result.catch(() => {})
@@ -477,9 +624,21 @@ export class AgentExecSession {
     await acknowledged
   }
 
-  /** Drops the connection; the agent kills the command. */
+  /**
+   * Drops the connection; the agent kills the command, unless it was
+   * started with `keep` (then it goes on, as after {@link detach}).
+   */
   abandon(): void {
     this.connection.destroy()
+  }
+
+  /**
+   * Stops following a command started with `keep`: the connection ends and
+   * the command goes on, its output held by the agent for the next `attach`.
+   * `result` then rejects.
+   */
+  detach(): void {
+    this.connection.close()
   }
 
   private async pump(handlers: AgentExecHandlers): Promise<ExitMessage> {
@@ -548,14 +707,41 @@ export class AgentExecSession {
   }
 }
 
-/** Starts a command; resolves once the agent has spawned it. */
+/**
+ * Starts a command; resolves once the agent has spawned it. `keep` is sent
+ * only to an agent that serves it (revision 1); to an older one the command
+ * starts as a plain exec, its session without an `id`.
+ */
 export async function requestExec(
   connection: FramedConnection,
   request: Omit<ExecRequest, 'type'>,
   handlers: AgentExecHandlers = {},
 ): Promise<AgentExecSession> {
-  await connection.send({ type: 'exec', ...request })
+  const { keep, ...plain } = request
+  const kept = keep === true && (agentRevisions.get(connection) ?? 0) >= 1
+  await connection.send({ type: 'exec', ...plain, ...(kept ? { keep: true } : {}) })
   const started = await nextMessage(connection)
   if (started.type !== 'started') throw remoteOrUnexpected(started, 'started')
-  return new AgentExecSession(connection, started.pid, handlers)
+  return new AgentExecSession(connection, started.pid, handlers, started.id)
+}
+
+/**
+ * Attaches to a command started with `keep`: resolves with its session (the
+ * output held while nobody was attached arrives first) and how many bytes
+ * of output were dropped meanwhile.
+ */
+export async function requestAttach(
+  connection: FramedConnection,
+  id: string,
+  stdin: boolean,
+  handlers: AgentExecHandlers = {},
+): Promise<{ session: AgentExecSession; droppedBytes: number }> {
+  requireRevision(connection, 'attach')
+  await connection.send({ type: 'attach', id, stdin })
+  const attached = await nextMessage(connection)
+  if (attached.type !== 'attached') throw remoteOrUnexpected(attached, 'attached')
+  return {
+    session: new AgentExecSession(connection, attached.pid, handlers, id),
+    droppedBytes: attached.droppedBytes,
+  }
 }

@@ -10,9 +10,15 @@
  * 3. The agent sends `auth-ok` with its proof of the secret over both nonces
  *    (see auth.ts); a client that cannot verify it hangs up. The client
  *    then sends one request (`health`,
- *    `exec`, `read-file`, `write-file`, `list-files`).
+ *    `exec`, `read-file`, `write-file`, `list-files`, ...).
  * 4. The operation runs to its end message (`health-ok`, `exit`, `end`,
  *    `write-done`) or an `error`, and the connection closes.
+ *
+ * The protocol number changes only when a client and an agent of different
+ * numbers cannot serve each other at all. Requests added since are counted by
+ * the `revision` in `hello` (absent: 0): a client sends a request of a later
+ * revision only to an agent that announces it, and refuses it with a typed
+ * error otherwise; an older client ignores the field.
  *
  * Either side may send `heartbeat` at any time after authentication; a side
  * that hears nothing for several heartbeat intervals treats the peer as gone.
@@ -23,6 +29,12 @@
 import type { AgentHealthReport } from '@cordon/core'
 
 export const PROTOCOL_VERSION = 2
+/**
+ * Requests this agent serves beyond protocol 2's first set. 1: `stat`,
+ * `remove`, `rename`, `make-directory` with `strict`, `watch`, `exec` with
+ * `keep`, `list-processes`, `attach`.
+ */
+export const PROTOCOL_REVISION = 1
 
 export type AgentErrorCode =
   | 'unauthorized'
@@ -32,6 +44,10 @@ export type AgentErrorCode =
   | 'bad-cwd'
   | 'size-mismatch'
   | 'io-error'
+  | 'not-empty'
+  | 'cross-device'
+  | 'unsupported'
+  | 'detached'
   | 'internal'
 
 export type KillSignalName = 'SIGKILL' | 'SIGTERM'
@@ -81,6 +97,12 @@ export interface ExecRequest {
   readonly timeoutMs?: number
   /** Whether the client will send stdin; without it the command's stdin is empty. */
   readonly stdin: boolean
+  /**
+   * Revision 1: the command outlives this connection. It is listed by
+   * `list-processes`; closing the connection detaches from it (its output is
+   * kept, up to a bound, for the next `attach`) instead of killing it.
+   */
+  readonly keep?: boolean
 }
 export interface StdinEndMessage {
   readonly type: 'stdin-end'
@@ -133,6 +155,56 @@ export interface ListFilesRequest {
 export interface MakeDirectoryRequest {
   readonly type: 'make-directory'
   readonly path: string
+  /**
+   * Revision 1, the file API's `makeDirectory`: the path must lie inside the
+   * write roots even when it exists already. Without it a directory that
+   * exists anywhere is accepted (a command may start in `/tmp`).
+   */
+  readonly strict?: boolean
+  /** Permission bits of the directories made (default 0o755). */
+  readonly mode?: number
+}
+/** Revision 1: what is at `path`, as `lstat` (or, with `followLinks`, `stat`) sees it. */
+export interface StatRequest {
+  readonly type: 'stat'
+  readonly path: string
+  readonly followLinks: boolean
+}
+/** Revision 1: removes a file, a link or an empty directory; with `recursive`, a directory and everything in it. */
+export interface RemoveRequest {
+  readonly type: 'remove'
+  readonly path: string
+  readonly recursive: boolean
+}
+/** Revision 1: renames (moves) `from` to `to`, both inside the write roots. */
+export interface RenameRequest {
+  readonly type: 'rename'
+  readonly from: string
+  readonly to: string
+}
+/**
+ * Revision 1: streams changes under a directory as `fs-events` messages
+ * until the client sends `end` (answered with `end`) or hangs up.
+ */
+export interface WatchRequest {
+  readonly type: 'watch'
+  readonly path: string
+  readonly recursive: boolean
+}
+/** Revision 1: the processes started with `keep`, running and recently ended. */
+export interface ListProcessesRequest {
+  readonly type: 'list-processes'
+}
+/**
+ * Revision 1: follows a process started with `keep`: the output kept while
+ * nobody was attached, then its live output, stdin and `cancel` as on the
+ * `exec` connection, and `exit`. A connection already attached to it is
+ * detached (sent `error: detached`).
+ */
+export interface AttachRequest {
+  readonly type: 'attach'
+  readonly id: string
+  readonly stdin: boolean
 }
 export interface EndMessage {
   readonly type: 'end'
@@ -166,6 +238,12 @@ export type AgentRequest =
   | MakeDirectoryRequest
   | PauseClocksRequest
   | ResumeClocksRequest
+  | StatRequest
+  | RemoveRequest
+  | RenameRequest
+  | WatchRequest
+  | ListProcessesRequest
+  | AttachRequest
 export type ClientMessage =
   | AuthMessage
   | AgentRequest
@@ -184,6 +262,8 @@ export interface HelloMessage {
   /** Lowercase hex, 32 random bytes. */
   readonly nonce: string
   readonly agentVersion: string
+  /** Requests served beyond the protocol's first set (see {@link PROTOCOL_REVISION}); absent: 0. */
+  readonly revision?: number
 }
 export interface AuthOkMessage {
   readonly type: 'auth-ok'
@@ -211,6 +291,65 @@ export interface UsageOkMessage {
 export interface StartedMessage {
   readonly type: 'started'
   readonly pid: number
+  /** For a command started with `keep`: its id for `attach` and `list-processes`. */
+  readonly id?: string
+}
+/** The answer to `attach`: the output kept meanwhile follows as data frames. */
+export interface AttachedMessage {
+  readonly type: 'attached'
+  readonly pid: number
+  /** Bytes of output dropped while nobody was attached (the oldest go first). */
+  readonly droppedBytes: number
+}
+export type FileKind = 'file' | 'directory' | 'symlink' | 'other'
+export interface StatOkMessage {
+  readonly type: 'stat-ok'
+  readonly kind: FileKind
+  readonly size: number
+  /** Permission bits (with set-id and sticky bits). */
+  readonly mode: number
+  readonly modifiedMs: number
+  /** The link's own text, for a link that was not followed. */
+  readonly target?: string
+}
+/** A request done that has nothing to report (`remove`, `rename`). */
+export interface DoneMessage {
+  readonly type: 'done'
+}
+export type FileChangeKind = 'created' | 'modified' | 'removed' | 'renamed'
+export interface FileChangeMessage {
+  readonly kind: FileChangeKind
+  /** Under the watched directory as the client named it. */
+  readonly path: string
+  /** For `renamed`: where it was. */
+  readonly from?: string
+  readonly directory: boolean
+}
+/** The watch is in place: a change made from now on is reported. */
+export interface WatchingMessage {
+  readonly type: 'watching'
+}
+export interface FileChangesMessage {
+  readonly type: 'fs-events'
+  readonly events: readonly FileChangeMessage[]
+}
+export interface ProcessEntryMessage {
+  readonly id: string
+  readonly pid: number
+  readonly command: string
+  readonly args: readonly string[]
+  readonly running: boolean
+  /** Milliseconds since the epoch. */
+  readonly startedAt: number
+  readonly endedAt?: number
+  readonly exitCode?: number
+  readonly signal?: string
+  /** A connection follows its output now. */
+  readonly attached: boolean
+}
+export interface ProcessesMessage {
+  readonly type: 'processes'
+  readonly processes: readonly ProcessEntryMessage[]
 }
 export interface StdinAckMessage {
   readonly type: 'stdin-ack'
@@ -274,6 +413,12 @@ export type AgentMessage =
   | UsageOkMessage
   | SignalOkMessage
   | StartedMessage
+  | AttachedMessage
+  | StatOkMessage
+  | DoneMessage
+  | WatchingMessage
+  | FileChangesMessage
+  | ProcessesMessage
   | StdinAckMessage
   | CancelAckMessage
   | ClocksOkMessage
@@ -306,6 +451,10 @@ const AGENT_ERROR_CODES: ReadonlySet<string> = new Set<AgentErrorCode>([
   'bad-cwd',
   'size-mismatch',
   'io-error',
+  'not-empty',
+  'cross-device',
+  'unsupported',
+  'detached',
   'internal',
 ])
 
@@ -394,6 +543,7 @@ export function parseClientMessage(raw: Raw): ClientMessage {
     case 'usage':
     case 'pause-clocks':
     case 'resume-clocks':
+    case 'list-processes':
     case 'write-files':
     case 'proceed':
     case 'stdin-end':
@@ -403,6 +553,7 @@ export function parseClientMessage(raw: Raw): ClientMessage {
     case 'exec': {
       const cwd = raw.cwd === undefined ? undefined : absolutePath(raw, 'cwd')
       const timeoutMs = int(raw, 'timeoutMs', { optional: true, min: 1 })
+      const keep = raw.keep === undefined ? undefined : bool(raw, 'keep')
       return {
         type: 'exec',
         command: str(raw, 'command', { nonEmpty: true })!,
@@ -411,6 +562,7 @@ export function parseClientMessage(raw: Raw): ClientMessage {
         stdin: bool(raw, 'stdin'),
         ...(cwd === undefined ? {} : { cwd }),
         ...(timeoutMs === undefined ? {} : { timeoutMs }),
+        ...(keep ? { keep } : {}),
       }
     }
     case 'cancel': {
@@ -445,8 +597,35 @@ export function parseClientMessage(raw: Raw): ClientMessage {
       return { type: 'read-file', path: absolutePath(raw, 'path') }
     case 'list-files':
       return { type: 'list-files', path: absolutePath(raw, 'path') }
-    case 'make-directory':
-      return { type: 'make-directory', path: absolutePath(raw, 'path') }
+    case 'make-directory': {
+      const strict = raw.strict === undefined ? undefined : bool(raw, 'strict')
+      const mode = int(raw, 'mode', { optional: true, min: 0 })
+      if (mode !== undefined && mode > 0o7777)
+        fail(raw, '"mode" must be permission bits (at most 0o7777)')
+      return {
+        type: 'make-directory',
+        path: absolutePath(raw, 'path'),
+        ...(strict ? { strict } : {}),
+        ...(mode === undefined ? {} : { mode }),
+      }
+    }
+    case 'stat':
+      return {
+        type: 'stat',
+        path: absolutePath(raw, 'path'),
+        followLinks: bool(raw, 'followLinks'),
+      }
+    case 'remove':
+      return { type: 'remove', path: absolutePath(raw, 'path'), recursive: bool(raw, 'recursive') }
+    case 'rename':
+      return { type: 'rename', from: absolutePath(raw, 'from'), to: absolutePath(raw, 'to') }
+    case 'watch':
+      return { type: 'watch', path: absolutePath(raw, 'path'), recursive: bool(raw, 'recursive') }
+    case 'attach': {
+      const id = str(raw, 'id', { nonEmpty: true })!
+      if (!/^[0-9a-z_]{1,64}$/.test(id)) fail(raw, '"id" must be a process id')
+      return { type: 'attach', id, stdin: bool(raw, 'stdin') }
+    }
     case 'read-files':
       return { type: 'read-files', path: absolutePath(raw, 'path') }
     case 'write-file': {
@@ -472,11 +651,13 @@ export function parseAgentMessage(raw: Raw): AgentMessage {
     case 'hello': {
       const nonce = str(raw, 'nonce')!
       if (!/^[0-9a-f]{64}$/.test(nonce)) fail(raw, '"nonce" must be 64 lowercase hex digits')
+      const revision = int(raw, 'revision', { optional: true, min: 0 })
       return {
         type: 'hello',
         protocol: int(raw, 'protocol')!,
         nonce,
         agentVersion: str(raw, 'agentVersion')!,
+        ...(revision === undefined ? {} : { revision }),
       }
     }
     case 'auth-ok': {
@@ -486,6 +667,8 @@ export function parseAgentMessage(raw: Raw): AgentMessage {
     }
     case 'cancel-ack':
     case 'write-ready':
+    case 'done':
+    case 'watching':
     case 'end':
     case 'heartbeat':
       return { type: raw.type }
@@ -519,8 +702,82 @@ export function parseAgentMessage(raw: Raw): AgentMessage {
         ...(memoryPeakBytes === undefined ? {} : { memoryPeakBytes }),
       }
     }
-    case 'started':
-      return { type: 'started', pid: int(raw, 'pid', { min: 0 })! }
+    case 'started': {
+      const id = str(raw, 'id', { optional: true, nonEmpty: true })
+      return {
+        type: 'started',
+        pid: int(raw, 'pid', { min: 0 })!,
+        ...(id === undefined ? {} : { id }),
+      }
+    }
+    case 'attached':
+      return {
+        type: 'attached',
+        pid: int(raw, 'pid', { min: 0 })!,
+        droppedBytes: int(raw, 'droppedBytes', { min: 0 })!,
+      }
+    case 'stat-ok': {
+      const kind = raw.kind
+      if (kind !== 'file' && kind !== 'directory' && kind !== 'symlink' && kind !== 'other')
+        fail(raw, '"kind" must be file, directory, symlink or other')
+      const target = str(raw, 'target', { optional: true })
+      return {
+        type: 'stat-ok',
+        kind,
+        size: int(raw, 'size', { min: 0 })!,
+        mode: int(raw, 'mode', { min: 0 })!,
+        modifiedMs: int(raw, 'modifiedMs')!,
+        ...(target === undefined ? {} : { target }),
+      }
+    }
+    case 'fs-events': {
+      const events = raw.events
+      if (!Array.isArray(events)) fail(raw, '"events" must be an array')
+      return {
+        type: 'fs-events',
+        events: events.map((event: unknown) => {
+          if (typeof event !== 'object' || event === null) fail(raw, 'each event must be an object')
+          const item = event as Raw
+          const kind = item.kind
+          if (kind !== 'created' && kind !== 'modified' && kind !== 'removed' && kind !== 'renamed')
+            fail(raw, '"kind" must be created, modified, removed or renamed')
+          const from = str(item, 'from', { optional: true })
+          return {
+            kind,
+            path: str(item, 'path', { nonEmpty: true })!,
+            directory: bool(item, 'directory'),
+            ...(from === undefined ? {} : { from }),
+          }
+        }),
+      }
+    }
+    case 'processes': {
+      const processes = raw.processes
+      if (!Array.isArray(processes)) fail(raw, '"processes" must be an array')
+      return {
+        type: 'processes',
+        processes: processes.map((entry: unknown) => {
+          if (typeof entry !== 'object' || entry === null)
+            fail(raw, 'each process must be an object')
+          const item = entry as Raw
+          const endedAt = int(item, 'endedAt', { optional: true, min: 0 })
+          const exitCode = int(item, 'exitCode', { optional: true })
+          const signal = str(item, 'signal', { optional: true })
+          return {
+            id: str(item, 'id', { nonEmpty: true })!,
+            pid: int(item, 'pid', { min: 0 })!,
+            command: str(item, 'command')!,
+            args: stringList(item, 'args'),
+            running: bool(item, 'running'),
+            startedAt: int(item, 'startedAt', { min: 0 })!,
+            attached: bool(item, 'attached'),
+            ...(endedAt === undefined ? {} : { endedAt }),
+            ...(exitCode === undefined ? {} : { exitCode }),
+            ...(signal === undefined ? {} : { signal }),
+          }
+        }),
+      }
+    }
     case 'stdin-ack':
       return {
         type: 'stdin-ack',

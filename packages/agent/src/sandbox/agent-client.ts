@@ -8,23 +8,32 @@ import {
   type AgentFileDownload,
   AgentImpostorError,
   AgentRemoteError,
+  type AgentWatch,
   authenticateToAgent,
   type ExecRequest,
   type FileEntryMessage,
   FramedConnection,
   type HealthOkMessage,
+  type ProcessEntryMessage,
   ProtocolError,
+  requestAttach,
   requestClocks,
   requestExec,
   requestHealth,
   requestListFiles,
+  requestListProcesses,
   requestMakeDirectory,
   requestReadFile,
   requestReadFiles,
+  requestRemove,
+  requestRename,
   requestSignalMarked,
+  requestStat,
   requestUsage,
+  requestWatch,
   requestWriteFile,
   requestWriteFiles,
+  type StatOkMessage,
   type UsageOkMessage,
 } from '../protocol/index.js'
 import { toSandboxError } from './agent-error-mapping.js'
@@ -361,11 +370,95 @@ export class AgentClient {
     )
   }
 
-  /** Makes `path` a directory as the sandbox's user, inside the write roots; resolves with whether it was made. */
-  async makeDirectory(path: string, signal?: AbortSignal): Promise<boolean> {
+  /**
+   * Makes `path` a directory as the sandbox's user, inside the write roots;
+   * resolves with whether it was made. With `strict` (the file API), a
+   * directory that exists outside the write roots is refused too.
+   */
+  async makeDirectory(
+    path: string,
+    signal?: AbortSignal,
+    options: { strict?: boolean; mode?: number } = {},
+  ): Promise<boolean> {
     return this.withConnection('makeDirectory', path, signal, (connection) =>
-      requestMakeDirectory(connection, path),
+      requestMakeDirectory(connection, path, options),
     )
+  }
+
+  /** What is at `path` (a link itself unless `followLinks`). */
+  async stat(path: string, followLinks: boolean, signal?: AbortSignal): Promise<StatOkMessage> {
+    return this.withConnection('statFile', path, signal, (connection) =>
+      requestStat(connection, path, followLinks),
+    )
+  }
+
+  async remove(path: string, recursive: boolean, signal?: AbortSignal): Promise<void> {
+    return this.withConnection('removeFile', path, signal, (connection) =>
+      requestRemove(connection, path, recursive),
+    )
+  }
+
+  async rename(from: string, to: string, signal?: AbortSignal): Promise<void> {
+    return this.withConnection('renameFile', from, signal, (connection) =>
+      requestRename(connection, from, to),
+    )
+  }
+
+  /** The processes started with `keep`. */
+  async listProcesses(signal?: AbortSignal): Promise<readonly ProcessEntryMessage[]> {
+    return this.withConnection('listProcesses', undefined, signal, (connection) =>
+      requestListProcesses(connection),
+    )
+  }
+
+  /**
+   * Watches a directory on a file connection of its own, which lives until
+   * the watch is stopped; its changes and failures come out translated.
+   */
+  async watch(path: string, recursive: boolean, signal?: AbortSignal): Promise<AgentWatch> {
+    const connection = await this.open(signal, 'file')
+    let watch: AgentWatch
+    try {
+      watch = await requestWatch(connection, path, recursive)
+    } catch (error) {
+      connection.destroy()
+      throw this.translate(error, 'watchDirectory', path, signal)
+    }
+    const translate = (error: unknown): SandboxError =>
+      this.translate(error, 'watchDirectory', path)
+    return {
+      changes: {
+        async *[Symbol.asyncIterator]() {
+          try {
+            for await (const batch of watch.changes) yield batch
+          } catch (error) {
+            throw translate(error)
+          }
+        },
+      },
+      stop: () => watch.stop(),
+    }
+  }
+
+  /** Attaches to a command started with `keep` (see `requestAttach`). */
+  async attach(
+    id: string,
+    stdin: boolean,
+    handlers: AgentExecHandlers,
+    signal?: AbortSignal,
+  ): Promise<{ session: AgentExecSession; droppedBytes: number }> {
+    const connection = await this.open(signal)
+    const onAbort = (): void =>
+      connection.destroy(new SandboxAbortedError('attachProcess', { cause: signal?.reason }))
+    signal?.addEventListener('abort', onAbort, { once: true })
+    try {
+      return await requestAttach(connection, id, stdin, handlers)
+    } catch (error) {
+      connection.destroy()
+      throw this.translate(error, 'attachProcess', undefined, signal)
+    } finally {
+      signal?.removeEventListener('abort', onAbort)
+    }
   }
 
   async writeFile(

@@ -1,5 +1,6 @@
 import {
   SandboxAbortedError,
+  SandboxControlRefusedError,
   SandboxError,
   SandboxFileNotFoundError,
   SandboxOperationError,
@@ -9,6 +10,7 @@ import {
 import {
   AgentImpostorError,
   AgentRemoteError,
+  AgentRevisionError,
   ConnectionClosedError,
   ConnectionIdleError,
   FrameError,
@@ -27,12 +29,23 @@ export function toSandboxError(
   if (SandboxError.isInstance(error)) return error
   if (context.signal?.aborted)
     return new SandboxAbortedError(context.operation, { cause: context.signal.reason })
+  if (error instanceof AgentRevisionError)
+    return new SandboxControlRefusedError(context.operation, context.endpoint, error.message, {
+      cause: error,
+    })
   if (error instanceof AgentRemoteError) {
     switch (error.code) {
       case 'path-refused':
       case 'bad-cwd':
         return new SandboxPathError(context.path ?? '', error.message, { cause: error })
+      case 'unsupported':
+        return new SandboxControlRefusedError(context.operation, context.endpoint, error.message, {
+          cause: error,
+        })
       case 'not-found':
+        // Not about a file (an unknown process id): the agent's message says what.
+        if (context.path === undefined)
+          return new SandboxOperationError(context.operation, error.message, { cause: error })
         return new SandboxFileNotFoundError(context.path ?? '', {
           cause: error,
           // The agent says what is there instead, when something is.

@@ -33,13 +33,18 @@ export class AgentProcess implements SandboxProcess {
   private readonly startedAt = Date.now()
   private removeAbortListener = (): void => {}
   private finished = false
+  private detached = false
+  readonly pid: number
 
   constructor(
     private readonly session: AgentExecSession,
     private readonly collector: ExecOutputCollector,
     private readonly hooks: AgentProcessHooks,
     signal: AbortSignal | undefined,
+    /** Output dropped while nobody was attached, for a handle from `attachProcess`. */
+    readonly droppedOutputBytes = 0,
   ) {
+    this.pid = session.pid
     if (signal) {
       const onAbort = (): void => {
         void this.session.cancel('SIGKILL', 'abort').catch(() => {})
@@ -52,6 +57,28 @@ export class AgentProcess implements SandboxProcess {
     }
     this.settled = this.collect()
     this.settled.catch(() => {})
+  }
+
+  /** The agent's id of the process (absent only on an agent too old to keep processes). */
+  get id(): string | undefined {
+    return this.session.id
+  }
+
+  /**
+   * Stops following the process; it runs on, its output kept for the next
+   * `attachProcess`. On an agent too old to keep processes the connection
+   * is its life, so this refuses instead of killing it.
+   */
+  async detach(): Promise<void> {
+    if (this.finished || this.detached) return
+    if (this.session.id === undefined)
+      throw new SandboxOperationError(
+        'detach',
+        "the sandbox's agent is too old to keep a process without a connection; it was not detached",
+      )
+    this.detached = true
+    this.session.detach()
+    await this.settled.catch(() => {})
   }
 
   async write(data: string | Uint8Array): Promise<void> {
@@ -89,7 +116,7 @@ export class AgentProcess implements SandboxProcess {
 
   /** Kills the command if it is still running (for `await using`). */
   async [Symbol.asyncDispose](): Promise<void> {
-    if (this.finished || this.hooks.isDestroyed()) return
+    if (this.finished || this.detached || this.hooks.isDestroyed()) return
     await this.kill('SIGKILL').catch(() => {})
     await this.settled.catch(() => {})
   }
@@ -118,6 +145,14 @@ export class AgentProcess implements SandboxProcess {
       this.hooks.onSettled(result)
       return result
     } catch (error) {
+      if (this.detached) {
+        this.hooks.onSettled(undefined)
+        throw new SandboxOperationError(
+          'wait',
+          `detached from process ${this.session.id}; attachProcess('${this.session.id}') follows it again`,
+          { cause: error },
+        )
+      }
       const explained = await this.hooks.explainLost?.(this.startedAt).catch(() => undefined)
       if (explained) {
         this.hooks.onSettled(explained)
@@ -135,5 +170,10 @@ export class AgentProcess implements SandboxProcess {
 
   private assertLive(): void {
     if (this.hooks.isDestroyed()) throw new SandboxDestroyedError(this.hooks.sandboxId)
+    if (this.detached)
+      throw new SandboxOperationError(
+        'process',
+        `this handle is detached from process ${this.session.id}; attachProcess('${this.session.id}') follows it again`,
+      )
   }
 }

@@ -2,18 +2,23 @@ import { Buffer } from 'node:buffer'
 import {
   type CordonBackendSandbox,
   SANDBOX_DEFAULT_MAX_READ_BYTES,
+  type SandboxAttachOptions,
   type SandboxBackendUsage,
   type SandboxByteSource,
   SandboxConfigValidationError,
+  SandboxControlRefusedError,
   SandboxDestroyedError,
   type SandboxDestroyOptions,
+  type SandboxDirectoryWatch,
   type SandboxEndReason,
   type SandboxEnvironment,
   type SandboxEvent,
   type SandboxExecOptions,
   type SandboxExecResult,
+  type SandboxFileChange,
   type SandboxFileContent,
   type SandboxFileEntry,
+  type SandboxFileInfo,
   type SandboxFileOptions,
   SandboxFileTooLargeError,
   type SandboxFileWrite,
@@ -21,16 +26,21 @@ import {
   type SandboxForwardOptions,
   type SandboxForwardPort,
   type SandboxId,
+  type SandboxMakeDirectoryOptions,
   type SandboxNetworkPolicy,
+  SandboxOperationError,
   SandboxPathError,
   SandboxPausedError,
   type SandboxPauseOptions,
-  type SandboxProcess,
+  type SandboxProcessInfo,
   type SandboxReadFileOptions,
+  type SandboxRemoveOptions,
   type SandboxStartOptions,
+  type SandboxStatOptions,
   type SandboxStatus,
   type SandboxTerminal,
   type SandboxTerminalOptions,
+  type SandboxWatchOptions,
   type SandboxWriteFileOptions,
 } from '@cordon/core'
 import {
@@ -39,7 +49,7 @@ import {
   throwIfAborted,
   validateExecRequest,
 } from '@cordon/core/backend'
-import { AgentStdinClosedError } from '../protocol/index.js'
+import { type AgentExecSession, AgentStdinClosedError } from '../protocol/index.js'
 import type { AgentClient } from './agent-client.js'
 import { AgentProcess } from './agent-process.js'
 import { forwardPort, type SandboxPortDialer } from './port-forward.js'
@@ -100,6 +110,13 @@ export interface AgentSandboxInit {
   readonly explainLoss?: () => Promise<LostReason | undefined>
   /** The backend's own usage figures, which take precedence over the agent's (see `usage`). */
   readonly measureUsage?: (signal?: AbortSignal) => Promise<Partial<SandboxBackendUsage>>
+  /**
+   * Whether a watch sees changes made to the sandbox's files from outside
+   * it (a host directory the host writes to): true only where the agent
+   * shares the host's kernel (Docker under runc). Without it a watch that
+   * asks for them (`external`) is refused.
+   */
+  readonly watchesExternalChanges?: boolean
   /** See `AgentProcessHooks.explainLost`. */
   readonly explainLostCommand?: (startedAt: number) => Promise<SandboxExecResult | undefined>
 }
@@ -143,6 +160,7 @@ export class AgentSandbox implements CordonBackendSandbox {
   })
   private destroying: Promise<void> | undefined
   private readonly running = new Set<AgentProcess>()
+  private readonly watches = new Set<SandboxDirectoryWatch>()
 
   readonly setNetworkPolicy?: (
     policy: SandboxNetworkPolicy,
@@ -337,7 +355,7 @@ export class AgentSandbox implements CordonBackendSandbox {
     command: string,
     args: readonly string[] = [],
     options: SandboxStartOptions = {},
-  ): Promise<SandboxProcess> {
+  ): Promise<AgentProcess> {
     const { openStdin, ...rest } = options
     return this.launch(command, args, rest, openStdin ?? true, 'start')
   }
@@ -494,6 +512,159 @@ export class AgentSandbox implements CordonBackendSandbox {
     }))
   }
 
+  async statFile(path: string, options: SandboxStatOptions = {}): Promise<SandboxFileInfo> {
+    this.assertUsable('statFile', options.signal)
+    const target = this.resolvePath(path)
+    const info = await this.init.client.stat(
+      target,
+      options.followSymlinks ?? false,
+      options.signal,
+    )
+    return {
+      path: target,
+      type: info.kind,
+      size: info.size,
+      mode: info.mode,
+      modifiedMs: info.modifiedMs,
+      isSymlink: info.kind === 'symlink',
+      ...(info.target === undefined ? {} : { symlinkTarget: info.target }),
+    }
+  }
+
+  async removeFile(path: string, options: SandboxRemoveOptions = {}): Promise<void> {
+    this.assertUsable('removeFile', options.signal)
+    await this.init.client.remove(
+      this.resolvePath(path),
+      options.recursive ?? false,
+      options.signal,
+    )
+  }
+
+  async renameFile(from: string, to: string, options: SandboxFileOptions = {}): Promise<void> {
+    this.assertUsable('renameFile', options.signal)
+    await this.init.client.rename(this.resolvePath(from), this.resolvePath(to), options.signal)
+  }
+
+  async makeDirectory(path: string, options: SandboxMakeDirectoryOptions = {}): Promise<boolean> {
+    this.assertUsable('makeDirectory', options.signal)
+    if (
+      options.mode !== undefined &&
+      !(Number.isInteger(options.mode) && options.mode >= 0 && options.mode <= 0o7777)
+    )
+      throw new SandboxConfigValidationError('makeDirectory options', [
+        { path: 'mode', message: 'mode must be permission bits (an integer from 0 to 0o7777)' },
+      ])
+    return this.init.client.makeDirectory(this.resolvePath(path), options.signal, {
+      strict: true,
+      ...(options.mode === undefined ? {} : { mode: options.mode }),
+    })
+  }
+
+  /**
+   * Watches a directory on a connection of its own: resolves once the
+   * agent's watches are in place. The changes are iterated once; the watch
+   * ends with `close()`, the signal, leaving the loop, or `destroy()`.
+   */
+  async watchDirectory(
+    path: string,
+    options: SandboxWatchOptions = {},
+  ): Promise<SandboxDirectoryWatch> {
+    this.assertUsable('watchDirectory', options.signal)
+    if (options.external && !this.init.watchesExternalChanges)
+      throw new SandboxControlRefusedError(
+        'watchDirectory.external',
+        this.init.backend,
+        "changes made to the sandbox's files from outside it are not visible to its kernel's inotify here (gVisor and a microVM guest have kernels of their own; ACI mounts are remote)",
+      )
+    const signal = options.signal
+    const agentWatch = await this.init.client.watch(
+      this.resolvePath(path),
+      options.recursive ?? false,
+      signal,
+    )
+    const watches = this.watches
+    let closed = false
+    const close = async (): Promise<void> => {
+      if (closed) return
+      closed = true
+      signal?.removeEventListener('abort', onAbort)
+      watches.delete(watch)
+      agentWatch.stop()
+    }
+    const onAbort = (): void => void close()
+    const iterate = async function* (): AsyncGenerator<SandboxFileChange> {
+      try {
+        for await (const batch of agentWatch.changes) {
+          for (const change of batch)
+            yield {
+              type: change.kind,
+              path: change.path,
+              ...(change.from === undefined ? {} : { oldPath: change.from }),
+              isDirectory: change.directory,
+            }
+        }
+      } finally {
+        await close()
+      }
+    }
+    let iterating = false
+    const watch: SandboxDirectoryWatch = {
+      [Symbol.asyncIterator]() {
+        if (iterating) throw new SandboxOperationError('watchDirectory', 'a watch is iterated once')
+        iterating = true
+        return iterate()
+      },
+      close,
+      [Symbol.asyncDispose]: close,
+    }
+    watches.add(watch)
+    if (signal?.aborted) void close()
+    else signal?.addEventListener('abort', onAbort, { once: true })
+    return watch
+  }
+
+  async listProcesses(options: SandboxFileOptions = {}): Promise<readonly SandboxProcessInfo[]> {
+    this.assertUsable('listProcesses', options.signal)
+    const entries = await this.init.client.listProcesses(options.signal)
+    return entries.map((entry) => ({
+      id: entry.id,
+      pid: entry.pid,
+      command: entry.command,
+      args: entry.args,
+      status: entry.running ? 'running' : 'exited',
+      startedAt: entry.startedAt,
+      attached: entry.attached,
+      ...(entry.endedAt === undefined ? {} : { endedAt: entry.endedAt }),
+      ...(entry.exitCode === undefined ? {} : { exitCode: entry.exitCode }),
+      ...(entry.signal === undefined ? {} : { signal: entry.signal }),
+    }))
+  }
+
+  /**
+   * Attaches to a process started with `start`: a handle like the one
+   * `start` returned (which the agent detaches), with the output kept while
+   * nobody was attached replayed first.
+   */
+  async attachProcess(id: string, options: SandboxAttachOptions = {}): Promise<AgentProcess> {
+    this.assertUsable('attachProcess', options.signal)
+    if (typeof id !== 'string' || !/^[0-9a-z_]{1,64}$/.test(id))
+      throw new SandboxOperationError('attachProcess', `"${String(id)}" is not a process id`)
+    const collector = new ExecOutputCollector({
+      ...(options.maxOutputBytes === undefined ? {} : { maxOutputBytes: options.maxOutputBytes }),
+      ...(options.onOutput ? { onOutput: options.onOutput } : {}),
+    })
+    const { session, droppedBytes } = await this.init.client.attach(
+      id,
+      true,
+      {
+        onStdout: (bytes) => collector.push('stdout', bytes),
+        onStderr: (bytes) => collector.push('stderr', bytes),
+      },
+      options.signal,
+    )
+    return this.track(session, collector, options.signal, () => {}, droppedBytes)
+  }
+
   [Symbol.asyncDispose](): Promise<void> {
     return this.destroy()
   }
@@ -510,6 +681,7 @@ export class AgentSandbox implements CordonBackendSandbox {
     // A forward's own close() reports a socket directory it could not remove; destroy goes on.
     for (const forward of [...this.forwards]) void forward.close().catch(() => {})
     this.init.client.close()
+    for (const watch of [...this.watches]) void watch.close()
     for (const process of this.running) process.abandon()
     if (this.paused && this.init.freezer) {
       // Thawed first, so the agent ends as it always does (its outputs sealed);
@@ -558,6 +730,7 @@ export class AgentSandbox implements CordonBackendSandbox {
         env: { ...this.init.env, ...options.env },
         cwd,
         stdin: openStdin,
+        ...(operation === 'start' ? { keep: true } : {}),
         ...(options.timeout === undefined
           ? {}
           : { timeoutMs: Math.max(1, Math.ceil(options.timeout)) }),
@@ -568,6 +741,43 @@ export class AgentSandbox implements CordonBackendSandbox {
       },
       options.signal,
     )
+    return this.track(session, collector, options.signal, (result) => {
+      this.init.emit({
+        type: 'exec',
+        phase: 'end',
+        sandboxId: this.id,
+        backend: this.init.backend,
+        timestamp: Date.now(),
+        command,
+        ...(result
+          ? {
+              exitCode: result.exitCode,
+              timedOut: result.timedOut,
+              aborted: result.aborted,
+              durationMs: result.durationMs,
+            }
+          : {}),
+      })
+      // A command the kernel killed for memory: the OOM kill as a lifecycle event of its own.
+      if (result?.oomKilled)
+        this.init.emit({
+          type: 'lifecycle',
+          phase: 'oom',
+          sandboxId: this.id,
+          backend: this.init.backend,
+          timestamp: Date.now(),
+        })
+    })
+  }
+
+  /** A handle on a command's session, counted as running until it settles. */
+  private track(
+    session: AgentExecSession,
+    collector: ExecOutputCollector,
+    signal: AbortSignal | undefined,
+    onSettled: (result: SandboxExecResult | undefined) => void,
+    droppedBytes = 0,
+  ): AgentProcess {
     const process: AgentProcess = new AgentProcess(
       session,
       collector,
@@ -578,34 +788,11 @@ export class AgentSandbox implements CordonBackendSandbox {
         ...(this.init.explainLostCommand ? { explainLost: this.init.explainLostCommand } : {}),
         onSettled: (result) => {
           this.running.delete(process)
-          this.init.emit({
-            type: 'exec',
-            phase: 'end',
-            sandboxId: this.id,
-            backend: this.init.backend,
-            timestamp: Date.now(),
-            command,
-            ...(result
-              ? {
-                  exitCode: result.exitCode,
-                  timedOut: result.timedOut,
-                  aborted: result.aborted,
-                  durationMs: result.durationMs,
-                }
-              : {}),
-          })
-          // A command the kernel killed for memory: the OOM kill as a lifecycle event of its own.
-          if (result?.oomKilled)
-            this.init.emit({
-              type: 'lifecycle',
-              phase: 'oom',
-              sandboxId: this.id,
-              backend: this.init.backend,
-              timestamp: Date.now(),
-            })
+          onSettled(result)
         },
       },
-      options.signal,
+      signal,
+      droppedBytes,
     )
     this.running.add(process)
     return process

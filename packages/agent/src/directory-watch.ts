@@ -1,0 +1,259 @@
+import { type Dirent, type FSWatcher, lstatSync, readdirSync, watch } from 'node:fs'
+import { join, resolve, sep } from 'node:path'
+import { AgentOperationError } from './operation-error.js'
+import type { PathJail } from './path-jail.js'
+import type { FramedConnection } from './protocol/framed-connection.js'
+import type { FileChangeMessage, WatchRequest } from './protocol/messages.js'
+
+/** Directories one watch may follow; past it the watch ends with an error rather than go blind. */
+export const MAX_WATCHED_DIRECTORIES = 4_096
+/** How long changes gather before they are reconciled and sent: a move's two halves arrive together. */
+const SETTLE_MS = 25
+/** The temporary files of the agent's own uploads (file-write.ts): a write shows as its target changing. */
+const UPLOAD_TEMPORARY = /^\..+\.[0-9a-f]{12}\.cordon-upload$/
+
+interface KnownEntry {
+  readonly ino: number
+  readonly directory: boolean
+  readonly mtimeMs: number
+}
+
+/**
+ * Follows the changes under one directory with the kernel's inotify (through
+ * `fs.watch`, one watch per directory: Node's own recursive mode would add
+ * the watches of subdirectories as root, outside the jail's identity
+ * switch). inotify reports names, not what happened to them, so each batch
+ * of names is reconciled against what the watch knew of them: a name that
+ * appeared is `created`, one that went is `removed`, a name that went and
+ * another that appeared with the same inode are one `renamed`, and a file
+ * whose content or inode changed in place is `modified`. Every directory is
+ * read and watched acting as the sandbox's user, and links are never
+ * followed (a link is an entry like any other).
+ *
+ * Under gVisor the sentry implements inotify itself and sees every change
+ * made inside the sandbox; a change made to a host directory from outside
+ * the sandbox is not seen there (nor reported by this watch).
+ */
+export class DirectoryWatch {
+  private readonly watchers = new Map<string, FSWatcher>()
+  private readonly known = new Map<string, KnownEntry>()
+  private readonly pending = new Map<string, boolean>()
+  private timer: ReturnType<typeof setTimeout> | undefined
+  private stopped = false
+
+  constructor(
+    private readonly jail: PathJail,
+    private readonly realRoot: string,
+    private readonly shownRoot: string,
+    private readonly recursive: boolean,
+    private readonly emit: (events: FileChangeMessage[]) => void,
+    private readonly fail: (error: unknown) => void,
+  ) {}
+
+  /** Puts the watches in place; throws if the kernel refuses the first one. */
+  start(): void {
+    this.jail.actAs(() => this.addDirectory(this.realRoot, undefined))
+  }
+
+  stop(): void {
+    this.stopped = true
+    if (this.timer) clearTimeout(this.timer)
+    for (const watcher of this.watchers.values()) watcher.close()
+    this.watchers.clear()
+  }
+
+  /** Call acting as the sandbox's user. With `report`, what the directory holds already is reported as created. */
+  private addDirectory(directory: string, report: FileChangeMessage[] | undefined): void {
+    if (this.watchers.has(directory)) return
+    if (this.watchers.size >= MAX_WATCHED_DIRECTORIES)
+      throw new AgentOperationError(
+        'io-error',
+        `the watch would follow more than ${MAX_WATCHED_DIRECTORIES} directories`,
+      )
+    // Synchronous: the kernel's watch is added here, under the caller's identity.
+    const watcher = watch(directory, { persistent: false }, (type, name) => {
+      if (typeof name !== 'string' || name.length === 0) return
+      this.note(join(directory, name), type === 'change')
+    })
+    watcher.on('error', (error) => this.fail(error))
+    this.watchers.set(directory, watcher)
+    let children: Dirent[]
+    try {
+      children = readdirSync(directory, { withFileTypes: true })
+    } catch {
+      return
+    }
+    for (const child of children) {
+      if (UPLOAD_TEMPORARY.test(child.name)) continue
+      const path = join(directory, child.name)
+      const info = lstatSync(path, { throwIfNoEntry: false })
+      if (!info) continue
+      this.known.set(path, {
+        ino: info.ino,
+        directory: info.isDirectory(),
+        mtimeMs: info.mtimeMs,
+      })
+      report?.push({ kind: 'created', path: this.shown(path), directory: info.isDirectory() })
+      if (this.recursive && info.isDirectory()) this.addDirectory(path, report)
+    }
+  }
+
+  private note(path: string, contentChanged: boolean): void {
+    if (this.stopped) return
+    this.pending.set(path, (this.pending.get(path) ?? false) || contentChanged)
+    this.timer ??= setTimeout(() => {
+      this.timer = undefined
+      try {
+        const events = this.jail.actAs(() => this.reconcile())
+        if (events.length > 0) this.emit(events)
+      } catch (error) {
+        this.fail(error)
+      }
+    }, SETTLE_MS)
+  }
+
+  private reconcile(): FileChangeMessage[] {
+    const batch = [...this.pending]
+    this.pending.clear()
+    const gone = new Map<number, { path: string; entry: KnownEntry }>()
+    const arrived: Array<{ path: string; entry: KnownEntry; replaced: boolean }> = []
+    const events: FileChangeMessage[] = []
+    for (const [path, contentChanged] of batch) {
+      if (UPLOAD_TEMPORARY.test(path.slice(path.lastIndexOf(sep) + 1))) continue
+      const before = this.known.get(path)
+      const info = lstatSync(path, { throwIfNoEntry: false })
+      const now = info && { ino: info.ino, directory: info.isDirectory(), mtimeMs: info.mtimeMs }
+      if (before && !now) {
+        gone.set(before.ino, { path, entry: before })
+        this.forget(path, before)
+      } else if (now && (!before || before.ino !== now.ino)) {
+        this.known.set(path, now)
+        arrived.push({ path, entry: now, replaced: before !== undefined })
+      } else if (now && before && (contentChanged || before.mtimeMs !== now.mtimeMs)) {
+        this.known.set(path, now)
+        events.push({ kind: 'modified', path: this.shown(path), directory: now.directory })
+      }
+    }
+    for (const { path, entry, replaced } of arrived) {
+      const moved = gone.get(entry.ino)
+      if (moved) {
+        gone.delete(entry.ino)
+        events.push({
+          kind: 'renamed',
+          path: this.shown(path),
+          from: this.shown(moved.path),
+          directory: entry.directory,
+        })
+      } else {
+        events.push({
+          kind: replaced ? 'modified' : 'created',
+          path: this.shown(path),
+          directory: entry.directory,
+        })
+      }
+      if (this.recursive && entry.directory) {
+        // What a new directory already holds was made before its watch: report it as created.
+        const found: FileChangeMessage[] = []
+        this.addDirectory(path, moved ? undefined : found)
+        events.push(...found)
+      }
+    }
+    for (const { path, entry } of gone.values())
+      events.push({ kind: 'removed', path: this.shown(path), directory: entry.directory })
+    return events
+  }
+
+  /** Drops a name, and for a directory everything the watch knew under it. */
+  private forget(path: string, entry: KnownEntry): void {
+    this.known.delete(path)
+    if (!entry.directory) return
+    const prefix = path + sep
+    for (const [directory, watcher] of this.watchers) {
+      if (directory === path || directory.startsWith(prefix)) {
+        watcher.close()
+        this.watchers.delete(directory)
+      }
+    }
+    for (const known of this.known.keys()) if (known.startsWith(prefix)) this.known.delete(known)
+  }
+
+  private shown(real: string): string {
+    return real === this.realRoot
+      ? this.shownRoot
+      : join(this.shownRoot, real.slice(this.realRoot.length))
+  }
+}
+
+/**
+ * Answers `watch`: `watching` once the watches are in place, then batches of
+ * changes as `fs-events`, until the client sends `end` (answered with `end`)
+ * or hangs up. A kernel that has no inotify gives `unsupported`.
+ */
+export async function serveWatch(
+  connection: FramedConnection,
+  request: WatchRequest,
+  jail: PathJail,
+): Promise<void> {
+  const realRoot = jail.actAs(() => {
+    const real = jail.resolveForRead(request.path)
+    const info = lstatSync(real, { throwIfNoEntry: false })
+    if (!info) throw new AgentOperationError('not-found', `no such directory: ${request.path}`)
+    if (!info.isDirectory())
+      throw new AgentOperationError('bad-request', `${request.path} is not a directory`)
+    return real
+  })
+  let failure: unknown
+  let wake: (() => void) | undefined
+  const sending: Promise<void>[] = []
+  const watcher = new DirectoryWatch(
+    jail,
+    realRoot,
+    resolve(request.path),
+    request.recursive,
+    (events) => {
+      sending.push(connection.send({ type: 'fs-events', events }).catch(() => {}))
+    },
+    (error) => {
+      failure ??= error
+      wake?.()
+    },
+  )
+  try {
+    watcher.start()
+  } catch (error) {
+    watcher.stop()
+    const code = (error as NodeJS.ErrnoException).code
+    if (code === 'ENOSYS' || code === 'EOPNOTSUPP' || code === 'ENOTSUP')
+      throw new AgentOperationError(
+        'unsupported',
+        `this sandbox's kernel cannot watch files (${code})`,
+      )
+    if (code === 'ENOSPC' || code === 'EMFILE')
+      throw new AgentOperationError(
+        'io-error',
+        `the kernel's limit of watches is reached (${code})`,
+      )
+    throw error
+  }
+  try {
+    await connection.send({ type: 'watching' })
+    const ended = (async () => {
+      for (;;) {
+        const frame = await connection.read()
+        if (!frame) return false
+        if (frame.kind === 'message' && frame.message.type === 'end') return true
+      }
+    })()
+    const failed = new Promise<'failed'>((resolveFailed) => {
+      wake = () => resolveFailed('failed')
+      if (failure !== undefined) resolveFailed('failed')
+    })
+    const outcome = await Promise.race([ended, failed])
+    watcher.stop()
+    await Promise.all(sending)
+    if (outcome === 'failed') throw failure
+    if (outcome) await connection.send({ type: 'end' })
+  } finally {
+    watcher.stop()
+  }
+}

@@ -1,0 +1,301 @@
+import { mkdir, readFile, stat, symlink, writeFile } from 'node:fs/promises'
+import { join } from 'node:path'
+import {
+  type SandboxFileChange,
+  SandboxFileNotFoundError,
+  SandboxOperationError,
+  SandboxPathError,
+} from '@cordon/core'
+import { newSandboxId } from '@cordon/core/backend'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { AgentClient, AgentSandbox, dialTcp } from '../src/sandbox/index.js'
+import { type AgentUnderTest, startAgentProcess, tcpPortOf } from './agent-harness.js'
+
+/** The file API (stat, remove, rename, makeDirectory, watchDirectory) through the real bundled agent. */
+
+function sandboxOn(agent: AgentUnderTest): AgentSandbox {
+  const port = tcpPortOf(agent)
+  return new AgentSandbox({
+    id: newSandboxId(),
+    rootDir: agent.outputs,
+    env: {},
+    workingDirectory: undefined,
+    client: new AgentClient({
+      secret: agent.secret,
+      dial: dialTcp('127.0.0.1', port),
+      description: `tcp:127.0.0.1:${port}`,
+    }),
+    backend: 'test:agent',
+    emit: () => {},
+    release: async () => {},
+  })
+}
+
+async function refusal(promise: Promise<unknown>): Promise<unknown> {
+  return promise.then(
+    () => {
+      throw new Error('expected a refusal')
+    },
+    (error: unknown) => error,
+  )
+}
+
+describe('file API through the agent', () => {
+  let agent: AgentUnderTest
+  let sandbox: AgentSandbox
+  let outside: string
+  beforeAll(async () => {
+    agent = await startAgentProcess({ listen: 'tcp:127.0.0.1:0', secretVia: 'env' })
+    sandbox = sandboxOn(agent)
+    // A directory beside the roots: the host's, as far as the sandbox's files go.
+    outside = join(agent.dir, 'host-private')
+    await mkdir(outside)
+    await writeFile(join(outside, 'secret.txt'), 'host data, 24 bytes long')
+  })
+  afterAll(async () => {
+    await sandbox?.destroy()
+    await agent?.stop()
+  })
+
+  describe('statFile', () => {
+    it('reports a file a command made: type, size, mode and mtime', async () => {
+      const before = Date.now()
+      const made = await sandbox.exec('sh', ['-c', 'printf 12345 > made.txt; chmod 640 made.txt'])
+      expect(made.exitCode).toBe(0)
+      const info = await sandbox.statFile('made.txt')
+      expect(info).toMatchObject({
+        path: join(agent.outputs, 'made.txt'),
+        type: 'file',
+        size: 5,
+        mode: 0o640,
+        isSymlink: false,
+      })
+      expect(info.modifiedMs).toBeGreaterThanOrEqual(before - 1_000)
+      expect(info.modifiedMs).toBeLessThanOrEqual(Date.now() + 1_000)
+      expect((await sandbox.statFile(agent.outputs)).type).toBe('directory')
+    })
+
+    it('reports a link as a link unless asked to follow it', async () => {
+      await writeFile(join(agent.outputs, 'target.txt'), 'abc')
+      await symlink('target.txt', join(agent.outputs, 'link.txt'))
+      const link = await sandbox.statFile('link.txt')
+      expect(link).toMatchObject({ type: 'symlink', isSymlink: true, symlinkTarget: 'target.txt' })
+      const followed = await sandbox.statFile('link.txt', { followSymlinks: true })
+      expect(followed).toMatchObject({ type: 'file', size: 3, isSymlink: false })
+      expect(followed.symlinkTarget).toBeUndefined()
+    })
+
+    it('never reveals what a link to the outside leads to', async () => {
+      const secret = join(outside, 'secret.txt')
+      await symlink(secret, join(agent.outputs, 'escape'))
+      // Not followed: only the link itself (its own text, which the sandbox wrote).
+      const link = await sandbox.statFile('escape')
+      expect(link.type).toBe('symlink')
+      expect(link.size).toBe(secret.length)
+      // Followed: refused, as a read of it would be.
+      const error = await refusal(sandbox.statFile('escape', { followSymlinks: true }))
+      expect(SandboxPathError.isInstance(error)).toBe(true)
+      expect((error as Error).message).not.toContain('24')
+      // Through a linked directory, the parent is resolved and refused.
+      await symlink(outside, join(agent.outputs, 'escape-dir'))
+      const through = await refusal(sandbox.statFile('escape-dir/secret.txt'))
+      expect(SandboxPathError.isInstance(through)).toBe(true)
+    })
+
+    it('refuses a path outside the roots, and reports a missing one as not found', async () => {
+      expect(SandboxPathError.isInstance(await refusal(sandbox.statFile('/etc/passwd')))).toBe(true)
+      expect(
+        SandboxPathError.isInstance(await refusal(sandbox.statFile(join(outside, 'secret.txt')))),
+      ).toBe(true)
+      expect(SandboxFileNotFoundError.isInstance(await refusal(sandbox.statFile('nope')))).toBe(
+        true,
+      )
+      await symlink('nowhere', join(agent.outputs, 'dangling'))
+      expect((await sandbox.statFile('dangling')).type).toBe('symlink')
+      expect(
+        SandboxFileNotFoundError.isInstance(
+          await refusal(sandbox.statFile('dangling', { followSymlinks: true })),
+        ),
+      ).toBe(true)
+    })
+  })
+
+  describe('makeDirectory', () => {
+    it('makes a directory with its parents, and says whether it made it', async () => {
+      expect(await sandbox.makeDirectory('deep/er/est')).toBe(true)
+      expect((await stat(join(agent.outputs, 'deep/er/est'))).isDirectory()).toBe(true)
+      expect(await sandbox.makeDirectory('deep/er/est')).toBe(false)
+      const seen = await sandbox.exec('ls', ['-d', join(agent.outputs, 'deep/er/est')])
+      expect(seen.exitCode).toBe(0)
+    })
+
+    it('refuses outside the write roots, existing or not, and through a link', async () => {
+      for (const path of [
+        '/etc',
+        '/tmp/cordon-mkdir-refused',
+        join(outside, 'x'),
+        'escape-dir/x',
+      ]) {
+        const error = await refusal(sandbox.makeDirectory(path))
+        expect(SandboxPathError.isInstance(error), path).toBe(true)
+      }
+      await expect(stat(join(outside, 'x'))).rejects.toThrow()
+    })
+
+    it('refuses a path where a file is in the way', async () => {
+      await writeFile(join(agent.outputs, 'plain'), 'x')
+      const error = await refusal(sandbox.makeDirectory('plain/sub'))
+      expect(SandboxOperationError.isInstance(error)).toBe(true)
+    })
+  })
+
+  describe('removeFile', () => {
+    it('removes a file, an empty directory, and with recursive a tree', async () => {
+      await sandbox.exec('sh', ['-c', 'mkdir -p rm/empty rm/full/sub && touch rm/f rm/full/sub/g'])
+      await sandbox.removeFile('rm/f')
+      await sandbox.removeFile('rm/empty')
+      const notEmpty = await refusal(sandbox.removeFile('rm/full'))
+      expect(SandboxOperationError.isInstance(notEmpty)).toBe(true)
+      expect((notEmpty as Error).message).toContain('not empty')
+      expect((await stat(join(agent.outputs, 'rm/full/sub/g'))).isFile()).toBe(true)
+      await sandbox.removeFile('rm/full', { recursive: true })
+      const left = await sandbox.exec('ls', ['-A', join(agent.outputs, 'rm')])
+      expect(left.stdout).toBe('')
+      expect(SandboxFileNotFoundError.isInstance(await refusal(sandbox.removeFile('rm/f')))).toBe(
+        true,
+      )
+    })
+
+    it('removes a link, never what it leads to, even recursively', async () => {
+      await mkdir(join(agent.outputs, 'tree'))
+      await symlink(outside, join(agent.outputs, 'tree/out-link'))
+      await symlink(join(outside, 'secret.txt'), join(agent.outputs, 'file-link'))
+      await sandbox.removeFile('file-link')
+      await sandbox.removeFile('tree', { recursive: true })
+      expect(await readFile(join(outside, 'secret.txt'), 'utf8')).toBe('host data, 24 bytes long')
+    })
+
+    it('refuses the root itself and anything outside the write roots, as writeFile does', async () => {
+      const root = await refusal(sandbox.removeFile(agent.outputs, { recursive: true }))
+      expect(SandboxPathError.isInstance(root)).toBe(true)
+      expect((root as Error).message).toContain('root')
+      for (const path of [
+        '/etc/passwd',
+        join(outside, 'secret.txt'),
+        'escape-dir/secret.txt',
+        '..',
+      ]) {
+        const error = await refusal(sandbox.removeFile(path, { recursive: true }))
+        expect(SandboxPathError.isInstance(error), path).toBe(true)
+        const written = await refusal(sandbox.writeFile(path, 'x'))
+        expect(SandboxPathError.isInstance(written), path).toBe(true)
+      }
+      expect(await readFile(join(outside, 'secret.txt'), 'utf8')).toBe('host data, 24 bytes long')
+    })
+  })
+
+  describe('renameFile', () => {
+    it('moves a file and a directory inside the roots, making the new parents', async () => {
+      await sandbox.writeFile('mv/a.txt', 'moved')
+      await sandbox.renameFile('mv/a.txt', 'mv/new/place/b.txt')
+      expect(await readFile(join(agent.outputs, 'mv/new/place/b.txt'), 'utf8')).toBe('moved')
+      await sandbox.renameFile('mv/new', 'mv2')
+      const cat = await sandbox.exec('cat', [join(agent.outputs, 'mv2/place/b.txt')])
+      expect(cat.stdout).toBe('moved')
+    })
+
+    it('refuses a move out of the write roots, into them from outside, and of the root', async () => {
+      await sandbox.writeFile('stay.txt', 'here')
+      for (const to of ['/tmp/cordon-escaped', join(outside, 'stolen'), 'escape-dir/stolen']) {
+        const error = await refusal(sandbox.renameFile('stay.txt', to))
+        expect(SandboxPathError.isInstance(error), to).toBe(true)
+      }
+      expect(await readFile(join(agent.outputs, 'stay.txt'), 'utf8')).toBe('here')
+      const inward = await refusal(sandbox.renameFile(join(outside, 'secret.txt'), 'got.txt'))
+      expect(SandboxPathError.isInstance(inward)).toBe(true)
+      const root = await refusal(sandbox.renameFile(agent.outputs, 'inner'))
+      expect(SandboxPathError.isInstance(root)).toBe(true)
+      expect(
+        SandboxFileNotFoundError.isInstance(await refusal(sandbox.renameFile('gone', 'x'))),
+      ).toBe(true)
+    })
+  })
+
+  describe('watchDirectory', () => {
+    async function collectUntil(
+      watch: AsyncIterable<SandboxFileChange>,
+      done: (changes: SandboxFileChange[]) => boolean,
+    ): Promise<SandboxFileChange[]> {
+      const changes: SandboxFileChange[] = []
+      for await (const change of watch) {
+        changes.push(change)
+        if (done(changes)) break
+      }
+      return changes
+    }
+
+    it("sees a command's touch, write, move and removal", async () => {
+      await sandbox.makeDirectory('watched')
+      const dir = join(agent.outputs, 'watched')
+      const watch = await sandbox.watchDirectory('watched')
+      const seen = collectUntil(watch, (changes) => changes.some((c) => c.type === 'removed'))
+      await sandbox.exec('touch', [join(dir, 'a')])
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      await sandbox.exec('sh', ['-c', `echo more >> ${dir}/a`])
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      await sandbox.exec('mv', [join(dir, 'a'), join(dir, 'b')])
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      await sandbox.exec('rm', [join(dir, 'b')])
+      const changes = await seen
+      expect(changes).toEqual([
+        { type: 'created', path: join(dir, 'a'), isDirectory: false },
+        { type: 'modified', path: join(dir, 'a'), isDirectory: false },
+        { type: 'renamed', path: join(dir, 'b'), oldPath: join(dir, 'a'), isDirectory: false },
+        { type: 'removed', path: join(dir, 'b'), isDirectory: false },
+      ])
+    })
+
+    it('reports a writeFile as its target, and recursive watches follow new directories', async () => {
+      await sandbox.makeDirectory('watched-deep')
+      const dir = join(agent.outputs, 'watched-deep')
+      const watch = await sandbox.watchDirectory(dir, { recursive: true })
+      const seen = collectUntil(watch, (changes) =>
+        changes.some((c) => c.path.endsWith('/late.txt')),
+      )
+      await sandbox.writeFile(join(dir, 'via-api.txt'), 'x')
+      await sandbox.exec('mkdir', ['-p', join(dir, 'sub/inner')])
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      await sandbox.exec('touch', [join(dir, 'sub/inner/late.txt')])
+      const changes = await seen
+      expect(changes.map((c) => [c.type, c.path.slice(dir.length)])).toEqual([
+        ['created', '/via-api.txt'],
+        ['created', '/sub'],
+        ['created', '/sub/inner'],
+        ['created', '/sub/inner/late.txt'],
+      ])
+    })
+
+    it('ends when its signal aborts or it is closed', async () => {
+      const controller = new AbortController()
+      const watch = await sandbox.watchDirectory('.', { signal: controller.signal })
+      const ended = collectUntil(watch, () => false)
+      controller.abort()
+      expect(await ended).toEqual([])
+      const closing = await sandbox.watchDirectory('.')
+      const closed = collectUntil(closing, () => false)
+      await closing.close()
+      expect(await closed).toEqual([])
+    })
+
+    it('refuses a directory outside the read roots, and a file', async () => {
+      expect(SandboxPathError.isInstance(await refusal(sandbox.watchDirectory(outside)))).toBe(true)
+      expect(SandboxPathError.isInstance(await refusal(sandbox.watchDirectory('escape-dir')))).toBe(
+        true,
+      )
+      await sandbox.writeFile('not-a-dir', 'x')
+      expect(
+        SandboxOperationError.isInstance(await refusal(sandbox.watchDirectory('not-a-dir'))),
+      ).toBe(true)
+    })
+  })
+})
