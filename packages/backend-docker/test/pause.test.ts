@@ -6,6 +6,7 @@ import {
 } from '@cordon/core'
 import { LABEL, ownerLabels } from '@cordon/core/backend'
 import { BUSYBOX_IMAGE, endReasonOf, testRunLabels } from '@cordon/test-support'
+import type Docker from 'dockerode'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
 import { docker } from './test-run.js'
@@ -202,6 +203,7 @@ for (const runtime of ['docker', 'runsc'] as const) {
 
     it('cordon gc keeps a live owner’s paused sandbox past its label’s lifetime, and removes a dead or unjudged owner’s paused one', async () => {
       const sandbox = await provider.create({ lifetimeMs: 60_000 })
+      const made: Docker.Container[] = []
       const pausedContainer = async (labels: Record<string, string>) => {
         const container = await docker.createContainer({
           Image: BUSYBOX_IMAGE,
@@ -209,45 +211,47 @@ for (const runtime of ['docker', 'runsc'] as const) {
           Labels: { ...labels, [LABEL.role]: 'sandbox', ...testRunLabels() },
           HostConfig: { NetworkMode: 'none', ...(runtime === 'runsc' ? { Runtime: 'runsc' } : {}) },
         })
+        made.push(container)
         await container.start()
         await container.pause()
         return container
       }
-      const own = ownerLabels('prv_i29pausegc')
-      // An owner that is gone (its process's start token differs), and one this
-      // process cannot judge (another PID namespace) whose label's lifetime has passed.
-      const orphan = await pausedContainer({ ...own, [LABEL.ownerStart]: 'gone-owner' })
-      const unjudged = await pausedContainer({
-        ...own,
-        [LABEL.ownerPidNamespace]: 'pid:[1]',
-        [LABEL.expires]: String(Date.now() - 1),
-      })
       try {
         await sandbox.pause()
         // Past the lifetime its label records: the owner (this process) is alive and keeps it.
-        const later = await collectGarbage({
-          docker,
-          dryRun: true,
-          now: Date.now() + 120_000,
-        })
+        const later = await collectGarbage({ docker, dryRun: true, now: Date.now() + 120_000 })
         const containerId = (await docker.getContainer(`cordon-${sandbox.id}`).inspect()).Id
         expect(later.containers).not.toContain(containerId)
-        expect(later.containers).toContain(orphan.id)
-        // Past its label, a paused sandbox whose owner cannot be judged goes: the label is not moved by pauses.
-        expect(later.containers).toContain(unjudged.id)
+
+        const own = ownerLabels('prv_i29pausegc')
+        // An owner that is gone (its process's start token differs), and one this
+        // process cannot judge (another PID namespace) whose label's lifetime has
+        // passed: the label is not moved by pauses, so that one goes too.
+        const orphan = await pausedContainer({ ...own, [LABEL.ownerStart]: 'gone-owner' })
+        const unjudged = await pausedContainer({
+          ...own,
+          [LABEL.ownerPidNamespace]: 'pid:[1]',
+          [LABEL.expires]: String(Date.now() - 1),
+        })
         const report = await collectGarbage({ docker })
-        expect(report.containers).toEqual(expect.arrayContaining([orphan.id, unjudged.id]))
-        expect(
-          report.failed.filter((failure) => [orphan.id, unjudged.id].includes(failure.id)),
-        ).toEqual([])
-        await expect(orphan.inspect()).rejects.toThrow(/no such container/i)
-        await expect(unjudged.inspect()).rejects.toThrow(/no such container/i)
+        const ids = [orphan.id, unjudged.id]
+        // Another host's sweep on this shared engine may have removed one first.
+        const gone = async (container: Docker.Container) =>
+          container.inspect().then(
+            () => false,
+            () => true,
+          )
+        for (const container of [orphan, unjudged]) {
+          expect(report.containers.includes(container.id) || (await gone(container))).toBe(true)
+        }
+        expect(report.failed.filter((failure) => ids.includes(failure.id))).toEqual([])
+        for (const container of [orphan, unjudged]) expect(await gone(container)).toBe(true)
         expect((await engineState(sandbox)).paused).toBe(true)
         await sandbox.resume()
         expect((await sandbox.exec('echo', ['kept'])).stdout).toBe('kept\n')
       } finally {
         await sandbox.destroy()
-        for (const container of [orphan, unjudged]) {
+        for (const container of made) {
           await container.unpause().catch(() => {})
           await container.remove({ force: true }).catch(() => {})
         }
