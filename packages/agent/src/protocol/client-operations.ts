@@ -159,6 +159,21 @@ export async function requestHealth(connection: FramedConnection): Promise<Healt
   return reply
 }
 
+/**
+ * Holds (`pause-clocks`) or releases (`resume-clocks`) the agent's deadlines
+ * around a freeze of the sandbox; resolves with the time they were held.
+ */
+export async function requestClocks(
+  connection: FramedConnection,
+  type: 'pause-clocks' | 'resume-clocks',
+): Promise<number> {
+  await connection.send({ type })
+  const reply = await nextMessage(connection)
+  if (reply.type !== 'clocks-ok') throw remoteOrUnexpected(reply, 'clocks-ok')
+  connection.close()
+  return reply.heldMs
+}
+
 export async function requestUsage(connection: FramedConnection): Promise<UsageOkMessage> {
   await connection.send({ type: 'usage' })
   const reply = await nextMessage(connection)
