@@ -468,13 +468,12 @@ export async function requestWatch(
     stop: () => {
       if (stopping) return
       stopping = true
-      void connection.send({ type: 'end' }).then(
-        // Nobody will read the agent's answer: end our side too, and the connection closes.
-        () => {
-          if (!iterating) connection.close()
-        },
-        () => connection.destroy(),
-      )
+      // Nobody will read the agent's answer (or its last changes): drop the connection.
+      if (!iterating) {
+        connection.destroy()
+        return
+      }
+      void connection.send({ type: 'end' }).catch(() => connection.destroy())
     },
   }
 }
