@@ -57,6 +57,7 @@ export {
   SandboxImagePullError,
   SandboxOperationError,
   SandboxPathError,
+  SandboxPausedError,
   SandboxReadinessError,
   SandboxTransportError,
 } from './errors.js'
@@ -117,6 +118,7 @@ export type {
   SandboxMakeDirectoryOptions,
   SandboxNetworkPolicy,
   SandboxOutputChunk,
+  SandboxPauseOptions,
   SandboxPortForward,
   SandboxPortForwardOptions,
   SandboxProcess,
