@@ -1,5 +1,6 @@
 import type { Duplex } from 'node:stream'
 import type { AgentConfig } from './agent-config.js'
+import type { DeadlineClock } from './deadline-clock.js'
 import { serveWatch } from './directory-watch.js'
 import { serveExec } from './exec-runner.js'
 import { serveReadFiles } from './file-batch-read.js'
@@ -52,6 +53,8 @@ export const ALL_OPERATIONS: ReadonlySet<AgentOperation> = new Set<AgentOperatio
   'read-files',
   'list-files',
   'make-directory',
+  'pause-clocks',
+  'resume-clocks',
   'stat',
   'remove',
   'rename',
@@ -67,6 +70,8 @@ export interface ConnectionContext {
   readonly jail: PathJail
   readonly nonces: NonceSource
   readonly startedAt: number
+  /** The agent's deadlines (lifetime, command timeouts), held while the host has the sandbox frozen. */
+  readonly clock: DeadlineClock
   /** What starts commands. */
   readonly launcher: ProcessLauncher
   /** The commands started with `keep`. */
@@ -137,6 +142,13 @@ export async function serveConnection(socket: Duplex, context: ConnectionContext
           ),
         })
         break
+      case 'pause-clocks':
+        context.clock.hold()
+        await connection.send({ type: 'clocks-ok', heldMs: 0 })
+        break
+      case 'resume-clocks':
+        await connection.send({ type: 'clocks-ok', heldMs: Math.round(context.clock.release()) })
+        break
       case 'exec':
         await serveExec(connection, request, {
           defaultCwd: context.config.writeRoots[0] ?? '/',
@@ -144,6 +156,7 @@ export async function serveConnection(socket: Duplex, context: ConnectionContext
           runAs: context.config.runAs,
           launcher: context.launcher,
           jail: context.jail,
+          clock: context.clock,
           processes: context.processes,
         })
         break

@@ -8,6 +8,7 @@ import {
   readSecretLine,
 } from './agent-config.js'
 import { ALL_OPERATIONS, type ConnectionContext, serveConnection } from './agent-connection.js'
+import { DeadlineClock } from './deadline-clock.js'
 import { KeptProcessRegistry } from './kept-process.js'
 import { NativeLauncher } from './launcher-client.js'
 import { NonceSource, runReseedHook } from './nonce-source.js'
@@ -24,6 +25,8 @@ const MAX_CONNECTIONS = 512
 export interface RunningAgent {
   /** Where the agent listens: a socket path, `fd:N`, or `host:port`. */
   readonly address: string
+  /** The agent's deadlines; the host holds them while it has the sandbox frozen. */
+  readonly clock: DeadlineClock
   /**
    * What a resume signal triggers: runs the re-seed hook, re-reads the secret
    * file if a new one was delivered, drops every open connection (after a
@@ -50,6 +53,7 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
   // Failures surface where the secret is awaited below; this keeps an early one from being unhandled.
   secret.catch(() => {})
   let resumes = 0
+  const clock = new DeadlineClock()
   const nonces = new NonceSource()
   // A launcher that started the agent is used even where none is named to start:
   // its pipes must be taken, or Node's spawn would pass them on to commands.
@@ -75,6 +79,7 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
     ),
     nonces,
     startedAt: performance.now(),
+    clock,
     secret: () => secret,
     resumes: () => resumes,
   }
@@ -88,6 +93,7 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
     get address() {
       return describeAddress(config, server)
     },
+    clock,
     async resume() {
       if (config.reseedHook) {
         try {
@@ -237,6 +243,7 @@ async function startStdioAgent(
   })
   return {
     address: 'stdio',
+    clock: context.clock,
     async resume() {
       // A container is not snapshotted and resumed; the channel outlives nothing.
     },

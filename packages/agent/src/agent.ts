@@ -74,10 +74,11 @@ async function main(): Promise<void> {
   const agent = await starting
   if (runAs && config.storageCaps.length > 0) watchCaps(config, runAs, agent)
   if (config.lifetimeMs !== undefined) {
-    setTimeout(() => {
+    // In running time: a pause of the sandbox does not count (deadline-clock.ts).
+    agent.clock.after(config.lifetimeMs, () => {
       config.log('info', 'lifetime reached; stopping', { lifetimeMs: config.lifetimeMs })
       void agent.close().finally(() => process.exit(AGENT_EXIT_CODES.stopped))
-    }, config.lifetimeMs)
+    })
   }
 }
 

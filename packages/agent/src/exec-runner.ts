@@ -1,5 +1,6 @@
 import { constants } from 'node:os'
 import type { Readable } from 'node:stream'
+import type { DeadlineClock } from './deadline-clock.js'
 import type { KeptProcessRegistry } from './kept-process.js'
 import { readOomKillCount } from './oom-counter.js'
 import type { PathJail } from './path-jail.js'
@@ -24,6 +25,8 @@ export interface ExecContext {
   readonly launcher: ProcessLauncher
   /** Where a missing working directory may be made, and as whom. */
   readonly jail: PathJail
+  /** Times the command's timeout in running time: a pause of the sandbox does not count. */
+  readonly clock: DeadlineClock
   /** Where a command started with `keep` is registered. */
   readonly processes: KeptProcessRegistry
 }
@@ -81,6 +84,7 @@ export async function serveExec(
       args: request.args,
       runAs: context.runAs,
       timeoutMs: request.timeoutMs,
+      clock: context.clock,
     })
     await connection.send({ type: 'started', pid, id: kept.id })
     await kept.serve(connection, false)
@@ -106,11 +110,11 @@ export async function serveExec(
   const timeout =
     request.timeoutMs === undefined
       ? undefined
-      : setTimeout(() => {
+      : context.clock.after(request.timeoutMs, () => {
           if (exited) return
           timedOut = true
           kill('SIGKILL')
-        }, request.timeoutMs)
+        })
 
   void child.exited.then(() => {
     exited = true
@@ -135,7 +139,7 @@ export async function serveExec(
 
   const { code, signal } = await child.closed
   await Promise.allSettled(outputs)
-  if (timeout) clearTimeout(timeout)
+  timeout?.cancel()
   if (killTimer) clearTimeout(killTimer)
   const oomAfter = readOomKillCount()
   const oomKilled =

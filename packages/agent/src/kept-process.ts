@@ -1,4 +1,5 @@
 import { constants } from 'node:os'
+import type { DeadlineClock } from './deadline-clock.js'
 import { readOomKillCount } from './oom-counter.js'
 import { AgentOperationError } from './operation-error.js'
 import type { LaunchedProcess } from './process-launcher.js'
@@ -43,6 +44,8 @@ export interface KeptProcessStart {
   readonly args: readonly string[]
   readonly runAs: { readonly uid: number; readonly gid: number } | undefined
   readonly timeoutMs: number | undefined
+  /** Times `timeoutMs` in running time: a pause of the sandbox does not count. */
+  readonly clock: DeadlineClock
 }
 
 /**
@@ -68,7 +71,7 @@ export class KeptProcess {
   private timedOut = false
   private aborted = false
   private killTimer: ReturnType<typeof setTimeout> | undefined
-  private readonly timeout: ReturnType<typeof setTimeout> | undefined
+  private readonly timeout: { cancel(): void } | undefined
   private readonly oomBefore = readOomKillCount()
   private paused = false
 
@@ -86,11 +89,11 @@ export class KeptProcess {
     this.timeout =
       start.timeoutMs === undefined
         ? undefined
-        : setTimeout(() => {
+        : start.clock.after(start.timeoutMs, () => {
             if (this.exit) return
             this.timedOut = true
             this.kill('SIGKILL')
-          }, start.timeoutMs)
+          })
     void child.closed.then(({ code, signal }) => this.finish(code, signal))
   }
 
@@ -309,7 +312,7 @@ export class KeptProcess {
   }
 
   private finish(code: number | null, signal: NodeJS.Signals | null): void {
-    if (this.timeout) clearTimeout(this.timeout)
+    this.timeout?.cancel()
     if (this.killTimer) clearTimeout(this.killTimer)
     const oomAfter = readOomKillCount()
     this.endedAt = Date.now()

@@ -16,7 +16,8 @@ describeSandboxConformance({
   // the profile's are refused, so the suite's own values (64 MiB, 24) cannot
   // be asked for; the profile's limits are proved in enforcement.test.ts. The
   // sandbox keeps an interface (the agent is reached over TCP), so deny-all is
-  // not "loopback only"; what it does hold is proved there too.
+  // not "loopback only"; what it does hold is proved there too. ARM has no
+  // operation that freezes a container group's processes: pause is refused.
   capabilities: {
     ...ALL_CAPABILITIES,
     memoryLimit: false,
@@ -25,6 +26,7 @@ describeSandboxConformance({
     processLimit: false,
     denyAllNetwork: false,
     terminal: false,
+    pause: false,
     externalWatch: false,
     measuredUsage: ALL_CAPABILITIES.measuredUsage,
   },

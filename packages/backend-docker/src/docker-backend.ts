@@ -437,6 +437,17 @@ export class DockerBackend implements CordonSandboxBackend {
             this.events.forget(container.id)
           },
           explainLostCommand: (startedAt) => this.explainLostCommand(container.id, startedAt),
+          // The engine's freezer: the cgroup freezer under runc, the sandbox's own pause under gVisor.
+          freezer: {
+            pause: (freezeSignal) =>
+              this.engineCall('pause', () =>
+                container.pause(freezeSignal ? { abortSignal: freezeSignal } : {}),
+              ),
+            resume: (thawSignal) =>
+              this.engineCall('resume', () =>
+                container.unpause(thawSignal ? { abortSignal: thawSignal } : {}),
+              ),
+          },
           setNetworkPolicy: async (policy) => {
             if (!egress) {
               throw new SandboxControlRefusedError(
@@ -488,6 +499,15 @@ export class DockerBackend implements CordonSandboxBackend {
     ).catch((error: unknown) => {
       throw translateEngineError(error, this.name, this.engine.description, 'create')
     })
+  }
+
+  /** An engine call, its failure translated into cordon's errors naming this engine. */
+  private async engineCall(operation: string, call: () => Promise<unknown>): Promise<void> {
+    try {
+      await call()
+    } catch (error) {
+      throw translateEngineError(error, this.name, this.engine.description, operation)
+    }
   }
 
   /** Resolves when the agent answers; fails at once, with its log, if the container stops first. */

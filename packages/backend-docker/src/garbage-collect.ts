@@ -45,9 +45,11 @@ export interface CollectGarbageOptions {
  * Removes what cordon created for owners that are gone: containers, volumes and
  * networks labelled `cordon.managed=1` whose owner process no longer runs (as
  * judgeOwner decides: only for an owner in this process's own boot, PID and
- * time namespace), or whose lifetime (`cordon.expires`) has passed. A live
- * owner's resources are never touched, and neither are those of an owner this
- * process cannot judge unless they have expired. Containers go first so that
+ * time namespace), or whose lifetime (`cordon.expires`, written at create)
+ * has passed and whose owner is not known to be alive. A live owner's
+ * resources are never touched (it ends its sandboxes at their lifetime,
+ * which a pause moves later than the label says), and neither are those of
+ * an owner this process cannot judge unless they have expired. Containers go first so that
  * their volumes and networks are free to remove. Agent runtime volumes, which
  * no one owns, go when nothing uses them (runtime-garbage.ts).
  */
@@ -92,9 +94,12 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
     labels: Record<string, string> | undefined,
   ): boolean => {
     if (!labels || labels[LABEL.role] === 'runtime') return false
-    const expires = Number(labels[LABEL.expires])
-    if (Number.isFinite(expires) && expires > 0 && expires < now) return true
     const owner = judgeOwner(labels)
+    const expires = Number(labels[LABEL.expires])
+    // A live owner ends its sandboxes at their lifetime itself, and knows what
+    // the label cannot: a pause moves a lifetime's end later by the time paused.
+    if (Number.isFinite(expires) && expires > 0 && expires < now && owner.state !== 'alive')
+      return true
     if (owner.state === 'unknown') unjudged.push({ kind, id, reason: owner.reason })
     return owner.state === 'gone'
   }
@@ -107,7 +112,12 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
     }
     report.containers.push(info.Id)
     if (!options.dryRun)
-      await remove(info.Id, () => docker.getContainer(info.Id).remove({ force: true, v: true }))
+      await remove(info.Id, async () => {
+        const container = docker.getContainer(info.Id)
+        // A paused sandbox is thawed first: gVisor cannot kill one that is paused.
+        if (info.State === 'paused') await container.unpause().catch(() => {})
+        await container.remove({ force: true, v: true })
+      })
   }
   // After the sandboxes above, which may have been the last to mount a runtime.
   const runtimes = await findRuntimeGarbage(docker, now)

@@ -21,9 +21,11 @@ describeSandboxConformance({
   name: 'microvm:self-hosted (orchestrator stand-in)',
   // The agent cannot allocate a pseudo-terminal and a guest has no engine to
   // ask; its usage is what the agent reads inside the guest (its cgroup included).
+  // The orchestrator's control plane has no pause operation: pause is refused.
   capabilities: {
     ...ALL_CAPABILITIES,
     terminal: false,
+    pause: false,
     // A guest's kernel is its own: it does not see what the host does to shared files.
     externalWatch: false,
     measuredUsage: ALL_CAPABILITIES.measuredUsage,

@@ -27,6 +27,12 @@ export interface SandboxConformanceCapabilities {
    */
   readonly terminal: boolean
   /**
+   * `pause()` freezes every process of a sandbox and `resume()` continues
+   * them. When false both must refuse with `SandboxControlRefusedError`
+   * naming the control and the backend.
+   */
+  readonly pause: boolean
+  /**
    * `watchDirectory` with `external: true` reports changes made from outside
    * the sandbox. When false it must refuse with `SandboxControlRefusedError`
    * naming `watchDirectory.external`.
@@ -45,6 +51,7 @@ export const ALL_CAPABILITIES: SandboxConformanceCapabilities = {
   processLimit: true,
   denyAllNetwork: true,
   terminal: true,
+  pause: true,
   externalWatch: true,
   measuredUsage: ['cpuTimeMs', 'memoryBytes', 'memoryPeakBytes', 'processes', 'diskBytes'],
 }

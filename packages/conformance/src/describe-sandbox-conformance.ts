@@ -5,6 +5,7 @@ import { fileCases } from './file-cases.js'
 import { lifecycleCases } from './lifecycle-cases.js'
 import { limitCases } from './limit-cases.js'
 import { networkCases } from './network-cases.js'
+import { pauseCases } from './pause-cases.js'
 import { processCases } from './process-cases.js'
 import { useSandboxes } from './shared-sandbox.js'
 import type { SandboxConformanceOptions } from './suite-options.js'
@@ -38,5 +39,6 @@ export function describeSandboxConformance(options: SandboxConformanceOptions): 
     limitCases(options, sandboxes)
     networkCases(options, sandboxes)
     workAndUsageCases(options, sandboxes)
+    pauseCases(options, sandboxes)
   })
 }

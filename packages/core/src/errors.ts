@@ -42,6 +42,7 @@ export type SandboxErrorCode =
   | 'CREATE_TIMEOUT'
   | 'READINESS_FAILED'
   | 'SANDBOX_DESTROYED'
+  | 'SANDBOX_PAUSED'
   | 'TRANSPORT_FAILED'
   | 'ABORTED'
   | 'PATH_REFUSED'
@@ -341,6 +342,34 @@ export class SandboxDestroyedError extends SandboxError {
 
   static override isInstance(value: unknown): value is SandboxDestroyedError {
     return hasMarker(value, destroyedMarker)
+  }
+}
+
+const pausedMarker = markerFor('SandboxPausedError')
+
+/**
+ * An operation that needs the sandbox's processes (a command, a file
+ * operation, a terminal, a forward) was called while the sandbox is paused.
+ * Nothing was sent to the sandbox; call `resume()` and try again.
+ */
+export class SandboxPausedError extends SandboxError {
+  protected readonly [pausedMarker] = true
+  readonly sandboxId: string
+  /** The refused operation, e.g. `exec`, `readFile`. */
+  readonly operation: string
+
+  constructor(sandboxId: string, operation: string, options: SandboxErrorOptions = {}) {
+    super(`${operation} refused: sandbox ${sandboxId} is paused; call resume() first`, {
+      ...options,
+      code: 'SANDBOX_PAUSED',
+    })
+    this.name = 'SandboxPausedError'
+    this.sandboxId = sandboxId
+    this.operation = operation
+  }
+
+  static override isInstance(value: unknown): value is SandboxPausedError {
+    return hasMarker(value, pausedMarker)
   }
 }
 

@@ -28,6 +28,16 @@ export type SandboxLifecyclePhase =
   /** The sandbox ended underneath its host (`endReason` says how); it is being cleaned up. */
   | 'ended'
   | 'oom'
+  /**
+   * `pause()` froze the sandbox (`durationMs`: how long freezing took), or
+   * failed to (`error`).
+   */
+  | 'pause'
+  /**
+   * `resume()` continued the sandbox (`durationMs`: how long thawing took;
+   * `pausedMs`: how long it was paused), or failed to (`error`).
+   */
+  | 'resume'
   /** A `resolver` policy's answer was refused (an invalid entry, an error, a timeout): everything is denied. */
   | 'egress.resolver-refused'
   /**
@@ -53,6 +63,8 @@ export interface SandboxLifecycleEvent {
   /** Per-step timings of the phase, in milliseconds (e.g. `container.create`). */
   readonly steps?: Readonly<Record<string, number>>
   readonly error?: { readonly name: string; readonly code?: string; readonly message: string }
+  /** On `resume`: how long the sandbox was paused, in ms. */
+  readonly pausedMs?: number
   /** On `destroy.end` and `ended`: why the sandbox ended. */
   readonly endReason?: SandboxEndReason
   /** On `image.pull.*`: the image, as the config names it. */

@@ -65,6 +65,7 @@ export {
   SandboxImagePullError,
   SandboxOperationError,
   SandboxPathError,
+  SandboxPausedError,
   SandboxReadinessError,
   SandboxTransportError,
 } from './errors.js'
@@ -126,6 +127,7 @@ export type {
   SandboxMakeDirectoryOptions,
   SandboxNetworkPolicy,
   SandboxOutputChunk,
+  SandboxPauseOptions,
   SandboxPortForward,
   SandboxPortForwardOptions,
   SandboxProcess,

@@ -1,5 +1,11 @@
 import type { Buffer } from 'node:buffer'
-import { SandboxControlRefusedError, SandboxError } from './errors.js'
+import {
+  SandboxControlRefusedError,
+  SandboxDestroyedError,
+  SandboxError,
+  SandboxPausedError,
+  throwIfAborted,
+} from './errors.js'
 import { describeError } from './event-error.js'
 import type { SandboxEvent, SandboxFileEvent } from './events.js'
 import type {
@@ -24,6 +30,7 @@ import type {
   SandboxForwardPort,
   SandboxMakeDirectoryOptions,
   SandboxNetworkPolicy,
+  SandboxPauseOptions,
   SandboxProcess,
   SandboxProcessInfo,
   SandboxReadFileOptions,
@@ -93,6 +100,12 @@ type OptionalMember =
  * terminal until it exits, a file operation, a connection through a
  * forwarded port) and `keepAlive()`. The idle reaper never ends a sandbox
  * while any of these is running: a long silent command keeps it alive.
+ *
+ * A pause stops both clocks: from `pause()` until `resume()` resolves, the
+ * lifetime timer and the idle check are off, and `resume()` moves the
+ * lifetime's end and the last activity later by the time paused. Calls
+ * that need the sandbox's processes are refused meanwhile with
+ * `SandboxPausedError`, before anything reaches the backend.
  */
 export class ManagedSandbox implements CordonSandbox {
   readonly setNetworkPolicy?: (
@@ -109,6 +122,12 @@ export class ManagedSandbox implements CordonSandbox {
   ) => Promise<AsyncIterable<SandboxFileContent>>
   readonly forwardPort?: SandboxForwardPort
   private expiry: ReturnType<typeof setTimeout> | undefined
+  /** When the lifetime runs out (performance.now()); undefined for no lifetime. */
+  private expiresAt: number | undefined
+  /** When `pause()` was called, until `resume()` resolves (performance.now()). */
+  private pausedAt: number | undefined
+  /** Pause and resume run one after the other. */
+  private pauseControl: Promise<void> = Promise.resolve()
   private idleTimer: ReturnType<typeof setTimeout> | undefined
   private destroying: Promise<void> | undefined
   private ended: SandboxEndReason | undefined
@@ -119,6 +138,11 @@ export class ManagedSandbox implements CordonSandbox {
   /** A `keepAlive(durationMs)` lease: busy until then. */
   private busyUntil = 0
   private readonly forwards = new Set<SandboxForward>()
+  /**
+   * Processes the host detached from: still work for the idle timeout until
+   * the backend lists them as ended (asked when the sandbox looks idle).
+   */
+  private readonly detached = new Set<string>()
   private egressOut = 0
   private egressIn = 0
 
@@ -146,6 +170,7 @@ export class ManagedSandbox implements CordonSandbox {
     if (inner.forwardPort) {
       const forward = inner.forwardPort.bind(inner)
       const forwardPort = async (port: number, options?: SandboxForwardOptions) => {
+        this.refuseWhilePaused('forwardPort')
         const opened = await this.track(() => forward(port, options))
         this.forwards.add(opened)
         const close = opened.close.bind(opened)
@@ -164,11 +189,8 @@ export class ManagedSandbox implements CordonSandbox {
       this.readFiles = (dir, options) => this.readBatch(read, dir, options)
     }
     if (hooks.lifetimeMs !== undefined) {
-      this.expiry = setTimeout(() => {
-        hooks.emit(this.lifecycle('expired'))
-        void this.end('lifetime').catch(() => {})
-      }, hooks.lifetimeMs)
-      this.expiry.unref?.()
+      this.expiresAt = performance.now() + hooks.lifetimeMs
+      this.armExpiry()
     }
     if (hooks.idleTimeoutMs !== undefined) this.armIdleCheck(hooks.idleTimeoutMs)
     inner.whenEnded?.().then(
@@ -189,6 +211,8 @@ export class ManagedSandbox implements CordonSandbox {
 
   get status(): SandboxStatus {
     const status = this.inner.status
+    if (status === 'destroyed') return status
+    if (this.pausedAt !== undefined) return 'paused'
     return status === 'ready' && this.running > 0 ? 'busy' : status
   }
 
@@ -232,6 +256,7 @@ export class ManagedSandbox implements CordonSandbox {
   }
 
   async openTerminal(options: SandboxTerminalOptions): Promise<SandboxTerminal> {
+    this.refuseWhilePaused('openTerminal')
     if (!this.inner.openTerminal) {
       throw new SandboxControlRefusedError(
         'openTerminal',
@@ -244,11 +269,12 @@ export class ManagedSandbox implements CordonSandbox {
     return terminal
   }
 
-  exec(
+  async exec(
     command: string,
     args?: readonly string[],
     options: SandboxExecOptions = {},
   ): Promise<SandboxExecResult> {
+    this.refuseWhilePaused('exec')
     return this.track(() =>
       this.inner.exec(command, args, {
         ...options,
@@ -262,9 +288,10 @@ export class ManagedSandbox implements CordonSandbox {
     args?: readonly string[],
     options?: SandboxStartOptions,
   ): Promise<CordonProcess> {
+    this.refuseWhilePaused('start')
     const process = await this.track(() => this.inner.start(command, args, options))
     this.holdWhile(process.wait())
-    return detachable(process, this.hooks.backend)
+    return this.handOut(process)
   }
 
   writeFile(
@@ -307,6 +334,7 @@ export class ManagedSandbox implements CordonSandbox {
     path: string,
     options?: SandboxFileOptions,
   ): Promise<AsyncIterable<Uint8Array>> {
+    this.refuseWhilePaused('readFileStream')
     const started = performance.now()
     const stream = await this.track(() => this.inner.readFileStream(path, options))
     return this.countedIteration(stream, (chunk) => chunk.length, 'read-stream', path, started)
@@ -351,15 +379,30 @@ export class ManagedSandbox implements CordonSandbox {
   }
 
   async listProcesses(options?: SandboxFileOptions): Promise<readonly SandboxProcessInfo[]> {
+    this.refuseWhilePaused('listProcesses')
     const list = this.optional('listProcesses')
     return this.track(() => list(options))
   }
 
   async attachProcess(id: string, options?: SandboxAttachOptions): Promise<CordonProcess> {
+    this.refuseWhilePaused('attachProcess')
     const attach = this.optional('attachProcess')
     const process = await this.track(() => attach(id, options))
+    this.detached.delete(id)
     this.holdWhile(process.wait())
-    return detachable(process, this.hooks.backend)
+    return this.handOut(process)
+  }
+
+  /** A process handle for the host: detaching from it leaves the process counted as work. */
+  private handOut(process: SandboxProcess): CordonProcess {
+    const handed = detachable(process, this.hooks.backend)
+    const detach = handed.detach.bind(handed)
+    return Object.assign(handed, {
+      detach: async () => {
+        await detach()
+        if (handed.id !== undefined) this.detached.add(handed.id)
+      },
+    })
   }
 
   /** The backend's member, or a refusal naming it when the backend has none. */
@@ -378,6 +421,113 @@ export class ManagedSandbox implements CordonSandbox {
 
   destroy(options?: SandboxDestroyOptions): Promise<void> {
     return this.end('destroyed', options)
+  }
+
+  async pause(options: SandboxPauseOptions = {}): Promise<void> {
+    throwIfAborted(options.signal, 'pause')
+    const pause = this.inner.pause
+    if (!pause) throw this.cannotFreeze('pause')
+    return this.serially(async () => {
+      if (this.destroying || this.ended) throw new SandboxDestroyedError(this.id)
+      if (this.pausedAt !== undefined) return
+      const started = performance.now()
+      // Refused from now on: a call let through now would wait on frozen processes.
+      this.pausedAt = started
+      this.stopClocks()
+      try {
+        await pause.call(this.inner, options)
+      } catch (error) {
+        this.pausedAt = undefined
+        this.startClocks(0)
+        this.hooks.emit({
+          ...this.lifecycle('pause'),
+          durationMs: performance.now() - started,
+          error: describeError(error),
+        })
+        throw error
+      }
+      this.hooks.emit({ ...this.lifecycle('pause'), durationMs: performance.now() - started })
+    })
+  }
+
+  async resume(options: SandboxPauseOptions = {}): Promise<void> {
+    throwIfAborted(options.signal, 'resume')
+    const resume = this.inner.resume
+    if (!resume) throw this.cannotFreeze('resume')
+    return this.serially(async () => {
+      const pausedAt = this.pausedAt
+      if (pausedAt === undefined) return
+      if (this.destroying || this.ended) throw new SandboxDestroyedError(this.id)
+      const started = performance.now()
+      try {
+        await resume.call(this.inner, options)
+      } catch (error) {
+        // Still paused: the clocks stay stopped and a later resume() tries again.
+        this.hooks.emit({
+          ...this.lifecycle('resume'),
+          durationMs: performance.now() - started,
+          error: describeError(error),
+        })
+        throw error
+      }
+      const now = performance.now()
+      this.pausedAt = undefined
+      this.startClocks(now - pausedAt)
+      this.hooks.emit({
+        ...this.lifecycle('resume'),
+        durationMs: now - started,
+        pausedMs: now - pausedAt,
+      })
+    })
+  }
+
+  private cannotFreeze(control: 'pause' | 'resume'): SandboxControlRefusedError {
+    return new SandboxControlRefusedError(
+      control,
+      this.hooks.backend,
+      "this backend cannot freeze a sandbox's processes; the sandbox runs until it is destroyed",
+    )
+  }
+
+  private serially(operation: () => Promise<void>): Promise<void> {
+    const run = this.pauseControl.then(operation, operation)
+    this.pauseControl = run.catch(() => {})
+    return run
+  }
+
+  private refuseWhilePaused(operation: string): void {
+    if (this.pausedAt !== undefined && !this.destroying && !this.ended)
+      throw new SandboxPausedError(this.id, operation)
+  }
+
+  /** A pause stops the lifetime and idle clocks... */
+  private stopClocks(): void {
+    if (this.expiry) clearTimeout(this.expiry)
+    if (this.idleTimer) clearTimeout(this.idleTimer)
+    this.expiry = undefined
+    this.idleTimer = undefined
+  }
+
+  /** ...and a resume starts them again, `pausedMs` later than where they stopped. */
+  private startClocks(pausedMs: number): void {
+    if (this.destroying) return
+    const now = performance.now()
+    if (this.expiresAt !== undefined) {
+      this.expiresAt += pausedMs
+      this.armExpiry()
+    }
+    this.lastActivity = Math.min(now, this.lastActivity + pausedMs)
+    if (this.busyUntil > 0) this.busyUntil += pausedMs
+    if (this.hooks.idleTimeoutMs !== undefined) this.armIdleCheck(0)
+  }
+
+  private armExpiry(): void {
+    const remaining = Math.max(0, this.expiresAt! - performance.now())
+    this.expiry = setTimeout(() => {
+      this.hooks.emit(this.lifecycle('expired'))
+      void this.end('lifetime').catch(() => {})
+    }, remaining)
+    this.expiry.unref?.()
   }
 
   /** The provider's `close()`: ends the sandbox with `provider-closed`. */
@@ -420,7 +570,9 @@ export class ManagedSandbox implements CordonSandbox {
     })
   }
 
-  private lifecycle(phase: 'expired' | 'idle' | 'ended' | 'destroy.start' | 'destroy.end') {
+  private lifecycle(
+    phase: 'expired' | 'idle' | 'ended' | 'destroy.start' | 'destroy.end' | 'pause' | 'resume',
+  ) {
     return {
       type: 'lifecycle' as const,
       phase,
@@ -465,6 +617,7 @@ export class ManagedSandbox implements CordonSandbox {
       readonly measure?: (result: T) => { bytes?: number; files?: number }
     },
   ): Promise<T> {
+    this.refuseWhilePaused(fileOperationName[operation])
     const started = performance.now()
     try {
       const result = await this.track(run)
@@ -486,6 +639,7 @@ export class ManagedSandbox implements CordonSandbox {
     dir: string | undefined,
     options: SandboxReadFileOptions | undefined,
   ): Promise<AsyncIterable<SandboxFileContent>> {
+    this.refuseWhilePaused('readFiles')
     const started = performance.now()
     const files = await this.track(() => read(dir, options))
     return this.countedIteration(
@@ -568,6 +722,25 @@ export class ManagedSandbox implements CordonSandbox {
       (sum, forward) => sum + forward.activeConnections,
       0,
     )
+    if (this.detached.size > 0 && this.inner.listProcesses) {
+      // Whether a detached process still runs is the backend's to say; asked only now.
+      const list = this.inner.listProcesses.bind(this.inner)
+      void list().then(
+        (processes) => {
+          const running = new Set(
+            processes.filter((entry) => entry.status === 'running').map((entry) => entry.id),
+          )
+          for (const id of this.detached) if (!running.has(id)) this.detached.delete(id)
+          if (this.detached.size > 0) {
+            this.lastActivity = Math.max(this.lastActivity, performance.now())
+            this.armIdleCheck(idleTimeoutMs)
+          } else this.checkIdle()
+        },
+        // Unanswered: as if still running; the next look asks again.
+        () => this.armIdleCheck(idleTimeoutMs),
+      )
+      return
+    }
     if (this.running > 0 || connections > 0 || now < this.busyUntil) {
       // Busy now: the idle clock starts no earlier than this moment.
       this.lastActivity = Math.max(this.lastActivity, now)
@@ -582,6 +755,22 @@ export class ManagedSandbox implements CordonSandbox {
     }
     this.armIdleCheck(idleTimeoutMs - idleFor)
   }
+}
+
+/** The method a file operation of an event came through, as a paused sandbox's refusal names it. */
+const fileOperationName: Record<FileOperation, string> = {
+  write: 'writeFile',
+  read: 'readFile',
+  'write-stream': 'writeFileStream',
+  'read-stream': 'readFileStream',
+  'write-batch': 'writeFiles',
+  'read-batch': 'readFiles',
+  list: 'listFiles',
+  stat: 'statFile',
+  remove: 'removeFile',
+  rename: 'renameFile',
+  'make-directory': 'makeDirectory',
+  watch: 'watchDirectory',
 }
 
 function byteLength(content: string | Uint8Array): number {

@@ -2,13 +2,15 @@ import type { Buffer } from 'node:buffer'
 import type { SandboxId } from './sandbox-id.js'
 
 /**
- * Where a sandbox is in its life, with the reference's four values. `ready`
- * means a command can run now, never merely that an API accepted a request;
- * `busy` means at least one exec or started process is running; `destroyed`
- * covers a sandbox being torn down and one that was lost (its `endReason`,
- * where the backend reports one, says which).
+ * Where a sandbox is in its life: the reference's four values and
+ * `paused`. `ready` means a command can run now, never merely that an API
+ * accepted a request; `busy` means at least one exec or started process is
+ * running; `paused` means every process of the sandbox is frozen by
+ * `pause()` until `resume()`; `destroyed` covers a sandbox being torn down
+ * and one that was lost (its `endReason`, where the backend reports one,
+ * says which).
  */
-export type SandboxStatus = 'creating' | 'ready' | 'busy' | 'destroyed'
+export type SandboxStatus = 'creating' | 'ready' | 'busy' | 'paused' | 'destroyed'
 
 /**
  * The isolation primitive a sandbox runs under, with the reference's values.
@@ -484,6 +486,11 @@ export interface SandboxDestroyOptions {
   readonly signal?: AbortSignal
 }
 
+/** Options of `pause()` and `resume()`. */
+export interface SandboxPauseOptions {
+  readonly signal?: AbortSignal
+}
+
 /**
  * The run-time egress change `Sandbox.setNetworkPolicy` accepts: the host
  * allowlist that replaces the sandbox's current one (an empty list denies
@@ -658,6 +665,14 @@ export interface CordonBackendSandbox extends Sandbox, AsyncDisposable {
   /** What the backend measures of the sandbox's resource use. */
   usage?(options?: SandboxFileOptions): Promise<SandboxBackendUsage>
   /**
+   * Freezes every process of the sandbox (the engine's freezer) and resolves
+   * once they are frozen; absent where the backend cannot. While paused,
+   * `status` is `paused` and nothing of the sandbox runs.
+   */
+  pause?(options?: SandboxPauseOptions): Promise<void>
+  /** Continues the processes `pause()` froze; resolves once they run again. */
+  resume?(options?: SandboxPauseOptions): Promise<void>
+  /**
    * Resolves when the sandbox ends underneath its host (its container died,
    * its agent or VM was lost, the platform removed it), with why. Never
    * resolves for a sandbox the host destroys.
@@ -684,6 +699,8 @@ export interface CordonSandbox
     | 'listProcesses'
     | 'attachProcess'
     | 'start'
+    | 'pause'
+    | 'resume'
   > {
   /** Starts `command` in the background; see {@link SandboxProcess} and {@link CordonProcess}. */
   start(
@@ -714,4 +731,24 @@ export interface CordonSandbox
    * allocate one refuses with `SandboxControlRefusedError` (`openTerminal`).
    */
   openTerminal(options: SandboxTerminalOptions): Promise<SandboxTerminal>
+  /**
+   * Freezes every process of the sandbox and stops its idle and lifetime
+   * clocks: paused time counts toward neither, nor toward the timeout of a
+   * command that was running. Resolves once the processes are frozen;
+   * `status` is then `paused`, and a paused sandbox uses no CPU. While
+   * paused, calls that need the sandbox's processes (`exec`, `start`, file
+   * operations, `openTerminal`, `forwardPort`) are refused with
+   * `SandboxPausedError` and send nothing; `stats()` answers from the
+   * backend's own measurements; `destroy()` works. Pausing a paused sandbox
+   * does nothing. A backend that cannot freeze a sandbox refuses with
+   * `SandboxControlRefusedError` naming `pause`.
+   */
+  pause(options?: SandboxPauseOptions): Promise<void>
+  /**
+   * Continues the processes `pause()` froze and restarts the idle and
+   * lifetime clocks where they stopped. Resuming a sandbox that is not
+   * paused does nothing; a backend that cannot pause refuses with
+   * `SandboxControlRefusedError` naming `resume`.
+   */
+  resume(options?: SandboxPauseOptions): Promise<void>
 }

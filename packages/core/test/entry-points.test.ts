@@ -37,6 +37,7 @@ describe('entry points', () => {
       'SandboxImagePullError',
       'SandboxOperationError',
       'SandboxPathError',
+      'SandboxPausedError',
       'SandboxReadinessError',
       'SandboxTransportError',
       'aciStandbyPoolBackendConfigSchema',

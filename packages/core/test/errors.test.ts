@@ -15,6 +15,7 @@ import {
   SandboxImagePullError,
   SandboxOperationError,
   SandboxPathError,
+  SandboxPausedError,
   SandboxReadinessError,
   SandboxTransportError,
 } from '../src/index.js'
@@ -95,6 +96,13 @@ const cases: Case[] = [
     parent: SandboxError,
     code: 'SANDBOX_DESTROYED',
     fields: { sandboxId: 'sbx_y' },
+  },
+  {
+    make: () => new SandboxPausedError('sbx_y', 'exec', { cause }),
+    klass: SandboxPausedError,
+    parent: SandboxError,
+    code: 'SANDBOX_PAUSED',
+    fields: { sandboxId: 'sbx_y', operation: 'exec' },
   },
   {
     make: () => new SandboxTransportError('socket closed', '/run/agent.sock', { cause }),

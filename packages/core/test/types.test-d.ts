@@ -37,8 +37,10 @@ describe("the reference's shapes", () => {
     expectTypeOf<'abc'>().not.toMatchTypeOf<SandboxId>()
   })
 
-  it('status and environment are exactly the reference unions', () => {
-    expectTypeOf<SandboxStatus>().toEqualTypeOf<'creating' | 'ready' | 'busy' | 'destroyed'>()
+  it("status is the reference's union and paused (only a sandbox the host paused has it); environment is exactly the reference's", () => {
+    expectTypeOf<SandboxStatus>().toEqualTypeOf<
+      'creating' | 'ready' | 'busy' | 'paused' | 'destroyed'
+    >()
     expectTypeOf<SandboxEnvironment>().toEqualTypeOf<
       'linux-namespace' | 'macos-seatbelt' | 'basic'
     >()

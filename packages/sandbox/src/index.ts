@@ -103,6 +103,8 @@ export {
   SandboxOperationError,
   type SandboxOutputChunk,
   SandboxPathError,
+  SandboxPausedError,
+  type SandboxPauseOptions,
   type SandboxPortForward,
   type SandboxPortForwardOptions,
   type SandboxProcess,

@@ -159,6 +159,21 @@ export async function requestHealth(connection: FramedConnection): Promise<Healt
   return reply
 }
 
+/**
+ * Holds (`pause-clocks`) or releases (`resume-clocks`) the agent's deadlines
+ * around a freeze of the sandbox; resolves with the time they were held.
+ */
+export async function requestClocks(
+  connection: FramedConnection,
+  type: 'pause-clocks' | 'resume-clocks',
+): Promise<number> {
+  await connection.send({ type })
+  const reply = await nextMessage(connection)
+  if (reply.type !== 'clocks-ok') throw remoteOrUnexpected(reply, 'clocks-ok')
+  connection.close()
+  return reply.heldMs
+}
+
 export async function requestUsage(connection: FramedConnection): Promise<UsageOkMessage> {
   await connection.send({ type: 'usage' })
   const reply = await nextMessage(connection)
@@ -420,7 +435,9 @@ export async function requestWatch(
   const ready = await nextMessage(connection)
   if (ready.type !== 'watching') throw remoteOrUnexpected(ready, 'watching')
   let stopping = false
+  let iterating = false
   async function* changes(): AsyncGenerator<readonly FileChangeMessage[]> {
+    iterating = true
     let finished = false
     try {
       for (;;) {
@@ -451,6 +468,11 @@ export async function requestWatch(
     stop: () => {
       if (stopping) return
       stopping = true
+      // Nobody will read the agent's answer (or its last changes): drop the connection.
+      if (!iterating) {
+        connection.destroy()
+        return
+      }
       void connection.send({ type: 'end' }).catch(() => connection.destroy())
     },
   }

@@ -40,7 +40,10 @@ export interface FramedConnectionOptions {
  *
  * Heartbeats are consumed here and never reach `read()`. Silence is judged only
  * while this side is actually listening: a reader that paused the socket
- * because its consumer is slow does not mistake its own pause for a dead peer.
+ * because its consumer is slow does not mistake its own pause for a dead peer,
+ * a side whose own process did not run for a while (frozen with its sandbox,
+ * or starved) does not hold that time against the peer, and a host that has
+ * frozen the peer's sandbox holds the judgement ({@link holdIdle}).
  */
 export class FramedConnection {
   private readonly decoder: FrameDecoder
@@ -54,6 +57,8 @@ export class FramedConnection {
   private pausedForBackpressure = false
   private lastReceivedAt = Date.now()
   private lastSentAt = Date.now()
+  private lastTickAt = Date.now()
+  private idleHeld = false
   private heartbeatTimer: ReturnType<typeof setInterval> | undefined
   private drainWaiters: Array<{ resolve: () => void; reject: (error: unknown) => void }> = []
   private closeListeners: Array<(error: unknown) => void> = []
@@ -134,9 +139,17 @@ export class FramedConnection {
     this.stopHeartbeat()
     const tick = Math.max(10, Math.floor(intervalMs / 2))
     this.lastReceivedAt = Date.now()
+    this.lastTickAt = this.lastReceivedAt
     this.heartbeatTimer = setInterval(() => {
       const now = Date.now()
-      if (this.pausedForBackpressure) this.lastReceivedAt = now
+      // A tick this late means this process did not run meanwhile: that
+      // silence was this side's, not the peer's.
+      const late = now - this.lastTickAt - tick
+      this.lastTickAt = now
+      if (late > tick) this.lastReceivedAt = Math.min(now, this.lastReceivedAt + late)
+      if (this.pausedForBackpressure || this.idleHeld) this.lastReceivedAt = now
+      // Nothing is sent into a frozen peer: it would only pile up in its buffers.
+      if (this.idleHeld) return
       if (now - this.lastReceivedAt > idleTimeoutMs) {
         this.destroy(new ConnectionIdleError(idleTimeoutMs))
         return
@@ -147,6 +160,16 @@ export class FramedConnection {
       }
     }, tick)
     this.heartbeatTimer.unref?.()
+  }
+
+  /**
+   * While held, the peer's silence is not judged and no heartbeat is sent:
+   * for a host whose peer is frozen on purpose (a paused sandbox). Released,
+   * the peer gets a whole idle budget from that moment.
+   */
+  holdIdle(held: boolean): void {
+    this.idleHeld = held
+    if (!held) this.lastReceivedAt = Date.now()
   }
 
   stopHeartbeat(): void {

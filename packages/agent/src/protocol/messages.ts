@@ -212,6 +212,18 @@ export interface EndMessage {
 export interface HeartbeatMessage {
   readonly type: 'heartbeat'
 }
+/**
+ * The host is about to freeze the sandbox: hold the agent's deadlines (the
+ * lifetime, command timeouts) until `resume-clocks`, so frozen time does
+ * not count toward them.
+ */
+export interface PauseClocksRequest {
+  readonly type: 'pause-clocks'
+}
+/** The sandbox runs again: its deadlines go on, later by the time held. */
+export interface ResumeClocksRequest {
+  readonly type: 'resume-clocks'
+}
 
 export type AgentRequest =
   | HealthRequest
@@ -224,6 +236,8 @@ export type AgentRequest =
   | ReadFilesRequest
   | ListFilesRequest
   | MakeDirectoryRequest
+  | PauseClocksRequest
+  | ResumeClocksRequest
   | StatRequest
   | RemoveRequest
   | RenameRequest
@@ -347,6 +361,12 @@ export interface StdinAckMessage {
 export interface CancelAckMessage {
   readonly type: 'cancel-ack'
 }
+/** The answer to `pause-clocks` and `resume-clocks`. */
+export interface ClocksOkMessage {
+  readonly type: 'clocks-ok'
+  /** On `resume-clocks`: how long the deadlines were held, in ms (0 if they were not). */
+  readonly heldMs: number
+}
 export interface ExitMessage {
   readonly type: 'exit'
   /** The exit code, or 128 + the signal number when a signal ended the command. */
@@ -401,6 +421,7 @@ export type AgentMessage =
   | ProcessesMessage
   | StdinAckMessage
   | CancelAckMessage
+  | ClocksOkMessage
   | ExitMessage
   | FileInfoMessage
   | WriteReadyMessage
@@ -520,6 +541,8 @@ export function parseClientMessage(raw: Raw): ClientMessage {
     }
     case 'health':
     case 'usage':
+    case 'pause-clocks':
+    case 'resume-clocks':
     case 'list-processes':
     case 'write-files':
     case 'proceed':
@@ -661,6 +684,8 @@ export function parseAgentMessage(raw: Raw): AgentMessage {
       }
     case 'signal-ok':
       return { type: 'signal-ok', signalled: int(raw, 'signalled', { min: 0 })! }
+    case 'clocks-ok':
+      return { type: 'clocks-ok', heldMs: int(raw, 'heldMs', { min: 0 })! }
     case 'directory-ok':
       return { type: 'directory-ok', created: bool(raw, 'created') }
     case 'usage-ok': {

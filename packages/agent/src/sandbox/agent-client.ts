@@ -17,6 +17,7 @@ import {
   type ProcessEntryMessage,
   ProtocolError,
   requestAttach,
+  requestClocks,
   requestExec,
   requestHealth,
   requestListFiles,
@@ -116,6 +117,9 @@ export class AgentClient {
   private closed = false
   /** Whether an operation has taken a connection yet (see {@link open}). */
   private operatedOnce = false
+  /** Every authenticated connection still open (spares, commands, downloads). */
+  private readonly live = new Set<FramedConnection>()
+  private idleHeld = false
 
   constructor(private readonly options: AgentClientOptions) {
     this.description = options.description
@@ -295,7 +299,31 @@ export class AgentClient {
     } finally {
       signal?.removeEventListener('abort', onAbort)
     }
+    this.live.add(connection)
+    connection.onClose(() => this.live.delete(connection))
+    if (this.idleHeld) connection.holdIdle(true)
     return connection
+  }
+
+  /**
+   * Stops (or restarts) judging the agent's silence on every connection,
+   * open now or opened meanwhile: for the time the host keeps the sandbox
+   * frozen, when the agent cannot answer a heartbeat and is not gone.
+   */
+  holdIdle(held: boolean): void {
+    this.idleHeld = held
+    for (const connection of this.live) connection.holdIdle(held)
+  }
+
+  /**
+   * Asks the agent to hold its deadlines (the lifetime, command timeouts)
+   * before the sandbox is frozen, or to let them run again once it is
+   * thawed; resolves with how long they were held (see deadline-clock.ts).
+   */
+  async clocks(type: 'pause-clocks' | 'resume-clocks', signal?: AbortSignal): Promise<number> {
+    return this.withConnection(type, undefined, signal, (connection) =>
+      requestClocks(connection, type),
+    )
   }
 
   private transportFailureListener: (() => void) | undefined

@@ -30,6 +30,8 @@ import {
   type SandboxNetworkPolicy,
   SandboxOperationError,
   SandboxPathError,
+  SandboxPausedError,
+  type SandboxPauseOptions,
   type SandboxProcessInfo,
   type SandboxReadFileOptions,
   type SandboxRemoveOptions,
@@ -77,6 +79,11 @@ export interface AgentSandboxInit {
    * later `destroy()` calls it again.
    */
   readonly release: (signal: AbortSignal | undefined) => Promise<void>
+  /**
+   * Freezes and thaws every process of the sandbox (the Docker engine's
+   * freezer); without it the sandbox has no `pause` and `resume`.
+   */
+  readonly freezer?: SandboxFreezer
   /** Changes egress at run time; without it the sandbox has no `setNetworkPolicy`. */
   readonly setNetworkPolicy?: (policy: SandboxNetworkPolicy, signal?: AbortSignal) => Promise<void>
   /**
@@ -123,6 +130,14 @@ export interface AgentSandboxInit {
  * `setNetworkPolicy` is there only when the backend can change egress at run
  * time (it passes `setNetworkPolicy` in the init).
  */
+/** What freezes a sandbox's processes: the platform's own freezer (a cgroup freezer, gVisor's pause). */
+export interface SandboxFreezer {
+  /** Resolves once every process of the sandbox is frozen. */
+  pause(signal?: AbortSignal): Promise<void>
+  /** Resolves once they run again. */
+  resume(signal?: AbortSignal): Promise<void>
+}
+
 /** Why a sandbox can end without its host destroying it. */
 export type LostReason = Extract<
   SandboxEndReason,
@@ -137,6 +152,8 @@ export class AgentSandbox implements CordonBackendSandbox {
   readonly environment: SandboxEnvironment = 'linux-namespace'
   private state: 'ready' | 'destroying' | 'destroyed' = 'ready'
   private lost = false
+  /** From the start of `pause()` until `resume()` has thawed the sandbox. */
+  private paused = false
   private signalEnded: ((reason: SandboxEndReason) => void) | undefined
   private readonly ended = new Promise<SandboxEndReason>((resolve) => {
     this.signalEnded = resolve
@@ -152,6 +169,8 @@ export class AgentSandbox implements CordonBackendSandbox {
   readonly forwardPort?: SandboxForwardPort
   private readonly forwards = new Set<SandboxForward>()
   readonly openTerminal?: (options: SandboxTerminalOptions) => Promise<SandboxTerminal>
+  readonly pause?: (options?: SandboxPauseOptions) => Promise<void>
+  readonly resume?: (options?: SandboxPauseOptions) => Promise<void>
 
   constructor(private readonly init: AgentSandboxInit) {
     this.id = init.id
@@ -170,6 +189,11 @@ export class AgentSandbox implements CordonBackendSandbox {
             : { ...options, cwd: resolveSandboxPath(this.rootDir, options.cwd) },
         )
       }
+    }
+    const freezer = init.freezer
+    if (freezer) {
+      this.pause = (options) => this.freeze(freezer, options?.signal)
+      this.resume = (options) => this.thaw(freezer, options?.signal)
     }
     const change = init.setNetworkPolicy
     if (change) {
@@ -259,7 +283,43 @@ export class AgentSandbox implements CordonBackendSandbox {
 
   get status(): SandboxStatus {
     if (this.state !== 'ready' || this.lost) return 'destroyed'
+    if (this.paused) return 'paused'
     return this.running.size > 0 ? 'busy' : 'ready'
+  }
+
+  /**
+   * The agent holds its deadlines first, then the connections stop judging
+   * its silence, then the platform freezes the sandbox: no deadline of the
+   * agent's passes and no connection drops for the time it is frozen. A
+   * freezer that fails leaves the sandbox running as it was.
+   */
+  private async freeze(freezer: SandboxFreezer, signal: AbortSignal | undefined): Promise<void> {
+    if (this.paused) return
+    this.assertUsable('pause', signal)
+    this.paused = true
+    const { client } = this.init
+    try {
+      await client.clocks('pause-clocks', signal)
+      client.holdIdle(true)
+      await freezer.pause(signal)
+    } catch (error) {
+      client.holdIdle(false)
+      await client.clocks('resume-clocks').catch(() => {})
+      this.paused = false
+      throw error
+    }
+  }
+
+  /** The reverse of {@link freeze}. A thaw that fails leaves the sandbox paused. */
+  private async thaw(freezer: SandboxFreezer, signal: AbortSignal | undefined): Promise<void> {
+    if (!this.paused) return
+    if (this.lost || this.state !== 'ready') throw new SandboxDestroyedError(this.id)
+    throwIfAborted(signal, 'resume')
+    await freezer.resume(signal)
+    const { client } = this.init
+    client.holdIdle(false)
+    this.paused = false
+    await client.clocks('resume-clocks', signal)
   }
 
   async exec(
@@ -425,6 +485,11 @@ export class AgentSandbox implements CordonBackendSandbox {
    * (`measureUsage` in the init: the Docker engine's cgroup figures).
    */
   async usage(options: SandboxFileOptions = {}): Promise<SandboxBackendUsage> {
+    if (this.paused && !this.lost && this.state === 'ready') {
+      // The agent is frozen: the backend's own figures alone (the engine's, on Docker).
+      throwIfAborted(options.signal, 'stats')
+      return { ...(await this.init.measureUsage?.(options.signal)) }
+    }
     this.assertUsable('stats', options.signal)
     const [fromAgent, fromBackend] = await Promise.all([
       this.init.client.usage(options.signal),
@@ -618,6 +683,12 @@ export class AgentSandbox implements CordonBackendSandbox {
     this.init.client.close()
     for (const watch of [...this.watches]) void watch.close()
     for (const process of this.running) process.abandon()
+    if (this.paused && this.init.freezer) {
+      // Thawed first, so the agent ends as it always does (its outputs sealed);
+      // and gVisor cannot kill a paused sandbox (the engine gives up after 10 s).
+      await this.init.freezer.resume().catch(() => {})
+      this.paused = false
+    }
     try {
       await this.init.release(signal)
     } catch (error) {
@@ -730,6 +801,7 @@ export class AgentSandbox implements CordonBackendSandbox {
   private assertUsable(operation: string, signal: AbortSignal | undefined): void {
     if (this.lost || this.state === 'destroyed' || this.state === 'destroying')
       throw new SandboxDestroyedError(this.id)
+    if (this.paused) throw new SandboxPausedError(this.id, operation)
     throwIfAborted(signal, operation)
   }
 

@@ -18,7 +18,12 @@ export {
 } from './agent-client.js'
 export { toSandboxError } from './agent-error-mapping.js'
 export { AgentProcess, type AgentProcessHooks } from './agent-process.js'
-export { AgentSandbox, type AgentSandboxInit, type LostReason } from './agent-sandbox.js'
+export {
+  AgentSandbox,
+  type AgentSandboxInit,
+  type LostReason,
+  type SandboxFreezer,
+} from './agent-sandbox.js'
 export { dialTcp, type SocketConnectOptions, socketConnected } from './socket-dial.js'
 export { StdioChannel, type StdioChannelOptions } from './stdio-channel.js'
 export {

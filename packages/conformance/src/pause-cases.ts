@@ -1,0 +1,103 @@
+import { SandboxControlRefusedError, SandboxPausedError } from '@cordon/core'
+import { describe, expect, it } from 'vitest'
+import type { SandboxesUnderTest } from './shared-sandbox.js'
+import type { SandboxConformanceOptions } from './suite-options.js'
+
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+
+/** A loop that counts in a file of the working directory, as fast as it can, the count always whole. */
+const COUNTER_LOOP = [
+  '-c',
+  'i=0; while :; do i=$((i+1)); echo $i > counter.new; mv counter.new counter; done',
+]
+
+/** Pause and resume: a declared capability, or a refusal. */
+export function pauseCases(options: SandboxConformanceOptions, sandboxes: SandboxesUnderTest) {
+  const timeout = options.timeoutMs ?? 60_000
+  const { pause } = options.capabilities
+
+  describe('pause and resume', () => {
+    if (!pause) {
+      it(
+        'pause and resume are refused with a typed error naming the control and the backend',
+        async () => {
+          const sandbox = sandboxes.sandbox
+          for (const [control, call] of [
+            ['pause', () => sandbox.pause()],
+            ['resume', () => sandbox.resume()],
+          ] as const) {
+            const error = await call().catch((caught: unknown) => caught)
+            expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
+            expect((error as SandboxControlRefusedError).control).toBe(control)
+            expect((error as SandboxControlRefusedError).backend).toBe(sandboxes.provider.backend)
+          }
+          // Nothing changed: the sandbox runs as before.
+          expect(sandbox.status).toBe('ready')
+          expect((await sandbox.exec('echo', ['still here'])).stdout).toBe('still here\n')
+        },
+        timeout,
+      )
+      return
+    }
+
+    it(
+      'pause freezes every process (a counting loop stops), refuses commands and files while paused, and resume goes on',
+      async () => {
+        await sandboxes.withFresh({}, async (sandbox) => {
+          const count = async () => Number((await sandbox.exec('cat', ['counter'])).stdout.trim())
+          const loop = await sandbox.start('sh', COUNTER_LOOP)
+          try {
+            await sleep(500)
+            const running = await count()
+            await sleep(1_000)
+            const countedInOneSecond = (await count()) - running
+            expect(countedInOneSecond).toBeGreaterThan(5)
+
+            const atPause = await count()
+            await sandbox.pause()
+            expect(sandbox.status).toBe('paused')
+            await sleep(2_000)
+            for (const call of [
+              () => sandbox.exec('cat', ['counter']),
+              () => sandbox.readFile('counter'),
+              () => sandbox.writeFile('paused.txt', 'x'),
+              () => sandbox.listFiles(),
+            ]) {
+              const error = await call().catch((caught: unknown) => caught)
+              expect(SandboxPausedError.isInstance(error)).toBe(true)
+            }
+            // Pausing again changes nothing.
+            await sandbox.pause()
+            await sandbox.resume()
+            expect(sandbox.status).toBe('busy')
+            const atResume = await count()
+            // Two seconds paused count less than one second of running.
+            expect(atResume - atPause).toBeLessThan(countedInOneSecond)
+            await sleep(1_000)
+            expect(await count()).toBeGreaterThan(atResume)
+          } finally {
+            await loop.kill()
+          }
+          await loop.wait()
+          expect(sandbox.status).toBe('ready')
+        })
+      },
+      timeout,
+    )
+
+    it(
+      'a paused sandbox is destroyed like any other',
+      async () => {
+        const sandbox = await sandboxes.provider.create()
+        try {
+          await sandbox.pause()
+        } finally {
+          await sandbox.destroy()
+        }
+        expect(sandbox.status).toBe('destroyed')
+        expect(sandbox.endReason).toBe('destroyed')
+      },
+      timeout,
+    )
+  })
+}
