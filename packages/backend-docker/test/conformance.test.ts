@@ -1,4 +1,4 @@
-import { ALL_CAPABILITIES, describeSandboxConformance } from '@cordon/conformance'
+import { describeSandboxConformance } from '@cordon/conformance'
 import { BUSYBOX_IMAGE, testRunLabels } from '@cordon/test-support'
 import { createDockerSandboxProvider } from '../src/index.js'
 
@@ -15,12 +15,5 @@ for (const runtime of ['docker', 'runsc'] as const) {
         },
         layout: { outputs: { source: { type: 'ephemeral' } } },
       }),
-    // Under gVisor the host's OOM killer sees the whole sandbox as one process.
-    // gVisor's inotify sees what the sandbox does, not what the host does to a shared directory.
-    capabilities: {
-      ...ALL_CAPABILITIES,
-      survivesOutOfMemory: runtime === 'docker',
-      externalWatch: runtime === 'docker',
-    },
   })
 }

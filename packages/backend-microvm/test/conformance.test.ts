@@ -1,4 +1,4 @@
-import { ALL_CAPABILITIES, describeSandboxConformance } from '@cordon/conformance'
+import { describeSandboxConformance } from '@cordon/conformance'
 import { startTestOrchestrator, type TestOrchestratorStandin } from '@cordon/test-support'
 import { afterAll, beforeAll } from 'vitest'
 import { createMicroVMSandboxProvider } from '../src/index.js'
@@ -15,17 +15,8 @@ afterAll(async () => {
 
 describeSandboxConformance({
   name: 'microvm:self-hosted (orchestrator stand-in)',
-  // The agent cannot allocate a pseudo-terminal and a guest has no engine to
-  // ask; its usage is what the agent reads inside the guest (its cgroup included).
-  // The orchestrator's control plane has no pause operation: pause is refused.
-  capabilities: {
-    ...ALL_CAPABILITIES,
-    terminal: false,
-    pause: false,
-    // A guest's kernel is its own: it does not see what the host does to shared files.
-    externalWatch: false,
-    measuredUsage: ALL_CAPABILITIES.measuredUsage,
-  },
+  // What is proved and what is checked as a refusal comes from the backend's
+  // declaration (provider.enforcement): no terminal, no pause, no external watch.
   createProvider: () => {
     return createMicroVMSandboxProvider({ backend: standin.backendConfig() })
   },

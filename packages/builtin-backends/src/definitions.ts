@@ -38,6 +38,10 @@ const dockerEnforcement = (gvisor: boolean): SandboxEnforcementDeclaration => ({
   egress: ['deny-all', 'allow-all', 'static', 'resolver'],
   denyAllNetwork: true,
   terminal: true,
+  // The engine pauses a container (runc's cgroup freezer, gVisor's own pause).
+  pause: true,
+  // gVisor's inotify sees what the sandbox does, not what the host does to a shared directory.
+  externalWatch: !gvisor,
   measuredUsage: ALL_USAGE,
 })
 
@@ -114,6 +118,10 @@ export function builtinBackends(importPackage: BackendPackageImporter) {
         // The agent is reached over TCP, so the group keeps an interface.
         denyAllNetwork: false,
         terminal: false,
+        // ARM has no operation that freezes a container group's processes.
+        pause: false,
+        // The mounts are remote shares: their changes do not reach the group's inotify.
+        externalWatch: false,
         measuredUsage: ALL_USAGE,
       },
       egressRefusal: (config) =>
@@ -140,6 +148,10 @@ export function builtinBackends(importPackage: BackendPackageImporter) {
         denyAllNetwork: true,
         // The guest agent cannot allocate a pseudo-terminal.
         terminal: false,
+        // The orchestrator's control plane has no pause operation.
+        pause: false,
+        // A guest's kernel is its own: it does not see what the host does to shared files.
+        externalWatch: false,
         measuredUsage: ALL_USAGE,
       },
       load: factoryOf(BUILTIN_BACKEND_PACKAGES.microvm),

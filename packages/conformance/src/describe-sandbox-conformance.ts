@@ -1,4 +1,5 @@
 import { describe } from 'vitest'
+import { declarationCases } from './declaration-cases.js'
 import { execCases } from './exec-cases.js'
 import { fileApiCases } from './file-api-cases.js'
 import { fileCases } from './file-cases.js'
@@ -20,17 +21,20 @@ import { workingDirectoryCases } from './working-directory-cases.js'
  * describeSandboxConformance({
  *   name: 'container:docker',
  *   createProvider: () => createDockerSandboxProvider({ ... }),
- *   capabilities: ALL_CAPABILITIES,
  * })
  * ```
  *
- * Every case runs against real sandboxes made by the provider. A case is
- * skipped only when the backend declares it lacks the capability.
+ * Every case runs against real sandboxes made by the provider. What to
+ * prove is read from the backend's declaration (`provider.enforcement`):
+ * each control declared enforced is proved from inside a sandbox, and each
+ * declared not enforced is checked as a refusal, so a case is skipped only
+ * where the declaration makes it the other case of a pair.
  */
 export function describeSandboxConformance(options: SandboxConformanceOptions): void {
   describe(`cordon conformance: ${options.name}`, () => {
     const sandboxes = useSandboxes(options)
     lifecycleCases(options, sandboxes)
+    declarationCases(options, sandboxes)
     execCases(options, sandboxes)
     workingDirectoryCases(options, sandboxes)
     fileCases(options, sandboxes)

@@ -1,8 +1,3 @@
-export {
-  ALL_CAPABILITIES,
-  type MeasuredUsageField,
-  type SandboxConformanceCapabilities,
-} from './capabilities.js'
 export { describeSandboxConformance } from './describe-sandbox-conformance.js'
 export {
   RESOLVER_ANSWER_CASES,

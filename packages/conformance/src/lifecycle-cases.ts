@@ -17,12 +17,14 @@ export function lifecycleCases(
 
   describe('lifecycle', () => {
     it(
-      'hands out an exec-ready sandbox with an sbx_ id',
+      'hands out an exec-ready sandbox with an sbx_ id and the environment its backend declares',
       async () => {
         const sandbox = sandboxes.sandbox
         expect(sandbox.id).toMatch(SANDBOX_ID_PATTERN)
         expect(sandbox.status).toBe('ready')
-        expect(sandbox.environment).toBe('linux-namespace')
+        const { environment } = sandboxes.declared
+        expect(sandboxes.provider.environment, 'provider.environment').toBe(environment)
+        expect(sandbox.environment, 'sandbox.environment').toBe(environment)
         expect(sandbox.rootDir.startsWith('/')).toBe(true)
       },
       timeout,

@@ -8,12 +8,13 @@ export function limitCases(
   sandboxes: SandboxesUnderTest,
 ): void {
   const timeout = options.timeoutMs ?? 60_000
-  const { capabilities } = options
 
   describe('limits', () => {
-    it.runIf(capabilities.memoryLimit)(
-      'a memory bomb is killed at memoryLimitMb and reported, never a hang',
-      async () => {
+    it(
+      'memoryLimit declared: a memory bomb is killed at memoryLimitMb and reported, never a hang',
+      async (context) => {
+        sandboxes.onlyIf(context, (declared) => declared.memoryLimit)
+        const declared = sandboxes.declared
         await sandboxes.withFresh({ memoryLimitMb: 64 }, async (sandbox) => {
           // Doubling a shell string quickly needs far more than 64 MiB.
           const result = await sandbox.exec(
@@ -23,8 +24,8 @@ export function limitCases(
           )
           expect(result.timedOut).toBe(false)
           expect(result.exitCode).not.toBe(0)
-          if (capabilities.oomReporting) expect(result.oomKilled).toBe(true)
-          if (capabilities.survivesOutOfMemory) {
+          if (declared.oomReporting) expect(result.oomKilled).toBe(true)
+          if (declared.survivesOutOfMemory) {
             expect((await sandbox.exec('echo', ['still here'])).stdout).toBe('still here\n')
           } else {
             const after = await sandbox.exec('echo', ['gone']).catch((caught: unknown) => caught)
@@ -35,9 +36,10 @@ export function limitCases(
       timeout,
     )
 
-    it.runIf(capabilities.processLimit)(
-      'fork fails past maxProcesses, and the sandbox recovers',
-      async () => {
+    it(
+      'processLimit declared: fork fails past maxProcesses, and the sandbox recovers',
+      async (context) => {
+        sandboxes.onlyIf(context, (declared) => declared.processLimit)
         await sandboxes.withFresh({ maxProcesses: 24 }, async (sandbox) => {
           const result = await sandbox.exec(
             'sh',

@@ -1,4 +1,4 @@
-import { describe, expect, it } from 'vitest'
+import { beforeEach, describe, expect, it } from 'vitest'
 import type { SandboxesUnderTest } from './shared-sandbox.js'
 import type { SandboxConformanceOptions } from './suite-options.js'
 
@@ -8,7 +8,11 @@ export function networkCases(
 ): void {
   const timeout = options.timeoutMs ?? 60_000
 
-  describe.runIf(options.capabilities.denyAllNetwork)('deny-all egress', () => {
+  describe('deny-all egress (denyAllNetwork declared)', () => {
+    beforeEach((context) => {
+      sandboxes.onlyIf(context, (declared) => declared.denyAllNetwork)
+    })
+
     it(
       'has no interface but loopback and no route',
       async () => {

@@ -11,38 +11,36 @@ const COUNTER_LOOP = [
   'i=0; while :; do i=$((i+1)); echo $i > counter.new; mv counter.new counter; done',
 ]
 
-/** Pause and resume: a declared capability, or a refusal. */
+/** Pause and resume: proved where declared, checked as a refusal where not. */
 export function pauseCases(options: SandboxConformanceOptions, sandboxes: SandboxesUnderTest) {
   const timeout = options.timeoutMs ?? 60_000
-  const { pause } = options.capabilities
 
   describe('pause and resume', () => {
-    if (!pause) {
-      it(
-        'pause and resume are refused with a typed error naming the control and the backend',
-        async () => {
-          const sandbox = sandboxes.sandbox
-          for (const [control, call] of [
-            ['pause', () => sandbox.pause()],
-            ['resume', () => sandbox.resume()],
-          ] as const) {
-            const error = await call().catch((caught: unknown) => caught)
-            expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
-            expect((error as SandboxControlRefusedError).control).toBe(control)
-            expect((error as SandboxControlRefusedError).backend).toBe(sandboxes.provider.backend)
-          }
-          // Nothing changed: the sandbox runs as before.
-          expect(sandbox.status).toBe('ready')
-          expect((await sandbox.exec('echo', ['still here'])).stdout).toBe('still here\n')
-        },
-        timeout,
-      )
-      return
-    }
+    it(
+      'pause declared false: pause and resume are refused with a typed error naming the control and the backend',
+      async (context) => {
+        sandboxes.onlyIf(context, (declared) => !declared.pause)
+        const sandbox = sandboxes.sandbox
+        for (const [control, call] of [
+          ['pause', () => sandbox.pause()],
+          ['resume', () => sandbox.resume()],
+        ] as const) {
+          const error = await call().catch((caught: unknown) => caught)
+          expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
+          expect((error as SandboxControlRefusedError).control).toBe(control)
+          expect((error as SandboxControlRefusedError).backend).toBe(sandboxes.provider.backend)
+        }
+        // Nothing changed: the sandbox runs as before.
+        expect(sandbox.status).toBe('ready')
+        expect((await sandbox.exec('echo', ['still here'])).stdout).toBe('still here\n')
+      },
+      timeout,
+    )
 
     it(
-      'pause freezes every process (a counting loop stops), refuses commands and files while paused, and resume goes on',
-      async () => {
+      'pause declared: pause freezes every process (a counting loop stops), refuses commands and files while paused, and resume goes on',
+      async (context) => {
+        sandboxes.onlyIf(context, (declared) => declared.pause)
         await sandboxes.withFresh({}, async (sandbox) => {
           const count = async () => Number((await sandbox.exec('cat', ['counter'])).stdout.trim())
           const loop = await sandbox.start('sh', COUNTER_LOOP)
@@ -86,8 +84,9 @@ export function pauseCases(options: SandboxConformanceOptions, sandboxes: Sandbo
     )
 
     it(
-      'a paused sandbox is destroyed like any other',
-      async () => {
+      'pause declared: a paused sandbox is destroyed like any other',
+      async (context) => {
+        sandboxes.onlyIf(context, (declared) => declared.pause)
         const sandbox = await sandboxes.provider.create()
         try {
           await sandbox.pause()

@@ -1,5 +1,10 @@
-import type { CordonSandbox, CordonSandboxProvider, SandboxCreateConfig } from '@cordon/core'
-import { afterAll, beforeAll } from 'vitest'
+import type {
+  CordonSandbox,
+  CordonSandboxProvider,
+  SandboxCreateConfig,
+  SandboxEnforcementDeclaration,
+} from '@cordon/core'
+import { afterAll, beforeAll, type TestContext } from 'vitest'
 import type { SandboxConformanceOptions } from './suite-options.js'
 
 /**
@@ -21,9 +26,28 @@ export function useSandboxes(options: SandboxConformanceOptions) {
       if (!provider) throw new Error('provider not created yet')
       return provider
     },
+    /**
+     * What the backend declares it enforces. It is read when a case runs
+     * (a provider is made only then, in `beforeAll`), so a case that does
+     * not apply skips itself with {@link onlyIf}.
+     */
+    get declared(): SandboxEnforcementDeclaration {
+      return this.provider.enforcement
+    },
     get sandbox(): CordonSandbox {
       if (!shared) throw new Error('sandbox not created yet')
       return shared
+    },
+    /**
+     * Skips the running case unless `applies` holds of the declaration: a
+     * case is skipped only by what the backend declares, and each declared
+     * value has a case that runs (the proof or the refusal).
+     */
+    onlyIf(
+      context: TestContext,
+      applies: (declared: SandboxEnforcementDeclaration) => boolean,
+    ): void {
+      if (!applies(this.declared)) context.skip()
     },
     /** Creates a fresh sandbox, passes it to `use`, and always destroys it. */
     async withFresh<T>(

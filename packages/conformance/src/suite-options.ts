@@ -1,5 +1,4 @@
 import type { CordonSandboxProvider } from '@cordon/core'
-import type { SandboxConformanceCapabilities } from './capabilities.js'
 
 export interface SandboxConformanceOptions {
   /** Shown in the test names, e.g. `container:docker (runc)`. */
@@ -9,9 +8,12 @@ export interface SandboxConformanceOptions {
    * suite needs: a POSIX userland (`sh`, `cat`, `sleep`, `ps`, `kill`, `head`,
    * `dd`, `wc`, `env`, `pwd`, `ls`, `printf`) and, for the network cases,
    * `nslookup`, `wget` and `nc`. The suite closes every provider it makes.
+   *
+   * What the suite proves and what it checks as a refusal is read from the
+   * provider's own declaration, `provider.enforcement`: there is nothing
+   * else to declare.
    */
   readonly createProvider: () => CordonSandboxProvider
-  readonly capabilities: SandboxConformanceCapabilities
   /** Budget of each case; sandbox creation included (default 60 s). */
   readonly timeoutMs?: number
 }

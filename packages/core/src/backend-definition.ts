@@ -101,6 +101,8 @@ export function defineBackend<Config extends SandboxBackendConfigBase>(
     'processLimit',
     'denyAllNetwork',
     'terminal',
+    'pause',
+    'externalWatch',
   ]) {
     if (typeof declared?.[key] !== 'boolean')
       problems.push({ path: `enforcement.${key}`, message: 'expected true or false' })

@@ -41,6 +41,17 @@ export interface SandboxEnforcementDeclaration {
   readonly denyAllNetwork: boolean
   /** `openTerminal` runs a program on a pseudo-terminal; when false it is refused. */
   readonly terminal: boolean
+  /**
+   * `pause()` freezes every process of a sandbox and `resume()` continues
+   * them; when false both are refused naming the control and the backend.
+   */
+  readonly pause: boolean
+  /**
+   * `watchDirectory` with `external: true` reports changes made to the
+   * sandbox's files from outside it; when false it is refused naming
+   * `watchDirectory.external`.
+   */
+  readonly externalWatch: boolean
   /** The fields of `stats()` the backend measures; the others are absent, never made up. */
   readonly measuredUsage: readonly MeasuredUsageField[]
 }

@@ -26,6 +26,8 @@ const FULL_ENFORCEMENT: SandboxEnforcementDeclaration = {
   egress: ['deny-all', 'allow-all', 'static', 'resolver'],
   denyAllNetwork: true,
   terminal: false,
+  pause: false,
+  externalWatch: false,
   measuredUsage: ['cpuTimeMs'],
 }
 

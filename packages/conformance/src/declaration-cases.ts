@@ -1,0 +1,156 @@
+import {
+  type CordonSandbox,
+  type EgressPolicy,
+  type EgressPolicyKind,
+  SandboxControlRefusedError,
+  type SandboxCreateConfig,
+} from '@cordon/core'
+import { describe, expect, it } from 'vitest'
+import type { SandboxesUnderTest } from './shared-sandbox.js'
+import type { SandboxConformanceOptions } from './suite-options.js'
+
+/** A policy of each kind, as a host would ask for it. */
+const POLICY_OF_KIND: Readonly<Record<EgressPolicyKind, EgressPolicy>> = {
+  'deny-all': { kind: 'deny-all' },
+  'allow-all': { kind: 'allow-all' },
+  static: { kind: 'static', allowedHosts: ['example.com'] },
+  resolver: { kind: 'resolver', resolve: async () => ['example.com'] },
+}
+
+/**
+ * What `create(config)` settles to: the refusal, or, when the provider
+ * accepted the control, the fact (the sandbox is destroyed at once, so a
+ * dishonest backend leaks nothing).
+ */
+async function createOutcome(
+  sandboxes: SandboxesUnderTest,
+  config: SandboxCreateConfig,
+): Promise<unknown> {
+  return sandboxes.provider.create(config).then(
+    async (sandbox: CordonSandbox) => {
+      await sandbox.destroy()
+      return new Error(`create(${describeConfig(config)}) was accepted`)
+    },
+    (error: unknown) => error,
+  )
+}
+
+function describeConfig(config: SandboxCreateConfig): string {
+  return JSON.stringify(config, (_key, value) =>
+    typeof value === 'function' ? '[function]' : value,
+  )
+}
+
+/**
+ * What a backend declares (`provider.enforcement`) against what its
+ * provider and sandboxes do: every control it declares it cannot enforce is
+ * refused at `create()` with the typed error naming the control and the
+ * backend, and `sandbox.enforced` reports the controls that hold, no more.
+ * The proofs of the declared `true`s are with their subjects (limits,
+ * networking, pause, terminals, watches, usage).
+ */
+export function declarationCases(
+  options: SandboxConformanceOptions,
+  sandboxes: SandboxesUnderTest,
+): void {
+  const timeout = options.timeoutMs ?? 60_000
+
+  /** Expects `create(config)` to be refused naming `control` and the provider's backend. */
+  const expectRefused = async (config: SandboxCreateConfig, control: string) => {
+    const error = await createOutcome(sandboxes, config)
+    expect(
+      SandboxControlRefusedError.isInstance(error),
+      `${control} is refused with SandboxControlRefusedError, got ${String(error)}`,
+    ).toBe(true)
+    expect(error).toMatchObject({ control, backend: sandboxes.provider.backend })
+  }
+
+  describe('declared enforcement', () => {
+    it(
+      'the provider reports the backend it runs and its declaration',
+      () => {
+        const { provider, declared } = sandboxes
+        expect(typeof provider.backend).toBe('string')
+        expect(provider.environment).toBe(declared.environment)
+        for (const kind of declared.egress) expect(Object.keys(POLICY_OF_KIND)).toContain(kind)
+      },
+      timeout,
+    )
+
+    it(
+      'memoryLimit declared false: create({ memoryLimitMb }) is refused naming memoryLimitMb and the backend',
+      async (context) => {
+        sandboxes.onlyIf(context, (declared) => !declared.memoryLimit)
+        await expectRefused({ memoryLimitMb: 256 }, 'memoryLimitMb')
+      },
+      timeout,
+    )
+
+    it(
+      'processLimit declared false: create({ maxProcesses }) is refused naming maxProcesses and the backend',
+      async (context) => {
+        sandboxes.onlyIf(context, (declared) => !declared.processLimit)
+        await expectRefused({ maxProcesses: 64 }, 'maxProcesses')
+      },
+      timeout,
+    )
+
+    it(
+      'an egress kind not declared is refused at create naming egress.<kind> and the backend',
+      async (context) => {
+        const undeclared = (Object.keys(POLICY_OF_KIND) as EgressPolicyKind[]).filter(
+          (kind) => !sandboxes.declared.egress.includes(kind),
+        )
+        if (undeclared.length === 0) context.skip()
+        for (const kind of undeclared)
+          await expectRefused({ egress: POLICY_OF_KIND[kind] }, `egress.${kind}`)
+      },
+      timeout,
+    )
+
+    it(
+      'sandbox.enforced names the backend and its isolation, and no limit the backend does not enforce',
+      () => {
+        const { provider, declared, sandbox } = sandboxes
+        const enforced = sandbox.enforced
+        expect(enforced.backend).toBe(provider.backend)
+        expect(enforced.isolation).toBe(declared.isolation)
+        if (!declared.memoryLimit)
+          expect(enforced.limits.memoryLimitMb, 'memoryLimitMb is not enforced').toBeUndefined()
+        if (!declared.processLimit)
+          expect(enforced.limits.maxProcesses, 'maxProcesses is not enforced').toBeUndefined()
+        expect(declared.egress).toContain(enforced.egress.kind)
+        expect(enforced.execTimeoutMs).toBeGreaterThan(0)
+      },
+      timeout,
+    )
+
+    it(
+      'sandbox.enforced reports the requested limits it enforces, with their values, and the egress kind asked for',
+      async () => {
+        const { declared } = sandboxes
+        const kind = declared.egress.includes('deny-all') ? 'deny-all' : declared.egress[0]
+        const request: SandboxCreateConfig = {
+          ...(declared.memoryLimit ? { memoryLimitMb: 200 } : {}),
+          ...(declared.processLimit ? { maxProcesses: 48 } : {}),
+          ...(kind ? { egress: POLICY_OF_KIND[kind] } : {}),
+          timeoutMs: 45_000,
+          idleTimeoutMs: 600_000,
+        }
+        await sandboxes.withFresh(request, async (sandbox) => {
+          const enforced = sandbox.enforced
+          expect(enforced.backend).toBe(sandboxes.provider.backend)
+          expect(enforced.isolation).toBe(declared.isolation)
+          if (declared.memoryLimit) expect(enforced.limits.memoryLimitMb).toBe(200)
+          else expect(enforced.limits.memoryLimitMb).toBeUndefined()
+          if (declared.processLimit) expect(enforced.limits.maxProcesses).toBe(48)
+          else expect(enforced.limits.maxProcesses).toBeUndefined()
+          if (kind) expect(enforced.egress.kind).toBe(kind)
+          expect(enforced.execTimeoutMs).toBe(45_000)
+          expect(enforced.idleTimeoutMs).toBe(600_000)
+        })
+      },
+      timeout,
+    )
+  })
+}
