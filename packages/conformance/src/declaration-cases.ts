@@ -109,18 +109,22 @@ export function declarationCases(
     )
 
     it(
-      'sandbox.enforced names the backend and its isolation, and no limit the backend does not enforce',
-      () => {
+      'sandbox.enforced names the backend and its isolation, and a limit a host cannot choose only as a fixed one',
+      async () => {
         const { provider, declared, sandbox } = sandboxes
         const enforced = sandbox.enforced
         expect(enforced.backend).toBe(provider.backend)
         expect(enforced.isolation).toBe(declared.isolation)
-        if (!declared.memoryLimit)
-          expect(enforced.limits.memoryLimitMb, 'memoryLimitMb is not enforced').toBeUndefined()
-        if (!declared.processLimit)
-          expect(enforced.limits.maxProcesses, 'maxProcesses is not enforced').toBeUndefined()
         expect(declared.egress).toContain(enforced.egress.kind)
         expect(enforced.execTimeoutMs).toBeGreaterThan(0)
+        // A limit the host cannot choose is reported only where the backend holds
+        // one regardless (ACI's profile): then it is the same for every sandbox.
+        await sandboxes.withFresh({}, async (other) => {
+          if (!declared.memoryLimit)
+            expect(other.enforced.limits.memoryLimitMb).toBe(enforced.limits.memoryLimitMb)
+          if (!declared.processLimit)
+            expect(other.enforced.limits.maxProcesses).toBe(enforced.limits.maxProcesses)
+        })
       },
       timeout,
     )
@@ -141,10 +145,18 @@ export function declarationCases(
           const enforced = sandbox.enforced
           expect(enforced.backend).toBe(sandboxes.provider.backend)
           expect(enforced.isolation).toBe(declared.isolation)
-          if (declared.memoryLimit) expect(enforced.limits.memoryLimitMb).toBe(200)
-          else expect(enforced.limits.memoryLimitMb).toBeUndefined()
-          if (declared.processLimit) expect(enforced.limits.maxProcesses).toBe(48)
-          else expect(enforced.limits.maxProcesses).toBeUndefined()
+          if (declared.memoryLimit)
+            expect(enforced.limits.memoryLimitMb, 'the requested memoryLimitMb').toBe(200)
+          else
+            expect(enforced.limits.memoryLimitMb, 'a fixed limit, if any').toBe(
+              sandboxes.sandbox.enforced.limits.memoryLimitMb,
+            )
+          if (declared.processLimit)
+            expect(enforced.limits.maxProcesses, 'the requested maxProcesses').toBe(48)
+          else
+            expect(enforced.limits.maxProcesses, 'a fixed limit, if any').toBe(
+              sandboxes.sandbox.enforced.limits.maxProcesses,
+            )
           if (kind) expect(enforced.egress.kind).toBe(kind)
           expect(enforced.execTimeoutMs).toBe(45_000)
           expect(enforced.idleTimeoutMs).toBe(600_000)
