@@ -9,6 +9,12 @@ import type { FileChangeMessage, WatchRequest } from './protocol/messages.js'
 export const MAX_WATCHED_DIRECTORIES = 4_096
 /** How long changes gather before they are reconciled and sent: a move's two halves arrive together. */
 const SETTLE_MS = 25
+/**
+ * Batches sent and not yet taken by the connection; past this the host is
+ * not keeping up (or not reading), and the watch ends rather than hold an
+ * unbounded backlog in the sandbox's memory.
+ */
+const MAX_UNSENT_BATCHES = 256
 /** The temporary files of the agent's own uploads (file-write.ts): a write shows as its target changing. */
 const UPLOAD_TEMPORARY = /^\..+\.[0-9a-f]{12}\.cordon-upload$/
 
@@ -204,14 +210,26 @@ export async function serveWatch(
   })
   let failure: unknown
   let wake: (() => void) | undefined
-  const sending: Promise<void>[] = []
+  const sending = new Set<Promise<void>>()
   const watcher = new DirectoryWatch(
     jail,
     realRoot,
     resolve(request.path),
     request.recursive,
     (events) => {
-      sending.push(connection.send({ type: 'fs-events', events }).catch(() => {}))
+      if (sending.size >= MAX_UNSENT_BATCHES) {
+        failure ??= new AgentOperationError(
+          'io-error',
+          'changes came faster than the host took them; the watch ended',
+        )
+        wake?.()
+        return
+      }
+      const sent: Promise<void> = connection
+        .send({ type: 'fs-events', events })
+        .catch(() => {})
+        .finally(() => sending.delete(sent))
+      sending.add(sent)
     },
     (error) => {
       failure ??= error
@@ -250,7 +268,12 @@ export async function serveWatch(
     })
     const outcome = await Promise.race([ended, failed])
     watcher.stop()
-    await Promise.all(sending)
+    if (outcome === 'failed' && sending.size >= MAX_UNSENT_BATCHES) {
+      // A host that does not read would not read the error either.
+      connection.destroy(failure)
+      return
+    }
+    await Promise.all([...sending])
     if (outcome === 'failed') throw failure
     if (outcome) await connection.send({ type: 'end' })
   } finally {

@@ -88,11 +88,79 @@ describe('message validation', () => {
       expect(() => parseClientMessage(message), JSON.stringify(message)).toThrow(ProtocolError)
   })
 
+  it('parses the revision 1 requests and answers, and refuses malformed ones', () => {
+    expect(parseClientMessage({ type: 'stat', path: '/out/a', followLinks: false })).toEqual({
+      type: 'stat',
+      path: '/out/a',
+      followLinks: false,
+    })
+    expect(
+      parseClientMessage({
+        type: 'exec',
+        command: 'x',
+        args: [],
+        env: {},
+        stdin: false,
+        keep: true,
+      }),
+    ).toMatchObject({ keep: true })
+    expect(
+      parseAgentMessage({ type: 'hello', protocol: 2, nonce: 'ab'.repeat(32), agentVersion: 'v' }),
+    ).not.toHaveProperty('revision')
+    expect(
+      parseAgentMessage({
+        type: 'fs-events',
+        events: [{ kind: 'renamed', path: '/out/b', from: '/out/a', directory: false }],
+      }),
+    ).toEqual({
+      type: 'fs-events',
+      events: [{ kind: 'renamed', path: '/out/b', from: '/out/a', directory: false }],
+    })
+    const bad = [
+      { type: 'stat', path: 'relative', followLinks: false },
+      { type: 'remove', path: '/out/a' },
+      { type: 'rename', from: '/out/a', to: 'b' },
+      { type: 'watch', path: '/out', recursive: 'yes' },
+      { type: 'attach', id: '../x', stdin: false },
+      { type: 'make-directory', path: '/out/a', mode: 0o10000 },
+    ]
+    for (const message of bad)
+      expect(() => parseClientMessage(message), JSON.stringify(message)).toThrow(ProtocolError)
+    expect(() =>
+      parseAgentMessage({
+        type: 'fs-events',
+        events: [{ kind: 'exploded', path: '/x', directory: false }],
+      }),
+    ).toThrow(ProtocolError)
+    expect(() =>
+      parseAgentMessage({ type: 'stat-ok', kind: 'file', size: -1, mode: 0, modifiedMs: 0 }),
+    ).toThrow(ProtocolError)
+  })
+
   it('never throws anything but ProtocolError on arbitrary objects', () => {
     fc.assert(
       fc.property(
         fc.dictionary(fc.string(), fc.jsonValue()),
-        fc.constantFrom('exec', 'auth', 'write-file', 'exit', 'entries', 'hello', 'nope'),
+        fc.constantFrom(
+          'exec',
+          'auth',
+          'write-file',
+          'exit',
+          'entries',
+          'hello',
+          'nope',
+          'stat',
+          'remove',
+          'rename',
+          'watch',
+          'attach',
+          'make-directory',
+          'stat-ok',
+          'fs-events',
+          'processes',
+          'attached',
+          'started',
+        ),
         (raw, type) => {
           for (const parse of [parseClientMessage, parseAgentMessage]) {
             try {

@@ -138,6 +138,11 @@ export class ManagedSandbox implements CordonSandbox {
   /** A `keepAlive(durationMs)` lease: busy until then. */
   private busyUntil = 0
   private readonly forwards = new Set<SandboxForward>()
+  /**
+   * Processes the host detached from: still work for the idle timeout until
+   * the backend lists them as ended (asked when the sandbox looks idle).
+   */
+  private readonly detached = new Set<string>()
   private egressOut = 0
   private egressIn = 0
 
@@ -286,7 +291,7 @@ export class ManagedSandbox implements CordonSandbox {
     this.refuseWhilePaused('start')
     const process = await this.track(() => this.inner.start(command, args, options))
     this.holdWhile(process.wait())
-    return detachable(process, this.hooks.backend)
+    return this.handOut(process)
   }
 
   writeFile(
@@ -383,8 +388,21 @@ export class ManagedSandbox implements CordonSandbox {
     this.refuseWhilePaused('attachProcess')
     const attach = this.optional('attachProcess')
     const process = await this.track(() => attach(id, options))
+    this.detached.delete(id)
     this.holdWhile(process.wait())
-    return detachable(process, this.hooks.backend)
+    return this.handOut(process)
+  }
+
+  /** A process handle for the host: detaching from it leaves the process counted as work. */
+  private handOut(process: SandboxProcess): CordonProcess {
+    const handed = detachable(process, this.hooks.backend)
+    const detach = handed.detach.bind(handed)
+    return Object.assign(handed, {
+      detach: async () => {
+        await detach()
+        if (handed.id !== undefined) this.detached.add(handed.id)
+      },
+    })
   }
 
   /** The backend's member, or a refusal naming it when the backend has none. */
@@ -704,6 +722,25 @@ export class ManagedSandbox implements CordonSandbox {
       (sum, forward) => sum + forward.activeConnections,
       0,
     )
+    if (this.detached.size > 0 && this.inner.listProcesses) {
+      // Whether a detached process still runs is the backend's to say; asked only now.
+      const list = this.inner.listProcesses.bind(this.inner)
+      void list().then(
+        (processes) => {
+          const running = new Set(
+            processes.filter((entry) => entry.status === 'running').map((entry) => entry.id),
+          )
+          for (const id of this.detached) if (!running.has(id)) this.detached.delete(id)
+          if (this.detached.size > 0) {
+            this.lastActivity = Math.max(this.lastActivity, performance.now())
+            this.armIdleCheck(idleTimeoutMs)
+          } else this.checkIdle()
+        },
+        // Unanswered: as if still running; the next look asks again.
+        () => this.armIdleCheck(idleTimeoutMs),
+      )
+      return
+    }
     if (this.running > 0 || connections > 0 || now < this.busyUntil) {
       // Busy now: the idle clock starts no earlier than this moment.
       this.lastActivity = Math.max(this.lastActivity, now)

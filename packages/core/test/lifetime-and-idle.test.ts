@@ -115,6 +115,51 @@ describe('idle timeout', () => {
     expect(() => sandbox.keepAlive(-1)).toThrow('non-negative')
   })
 
+  it('counts a process the host detached from as work until the backend lists it as ended', async () => {
+    let running = true
+    let settle: (error: Error) => void = () => {}
+    const { provider } = makeProvider({}, (sandbox) =>
+      Object.assign(sandbox, {
+        start: async () => {
+          const waited = new Promise<never>((_resolve, reject) => {
+            settle = reject
+          })
+          waited.catch(() => {})
+          return {
+            id: 'proc_1',
+            pid: 7,
+            droppedOutputBytes: 0,
+            write: async () => {},
+            closeStdin: async () => {},
+            kill: async () => {},
+            wait: () => waited,
+            detach: async () => settle(new Error('detached')),
+            [Symbol.asyncDispose]: async () => {},
+          }
+        },
+        listProcesses: async () => [
+          {
+            id: 'proc_1',
+            pid: 7,
+            command: 'server',
+            args: [],
+            status: running ? ('running' as const) : ('exited' as const),
+            startedAt: Date.now(),
+            attached: false,
+          },
+        ],
+      }),
+    )
+    const sandbox = await provider.create({ idleTimeoutMs: 60 })
+    const server = await sandbox.start('server')
+    await server.detach()
+    await sleep(250)
+    expect(sandbox.endReason).toBeUndefined()
+    running = false
+    await sleep(250)
+    expect(sandbox.endReason).toBe('idle')
+  })
+
   it('validates idleTimeoutMs like every other duration', async () => {
     const { provider } = makeProvider()
     await expect(provider.create({ idleTimeoutMs: 0 })).rejects.toThrow('idleTimeoutMs')

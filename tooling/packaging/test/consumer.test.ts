@@ -20,6 +20,7 @@ import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { basename, join } from 'node:path'
 import { promisify } from 'node:util'
+import { strangerTsconfig } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { packPackage } from './pack.js'
 import { publishablePackages } from './publishable-packages.js'
@@ -28,21 +29,6 @@ const run = promisify(execFile)
 let work = ''
 const tarballs = new Map<string, string>()
 const RUN_LABEL = process.env.CORDON_TEST_RUN_ID ?? `consumer-${process.pid}`
-
-const TSCONFIG = {
-  compilerOptions: {
-    target: 'ES2022',
-    lib: ['ES2022'],
-    module: 'NodeNext',
-    moduleResolution: 'NodeNext',
-    types: ['node'],
-    strict: true,
-    skipLibCheck: false,
-    noEmitOnError: true,
-    outDir: 'out',
-  },
-  files: ['main.ts'],
-}
 
 interface Outcome {
   readonly install: string
@@ -75,10 +61,10 @@ async function project(
       },
     }),
   )
-  const tsconfig = extra.lib
-    ? { ...TSCONFIG, compilerOptions: { ...TSCONFIG.compilerOptions, lib: extra.lib } }
-    : TSCONFIG
-  await writeFile(join(dir, 'tsconfig.json'), JSON.stringify(tsconfig))
+  await writeFile(
+    join(dir, 'tsconfig.json'),
+    JSON.stringify(strangerTsconfig(['main.ts'], extra.lib)),
+  )
   await writeFile(join(dir, 'main.ts'), program)
   const install = await run('npm', ['install', '--no-audit', '--no-fund', '--loglevel=error'], {
     cwd: dir,

@@ -14,6 +14,7 @@ import { promisify } from 'node:util'
 import {
   BUSYBOX_IMAGE,
   startTestOrchestrator,
+  strangerTsconfig,
   TEST_RUN_LABEL,
   type TestOrchestratorStandin,
   testRunId,
@@ -58,23 +59,7 @@ beforeAll(async () => {
   await writeFile(join(work, 'host.ts'), switched)
   // What a namzu host's own project would have: strict, and every library's
   // types checked (no skipLibCheck), with nothing newer than ES2022 in lib.
-  await writeFile(
-    join(work, 'tsconfig.json'),
-    JSON.stringify({
-      compilerOptions: {
-        target: 'ES2022',
-        lib: ['ES2022'],
-        module: 'NodeNext',
-        moduleResolution: 'NodeNext',
-        types: ['node'],
-        strict: true,
-        skipLibCheck: false,
-        noEmitOnError: true,
-        outDir: 'out',
-      },
-      files: ['host.ts'],
-    }),
-  )
+  await writeFile(join(work, 'tsconfig.json'), JSON.stringify(strangerTsconfig(['host.ts'])))
   const tsc = join(root, 'node_modules/typescript/bin/tsc')
   typeCheck = await run(process.execPath, [tsc, '-p', join(work, 'tsconfig.json')], { cwd: work })
     .then(({ stdout, stderr }) => ({ code: 0, output: stdout + stderr }))

@@ -23,6 +23,7 @@ export {
   OUTPUTS_IN_IMAGE,
   testBackendContext,
 } from './requests.js'
+export { strangerTsconfig } from './stranger-project.js'
 export {
   BUSYBOX_IMAGE,
   NODE_IMAGE,

@@ -436,7 +436,9 @@ export async function requestWatch(
   const ready = await nextMessage(connection)
   if (ready.type !== 'watching') throw remoteOrUnexpected(ready, 'watching')
   let stopping = false
+  let iterating = false
   async function* changes(): AsyncGenerator<readonly FileChangeMessage[]> {
+    iterating = true
     let finished = false
     try {
       for (;;) {
@@ -467,6 +469,11 @@ export async function requestWatch(
     stop: () => {
       if (stopping) return
       stopping = true
+      // Nobody will read the agent's answer (or its last changes): drop the connection.
+      if (!iterating) {
+        connection.destroy()
+        return
+      }
       void connection.send({ type: 'end' }).catch(() => connection.destroy())
     },
   }
