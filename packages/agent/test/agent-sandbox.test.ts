@@ -20,6 +20,7 @@ import {
   waitForAgentConnection,
 } from '../src/sandbox/index.js'
 import { type AgentUnderTest, delay, startAgentProcess, tcpPortOf } from './agent-harness.js'
+import { UNISOLATED } from './unisolated.js'
 
 // Tuned so failing dials give up quickly in tests.
 const fast = { maxConnectAttempts: 3, retryDelayMs: 20, connectTimeoutMs: 2_000 }
@@ -286,6 +287,7 @@ describe('AgentSandbox', () => {
       workingDirectory: undefined,
       client: tcpClient(tcpPortOf(agent), agent.secret),
       backend: 'test:agent',
+      ...UNISOLATED,
       emit: (event) => events.push(event),
       release: async () => {
         releases++

@@ -10,6 +10,7 @@ import { newSandboxId } from '@cordon/core/backend'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { AgentClient, AgentSandbox, dialTcp } from '../src/sandbox/index.js'
 import { type AgentUnderTest, startAgentProcess, tcpPortOf } from './agent-harness.js'
+import { UNISOLATED } from './unisolated.js'
 
 /** The file API (stat, remove, rename, makeDirectory, watchDirectory) through the real bundled agent. */
 
@@ -26,6 +27,7 @@ function sandboxOn(agent: AgentUnderTest): AgentSandbox {
       description: `tcp:127.0.0.1:${port}`,
     }),
     backend: 'test:agent',
+    ...UNISOLATED,
     emit: () => {},
     release: async () => {},
   })

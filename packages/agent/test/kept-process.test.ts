@@ -23,6 +23,7 @@ import {
   startAgentProcess,
   tcpPortOf,
 } from './agent-harness.js'
+import { UNISOLATED } from './unisolated.js'
 
 /** Processes started with `start`: listed, detached from and attached to again, through the real bundled agent. */
 
@@ -40,6 +41,7 @@ function sandboxOn(port: number, secret: string): AgentSandbox {
       retryDelayMs: 20,
     }),
     backend: 'test:agent',
+    ...UNISOLATED,
     emit: () => {},
     release: async () => {},
   })
@@ -69,6 +71,7 @@ describe('kept processes through the agent', () => {
         description: 'tcp',
       }),
       backend: 'test:agent',
+      ...UNISOLATED,
       emit: () => {},
       release: async () => {},
     })

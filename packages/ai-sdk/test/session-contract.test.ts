@@ -3,7 +3,7 @@ import type { AddressInfo } from 'node:net'
 import { HarnessCapabilityUnsupportedError } from '@ai-sdk/harness'
 import { createDockerSandboxProvider } from '@cordon/backend-docker'
 import type { CordonSandboxProvider } from '@cordon/core'
-import { containerTestBackend, EPHEMERAL_OUTPUTS } from '@cordon/test-support'
+import { containerTestBackend, EPHEMERAL_OUTPUTS, until } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type CordonHarnessSession, createCordonHarnessSandbox } from '../src/index.js'
 import { testProvider } from './test-run.js'
@@ -26,14 +26,6 @@ async function withSession(
   } finally {
     await session.destroy()
   }
-}
-
-async function until(condition: () => Promise<boolean>): Promise<void> {
-  for (let attempt = 0; attempt < 50; attempt++) {
-    if (await condition()) return
-    await new Promise((resolve) => setTimeout(resolve, 100))
-  }
-  throw new Error('condition never held')
 }
 
 describe('CordonHarnessSession: files and processes', () => {

@@ -1,7 +1,7 @@
 import { newAgentSecret } from '@cordon/agent/protocol'
 import { AgentClient, AgentSandbox, dialTcp, waitForAgent } from '@cordon/agent/sandbox'
+import type { ACIStandbyPoolBackendConfig } from '@cordon/builtin-backends'
 import {
-  type ACIStandbyPoolBackendConfig,
   type SandboxBackendOptions,
   SandboxConfigValidationError,
   SandboxControlRefusedError,
@@ -11,7 +11,7 @@ import {
 import {
   type CordonSandboxBackend,
   cleanupFailureEvent,
-  egressRefusal,
+  enforcedLayoutMounts,
   parseBackendConfig,
   resolveBackendOptions,
   type SandboxBackendContext,
@@ -28,11 +28,8 @@ import {
   DEFAULT_READINESS_TIMEOUT_MS,
 } from './aci-defaults.js'
 import { ArmClient } from './arm-client.js'
-import {
-  refuseLayoutProfileMismatch,
-  refuseLimitMismatch,
-  refuseUnmountableLayout,
-} from './claim-refusals.js'
+import { refuseLayoutProfileMismatch, refuseUnmountableLayout } from './claim-refusals.js'
+import { aciStandbyPoolBackend } from './definition.js'
 import { groupNameFor, namePrefixProblems } from './group-name.js'
 import type { ProfileFacts } from './profile-facts.js'
 import { SharedRead } from './shared-read.js'
@@ -67,7 +64,7 @@ export function createAciStandbyPoolBackend(
   input: ACIStandbyPoolBackendConfig,
   context: SandboxBackendContext,
 ): CordonSandboxBackend {
-  const config = parseBackendConfig(input)
+  const config = parseBackendConfig(aciStandbyPoolBackend, input)
   const prefix = config.containerNamePrefix ?? DEFAULT_NAME_PREFIX
   const problems = namePrefixProblems(prefix)
   if (!context.layout)
@@ -140,10 +137,9 @@ export function createAciStandbyPoolBackend(
   }
 
   const create = async (options: SandboxBackendOptions): Promise<AgentSandbox> => {
-    const request = resolveBackendOptions(options)
-    // Refused before any request to Azure: nothing about the pool can change these.
-    const refusal = egressRefusal(BACKEND_NAME, config, request.egress)
-    if (refusal) throw refusal
+    // Refused before any request to Azure (a limit, a proxied egress policy,
+    // deny-all without a subnet): nothing about the pool can change these.
+    const request = resolveBackendOptions(options, aciStandbyPoolBackend, config)
     const groupName = groupNameFor(prefix, request.id)
     let phase = 'egress.subnet'
     let setback: Error | undefined
@@ -157,7 +153,6 @@ export function createAciStandbyPoolBackend(
         await refuseUnenforcedDenyAll(signal)
         phase = 'profile'
         const facts = await pendingFacts
-        refuseLimitMismatch(request, facts)
         refuseLayoutProfileMismatch(layout, facts)
         phase = 'claim'
         const secret = newAgentSecret()
@@ -200,6 +195,18 @@ export function createAciStandbyPoolBackend(
           execTimeoutMs: request.execTimeoutMs,
           client: agent,
           backend: BACKEND_NAME,
+          environment: aciStandbyPoolBackend.enforcement.environment,
+          // The profile's limits hold for every group; a claim cannot change them.
+          enforcement: {
+            backend: BACKEND_NAME,
+            isolation: aciStandbyPoolBackend.enforcement.isolation,
+            egress: { kind: request.egress.kind },
+            limits: {
+              memoryLimitMb: facts.memoryLimitMb,
+              ...(facts.maxProcesses !== undefined ? { maxProcesses: facts.maxProcesses } : {}),
+            },
+            mounts: enforcedLayoutMounts(layout),
+          },
           emit: context.emit,
           release: (releaseSignal) => claims.release(groupName, releaseSignal),
           explainLoss: () =>

@@ -1,9 +1,5 @@
 import { type ResolvedContainerSandboxLayout, SandboxControlRefusedError } from '@cordon/core'
-import {
-  type LayoutMountPlan,
-  planLayoutMounts,
-  type SandboxCreateRequest,
-} from '@cordon/core/backend'
+import { type LayoutMountPlan, planLayoutMounts } from '@cordon/core/backend'
 import { BACKEND_NAME } from './aci-defaults.js'
 import type { ProfileFacts } from './profile-facts.js'
 
@@ -16,31 +12,6 @@ import type { ProfileFacts } from './profile-facts.js'
 
 const refuse = (control: string, reason: string): never => {
   throw new SandboxControlRefusedError(control, BACKEND_NAME, reason)
-}
-
-/** Memory and the process limit are the profile's; a request for any other value is refused. */
-export function refuseLimitMismatch(
-  request: Pick<SandboxCreateRequest, 'memoryLimitMb' | 'maxProcesses'>,
-  profile: ProfileFacts,
-): void {
-  if (request.memoryLimitMb !== profile.memoryLimitMb) {
-    refuse(
-      'memoryLimitMb',
-      `every group of the pool has the profile's ${profile.memoryLimitMb} MiB and a claim cannot change it; ask for ${profile.memoryLimitMb} (set the provider's defaultMemoryLimitMb) or use a pool whose profile has ${request.memoryLimitMb}`,
-    )
-  }
-  if (profile.maxProcesses === undefined) {
-    refuse(
-      'maxProcesses',
-      "the container group profile sets no CORDON_MAX_PROCESSES, so nothing limits processes in the group; add it to the profile's environment",
-    )
-  }
-  if (request.maxProcesses !== profile.maxProcesses) {
-    refuse(
-      'maxProcesses',
-      `every group of the pool has the profile's limit of ${profile.maxProcesses} processes and a claim cannot change it; ask for ${profile.maxProcesses} (set the provider's defaultMaxProcesses)`,
-    )
-  }
 }
 
 /**

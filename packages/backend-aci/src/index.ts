@@ -4,8 +4,13 @@
  * to the cordon agent in each claimed group.
  */
 import { fileURLToPath } from 'node:url'
+import type { ACIStandbyPoolBackendConfig } from '@cordon/builtin-backends'
+import type { CordonSandboxProvider, SandboxProviderConfigFor } from '@cordon/core'
+import { standaloneProvider } from '@cordon/core/backend'
+import { createBackend } from './aci-backend.js'
+import { aciStandbyPoolBackend } from './definition.js'
 
-export type { ACIStandbyPoolBackendConfig } from '@cordon/core'
+export type { ACIStandbyPoolBackendConfig } from '@cordon/builtin-backends'
 export { createAciStandbyPoolBackend, createBackend } from './aci-backend.js'
 export {
   BACKEND_NAME,
@@ -19,6 +24,7 @@ export {
   STANDBY_POOL_API_VERSION,
 } from './aci-defaults.js'
 export { ArmAuthorizationError, ArmConflictError, ArmRequestFailure } from './arm-errors.js'
+export { aciStandbyPoolBackend } from './definition.js'
 
 /**
  * Absolute path of `cordon-aci-entrypoint.sh`, the command the container
@@ -26,4 +32,14 @@ export { ArmAuthorizationError, ArmConflictError, ArmRequestFailure } from './ar
  */
 export function aciEntrypointPath(): string {
   return fileURLToPath(new URL('../cordon-aci-entrypoint.sh', import.meta.url))
+}
+
+/**
+ * A provider on the ACI standby-pool backend without the umbrella package,
+ * for hosts that depend on `@cordon/backend-aci` alone.
+ */
+export function createAciSandboxProvider(
+  config: SandboxProviderConfigFor<ACIStandbyPoolBackendConfig>,
+): CordonSandboxProvider {
+  return standaloneProvider(config, [aciStandbyPoolBackend], createBackend)
 }

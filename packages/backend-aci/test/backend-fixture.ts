@@ -1,5 +1,5 @@
+import type { ACIStandbyPoolBackendConfig } from '@cordon/builtin-backends'
 import {
-  type ACIStandbyPoolBackendConfig,
   resolveLayout,
   type SandboxBackendOptions,
   type SandboxEvent,
@@ -30,16 +30,12 @@ export function testBackend(
   return { backend, events: test.events }
 }
 
-/** A create request with the stand-in profile's limits and deny-all. */
+/** A create request with deny-all and no limits (a claim cannot set any: the profile's hold). */
 export function createRequest(
-  standin: TestArmStandin,
+  _standin: TestArmStandin,
   overrides: Partial<SandboxBackendOptions> = {},
 ): SandboxBackendOptions & { readonly id: SandboxId } {
-  return backendCreateRequest({
-    memoryLimitMb: standin.profile.memoryMb,
-    maxProcesses: standin.profile.maxProcesses,
-    ...overrides,
-  })
+  return backendCreateRequest(overrides)
 }
 
 /** The requests the stand-in served after `mark` (an earlier `requests().length`). */

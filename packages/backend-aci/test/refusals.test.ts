@@ -84,32 +84,35 @@ describe('refusals', () => {
     )
   })
 
-  it("refuses memory and process limits other than the profile's", async () => {
+  it("refuses any memory or process limit, the profile's own included: a claim cannot set one", async () => {
     const { backend } = testBackend(standin!)
     const { memoryMb, maxProcesses } = standin!.profile
+    const mark = standin!.requests().length
+    for (const memoryLimitMb of [memoryMb * 2, memoryMb]) {
+      expectRefusal(
+        await rejectionOf(backend.create(createRequest(standin!, { memoryLimitMb }))),
+        'memoryLimitMb',
+      )
+    }
     expectRefusal(
-      await rejectionOf(backend.create(createRequest(standin!, { memoryLimitMb: memoryMb * 2 }))),
-      'memoryLimitMb',
-    )
-    expectRefusal(
-      await rejectionOf(
-        backend.create(createRequest(standin!, { maxProcesses: maxProcesses - 1 })),
-      ),
+      await rejectionOf(backend.create(createRequest(standin!, { maxProcesses }))),
       'maxProcesses',
     )
+    // Refused before any request to Azure.
+    expect(requestsSince(standin!, mark)).toEqual([])
     await backend.close()
     expect(await groupsGone(standin!)).toEqual([])
   })
 
-  it("through a provider, refuses its default limits when they are not the profile's", async () => {
-    const provider = testProvider(standin!, {
-      provider: { defaultMemoryLimitMb: 512, defaultMaxProcesses: 256 },
-    })
-    try {
-      expectRefusal(await rejectionOf(provider.create()), 'memoryLimitMb')
-    } finally {
-      await provider.close()
-    }
+  it('through a provider, refuses default limits when the provider is built', () => {
+    expectRefusal(
+      caught(() => testProvider(standin!, { provider: { defaultMemoryLimitMb: 512 } })),
+      'defaultMemoryLimitMb',
+    )
+    expectRefusal(
+      caught(() => testProvider(standin!, { provider: { defaultMaxProcesses: 256 } })),
+      'defaultMaxProcesses',
+    )
   })
 
   it('refuses layout sources a claim cannot mount, at construction', () => {

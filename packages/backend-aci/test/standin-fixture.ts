@@ -1,9 +1,6 @@
 import type { ArmStandinOptions } from '@cordon/arm-standin'
-import type {
-  ACIStandbyPoolBackendConfig,
-  CordonSandboxProvider,
-  SandboxProviderConfig,
-} from '@cordon/core'
+import type { ACIStandbyPoolBackendConfig, SandboxProviderConfig } from '@cordon/builtin-backends'
+import type { CordonSandboxProvider } from '@cordon/core'
 import type { SandboxBackendContext } from '@cordon/core/backend'
 import {
   composeTestProvider,
@@ -11,7 +8,7 @@ import {
   startTestArmStandin,
   type TestArmStandin,
 } from '@cordon/test-support'
-import { aciEntrypointPath, createBackend } from '../src/index.js'
+import { aciEntrypointPath, aciStandbyPoolBackend, createBackend } from '../src/index.js'
 
 /** The ARM stand-in for one test file, serving this package's entrypoint; close it with `closeTestArmStandin`. */
 export function startTestStandin(
@@ -33,7 +30,7 @@ export function backendConfig(
   }
 }
 
-/** A provider whose defaults are the stand-in profile's limits, as an operator would set them. */
+/** A provider on the stand-in's pool (its limits are the profile's: a claim cannot set any). */
 export function testProvider(
   standin: TestArmStandin,
   options: {
@@ -42,14 +39,13 @@ export function testProvider(
     onContext?: (context: SandboxBackendContext) => void
   } = {},
 ): CordonSandboxProvider {
-  return composeTestProvider(
+  return composeTestProvider<ACIStandbyPoolBackendConfig>(
     {
       layout: OUTPUTS_IN_IMAGE,
-      defaultMemoryLimitMb: standin.profile.memoryMb,
-      defaultMaxProcesses: standin.profile.maxProcesses,
       ...options.provider,
       backend: backendConfig(standin, options.backend),
-    } as SandboxProviderConfig,
+    },
+    [aciStandbyPoolBackend],
     createBackend,
     options.onContext,
   )

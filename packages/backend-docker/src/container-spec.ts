@@ -1,9 +1,6 @@
 import { createHash } from 'node:crypto'
-import {
-  type ContainerBackendConfig,
-  type ResolvedContainerSandboxLayout,
-  SandboxControlRefusedError,
-} from '@cordon/core'
+import type { ContainerBackendConfig } from '@cordon/builtin-backends'
+import { type ResolvedContainerSandboxLayout, SandboxControlRefusedError } from '@cordon/core'
 import {
   type LayoutMountPlan,
   planLayoutMounts,

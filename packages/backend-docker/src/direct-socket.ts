@@ -2,7 +2,7 @@ import { closeSync, lstatSync, openSync, readFileSync, type Stats } from 'node:f
 import { connect, type Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import { RetryableDialError } from '@cordon/agent/sandbox'
-import type { ContainerBackendConfig } from '@cordon/core'
+import type { ContainerBackendConfig } from '@cordon/builtin-backends'
 import type Docker from 'dockerode'
 
 /**

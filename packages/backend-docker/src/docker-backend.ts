@@ -6,8 +6,8 @@ import {
   type StdioChannel,
   waitForAgentConnection,
 } from '@cordon/agent/sandbox'
+import type { ContainerBackendConfig } from '@cordon/builtin-backends'
 import {
-  type ContainerBackendConfig,
   type CordonBackendSandbox,
   type SandboxBackendOptions,
   SandboxControlRefusedError,
@@ -17,7 +17,7 @@ import {
 } from '@cordon/core'
 import {
   type CordonSandboxBackend,
-  egressRefusal,
+  enforcedLayoutMounts,
   LABEL,
   ownerLabels,
   type ResourceRole,
@@ -27,6 +27,7 @@ import {
   type SandboxBackendContext,
   type SandboxCreateRequest,
   withDeadline,
+  withEnforcedLimits,
   writableRoots,
 } from '@cordon/core/backend'
 import type Docker from 'dockerode'
@@ -52,6 +53,7 @@ import {
   tmpfsMounts,
 } from './container-spec.js'
 import { cpuSet } from './cpu-placement.js'
+import { dockerBackend, runscBackend } from './definition.js'
 import {
   DIRECT_SOCKET_PATH,
   DirectRoute,
@@ -130,7 +132,8 @@ const REMOVAL_WAIT_INTERVAL_MS = 50
  */
 export class DockerBackend implements CordonSandboxBackend {
   readonly tier = 'container' as const
-  readonly name: 'container:docker' | 'container:runsc'
+  readonly name: string
+  private readonly definition: typeof dockerBackend
   private readonly engine: EngineConnection
   private readonly events: EngineEvents
   private readonly images: ImagePuller
@@ -144,7 +147,8 @@ export class DockerBackend implements CordonSandboxBackend {
     private readonly config: ContainerBackendConfig,
     private readonly context: SandboxBackendContext,
   ) {
-    this.name = config.runtime === 'runsc' ? 'container:runsc' : 'container:docker'
+    this.definition = config.runtime === 'runsc' ? runscBackend : dockerBackend
+    this.name = this.definition.name
     this.engine = connectEngine(config)
     this.events = new EngineEvents(this.engine.docker, context.providerId)
     this.images = new ImagePuller({
@@ -223,7 +227,7 @@ export class DockerBackend implements CordonSandboxBackend {
   }
 
   private async createSandbox(options: SandboxBackendOptions): Promise<CordonBackendSandbox> {
-    const request = resolveBackendOptions(options)
+    const request = withEnforcedLimits(resolveBackendOptions(options, this.definition, this.config))
     const layout = this.context.layout
     if (!layout) {
       throw new SandboxControlRefusedError(
@@ -240,8 +244,6 @@ export class DockerBackend implements CordonSandboxBackend {
         `${request.memoryLimitMb} MiB is below the minimum of ${MIN_MEMORY_LIMIT_MB} MiB; the sandbox's memory limit is memoryLimitMb plus ${AGENT_MEMORY_ALLOWANCE_MB} MiB for cordon's agent`,
       )
     }
-    const refusal = egressRefusal(this.name, this.config, request.egress)
-    if (refusal) throw refusal
     this.sweepDeadOwners()
     const workingDirectory = resolveSandboxPath(
       layout.outputs.containerPath,
@@ -431,6 +433,32 @@ export class DockerBackend implements CordonSandboxBackend {
           execTimeoutMs: request.execTimeoutMs,
           client,
           backend: this.name,
+          environment: this.definition.enforcement.environment,
+          enforcement: {
+            backend: this.name,
+            isolation: this.definition.enforcement.isolation,
+            runtime: this.config.runtime === 'runsc' ? 'runsc' : 'runc',
+            egress: {
+              kind: request.egress.kind,
+              ...(request.egress.kind === 'static'
+                ? { allowedHosts: request.egress.allowedHosts }
+                : {}),
+            },
+            limits: {
+              memoryLimitMb: request.memoryLimitMb,
+              maxProcesses: request.maxProcesses,
+              cpus: this.config.cpus ?? DEFAULT_CPUS,
+            },
+            user: { uid: user.uid, gid: user.gid },
+            mounts: [
+              ...enforcedLayoutMounts(layout),
+              {
+                path: '/tmp',
+                access: 'read-write',
+                noexec: this.config.tmpfsNoexec === true,
+              },
+            ],
+          },
           emit: this.context.emit,
           release: async () => {
             await remove()

@@ -1,4 +1,5 @@
-import { type ContainerBackendConfig, SandboxBackendUnavailableError } from '@cordon/core'
+import type { ContainerBackendConfig } from '@cordon/builtin-backends'
+import { SandboxBackendUnavailableError } from '@cordon/core'
 import Docker from 'dockerode'
 
 export const DEFAULT_SOCKET_PATH = '/var/run/docker.sock'

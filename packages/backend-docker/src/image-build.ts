@@ -1,11 +1,7 @@
 import { stat } from 'node:fs/promises'
 import { isAbsolute, join, normalize } from 'node:path'
-import {
-  type ContainerBackendConfig,
-  type SandboxConfigIssue,
-  SandboxConfigValidationError,
-  SandboxError,
-} from '@cordon/core'
+import type { ContainerBackendConfig } from '@cordon/builtin-backends'
+import { type SandboxConfigIssue, SandboxConfigValidationError, SandboxError } from '@cordon/core'
 import { LABEL, throwIfAborted, withDeadline } from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import { buildContextEntries } from './build-context.js'

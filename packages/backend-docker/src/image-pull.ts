@@ -1,5 +1,5 @@
+import type { RegistryCredential } from '@cordon/builtin-backends'
 import {
-  type RegistryCredential,
   SandboxAbortedError,
   type SandboxError,
   SandboxImagePullError,

@@ -1,4 +1,4 @@
-import { registryHostKey } from '@cordon/core/backend'
+import { registryHostKey } from '@cordon/builtin-backends'
 
 /** What an image name says about where the image comes from. */
 export interface ImageReference {

@@ -1,23 +1,23 @@
+import type { ContainerBackendConfig } from '@cordon/builtin-backends'
 import type {
-  ContainerBackendConfig,
   CordonSandboxProvider,
   SandboxLifecycleEvent,
-  SandboxProviderConfig,
+  SandboxProviderConfigFor,
 } from '@cordon/core'
 import {
   type CordonSandboxBackend,
-  composeProvider,
   parseBackendConfig,
-  prepareProviderConfig,
   type SandboxBackendContext,
+  standaloneProvider,
 } from '@cordon/core/backend'
 import { ensureAgentRuntime } from './agent-runtime.js'
+import { dockerBackend, runscBackend } from './definition.js'
 import { DockerBackend } from './docker-backend.js'
 import { connectEngine } from './engine-connection.js'
 import { translateEngineError } from './engine-errors.js'
 import { ImagePuller } from './image-pull.js'
 
-export type { ContainerBackendConfig as DockerBackendConfig } from '@cordon/core'
+export type { ContainerBackendConfig as DockerBackendConfig } from '@cordon/builtin-backends'
 export {
   SandboxBackendUnavailableError,
   SandboxControlRefusedError,
@@ -29,6 +29,7 @@ export {
   SandboxReadinessError,
 } from '@cordon/core'
 export { LABEL as CORDON_LABELS } from '@cordon/core/backend'
+export { dockerBackend, runscBackend } from './definition.js'
 export { connectEngine } from './engine-connection.js'
 export { collectGarbage, type GarbageReport, type UnjudgedResource } from './garbage-collect.js'
 export {
@@ -94,7 +95,8 @@ export function createBackend(
   config: ContainerBackendConfig,
   context: SandboxBackendContext,
 ): CordonSandboxBackend {
-  return new DockerBackend(parseBackendConfig(config), context)
+  const definition = config?.runtime === 'runsc' ? runscBackend : dockerBackend
+  return new DockerBackend(parseBackendConfig(definition, config), context)
 }
 
 /**
@@ -102,13 +104,7 @@ export function createBackend(
  * that depend on `@cordon/backend-docker` alone.
  */
 export function createDockerSandboxProvider(
-  config: SandboxProviderConfig & { backend: ContainerBackendConfig },
+  config: SandboxProviderConfigFor<ContainerBackendConfig>,
 ): CordonSandboxProvider {
-  const prepared = prepareProviderConfig(config)
-  return composeProvider({
-    config: prepared.config,
-    backendName: prepared.backendName,
-    layout: prepared.layout,
-    loadBackend: async (context) => createBackend(config.backend, context),
-  })
+  return standaloneProvider(config, [dockerBackend, runscBackend], createBackend)
 }

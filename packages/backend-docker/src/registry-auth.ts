@@ -1,5 +1,5 @@
-import type { RegistryCredential } from '@cordon/core'
-import { registryHostKey } from '@cordon/core/backend'
+import type { RegistryCredential } from '@cordon/builtin-backends'
+import { registryHostKey } from '@cordon/builtin-backends'
 
 /** The engine's AuthConfig (the `X-Registry-Auth` header), as dockerode sends it. */
 export interface EngineAuthConfig {

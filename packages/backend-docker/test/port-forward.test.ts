@@ -10,6 +10,7 @@ import {
   type CordonSandboxProvider,
   SandboxConfigValidationError,
 } from '@cordon/core'
+import { until } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { testProvider } from './test-run.js'
 
@@ -63,14 +64,6 @@ async function freePort(): Promise<number> {
   const { port } = server.address() as { port: number }
   await new Promise((resolve) => server.close(resolve))
   return port
-}
-
-async function until(condition: () => Promise<boolean>): Promise<void> {
-  for (let attempt = 0; attempt < 50; attempt++) {
-    if (await condition()) return
-    await new Promise((resolve) => setTimeout(resolve, 100))
-  }
-  throw new Error('condition never held')
 }
 
 for (const runtime of ['docker', 'runsc'] as const) {

@@ -1,8 +1,5 @@
-import type {
-  ContainerBackendConfig,
-  ContainerSandboxLayout,
-  CordonSandboxProvider,
-} from '@cordon/core'
+import type { ContainerBackendConfig } from '@cordon/builtin-backends'
+import type { ContainerSandboxLayout, CordonSandboxProvider } from '@cordon/core'
 import { containerTestBackend, EPHEMERAL_OUTPUTS } from '@cordon/test-support'
 import Docker from 'dockerode'
 import { createDockerSandboxProvider } from '../src/index.js'

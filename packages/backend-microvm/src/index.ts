@@ -4,6 +4,12 @@
  * cordon agent inside each guest.
  */
 
+import type { MicroVMBackendConfig } from '@cordon/builtin-backends'
+import type { CordonSandboxProvider, SandboxProviderConfigFor } from '@cordon/core'
+import { standaloneProvider } from '@cordon/core/backend'
+import { microVMBackend } from './definition.js'
+import { createBackend } from './microvm-backend.js'
+
 /** The sandbox `create()` resolves with: `AgentSandbox` from `@cordon/agent/sandbox`, under its former name. */
 export { AgentSandbox as MicroVMSandbox } from '@cordon/agent/sandbox'
 export type {
@@ -13,7 +19,7 @@ export type {
   SandboxAgentHandle,
   VsockExecuteRequest,
   VsockTransportOptions,
-} from '@cordon/core'
+} from '@cordon/builtin-backends'
 export {
   BACKEND_NAME,
   ControlPlaneClient,
@@ -25,6 +31,7 @@ export type {
   CreateSandboxResponseBody,
   SandboxAgentEndpoint,
 } from './control-plane-types.js'
+export { microVMBackend } from './definition.js'
 export { encodeEgressAllowlist } from './egress-allowlist.js'
 export {
   createBackend,
@@ -39,3 +46,13 @@ export {
   type VsockTransportTuning,
 } from './vsock-agent-transport.js'
 export { VsockHandshakeError, vsockConnect } from './vsock-handshake.js'
+
+/**
+ * A provider on the microVM backend without the umbrella package, for hosts
+ * that depend on `@cordon/backend-microvm` alone.
+ */
+export function createMicroVMSandboxProvider(
+  config: SandboxProviderConfigFor<MicroVMBackendConfig>,
+): CordonSandboxProvider {
+  return standaloneProvider(config, [microVMBackend], createBackend)
+}

@@ -1,10 +1,7 @@
 import { newAgentSecret } from '@cordon/agent/protocol'
 import { AgentSandbox, waitForAgent } from '@cordon/agent/sandbox'
-import {
-  type MicroVMBackendConfig,
-  type SandboxBackendOptions,
-  SandboxCreateTimeoutError,
-} from '@cordon/core'
+import type { MicroVMBackendConfig } from '@cordon/builtin-backends'
+import { type SandboxBackendOptions, SandboxCreateTimeoutError } from '@cordon/core'
 import {
   type CordonSandboxBackend,
   cleanupFailureEvent,
@@ -14,8 +11,10 @@ import {
   type SandboxBackendContext,
   type SandboxBackendFactory,
   withDeadline,
+  withEnforcedLimits,
 } from '@cordon/core/backend'
 import { BACKEND_NAME, ControlPlaneClient } from './control-plane-client.js'
+import { microVMBackend } from './definition.js'
 import { encodeEgressAllowlist } from './egress-allowlist.js'
 import {
   DEFAULT_AGENT_VSOCK_PORT,
@@ -51,7 +50,7 @@ export function createMicroVMBackend(
   context: SandboxBackendContext,
   options: MicroVMBackendOptions = {},
 ): CordonSandboxBackend {
-  const config = parseBackendConfig(input)
+  const config = parseBackendConfig(microVMBackend, input)
   const readyTimeoutMs = config.readyTimeoutMs ?? DEFAULT_READINESS_TIMEOUT_MS
   const vsockPort = config.agentVsockPort ?? DEFAULT_AGENT_VSOCK_PORT
   const controlPlane = new ControlPlaneClient({
@@ -61,7 +60,9 @@ export function createMicroVMBackend(
   })
 
   const create = async (backendOptions: SandboxBackendOptions): Promise<AgentSandbox> => {
-    const request = resolveBackendOptions(backendOptions)
+    const request = withEnforcedLimits(
+      resolveBackendOptions(backendOptions, microVMBackend, config),
+    )
     // Named in SandboxCreateTimeoutError when the budget runs out.
     let phase = 'egress.resolve'
     const mark = (next: string): void => {
@@ -119,6 +120,23 @@ export function createMicroVMBackend(
           execTimeoutMs: request.execTimeoutMs,
           client: transport.client,
           backend: BACKEND_NAME,
+          environment: microVMBackend.enforcement.environment,
+          enforcement: {
+            backend: BACKEND_NAME,
+            isolation: microVMBackend.enforcement.isolation,
+            egress: {
+              kind: request.egress.kind,
+              ...(request.egress.kind === 'static'
+                ? { allowedHosts: request.egress.allowedHosts }
+                : {}),
+            },
+            limits: { memoryLimitMb: request.memoryLimitMb, maxProcesses: request.maxProcesses },
+            mounts: health.writeRoots.map((path) => ({
+              path,
+              access: 'read-write' as const,
+              noexec: false,
+            })),
+          },
           emit: context.emit,
           release: (releaseSignal) => controlPlane.deleteSandbox(request.id, releaseSignal),
           explainLoss: () => controlPlane.whyGone(request.id, AbortSignal.timeout(10_000)),

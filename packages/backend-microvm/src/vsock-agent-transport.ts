@@ -9,15 +9,17 @@ import {
   socketConnected,
   waitForAgent,
 } from '@cordon/agent/sandbox'
+import type {
+  SandboxAgentHandle,
+  VsockExecuteRequest,
+  VsockTransportOptions,
+} from '@cordon/builtin-backends'
 import {
   type AgentHealthReport,
   SandboxAbortedError,
-  type SandboxAgentHandle,
   SandboxCreateTimeoutError,
   type SandboxExecResult,
   type TlsClientMaterial,
-  type VsockExecuteRequest,
-  type VsockTransportOptions,
 } from '@cordon/core'
 import { ExecOutputCollector, requireAgentSecret } from '@cordon/core/backend'
 import type { SandboxAgentEndpoint } from './control-plane-types.js'

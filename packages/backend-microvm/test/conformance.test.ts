@@ -1,11 +1,7 @@
 import { ALL_CAPABILITIES, describeSandboxConformance } from '@cordon/conformance'
-import {
-  composeTestProvider,
-  startTestOrchestrator,
-  type TestOrchestratorStandin,
-} from '@cordon/test-support'
+import { startTestOrchestrator, type TestOrchestratorStandin } from '@cordon/test-support'
 import { afterAll, beforeAll } from 'vitest'
-import { createBackend } from '../src/index.js'
+import { createMicroVMSandboxProvider } from '../src/index.js'
 
 // The stand-in's guests are containers with real memory and pids limits and no
 // network, so every capability is enforced by a kernel, not by promise.
@@ -31,6 +27,6 @@ describeSandboxConformance({
     measuredUsage: ALL_CAPABILITIES.measuredUsage,
   },
   createProvider: () => {
-    return composeTestProvider({ backend: standin.backendConfig() }, createBackend)
+    return createMicroVMSandboxProvider({ backend: standin.backendConfig() })
   },
 })

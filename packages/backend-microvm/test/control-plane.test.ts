@@ -1,7 +1,7 @@
 import { createServer, type IncomingMessage, type Server, type ServerResponse } from 'node:http'
+import type { MicroVMBackendConfig } from '@cordon/builtin-backends'
 import {
   type EgressPolicy,
-  type MicroVMBackendConfig,
   SandboxAbortedError,
   SandboxBackendUnavailableError,
   SandboxControlRefusedError,

@@ -1,11 +1,10 @@
 import {
-  composeTestProvider,
   endReasonOf,
   startTestOrchestrator,
   type TestOrchestratorStandin,
 } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createBackend } from '../src/index.js'
+import { createMicroVMSandboxProvider } from '../src/index.js'
 
 /**
  * A guest the orchestrator removes underneath its host (a host failure, an
@@ -23,7 +22,7 @@ describe('a guest removed behind the host (orchestrator stand-in)', () => {
 
   it('ends the sandbox with end reason evicted', async () => {
     const token = standin.token
-    const provider = composeTestProvider({ backend: standin.backendConfig() }, createBackend)
+    const provider = createMicroVMSandboxProvider({ backend: standin.backendConfig() })
     try {
       const sandbox = await provider.create()
       expect((await sandbox.exec('echo', ['up'])).stdout).toBe('up\n')

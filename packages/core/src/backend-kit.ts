@@ -6,7 +6,7 @@
  * backend's own error classes use. Hosts do not need any of it; the list is
  * explicit and pinned by a test.
  */
-export { MIN_AGENT_SECRET_LENGTH, requireAgentSecret } from './agent-transport-types.js'
+export { MIN_AGENT_SECRET_LENGTH, requireAgentSecret } from './agent-secret.js'
 export {
   type CordonSandboxBackend,
   resolveBackendOptions,
@@ -14,32 +14,40 @@ export {
   type SandboxBackendFactory,
   type SandboxBackendModule,
   type SandboxCreateRequest,
+  withEnforcedLimits,
 } from './backend.js'
-export { fetchBearerToken } from './bearer-token.js'
-export { cleanupFailureEvent } from './cleanup-failure-event.js'
-export { type ComposeProviderOptions, composeProvider } from './compose-provider.js'
 export {
-  containerProviderConfigSchema,
-  environmentSchema,
-  microVMProviderConfigSchema,
+  defineBackend,
+  type SandboxBackendConfigBase,
+  type SandboxBackendDefinition,
+} from './backend-definition.js'
+export { cleanupFailureEvent } from './cleanup-failure-event.js'
+export {
+  type ComposeProviderOptions,
+  composeProvider,
+  standaloneProvider,
+} from './compose-provider.js'
+export {
+  durationMsSchema,
+  functionSchema,
   parseConfig,
-  registryHostKey,
+  tcpPortSchema,
   tlsClientSchema,
 } from './config.js'
+export { type RequestedControls, requestRefusal } from './control-refusal.js'
 export {
-  DEFAULT_CLEANUP_GRACE_MS,
   type DeadlineOptions,
   sleep,
   withDeadline,
 } from './deadline.js'
 export { DENY_ALL, networkPolicySchema } from './egress-policy.js'
-export { egressRefusal } from './egress-refusal.js'
+export type { SandboxEnforcementDeclaration } from './enforcement.js'
 export {
   hasMarker as hasErrorMarker,
   markerFor as errorMarker,
   throwIfAborted,
 } from './errors.js'
-export { concatBytes, ExecOutputCollector, utf8BoundaryAtOrBefore } from './exec-output.js'
+export { ExecOutputCollector } from './exec-output.js'
 export { type ValidatedExecRequest, validateExecRequest } from './exec-request.js'
 export { type AllowlistEntry, normalizeHostname, parseAllowlistEntry } from './host-allowlist.js'
 export { isTransientStatus, parseRetryAfter, retryDelayMs } from './http-retry.js'
@@ -52,8 +60,8 @@ export {
 } from './json-http-client.js'
 export {
   type ContainerSandboxMountRole,
+  enforcedLayoutMounts,
   type LayoutMountPlan,
-  normalizeAbsolutePath,
   planLayoutMounts,
   readableRoots,
   writableRoots,
@@ -64,22 +72,19 @@ export {
   type OwnerJudgement,
   type OwnerState,
   ownerLabels,
-  ownerState,
-  processStartToken,
   type ResourceRole,
   type UnjudgedOwnerReason,
 } from './owner-labels.js'
 export { type PortForwardListener, validatePortForwardRequest } from './port-forward-request.js'
 export {
-  backendNameOf,
   type PreparedProviderConfig,
   parseBackendConfig,
   prepareProviderConfig,
+  selectBackend,
 } from './provider-config.js'
 export {
   askResolver,
   DEFAULT_RESOLVER_TIMEOUT_MS,
-  judgeResolverAnswer,
   type ResolverAnswer,
 } from './resolver-answer.js'
 export { resolverRefusedEvent } from './resolver-refused-event.js'

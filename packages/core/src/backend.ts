@@ -1,9 +1,11 @@
-import type { BrokeredCredential, SandboxBackendConfig, SandboxTier } from './config.js'
+import type { SandboxBackendConfigBase, SandboxBackendDefinition } from './backend-definition.js'
+import type { BrokeredCredential } from './config.js'
 import {
   SANDBOX_DEFAULT_MAX_PROCESSES,
   SANDBOX_DEFAULT_MEMORY_LIMIT_MB,
   SANDBOX_DEFAULT_TIMEOUT_MS,
 } from './constants.js'
+import { requestRefusal } from './control-refusal.js'
 import { DENY_ALL, type EgressPolicy } from './egress-policy.js'
 import type { SandboxEvent } from './events.js'
 import type { ResolvedContainerSandboxLayout } from './layout.js'
@@ -12,8 +14,9 @@ import { newSandboxId, type SandboxId } from './sandbox-id.js'
 
 /**
  * What a backend's `create()` takes, with the reference's fields. cordon's
- * provider fills every field; a host calling a backend directly may leave the
- * optional ones out and gets the same defaults.
+ * provider passes a limit only where the host named one (the call's, else
+ * the provider's default); the backend applies its own defaults, and only
+ * for what it enforces.
  */
 export interface SandboxBackendOptions {
   /** Aborts the creation; everything made so far is removed. */
@@ -48,8 +51,9 @@ export interface SandboxBackendOptions {
  * which releases what the backend shares between sandboxes).
  */
 export interface SandboxBackend {
-  readonly tier: SandboxTier
-  /** `tier:runtime`, e.g. `container:docker`; used in errors and events. */
+  /** The kind of boundary: `container`, `microvm` (the reference's), or a backend's own. */
+  readonly tier: string
+  /** `tier:runtime`; used in errors and events. */
   readonly name: string
   /**
    * Creates a sandbox and resolves only when it can run a command. On failure
@@ -66,12 +70,15 @@ export interface CordonSandboxBackend extends SandboxBackend {
   close(): Promise<void>
 }
 
-/** {@link SandboxBackendOptions} with every default applied, as a backend works with them. */
-export interface SandboxCreateRequest {
+/**
+ * {@link SandboxBackendOptions} with every default applied, as a backend
+ * works with them. A limit the backend does not enforce stays undefined.
+ */
+export interface SandboxCreateRequest<Limit extends number | undefined = number> {
   readonly id: SandboxId
   readonly env: Readonly<Record<string, string>>
-  readonly memoryLimitMb: number
-  readonly maxProcesses: number
+  readonly memoryLimitMb: Limit
+  readonly maxProcesses: Limit
   /** Default timeout of each exec, in ms. */
   readonly execTimeoutMs: number
   /** Lifetime in ms, or undefined for none. */
@@ -81,19 +88,49 @@ export interface SandboxCreateRequest {
   readonly signal: AbortSignal | undefined
 }
 
-/** Applies the defaults to what a backend's `create()` was given. */
-export function resolveBackendOptions(options: SandboxBackendOptions): SandboxCreateRequest {
+/**
+ * Refuses what `definition` declares it cannot enforce (the provider has
+ * already; a host may call a backend directly), then applies the defaults
+ * to what a backend's `create()` was given: the reference's memory and
+ * process limits where the backend enforces them, none where it does not.
+ */
+export function resolveBackendOptions<Config extends SandboxBackendConfigBase>(
+  options: SandboxBackendOptions,
+  definition: SandboxBackendDefinition<Config>,
+  config: Config,
+): SandboxCreateRequest<number | undefined> {
+  const refusal = requestRefusal(definition, config, options)
+  if (refusal) throw refusal
+  const { enforcement } = definition
   return {
     id: options.sandboxId ?? newSandboxId(),
     env: options.env ?? {},
-    memoryLimitMb: options.memoryLimitMb ?? SANDBOX_DEFAULT_MEMORY_LIMIT_MB,
-    maxProcesses: options.maxProcesses ?? SANDBOX_DEFAULT_MAX_PROCESSES,
+    memoryLimitMb: enforcement.memoryLimit
+      ? (options.memoryLimitMb ?? SANDBOX_DEFAULT_MEMORY_LIMIT_MB)
+      : undefined,
+    maxProcesses: enforcement.processLimit
+      ? (options.maxProcesses ?? SANDBOX_DEFAULT_MAX_PROCESSES)
+      : undefined,
     execTimeoutMs: options.timeoutMs ?? SANDBOX_DEFAULT_TIMEOUT_MS,
     lifetimeMs: options.lifetimeMs,
     workingDirectory: options.workingDirectory,
     egress: options.egress ?? DENY_ALL,
     signal: options.signal,
   }
+}
+
+/**
+ * A resolved request whose backend enforces both limits (its definition
+ * declares `memoryLimit` and `processLimit`), with their types narrowed. A
+ * missing limit here is a backend's programming error.
+ */
+export function withEnforcedLimits(
+  request: SandboxCreateRequest<number | undefined>,
+): SandboxCreateRequest<number> {
+  const { memoryLimitMb, maxProcesses } = request
+  if (memoryLimitMb === undefined || maxProcesses === undefined)
+    throw new TypeError('withEnforcedLimits: the backend declares a limit it does not enforce')
+  return { ...request, memoryLimitMb, maxProcesses }
 }
 
 export interface SandboxBackendContext {
@@ -107,12 +144,17 @@ export interface SandboxBackendContext {
   readonly emit: (event: SandboxEvent) => void
 }
 
-export type SandboxBackendFactory<Config = SandboxBackendConfig> = (
-  config: Config,
-  context: SandboxBackendContext,
-) => CordonSandboxBackend
+/**
+ * A backend package's factory. Written as a method's type so that a
+ * definition of one backend (`SandboxBackendDefinition<MyConfig>`) can stand
+ * in a list of any backends' definitions without a cast: TypeScript checks
+ * a method's parameters both ways, a plain function type's only one way.
+ */
+export type SandboxBackendFactory<Config = SandboxBackendConfigBase> = {
+  create(config: Config, context: SandboxBackendContext): CordonSandboxBackend
+}['create']
 
 /** What a backend package's module exports; the umbrella imports it lazily. */
-export interface SandboxBackendModule<Config = SandboxBackendConfig> {
+export interface SandboxBackendModule<Config = SandboxBackendConfigBase> {
   readonly createBackend: SandboxBackendFactory<Config>
 }

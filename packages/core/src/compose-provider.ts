@@ -3,17 +3,15 @@ import type {
   SandboxBackendContext,
   SandboxBackendOptions,
 } from './backend.js'
+import type { SandboxBackendConfigBase, SandboxBackendDefinition } from './backend-definition.js'
 import {
   parseConfig,
   type SandboxCreateConfig,
-  type SandboxProviderConfig,
+  type SandboxProviderConfigFor,
   sandboxCreateConfigSchema,
 } from './config.js'
-import {
-  SANDBOX_DEFAULT_MAX_PROCESSES,
-  SANDBOX_DEFAULT_MEMORY_LIMIT_MB,
-  SANDBOX_DEFAULT_TIMEOUT_MS,
-} from './constants.js'
+import { SANDBOX_DEFAULT_TIMEOUT_MS } from './constants.js'
+import { requestRefusal } from './control-refusal.js'
 import { DENY_ALL } from './egress-policy.js'
 import { SandboxError, throwIfAborted } from './errors.js'
 import { describeError } from './event-error.js'
@@ -21,15 +19,15 @@ import type { SandboxEvent, SandboxEventListener } from './events.js'
 import type { ResolvedContainerSandboxLayout } from './layout.js'
 import { ManagedSandbox } from './managed-sandbox.js'
 import type { CordonSandboxProvider } from './provider.js'
-import type { SandboxBackendName } from './provider-config.js'
+import { prepareProviderConfig } from './provider-config.js'
 import type { CordonBackendSandbox, CordonSandbox } from './sandbox.js'
 import { newSandboxId } from './sandbox-id.js'
 import { WarmPool } from './warm-pool.js'
 
-export interface ComposeProviderOptions {
-  readonly config: SandboxProviderConfig
-  /** `tier:runtime`, known before the backend is loaded. */
-  readonly backendName: SandboxBackendName
+export interface ComposeProviderOptions<Config extends SandboxBackendConfigBase> {
+  readonly config: SandboxProviderConfigFor<Config>
+  /** The backend's definition: its name and what it enforces, known before it is loaded. */
+  readonly definition: SandboxBackendDefinition<Config>
   readonly layout: ResolvedContainerSandboxLayout | undefined
   /** Loads and constructs the backend; called once, on first use. */
   readonly loadBackend: (context: SandboxBackendContext) => Promise<CordonSandboxBackend>
@@ -40,8 +38,11 @@ export interface ComposeProviderOptions {
  * every backend shares: per-call validation and defaults, the warm pool,
  * sandbox lifetimes, `busy` status, and events. Construction does no I/O.
  */
-export function composeProvider(options: ComposeProviderOptions): CordonSandboxProvider {
-  const { config, backendName, layout } = options
+export function composeProvider<Config extends SandboxBackendConfigBase>(
+  options: ComposeProviderOptions<Config>,
+): CordonSandboxProvider {
+  const { config, definition, layout } = options
+  const { name: backendName, enforcement } = definition
   const instanceId = `prv_${newSandboxId().slice(4)}`
   const listener: SandboxEventListener | undefined = config.onEvent
   /** Live sandboxes by id, so their egress events count toward their usage. */
@@ -75,19 +76,26 @@ export function composeProvider(options: ComposeProviderOptions): CordonSandboxP
   // Without a layout the backend learns its rootDir only when it creates the sandbox: "." is that rootDir.
   const defaultWorkingDirectory = layout?.outputs.containerPath ?? '.'
 
-  /** What the backend is asked for; the exec timeout and lifetime are applied around it. */
-  const backendOptions = (call: SandboxCreateConfig): SandboxBackendOptions => ({
-    sandboxId: newSandboxId(),
-    env: call.env ?? {},
-    memoryLimitMb:
-      call.memoryLimitMb ?? config.defaultMemoryLimitMb ?? SANDBOX_DEFAULT_MEMORY_LIMIT_MB,
-    maxProcesses: call.maxProcesses ?? config.defaultMaxProcesses ?? SANDBOX_DEFAULT_MAX_PROCESSES,
-    timeoutMs: call.timeoutMs ?? config.defaultTimeoutMs ?? SANDBOX_DEFAULT_TIMEOUT_MS,
-    lifetimeMs: call.lifetimeMs ?? config.defaultLifetimeMs,
-    workingDirectory: call.workingDirectory ?? defaultWorkingDirectory,
-    egress: call.egress ?? config.defaultEgress ?? DENY_ALL,
-    ...(call.signal ? { signal: call.signal } : {}),
-  })
+  /**
+   * What the backend is asked for; the exec timeout and lifetime are applied
+   * around it. A limit is passed only where the host named one: the backend
+   * applies its own default, and only for what it enforces.
+   */
+  const backendOptions = (call: SandboxCreateConfig): SandboxBackendOptions => {
+    const memoryLimitMb = call.memoryLimitMb ?? config.defaultMemoryLimitMb
+    const maxProcesses = call.maxProcesses ?? config.defaultMaxProcesses
+    return {
+      sandboxId: newSandboxId(),
+      env: call.env ?? {},
+      ...(memoryLimitMb !== undefined ? { memoryLimitMb } : {}),
+      ...(maxProcesses !== undefined ? { maxProcesses } : {}),
+      timeoutMs: call.timeoutMs ?? config.defaultTimeoutMs ?? SANDBOX_DEFAULT_TIMEOUT_MS,
+      lifetimeMs: call.lifetimeMs ?? config.defaultLifetimeMs,
+      workingDirectory: call.workingDirectory ?? defaultWorkingDirectory,
+      egress: call.egress ?? config.defaultEgress ?? DENY_ALL,
+      ...(call.signal ? { signal: call.signal } : {}),
+    }
+  }
 
   const createFresh = async (request: SandboxBackendOptions): Promise<CordonBackendSandbox> => {
     const started = performance.now()
@@ -156,6 +164,7 @@ export function composeProvider(options: ComposeProviderOptions): CordonSandboxP
   ): CordonSandbox => {
     const managed = new ManagedSandbox(sandbox, {
       backend: backendName,
+      measuredUsage: enforcement.measuredUsage,
       lifetimeMs: request.lifetimeMs,
       idleTimeoutMs,
       execTimeoutMs: request.timeoutMs ?? SANDBOX_DEFAULT_TIMEOUT_MS,
@@ -181,14 +190,17 @@ export function composeProvider(options: ComposeProviderOptions): CordonSandboxP
   return {
     id: `cordon-${backendName.replace(':', '-')}`,
     name: `@cordon/sandbox: ${backendName}`,
-    environment: 'linux-namespace',
+    environment: enforcement.environment,
     backend: backendName,
+    enforcement,
     instanceId,
     async create(callConfig: SandboxCreateConfig = {}): Promise<CordonSandbox> {
       const call = parseConfig(sandboxCreateConfigSchema, callConfig, 'sandbox create config')
       throwIfAborted(call.signal, 'create')
       if (closed) throw new SandboxError('provider is closed')
       const request = backendOptions(call)
+      const refusal = requestRefusal(definition, config.backend, request)
+      if (refusal) throw refusal
       const idleTimeoutMs = call.idleTimeoutMs ?? config.defaultIdleTimeoutMs
       if (pool && canUsePooled(call)) {
         const claimed = pool.claim()
@@ -228,4 +240,22 @@ function canUsePooled(call: SandboxCreateConfig): boolean {
     call.workingDirectory === undefined &&
     call.egress === undefined
   )
+}
+
+/**
+ * A provider on one backend package without the umbrella: the config is
+ * validated and refused exactly as `createSandboxProvider` does, and
+ * `createBackend` is the package's own factory. Every backend package's
+ * `create<Name>SandboxProvider` is this.
+ */
+export function standaloneProvider<Config extends SandboxBackendConfigBase>(
+  config: SandboxProviderConfigFor<Config>,
+  definitions: readonly SandboxBackendDefinition<Config>[],
+  createBackend: (config: Config, context: SandboxBackendContext) => CordonSandboxBackend,
+): CordonSandboxProvider {
+  const prepared = prepareProviderConfig(config, definitions)
+  return composeProvider({
+    ...prepared,
+    loadBackend: async (context) => createBackend(prepared.config.backend, context),
+  })
 }

@@ -1,9 +1,10 @@
 import type { Buffer } from 'node:buffer'
 import { z } from 'zod'
+import type { SandboxBackendConfigBase } from './backend-definition.js'
 import { type EgressPolicy, egressPolicySchema } from './egress-policy.js'
 import { type SandboxConfigIssue, SandboxConfigValidationError } from './errors.js'
 import type { SandboxEventListener } from './events.js'
-import { type ContainerSandboxLayout, containerSandboxLayoutSchema } from './layout.js'
+import type { ContainerSandboxLayout } from './layout.js'
 
 /** Client certificate material for TLS (engine, control plane, agent relay): PEM text or bytes. */
 export interface TlsClientMaterial {
@@ -13,161 +14,6 @@ export interface TlsClientMaterial {
   readonly key: string | Buffer
   readonly servername?: string
 }
-
-/** Credentials for one container registry: what `docker login` would take. */
-export interface RegistryCredential {
-  readonly username: string
-  /** The password, or an access token the registry accepts in its place. */
-  readonly password: string
-}
-
-/**
- * `container` tier on a Docker Engine, with runc or gVisor (`runsc`). The
- * first six fields are the reference's.
- */
-export interface ContainerBackendConfig {
-  readonly tier: 'container'
-  /**
-   * The container runtime: `docker` (the default) is the engine's default
-   * runtime, runc on a stock engine; `runc` asks the engine for runc by
-   * name, whatever its default; `runsc` is gVisor.
-   */
-  readonly runtime?: 'docker' | 'runc' | 'runsc'
-  /**
-   * Image to start per sandbox. It needs only the commands you will run in
-   * it. When the engine does not have it, the first `create()` pulls it (as
-   * `docker run` does), within that create's deadline.
-   */
-  readonly image: string
-  /**
-   * Credentials for pulling from registries that need them, by registry
-   * host as it appears in image names (`ghcr.io`, `registry.example.com:5000`;
-   * `docker.io` for Docker Hub). A pull sends the engine the credential of
-   * the image's own registry only. Never logged, labelled or put in an
-   * error or event.
-   */
-  readonly registryAuth?: Readonly<Record<string, RegistryCredential>>
-  /**
-   * The reference's choice of how the host reached its in-container worker.
-   * cordon reaches every sandbox through the engine's API and needs no network
-   * path to it, so any value is refused with `SandboxControlRefusedError`:
-   * remove the field.
-   */
-  readonly hostReachability?: 'host-port' | 'container-network'
-  /**
-   * The container network. `none` is what cordon always does (the sandbox has
-   * no interface but loopback; egress goes through the gateway). Any other
-   * network would give the sandbox a route of its own, so it is refused with
-   * `SandboxControlRefusedError`: choose an egress policy instead.
-   */
-  readonly network?: 'none' | 'bridge' | (string & {})
-  /** Extra labels on every resource this backend creates. `cordon.*` keys are reserved. */
-  readonly labels?: Readonly<Record<string, string>>
-  /** How long `create()` may take to reach exec-ready (default 30 s). */
-  readonly readyTimeoutMs?: number
-  /** Engine unix socket; default `DOCKER_HOST` if set, else `/var/run/docker.sock`. */
-  readonly socketPath?: string
-  /** Engine TCP address instead of a socket. */
-  readonly host?: string
-  readonly port?: number
-  readonly tls?: TlsClientMaterial
-  /**
-   * `uid:gid` the sandbox's commands run as. Default: a uid of the sandbox's
-   * own above 2^30, so per-user kernel limits are per sandbox and no host
-   * account's. Root (`0`) is refused.
-   */
-  readonly user?: string
-  /** CPU limit in cores (default 1). */
-  readonly cpus?: number
-  /** Size of the writable `/tmp` tmpfs in MiB (default 64). */
-  readonly tmpfsSizeMb?: number
-  /**
-   * Mount `/tmp` `noexec`, so no program written there can be run (default
-   * false: it can, as on a layout mount without `noexec`; see
-   * `ContainerSandboxLayoutMount.noexec`).
-   */
-  readonly tmpfsNoexec?: boolean
-  /**
-   * Fixed name-to-address entries for the gateway's resolver, for internal
-   * services a policy names (pair them with the provider's `allowInwardFor`).
-   */
-  readonly gatewayHosts?: Readonly<Record<string, string>>
-  /** Ports the gateway lets sandboxes reach (default 80 and 443). */
-  readonly gatewayAllowedPorts?: readonly number[]
-  /** Extra CA certificates (PEM) the gateway trusts for upstream HTTPS, e.g. an internal CA. */
-  readonly gatewayUpstreamCa?: string
-  /**
-   * Remove, once in the background when the first sandbox is created, what
-   * providers on this host that died left on the engine (only resources
-   * whose owner process is provably gone, or whose lifetime passed). Default
-   * true; `cordon gc` does the same on demand.
-   */
-  readonly sweepDeadOwners?: boolean
-}
-
-/** `container` tier claimed from an Azure Container Instances standby pool (the reference's fields first). */
-export interface ACIStandbyPoolBackendConfig {
-  readonly tier: 'container'
-  readonly runtime: 'aci-standby-pool'
-  readonly subscriptionId: string
-  readonly resourceGroup: string
-  readonly location: string
-  readonly standbyPoolResourceId: string
-  readonly containerGroupProfileResourceId: string
-  readonly containerGroupProfileRevision?: number
-  /** Returns a bearer token for Azure Resource Manager; called before every request. */
-  readonly getArmToken: () => Promise<string>
-  /** Delegated subnet the claimed groups join; required unless `allowPublicAddress` is set. */
-  readonly subnetId?: string
-  /** Delay between the agent health probes while a claim comes up (default 500 ms). */
-  readonly readyPollIntervalMs?: number
-  /** Budget for a claim to become exec-ready (default 60 s). */
-  readonly readyTimeoutMs?: number
-  /** Port the cordon agent in each group listens on (default 2024). */
-  readonly workerPort?: number
-  readonly armApiVersion?: string
-  /** Prefix of the claimed group names (default `cordon`). */
-  readonly containerNamePrefix?: string
-  /** Opt in to a public IP for claimed groups when no subnet is given. */
-  readonly allowPublicAddress?: boolean
-  /** Azure Resource Manager's base URL (default the public cloud's). */
-  readonly armEndpoint?: string
-}
-
-/** A per-agent snapshot the orchestrator resumes instead of a fresh template. */
-export interface AgentSnapshotRef {
-  readonly orgId: string
-  readonly agentId: string
-  readonly version: string
-}
-
-/** `microvm` tier against a guest orchestrator's control plane (the reference's fields). */
-export interface MicroVMBackendConfig {
-  readonly tier: 'microvm'
-  readonly service: 'self-hosted'
-  readonly orchestratorEndpoint: string
-  /** Returns the control plane's bearer token; called before every request. */
-  readonly getToken: () => Promise<string>
-  /** Template (golden snapshot) to resume. */
-  readonly template?: string
-  readonly agentSnapshot?: AgentSnapshotRef
-  /** Guest vsock port of the agent when the control plane names none (default 1024). */
-  readonly agentVsockPort?: number
-  /** Budget for a guest to become exec-ready after the claim (default 60 s). */
-  readonly readyTimeoutMs?: number
-  /** Delay between the agent health probes while a guest comes up (default 250 ms). */
-  readonly readyPollIntervalMs?: number
-  /** Client certificate for a `tls` (mTLS relay) agent endpoint. */
-  readonly mtls?: TlsClientMaterial
-  /** Client certificate for the control plane itself. */
-  readonly controlPlaneMtls?: TlsClientMaterial
-}
-
-export type SandboxTier = 'container' | 'microvm'
-export type SandboxBackendConfig =
-  | ContainerBackendConfig
-  | ACIStandbyPoolBackendConfig
-  | MicroVMBackendConfig
 
 /** A credential the egress gateway injects upstream; the sandbox never holds `value`. */
 export interface BrokeredCredential {
@@ -211,15 +57,17 @@ export interface SandboxProviderConfigBase {
   readonly allowInwardFor?: readonly string[]
 }
 
-export type SandboxProviderConfig =
-  | (SandboxProviderConfigBase & {
-      readonly backend: ContainerBackendConfig | ACIStandbyPoolBackendConfig
-      readonly layout: ContainerSandboxLayout
-    })
-  | (SandboxProviderConfigBase & {
-      readonly backend: MicroVMBackendConfig
-      readonly layout?: undefined
-    })
+/** Per-sandbox settings for `provider.create()`; each falls back to the provider's default. */
+/**
+ * A provider config for the backend whose config is `Backend`: the fields
+ * every provider takes, the backend's own config, and the container layout
+ * where that backend takes one (its definition says whether it must).
+ */
+export interface SandboxProviderConfigFor<Backend extends SandboxBackendConfigBase>
+  extends SandboxProviderConfigBase {
+  readonly backend: Backend
+  readonly layout?: ContainerSandboxLayout | undefined
+}
 
 /** Per-sandbox settings for `provider.create()`; each falls back to the provider's default. */
 export interface SandboxCreateConfig {
@@ -250,11 +98,16 @@ export interface SandboxCreateConfig {
   readonly idleTimeoutMs?: number
 }
 
-const fn = <T>(message: string) => z.custom<T>((value) => typeof value === 'function', { message })
-/** A duration Node's timers can hold. */
-const durationMs = () => z.number().int().positive().max(2_147_483_647)
+/** A config field that must be a function; `message` says what it is for. */
+export const functionSchema = <T>(message: string) =>
+  z.custom<T>((value) => typeof value === 'function', { message })
+const fn = functionSchema
+/** A duration in ms that Node's timers can hold. */
+export const durationMsSchema = () => z.number().int().positive().max(2_147_483_647)
+const durationMs = durationMsSchema
 const positiveInt = () => z.number().int().positive()
-const tcpPort = () => z.number().int().min(1).max(65535)
+/** A TCP port, 1 to 65535. */
+export const tcpPortSchema = () => z.number().int().min(1).max(65535)
 const pem = () =>
   z.union([
     z.string().min(1),
@@ -264,174 +117,12 @@ const pem = () =>
     ),
   ])
 
-const labelsSchema = z
-  .record(
-    z
-      .string()
-      .regex(/^[a-z0-9][a-z0-9._/-]*$/i, 'label keys use letters, digits, ".", "_", "-", "/"'),
-    z.string(),
-  )
-  .readonly()
-
-/** A registry host as image names spell it: `name[.name...][:port]`, no scheme or path. */
-const REGISTRY_HOST =
-  /^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*(:[0-9]{1,5})?$/i
-
-const registryCredentialSchema: z.ZodType<RegistryCredential> = z
-  .object({ username: z.string().min(1), password: z.string().min(1) })
-  .strict()
-  .readonly()
-
-const registryAuthSchema = z
-  .record(z.string(), registryCredentialSchema)
-  .readonly()
-  .superRefine((auth, ctx) => {
-    const seen = new Map<string, string>()
-    for (const key of Object.keys(auth)) {
-      if (!REGISTRY_HOST.test(key)) {
-        ctx.addIssue({
-          code: 'custom',
-          path: [key],
-          message:
-            'registry keys are hosts as image names spell them, e.g. "ghcr.io", "registry.example.com:5000" or "docker.io" (no scheme, no path)',
-        })
-        continue
-      }
-      const registry = registryHostKey(key)
-      const earlier = seen.get(registry)
-      if (earlier !== undefined) {
-        ctx.addIssue({
-          code: 'custom',
-          path: [key],
-          message: `names the same registry as "${earlier}"; give one credential per registry`,
-        })
-      }
-      seen.set(registry, key)
-    }
-  })
-
-/**
- * The registry a `registryAuth` key or an image name's host part stands for:
- * hosts compare without case, and Docker Hub's other names are `docker.io`.
- */
-export function registryHostKey(host: string): string {
-  const lower = host.toLowerCase()
-  return lower === 'index.docker.io' || lower === 'registry-1.docker.io' ? 'docker.io' : lower
-}
-
 export const tlsClientSchema: z.ZodType<TlsClientMaterial> = z
   .object({
     ca: pem().optional(),
     cert: pem(),
     key: pem(),
     servername: z.string().optional(),
-  })
-  .strict()
-  .readonly()
-
-export const containerBackendConfigSchema: z.ZodType<ContainerBackendConfig> = z
-  .object({
-    tier: z.literal('container'),
-    runtime: z.enum(['docker', 'runc', 'runsc']).optional(),
-    image: z.string().min(1),
-    registryAuth: registryAuthSchema.optional(),
-    hostReachability: z.enum(['host-port', 'container-network']).optional(),
-    network: z.string().min(1).optional(),
-    labels: labelsSchema
-      .refine(
-        (labels) => Object.keys(labels).every((key) => !key.startsWith('cordon.')),
-        'label keys starting with "cordon." are reserved',
-      )
-      .optional(),
-    readyTimeoutMs: durationMs().optional(),
-    socketPath: z.string().min(1).optional(),
-    host: z.string().min(1).optional(),
-    port: tcpPort().optional(),
-    tls: tlsClientSchema.optional(),
-    user: z
-      .string()
-      .regex(/^\d+(:\d+)?$/, 'user must be numeric "uid" or "uid:gid"')
-      .refine((user) => !/^0+(:|$)/.test(user), 'running the sandbox as root is refused')
-      .optional(),
-    cpus: z.number().positive().max(1024).optional(),
-    tmpfsSizeMb: positiveInt().optional(),
-    tmpfsNoexec: z.boolean().optional(),
-    gatewayHosts: z.record(z.string().min(1), z.string().min(1)).readonly().optional(),
-    gatewayAllowedPorts: z.array(tcpPort()).readonly().optional(),
-    gatewayUpstreamCa: z.string().min(1).optional(),
-    sweepDeadOwners: z.boolean().optional(),
-  })
-  .strict()
-  .readonly()
-  .superRefine((config, ctx) => {
-    if (config.socketPath && config.host) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['host'],
-        message: 'give either socketPath or host, not both',
-      })
-    }
-    if (config.tls && !config.host) {
-      ctx.addIssue({ code: 'custom', path: ['tls'], message: 'tls needs a TCP host' })
-    }
-  })
-
-const azureResourceId = () => z.string().startsWith('/subscriptions/')
-
-export const aciStandbyPoolBackendConfigSchema: z.ZodType<ACIStandbyPoolBackendConfig> = z
-  .object({
-    tier: z.literal('container'),
-    runtime: z.literal('aci-standby-pool'),
-    subscriptionId: z.string().min(1),
-    resourceGroup: z.string().min(1),
-    location: z.string().min(1),
-    standbyPoolResourceId: azureResourceId(),
-    containerGroupProfileResourceId: azureResourceId(),
-    containerGroupProfileRevision: z.number().int().nonnegative().optional(),
-    getArmToken: fn<() => Promise<string>>('getArmToken must be a function returning a token'),
-    subnetId: azureResourceId().optional(),
-    readyPollIntervalMs: durationMs().optional(),
-    readyTimeoutMs: durationMs().optional(),
-    workerPort: tcpPort().optional(),
-    armApiVersion: z.string().min(1).optional(),
-    containerNamePrefix: z
-      .string()
-      .regex(/^[a-z0-9-]{1,40}$/, 'lowercase letters, digits and "-", at most 40')
-      .optional(),
-    allowPublicAddress: z.boolean().optional(),
-    armEndpoint: z.string().url().optional(),
-  })
-  .strict()
-  .readonly()
-  .superRefine((config, ctx) => {
-    if (!config.subnetId && config.allowPublicAddress !== true) {
-      ctx.addIssue({
-        code: 'custom',
-        path: ['subnetId'],
-        message:
-          'give a subnetId, or set allowPublicAddress: true to accept a public IP for each claimed group',
-      })
-    }
-  })
-
-export const agentSnapshotRefSchema: z.ZodType<AgentSnapshotRef> = z
-  .object({ orgId: z.string().min(1), agentId: z.string().min(1), version: z.string().min(1) })
-  .strict()
-  .readonly()
-
-export const microVMBackendConfigSchema: z.ZodType<MicroVMBackendConfig> = z
-  .object({
-    tier: z.literal('microvm'),
-    service: z.literal('self-hosted'),
-    orchestratorEndpoint: z.string().url(),
-    getToken: fn<() => Promise<string>>('getToken must be a function returning a token'),
-    template: z.string().min(1).optional(),
-    agentSnapshot: agentSnapshotRefSchema.optional(),
-    agentVsockPort: z.number().int().min(1).max(0xffffffff).optional(),
-    readyTimeoutMs: durationMs().optional(),
-    readyPollIntervalMs: durationMs().optional(),
-    mtls: tlsClientSchema.optional(),
-    controlPlaneMtls: tlsClientSchema.optional(),
   })
   .strict()
   .readonly()
@@ -446,7 +137,8 @@ export const brokeredCredentialSchema: z.ZodType<BrokeredCredential> = z
   .strict()
   .readonly()
 
-const providerBaseShape = {
+/** The provider fields every backend takes (the backend and its layout aside). */
+export const providerBaseShape = {
   defaultEgress: egressPolicySchema.optional(),
   defaultTimeoutMs: durationMs().optional(),
   defaultMemoryLimitMb: positiveInt().optional(),
@@ -462,51 +154,6 @@ const providerBaseShape = {
   brokeredCredentials: z.array(brokeredCredentialSchema).readonly().optional(),
   allowInwardFor: z.array(z.string().min(1)).readonly().optional(),
 }
-
-const containerBackendShape = {
-  backend: z.union([containerBackendConfigSchema, aciStandbyPoolBackendConfigSchema]),
-}
-
-/** Provider config for the container tier: a layout is required. */
-export const containerProviderConfigSchema = z
-  .object({
-    ...providerBaseShape,
-    ...containerBackendShape,
-    layout: containerSandboxLayoutSchema,
-  })
-  .strict()
-  .readonly()
-
-/**
- * The container tier's provider config with the one backend schema its
- * `runtime` names (so that a mistyped field is reported by name rather than
- * as a union that matched neither backend), and its layout left to
- * `checkLayout`, whose problems are reported as the reference reported them
- * (`ContainerSandboxLayoutValidationError`).
- */
-export function containerProviderFieldsSchemaFor(runtime: 'docker' | 'aci-standby-pool') {
-  return z
-    .object({
-      ...providerBaseShape,
-      backend:
-        runtime === 'aci-standby-pool'
-          ? aciStandbyPoolBackendConfigSchema
-          : containerBackendConfigSchema,
-      layout: z.unknown().refine((value) => value !== undefined, 'required for the container tier'),
-    })
-    .strict()
-    .readonly()
-}
-
-/** Provider config for the microvm tier: the guest's files are the orchestrator's business. */
-export const microVMProviderConfigSchema = z
-  .object({
-    ...providerBaseShape,
-    backend: microVMBackendConfigSchema,
-    layout: z.undefined().optional(),
-  })
-  .strict()
-  .readonly()
 
 const envSchema = z
   .record(

@@ -265,7 +265,7 @@ export class SandboxControlRefusedError extends SandboxError {
   protected readonly [refusedMarker] = true
   /** The control that was refused, e.g. `egress.static`, `memoryLimitMb`. */
   readonly control: string
-  /** The backend that refused it, e.g. `container:docker`. */
+  /** The backend that refused it, as `tier:runtime`. */
   readonly backend: string
   readonly reason: string
 
@@ -496,7 +496,7 @@ export class SandboxImagePullError extends SandboxError {
   protected readonly [imagePullMarker] = true
   /** The image as the config names it, e.g. `node:20-slim`. */
   readonly image: string
-  /** The registry it was pulled from, e.g. `docker.io`, `127.0.0.1:5000`. */
+  /** The registry it was pulled from, e.g. `registry.example.com`, `127.0.0.1:5000`. */
   readonly registry: string
   readonly backend: string
   readonly reason: string

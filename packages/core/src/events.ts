@@ -56,7 +56,7 @@ export interface SandboxLifecycleEvent {
   readonly type: 'lifecycle'
   readonly phase: SandboxLifecyclePhase
   readonly sandboxId?: SandboxId
-  /** `tier:runtime`, e.g. `container:docker`. */
+  /** The backend, as `tier:runtime`. */
   readonly backend: string
   readonly timestamp: number
   readonly durationMs?: number

@@ -6,35 +6,19 @@
  * The list is explicit on purpose (a test pins it): what is exported here is
  * public API.
  */
-export type {
-  AgentHealthReport,
-  FirecrackerBackendInternalConfig,
-  OrchestratorTokenProvider,
-  SandboxAgentHandle,
-  VsockExecuteRequest,
-  VsockTransportOptions,
-} from './agent-transport-types.js'
+export type { AgentHealthReport } from './agent-secret.js'
 export type {
   CordonSandboxBackend,
   SandboxBackend,
   SandboxBackendOptions,
 } from './backend.js'
+export type { SandboxBackendConfigBase, SandboxBackendDefinition } from './backend-definition.js'
 export {
-  type ACIStandbyPoolBackendConfig,
-  type AgentSnapshotRef,
-  aciStandbyPoolBackendConfigSchema,
   type BrokeredCredential,
   brokeredCredentialSchema,
-  type ContainerBackendConfig,
-  containerBackendConfigSchema,
-  type MicroVMBackendConfig,
-  microVMBackendConfigSchema,
-  type RegistryCredential,
-  type SandboxBackendConfig,
   type SandboxCreateConfig,
-  type SandboxProviderConfig,
   type SandboxProviderConfigBase,
-  type SandboxTier,
+  type SandboxProviderConfigFor,
   sandboxCreateConfigSchema,
   type TlsClientMaterial,
 } from './config.js'
@@ -46,6 +30,14 @@ export {
   SANDBOX_MAX_OUTPUT_BYTES,
 } from './constants.js'
 export { type EgressPolicy, type EgressPolicyKind, egressPolicySchema } from './egress-policy.js'
+export type {
+  MeasuredUsageField,
+  SandboxBackendEnforcement,
+  SandboxEnforcedLimits,
+  SandboxEnforcedMount,
+  SandboxEnforcementDeclaration,
+  SandboxEnforcementReport,
+} from './enforcement.js'
 export {
   ContainerSandboxLayoutValidationError,
   SandboxAbortedError,
@@ -99,7 +91,6 @@ export {
   SKILL_ID_PATTERN,
 } from './layout.js'
 export type { CordonSandboxProvider, SandboxProvider } from './provider.js'
-export type { SandboxBackendName } from './provider-config.js'
 export type {
   CordonBackendSandbox,
   CordonProcess,

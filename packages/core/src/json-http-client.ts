@@ -22,9 +22,9 @@ export interface JsonHttpClientOptions {
    * so a long-lived backend follows token rotation.
    */
   readonly getToken: () => Promise<string>
-  /** The closure's name in the backend's config (`getToken`, `getArmToken`), for errors. */
+  /** The closure's name in the backend's config (`getToken`, ...), for errors. */
   readonly tokenClosureName: string
-  /** Who the service is, for errors: `the control plane`, `Azure Resource Manager`. */
+  /** Who the service is, for errors: e.g. `the control plane`. */
   readonly audience: string
   /** Client certificate (and CA) for a service that requires mutual TLS. */
   readonly tls?: TlsClientMaterial
@@ -79,7 +79,7 @@ const IDEMPOTENT = new Set<JsonHttpMethod>(['GET', 'PUT', 'DELETE'])
 
 /**
  * The one HTTP client of the backends that drive a remote control plane
- * (ARM for ACI, the orchestrator for microVMs): JSON in and out over undici,
+ * (a cloud's resource API, a guest orchestrator): JSON in and out over undici,
  * a fresh bearer token from the host's closure on every attempt, throttling
  * and transient failures retried with the server's `Retry-After` or a
  * back-off (http-retry.ts), every wait and request ended by the caller's

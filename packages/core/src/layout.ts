@@ -1,4 +1,5 @@
 import { z } from 'zod'
+import type { SandboxEnforcedMount } from './enforcement.js'
 import { ContainerSandboxLayoutValidationError, type SandboxConfigIssue } from './errors.js'
 
 /** Default container paths, the reference's, so hosts and their prompts keep them. */
@@ -26,7 +27,7 @@ export const SKILL_ID_PATTERN = /^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/
  *   when the sandbox ends, what its user left there is handed to the
  *   directory's owner, or to `handOverTo` (cordon), so that a host user can
  *   manage every output without privileges.
- * - `azureFileShare`: an Azure Files share (ACI).
+ * - `azureFileShare`: an Azure Files share.
  * - `inImage`: the path already exists in the image; nothing is mounted.
  * - `ephemeral` (cordon): storage the backend creates for this sandbox, capped
  *   at `sizeMb` (default 256), and removes with it.
@@ -465,4 +466,18 @@ function checkSource(
 export function normalizeAbsolutePath(path: string): string {
   const segments = path.split('/').filter((segment) => segment !== '' && segment !== '.')
   return `/${segments.join('/')}`
+}
+
+/**
+ * The layout's mounts as a sandbox's enforcement report lists them
+ * (`sandbox.enforced.mounts`): path, access and whether programs on it run.
+ */
+export function enforcedLayoutMounts(
+  layout: ResolvedContainerSandboxLayout,
+): SandboxEnforcedMount[] {
+  return planLayoutMounts(layout).map((mount) => ({
+    path: mount.containerPath,
+    access: mount.readOnly ? 'read-only' : 'read-write',
+    noexec: mount.noexec,
+  }))
 }

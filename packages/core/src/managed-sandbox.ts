@@ -1,4 +1,5 @@
 import type { Buffer } from 'node:buffer'
+import type { MeasuredUsageField, SandboxEnforcementReport } from './enforcement.js'
 import {
   SandboxControlRefusedError,
   SandboxDestroyedError,
@@ -13,6 +14,7 @@ import type {
   CordonProcess,
   CordonSandbox,
   SandboxAttachOptions,
+  SandboxBackendUsage,
   SandboxByteSource,
   SandboxDestroyOptions,
   SandboxDirectoryWatch,
@@ -48,6 +50,8 @@ import type { SandboxId } from './sandbox-id.js'
 
 export interface ManagedSandboxHooks {
   readonly backend: string
+  /** The fields of `stats()` the backend declares it measures; others it reports are dropped. */
+  readonly measuredUsage: readonly MeasuredUsageField[]
   /** Destroy the sandbox this long after it was handed out; undefined for never. */
   readonly lifetimeMs: number | undefined
   /** Destroy the sandbox once nothing has run for this long; undefined for never. */
@@ -224,6 +228,16 @@ export class ManagedSandbox implements CordonSandbox {
     return this.inner.environment
   }
 
+  get enforced(): SandboxEnforcementReport {
+    const { lifetimeMs, idleTimeoutMs, execTimeoutMs } = this.hooks
+    return {
+      ...this.inner.enforcement,
+      execTimeoutMs,
+      ...(lifetimeMs !== undefined ? { lifetimeMs } : {}),
+      ...(idleTimeoutMs !== undefined ? { idleTimeoutMs } : {}),
+    }
+  }
+
   get endReason(): SandboxEndReason | undefined {
     return this.ended
   }
@@ -240,7 +254,14 @@ export class ManagedSandbox implements CordonSandbox {
   }
 
   async stats(options?: SandboxFileOptions): Promise<SandboxUsage> {
-    const measured = await this.track(() => this.inner.usage?.(options) ?? Promise.resolve({}))
+    const reported: SandboxBackendUsage = await this.track(
+      () => this.inner.usage?.(options) ?? Promise.resolve({}),
+    )
+    const measured: Record<string, number> = {}
+    for (const field of this.hooks.measuredUsage) {
+      const value = reported[field]
+      if (value !== undefined) measured[field] = value
+    }
     return {
       ...measured,
       egressBytesOut: this.egressOut,

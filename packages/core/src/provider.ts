@@ -1,11 +1,11 @@
 import type { SandboxCreateConfig } from './config.js'
-import type { SandboxBackendName } from './provider-config.js'
+import type { SandboxEnforcementDeclaration } from './enforcement.js'
 import type { CordonSandbox, Sandbox, SandboxEnvironment } from './sandbox.js'
 
 /**
  * What makes sandboxes, with the reference's members: `id` names the kind of
- * provider (`cordon-container-docker`), `name` describes it
- * (`@cordon/sandbox: container:docker`). What `createSandboxProvider` returns
+ * provider (`cordon-<tier>-<runtime>`), `name` describes it
+ * (`@cordon/sandbox: <tier>:<runtime>`). What `createSandboxProvider` returns
  * is a {@link CordonSandboxProvider}, which has more.
  */
 export interface SandboxProvider {
@@ -21,8 +21,10 @@ export interface SandboxProvider {
  * closes it when the scope ends.
  */
 export interface CordonSandboxProvider extends SandboxProvider, AsyncDisposable {
-  /** `tier:runtime` of the backend, e.g. `container:docker`. */
-  readonly backend: SandboxBackendName
+  /** `tier:runtime` of the backend. */
+  readonly backend: string
+  /** What the backend declares it enforces; `sandbox.enforced` says what holds for one sandbox. */
+  readonly enforcement: SandboxEnforcementDeclaration
   /** Unique per provider instance; every resource it creates carries it as the owner. */
   readonly instanceId: string
   create(config?: SandboxCreateConfig): Promise<CordonSandbox>

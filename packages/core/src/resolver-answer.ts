@@ -3,8 +3,7 @@ import { parseAllowlistEntry } from './host-allowlist.js'
 /**
  * The one rule for what a `resolver` egress policy's `resolve()` answer
  * means. Every enforcer asks through {@link askResolver} (the egress proxy,
- * the Docker backend's gateway registration, the microVM backend's
- * control-plane allowlist), so the same answer allows the same hosts
+ * a backend's gateway registration, a control plane's allowlist), so the same answer allows the same hosts
  * everywhere:
  *
  * - an array of valid allowlist entries is enforced exactly as returned

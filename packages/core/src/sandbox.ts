@@ -1,4 +1,5 @@
 import type { Buffer } from 'node:buffer'
+import type { SandboxBackendEnforcement, SandboxEnforcementReport } from './enforcement.js'
 import type { SandboxId } from './sandbox-id.js'
 
 /**
@@ -14,9 +15,9 @@ export type SandboxStatus = 'creating' | 'ready' | 'busy' | 'paused' | 'destroye
 
 /**
  * The isolation primitive a sandbox runs under, with the reference's values.
- * Every cordon backend runs commands in Linux namespaces (inside a gVisor
- * sandbox, a microVM guest or an ACI group for the stronger tiers), so all of
- * them report `linux-namespace`.
+ * A backend declares its own (`enforcement.environment`): cordon's built-in
+ * backends run commands in Linux namespaces and report `linux-namespace`;
+ * one with no isolation reports `basic`.
  */
 export type SandboxEnvironment = 'linux-namespace' | 'macos-seatbelt' | 'basic'
 
@@ -664,6 +665,8 @@ export interface CordonBackendSandbox extends Sandbox, AsyncDisposable {
   openTerminal?(options: SandboxTerminalOptions): Promise<SandboxTerminal>
   /** What the backend measures of the sandbox's resource use. */
   usage?(options?: SandboxFileOptions): Promise<SandboxBackendUsage>
+  /** What the backend enforces for this sandbox (the provider adds its clocks). */
+  readonly enforcement: SandboxBackendEnforcement
   /**
    * Freezes every process of the sandbox (the engine's freezer) and resolves
    * once they are frozen; absent where the backend cannot. While paused,
@@ -699,9 +702,17 @@ export interface CordonSandbox
     | 'listProcesses'
     | 'attachProcess'
     | 'start'
+    | 'enforcement'
     | 'pause'
     | 'resume'
   > {
+  /**
+   * What is enforced for this sandbox, machine-readably: its isolation and
+   * runtime, egress mode, each limit with its value, the user it runs as,
+   * its mounts and their modes, its exec timeout, idle timeout and
+   * lifetime. A limit the backend does not enforce is absent.
+   */
+  readonly enforced: SandboxEnforcementReport
   /** Starts `command` in the background; see {@link SandboxProcess} and {@link CordonProcess}. */
   start(
     command: string,

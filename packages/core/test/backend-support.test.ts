@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest'
-import { cleanupFailureEvent, fetchBearerToken, newSandboxId } from '../src/backend-kit.js'
+import { cleanupFailureEvent, newSandboxId } from '../src/backend-kit.js'
+import { fetchBearerToken } from '../src/bearer-token.js'
 import { SandboxBackendUnavailableError } from '../src/index.js'
 
 describe('fetchBearerToken', () => {

@@ -1,5 +1,5 @@
 import { describe, expect, it } from 'vitest'
-import { ExecOutputCollector, utf8BoundaryAtOrBefore } from '../src/backend-kit.js'
+import { ExecOutputCollector, utf8BoundaryAtOrBefore } from '../src/exec-output.js'
 import type { SandboxOutputChunk } from '../src/index.js'
 
 const bytes = (text: string) => new TextEncoder().encode(text)

@@ -5,28 +5,28 @@ import {
   SandboxControlRefusedError,
   type SandboxEndReason,
   type SandboxEvent,
-  type SandboxProviderConfig,
 } from '../src/index.js'
-import { RecordingBackend } from './memory-backend.js'
+import { RECORDING, RecordingBackend, type RecordingProviderConfig } from './memory-backend.js'
 
 function makeProvider(
-  extra: Partial<SandboxProviderConfig> = {},
+  extra: Partial<RecordingProviderConfig> = {},
   decorate: (sandbox: CordonBackendSandbox) => CordonBackendSandbox = (sandbox) => sandbox,
 ) {
   const backend = new RecordingBackend()
   const create = backend.create.bind(backend)
   backend.create = async (options) => decorate(await create(options))
   const events: SandboxEvent[] = []
-  const prepared = prepareProviderConfig({
-    backend: { tier: 'container', image: 'img' },
-    layout: { outputs: { source: { type: 'ephemeral' } } },
-    onEvent: (event) => events.push(event),
-    ...extra,
-  } as SandboxProviderConfig)
+  const prepared = prepareProviderConfig(
+    {
+      backend: { tier: 'test' },
+      layout: { outputs: { source: { type: 'ephemeral' } } },
+      onEvent: (event) => events.push(event),
+      ...extra,
+    } as RecordingProviderConfig,
+    [RECORDING],
+  )
   const provider = composeProvider({
-    config: prepared.config,
-    backendName: prepared.backendName,
-    layout: prepared.layout,
+    ...prepared,
     loadBackend: async () => backend,
   })
   return { provider, backend, events }
@@ -171,15 +171,16 @@ describe('usage and events the provider adds', () => {
     let emitEvent: (event: SandboxEvent) => void = () => {}
     const backend = new RecordingBackend()
     const events: SandboxEvent[] = []
-    const prepared = prepareProviderConfig({
-      backend: { tier: 'container', image: 'img' },
-      layout: { outputs: { source: { type: 'ephemeral' } } },
-      onEvent: (event) => events.push(event),
-    } as SandboxProviderConfig)
+    const prepared = prepareProviderConfig(
+      {
+        backend: { tier: 'test' },
+        layout: { outputs: { source: { type: 'ephemeral' } } },
+        onEvent: (event) => events.push(event),
+      } as RecordingProviderConfig,
+      [RECORDING],
+    )
     const provider = composeProvider({
-      config: prepared.config,
-      backendName: prepared.backendName,
-      layout: prepared.layout,
+      ...prepared,
       loadBackend: async (context) => {
         emitEvent = context.emit
         return backend
@@ -205,7 +206,9 @@ describe('usage and events the provider adds', () => {
       })
     const usage = await sandbox.stats()
     expect(usage).toMatchObject({ egressBytesOut: 150, egressBytesIn: 2010 })
-    expect(usage.cpuTimeMs).toBeUndefined()
+    // What the backend measured and declares, and nothing it does not declare.
+    expect(usage.cpuTimeMs).toBe(7)
+    expect(usage.memoryBytes).toBeUndefined()
     await sandbox.writeFile('a.txt', 'héllo')
     expect(events.at(-1)).toMatchObject({
       type: 'file',

@@ -1,12 +1,51 @@
 import { Buffer } from 'node:buffer'
+import { z } from 'zod'
 import type { CordonSandboxBackend } from '../src/backend-kit.js'
-import { ExecOutputCollector, resolveBackendOptions } from '../src/backend-kit.js'
+import { defineBackend, ExecOutputCollector, resolveBackendOptions } from '../src/backend-kit.js'
 import {
   type CordonBackendSandbox,
   type SandboxBackendOptions,
   SandboxDestroyedError,
+  type SandboxEnforcementDeclaration,
   type SandboxExecOptions,
+  type SandboxProviderConfigFor,
 } from '../src/index.js'
+
+export interface RecordingConfig {
+  readonly tier: 'test'
+}
+export type RecordingProviderConfig = SandboxProviderConfigFor<RecordingConfig>
+
+const FULL_ENFORCEMENT: SandboxEnforcementDeclaration = {
+  isolation: 'none',
+  environment: 'basic',
+  memoryLimit: true,
+  oomReporting: true,
+  survivesOutOfMemory: true,
+  processLimit: true,
+  egress: ['deny-all', 'allow-all', 'static', 'resolver'],
+  denyAllNetwork: true,
+  terminal: false,
+  measuredUsage: ['cpuTimeMs'],
+}
+
+/** The recording backend's definition; `enforcement` overrides what it declares. */
+export function recordingDefinition(enforcement: Partial<SandboxEnforcementDeclaration> = {}) {
+  return defineBackend<RecordingConfig>({
+    name: 'test:recording',
+    tier: 'test',
+    selects: (backend) => backend.tier === 'test',
+    configSchema: z
+      .object({ tier: z.literal('test') })
+      .strict()
+      .readonly(),
+    layout: 'optional',
+    enforcement: { ...FULL_ENFORCEMENT, ...enforcement },
+    load: async () => (() => new RecordingBackend()) as never,
+  })
+}
+
+export const RECORDING = recordingDefinition()
 
 /**
  * A test double of a backend, for the provider's own logic (defaults, pool,
@@ -14,7 +53,10 @@ import {
  * through @cordon/conformance.
  */
 export class RecordingBackend implements CordonSandboxBackend {
-  readonly tier = 'container' as const
+  constructor(private readonly definition = RECORDING) {}
+  /** What `resolveBackendOptions` made of each request. */
+  readonly resolved: ReturnType<typeof resolveBackendOptions>[] = []
+  readonly tier = 'test' as const
   readonly name = 'test:recording'
   readonly requests: SandboxBackendOptions[] = []
   readonly execOptions: SandboxExecOptions[] = []
@@ -25,8 +67,11 @@ export class RecordingBackend implements CordonSandboxBackend {
   failNext = false
 
   async create(options: SandboxBackendOptions): Promise<CordonBackendSandbox> {
+    const request = resolveBackendOptions<RecordingConfig>(options, this.definition, {
+      tier: 'test',
+    })
     this.requests.push(options)
-    const request = resolveBackendOptions(options)
+    this.resolved.push(request)
     if (this.createDelayMs) await new Promise((resolve) => setTimeout(resolve, this.createDelayMs))
     if (this.failNext) {
       this.failNext = false
@@ -40,7 +85,17 @@ export class RecordingBackend implements CordonSandboxBackend {
         return destroyedFlag ? ('destroyed' as const) : ('ready' as const)
       },
       rootDir: '/out',
-      environment: 'linux-namespace',
+      environment: 'basic',
+      enforcement: {
+        backend: 'test:recording',
+        isolation: 'none',
+        egress: { kind: request.egress.kind },
+        limits: {
+          ...(request.memoryLimitMb !== undefined ? { memoryLimitMb: request.memoryLimitMb } : {}),
+          ...(request.maxProcesses !== undefined ? { maxProcesses: request.maxProcesses } : {}),
+        },
+        mounts: [],
+      },
       async exec(command, _args, execOptions = {}) {
         if (destroyedFlag) throw new SandboxDestroyedError(request.id)
         backend.execOptions.push(execOptions)
@@ -65,6 +120,8 @@ export class RecordingBackend implements CordonSandboxBackend {
       writeFileStream: async () => {},
       readFileStream: async () => (async function* () {})(),
       listFiles: async () => [],
+      // cpuTimeMs as measured, and a figure of the whole host the definition may not declare.
+      usage: async () => ({ cpuTimeMs: 7, memoryBytes: 123 }),
       async destroy() {
         if (!destroyedFlag) backend.destroyed.push(request.id)
         destroyedFlag = true

@@ -2,14 +2,8 @@ import { type ChildProcess, spawn, spawnSync } from 'node:child_process'
 import { readFileSync, readlinkSync } from 'node:fs'
 import { fileURLToPath } from 'node:url'
 import { afterEach, describe, expect, it } from 'vitest'
-import {
-  judgeOwner,
-  LABEL,
-  type OwnerJudgement,
-  ownerLabels,
-  ownerState,
-  processStartToken,
-} from '../src/backend-kit.js'
+import { judgeOwner, LABEL, type OwnerJudgement, ownerLabels } from '../src/backend-kit.js'
+import { ownerState, processStartToken } from '../src/owner-labels.js'
 
 /**
  * Runs the built owner-labels module in a child started through `prefix`

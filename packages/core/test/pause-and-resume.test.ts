@@ -6,9 +6,8 @@ import {
   SandboxDestroyedError,
   type SandboxEvent,
   SandboxPausedError,
-  type SandboxProviderConfig,
 } from '../src/index.js'
-import { RecordingBackend } from './memory-backend.js'
+import { RECORDING, RecordingBackend, type RecordingProviderConfig } from './memory-backend.js'
 
 /** A backend sandbox with a freezer that only records (the real one is the Docker backend's). */
 function freezable(sandbox: CordonBackendSandbox, calls: string[]): CordonBackendSandbox {
@@ -23,7 +22,7 @@ function freezable(sandbox: CordonBackendSandbox, calls: string[]): CordonBacken
 }
 
 function makeProvider(
-  extra: Partial<SandboxProviderConfig> = {},
+  extra: Partial<RecordingProviderConfig> = {},
   decorate?: (sandbox: CordonBackendSandbox) => CordonBackendSandbox,
 ) {
   const backend = new RecordingBackend()
@@ -34,16 +33,17 @@ function makeProvider(
     return decorate ? decorate(made) : freezable(made, calls)
   }
   const events: SandboxEvent[] = []
-  const prepared = prepareProviderConfig({
-    backend: { tier: 'container', image: 'img' },
-    layout: { outputs: { source: { type: 'ephemeral' } } },
-    onEvent: (event) => events.push(event),
-    ...extra,
-  } as SandboxProviderConfig)
+  const prepared = prepareProviderConfig(
+    {
+      backend: { tier: 'test' },
+      layout: { outputs: { source: { type: 'ephemeral' } } },
+      onEvent: (event) => events.push(event),
+      ...extra,
+    } as RecordingProviderConfig,
+    [RECORDING],
+  )
   const provider = composeProvider({
-    config: prepared.config,
-    backendName: prepared.backendName,
-    layout: prepared.layout,
+    ...prepared,
     loadBackend: async () => backend,
   })
   return { provider, backend, events, calls }
@@ -92,7 +92,7 @@ describe('pause and resume (the provider side)', () => {
     expect(calls).toEqual(['pause', 'resume'])
     const pause = events.find((event) => event.type === 'lifecycle' && event.phase === 'pause')
     const resume = events.find((event) => event.type === 'lifecycle' && event.phase === 'resume')
-    expect(pause).toMatchObject({ sandboxId: sandbox.id, backend: 'container:docker' })
+    expect(pause).toMatchObject({ sandboxId: sandbox.id, backend: 'test:recording' })
     expect(typeof (pause as { durationMs?: number }).durationMs).toBe('number')
     expect((resume as { pausedMs?: number }).pausedMs).toBeGreaterThanOrEqual(0)
     await provider.close()
@@ -173,7 +173,7 @@ describe('pause and resume (the provider side)', () => {
     ] as const) {
       const error = await call().catch((caught: unknown) => caught)
       expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
-      expect(error).toMatchObject({ control, backend: 'container:docker' })
+      expect(error).toMatchObject({ control, backend: 'test:recording' })
     }
     expect(sandbox.status).toBe('ready')
     await provider.close()

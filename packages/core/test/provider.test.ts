@@ -4,24 +4,24 @@ import {
   SandboxAbortedError,
   SandboxConfigValidationError,
   type SandboxEvent,
-  type SandboxProviderConfig,
 } from '../src/index.js'
-import { RecordingBackend } from './memory-backend.js'
+import { RECORDING, RecordingBackend, type RecordingProviderConfig } from './memory-backend.js'
 
-function makeProvider(extra: Partial<SandboxProviderConfig> = {}) {
+function makeProvider(extra: Partial<RecordingProviderConfig> = {}) {
   const backend = new RecordingBackend()
   const events: SandboxEvent[] = []
-  const prepared = prepareProviderConfig({
-    backend: { tier: 'container', image: 'img' },
-    layout: { outputs: { source: { type: 'ephemeral' } } },
-    onEvent: (event) => events.push(event),
-    ...extra,
-  } as SandboxProviderConfig)
+  const prepared = prepareProviderConfig(
+    {
+      backend: { tier: 'test' },
+      layout: { outputs: { source: { type: 'ephemeral' } } },
+      onEvent: (event) => events.push(event),
+      ...extra,
+    } as RecordingProviderConfig,
+    [RECORDING],
+  )
   let loads = 0
   const provider = composeProvider({
-    config: prepared.config,
-    backendName: prepared.backendName,
-    layout: prepared.layout,
+    ...prepared,
     loadBackend: async () => {
       loads++
       return backend
@@ -38,10 +38,12 @@ describe('composeProvider', () => {
     await provider.create()
     expect(loads()).toBe(1)
     // The reference's provider naming; the instance id is what owner labels carry.
-    expect(provider.id).toBe('cordon-container-docker')
-    expect(provider.name).toBe('@cordon/sandbox: container:docker')
-    expect(provider.environment).toBe('linux-namespace')
-    expect(provider.backend).toBe('container:docker')
+    expect(provider.id).toBe('cordon-test-recording')
+    expect(provider.name).toBe('@cordon/sandbox: test:recording')
+    // The environment is the backend's declared one, never a fixed value.
+    expect(provider.environment).toBe('basic')
+    expect(provider.backend).toBe('test:recording')
+    expect(provider.enforcement).toBe(RECORDING.enforcement)
     expect(provider.instanceId).toMatch(/^prv_/)
     await provider.close()
   })
@@ -150,11 +152,14 @@ describe('composeProvider', () => {
 
   it('refuses unknown keys in provider and create config', async () => {
     expect(() =>
-      prepareProviderConfig({
-        backend: { tier: 'container', image: 'img' },
-        layout: { outputs: { source: { type: 'ephemeral' } } },
-        readyTimeout: 5,
-      } as unknown as SandboxProviderConfig),
+      prepareProviderConfig(
+        {
+          backend: { tier: 'test' },
+          layout: { outputs: { source: { type: 'ephemeral' } } },
+          readyTimeout: 5,
+        } as unknown as RecordingProviderConfig,
+        [RECORDING],
+      ),
     ).toThrow(/readyTimeout/)
     const { provider } = makeProvider()
     await expect(

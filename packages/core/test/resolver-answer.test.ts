@@ -3,10 +3,10 @@ import { describe, expect, it } from 'vitest'
 import {
   askResolver,
   DEFAULT_RESOLVER_TIMEOUT_MS,
-  judgeResolverAnswer,
   parseAllowlistEntry,
   resolverRefusedEvent,
 } from '../src/backend-kit.js'
+import { judgeResolverAnswer } from '../src/resolver-answer.js'
 
 describe("a resolver's answer is judged once, failing closed", () => {
   it('accepts a list of valid entries as it is', () => {

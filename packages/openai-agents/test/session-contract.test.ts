@@ -1,5 +1,10 @@
 import { createDockerSandboxProvider } from '@cordon/backend-docker'
-import { containerTestBackend, EPHEMERAL_OUTPUTS, engineLeftovers } from '@cordon/test-support'
+import {
+  containerTestBackend,
+  EPHEMERAL_OUTPUTS,
+  engineLeftovers,
+  until,
+} from '@cordon/test-support'
 import { Runner } from '@openai/agents-core'
 import {
   Manifest,
@@ -28,14 +33,6 @@ const provider = testProvider()
 afterAll(async () => {
   await provider.close()
 })
-
-async function until(condition: () => Promise<boolean>): Promise<void> {
-  for (let attempt = 0; attempt < 50; attempt++) {
-    if (await condition()) return
-    await new Promise((resolve) => setTimeout(resolve, 100))
-  }
-  throw new Error('condition never held')
-}
 
 describe('CordonSandboxClient: session state', () => {
   it('serialises, deserialises and resumes onto the same live sandbox within the process', async () => {

@@ -1,5 +1,6 @@
 import { createDockerSandboxProvider } from '@cordon/backend-docker'
-import type { ContainerBackendConfig, CordonSandboxProvider } from '@cordon/core'
+import type { ContainerBackendConfig } from '@cordon/builtin-backends'
+import type { CordonSandboxProvider } from '@cordon/core'
 import { containerTestBackend } from '@cordon/test-support'
 
 /** A Docker provider whose outputs directory is the SDK's default manifest root. */

@@ -1,9 +1,8 @@
-import { aciEntrypointPath, createBackend as createAciBackend } from '@cordon/backend-aci'
-import { createBackend as createMicroVMBackend } from '@cordon/backend-microvm'
-import type { CordonSandboxProvider, SandboxProviderConfig } from '@cordon/core'
+import { aciEntrypointPath, createAciSandboxProvider } from '@cordon/backend-aci'
+import { createMicroVMSandboxProvider } from '@cordon/backend-microvm'
+import type { CordonSandboxProvider } from '@cordon/core'
 import {
   closeTestArmStandin,
-  composeTestProvider,
   OUTPUTS_IN_IMAGE,
   startTestArmStandin,
   startTestOrchestrator,
@@ -63,13 +62,10 @@ describe('telemetry of microVM and ACI sandboxes (stand-ins), read back through 
   it('microvm:self-hosted: create, a file, an exec and destroy under one root span', async () => {
     orchestrator = await startTestOrchestrator()
     await traceOfOneSandbox(
-      composeTestProvider(
-        {
-          backend: orchestrator.backendConfig(),
-          onEvent: telemetry.onEvent,
-        },
-        createMicroVMBackend,
-      ),
+      createMicroVMSandboxProvider({
+        backend: orchestrator.backendConfig(),
+        onEvent: telemetry.onEvent,
+      }),
       'microvm:self-hosted',
     )
   }, 120_000)
@@ -78,16 +74,11 @@ describe('telemetry of microVM and ACI sandboxes (stand-ins), read back through 
     arm = await startTestArmStandin({ entrypointPath: aciEntrypointPath() })
     const token = arm.token
     await traceOfOneSandbox(
-      composeTestProvider(
-        {
-          backend: { ...arm.backendConfig(), getArmToken: async () => token },
-          layout: OUTPUTS_IN_IMAGE,
-          defaultMemoryLimitMb: arm.profile.memoryMb,
-          defaultMaxProcesses: arm.profile.maxProcesses,
-          onEvent: telemetry.onEvent,
-        } as SandboxProviderConfig,
-        createAciBackend,
-      ),
+      createAciSandboxProvider({
+        backend: { ...arm.backendConfig(), getArmToken: async () => token },
+        layout: OUTPUTS_IN_IMAGE,
+        onEvent: telemetry.onEvent,
+      }),
       'container:aci-standby-pool',
     )
   }, 120_000)

@@ -1,10 +1,9 @@
 import type {
-  AgentHealthReport,
   SandboxAgentHandle,
-  SandboxExecResult,
   VsockExecuteRequest,
   VsockTransportOptions,
-} from '@cordon/core'
+} from '@cordon/builtin-backends'
+import type { AgentHealthReport, SandboxExecResult } from '@cordon/core'
 import { requireAgentSecret } from '@cordon/core/backend'
 import { BACKEND_PACKAGES } from './backend-packages.js'
 import { loadBackendModule } from './load-backend.js'

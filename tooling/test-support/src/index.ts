@@ -32,3 +32,4 @@ export {
   testRunId,
   testRunLabels,
 } from './test-run.js'
+export { until } from './until.js'

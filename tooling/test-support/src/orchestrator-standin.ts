@@ -1,5 +1,5 @@
 import { randomBytes } from 'node:crypto'
-import { mkdtemp, readdir, rmdir } from 'node:fs/promises'
+import { mkdtemp, readdir, rm, rmdir } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import {
@@ -46,6 +46,9 @@ export async function startTestOrchestrator(
       docker,
       labels: { ...testRunLabels(), ...options.labels },
     })
+  } catch (error) {
+    await rm(parent, { recursive: true, force: true })
+    throw error
   } finally {
     if (previous === undefined) delete process.env.TMPDIR
     else process.env.TMPDIR = previous

@@ -2,10 +2,12 @@ import {
   type ContainerSandboxLayout,
   type CordonSandboxProvider,
   SANDBOX_DEFAULT_OUTPUTS_PATH,
+  type SandboxBackendConfigBase,
+  type SandboxBackendDefinition,
   type SandboxBackendOptions,
   type SandboxEvent,
   type SandboxId,
-  type SandboxProviderConfig,
+  type SandboxProviderConfigFor,
 } from '@cordon/core'
 import {
   composeProvider,
@@ -45,7 +47,8 @@ export function containerTestBackend<T extends object = Record<never, never>>(
 /**
  * What a provider hands a backend's `create()`, built by hand so a test
  * controls each request: a new sandbox id, deny-all, the default working
- * directory, and limits of 256 MiB and 64 processes unless overridden.
+ * directory, and no limits unless given (as a provider passes only the
+ * limits a host named; the backend applies its defaults).
  */
 export function backendCreateRequest(
   overrides: Partial<SandboxBackendOptions> = {},
@@ -55,8 +58,6 @@ export function backendCreateRequest(
     id,
     sandboxId: id,
     env: {},
-    memoryLimitMb: 256,
-    maxProcesses: 64,
     workingDirectory: SANDBOX_DEFAULT_OUTPUTS_PATH,
     egress: DENY_ALL,
     ...overrides,
@@ -89,19 +90,18 @@ export function testBackendContext(overrides: Partial<SandboxBackendContext> = {
  * but without loading a package by name: how a backend's tests get a whole
  * provider (validation, defaults, events) around the backend under test.
  */
-export function composeTestProvider<Config>(
-  config: SandboxProviderConfig,
+export function composeTestProvider<Config extends SandboxBackendConfigBase>(
+  config: SandboxProviderConfigFor<Config>,
+  definitions: readonly SandboxBackendDefinition<Config>[],
   createBackend: SandboxBackendFactory<Config>,
   onContext?: (context: SandboxBackendContext) => void,
 ): CordonSandboxProvider {
-  const prepared = prepareProviderConfig(config)
+  const prepared = prepareProviderConfig(config, definitions)
   return composeProvider({
-    config: prepared.config,
-    backendName: prepared.backendName,
-    layout: prepared.layout,
+    ...prepared,
     loadBackend: async (context) => {
       onContext?.(context)
-      return createBackend(prepared.config.backend as Config, context)
+      return createBackend(prepared.config.backend, context)
     },
   })
 }

@@ -3,6 +3,7 @@ import {
   type CordonBackendSandbox,
   SANDBOX_DEFAULT_MAX_READ_BYTES,
   type SandboxAttachOptions,
+  type SandboxBackendEnforcement,
   type SandboxBackendUsage,
   type SandboxByteSource,
   SandboxConfigValidationError,
@@ -70,8 +71,12 @@ export interface AgentSandboxInit {
   readonly execTimeoutMs?: number
   /** The client of the sandbox's agent, already known to answer. */
   readonly client: AgentClient
-  /** `tier:runtime` of the backend, as events name it (e.g. `microvm:self-hosted`). */
+  /** `tier:runtime` of the backend, as events name it. */
   readonly backend: string
+  /** The `environment` the sandbox reports (the backend's declared one). */
+  readonly environment: SandboxEnvironment
+  /** What the backend enforces for this sandbox (`CordonBackendSandbox.enforcement`). */
+  readonly enforcement: SandboxBackendEnforcement
   readonly emit: (event: SandboxEvent) => void
   /**
    * Deletes what the sandbox runs in (the guest, the container group).
@@ -149,7 +154,8 @@ export class AgentSandbox implements CordonBackendSandbox {
   readonly rootDir: string
   /** Where a command without `cwd` runs (absolute). */
   readonly workingDirectory: string
-  readonly environment: SandboxEnvironment = 'linux-namespace'
+  readonly environment: SandboxEnvironment
+  readonly enforcement: SandboxBackendEnforcement
   private state: 'ready' | 'destroying' | 'destroyed' = 'ready'
   private lost = false
   /** From the start of `pause()` until `resume()` has thawed the sandbox. */
@@ -175,6 +181,8 @@ export class AgentSandbox implements CordonBackendSandbox {
   constructor(private readonly init: AgentSandboxInit) {
     this.id = init.id
     this.rootDir = init.rootDir
+    this.environment = init.environment
+    this.enforcement = init.enforcement
     this.workingDirectory = resolveSandboxPath(init.rootDir, init.workingDirectory ?? init.rootDir)
     const explain = init.explainLoss
     if (explain) init.client.onTransportFailure(() => void this.checkLoss(explain))

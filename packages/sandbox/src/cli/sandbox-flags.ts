@@ -1,9 +1,6 @@
 import { resolve } from 'node:path'
-import {
-  SandboxConfigValidationError,
-  SandboxControlRefusedError,
-  type SandboxProviderConfig,
-} from '@cordon/core'
+import type { SandboxProviderConfig } from '@cordon/builtin-backends'
+import { SandboxConfigValidationError, SandboxControlRefusedError } from '@cordon/core'
 import { UsageError, wholeNumberFlag } from './command-line.js'
 
 export const DEFAULT_IMAGE = 'cordon-test/busybox:latest'

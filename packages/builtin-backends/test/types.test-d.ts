@@ -1,19 +1,14 @@
 import { Buffer } from 'node:buffer'
-import { describe, expectTypeOf, it } from 'vitest'
 import type {
-  ACIStandbyPoolBackendConfig,
-  ContainerBackendConfig,
   ContainerSandboxLayout,
   ContainerSandboxMountSource,
   CordonProcess,
   CordonSandbox,
   CordonSandboxProvider,
   EgressPolicy,
-  MicroVMBackendConfig,
   ResolvedContainerSandboxLayout,
   Sandbox,
   SandboxBackend,
-  SandboxBackendConfig,
   SandboxBackendOptions,
   SandboxEnvironment,
   SandboxExecOptions,
@@ -26,9 +21,16 @@ import type {
   SandboxPortForward,
   SandboxProcess,
   SandboxProvider,
-  SandboxProviderConfig,
   SandboxStatus,
   SandboxUnixSocketForward,
+} from '@cordon/core'
+import { describe, expectTypeOf, it } from 'vitest'
+import type {
+  ACIStandbyPoolBackendConfig,
+  ContainerBackendConfig,
+  MicroVMBackendConfig,
+  SandboxBackendConfig,
+  SandboxProviderConfig,
 } from '../src/index.js'
 
 describe("the reference's shapes", () => {

@@ -1,12 +1,33 @@
-import { describe, expect, it } from 'vitest'
-import { backendNameOf, parseBackendConfig, prepareProviderConfig } from '../src/backend-kit.js'
 import {
   ContainerSandboxLayoutValidationError,
+  type SandboxBackendConfigBase,
+  type SandboxBackendDefinition,
   SandboxBackendNotImplementedError,
   SandboxConfigValidationError,
   SandboxControlRefusedError,
+  type SandboxProviderConfigFor,
+} from '@cordon/core'
+import {
+  parseBackendConfig as parseWith,
+  prepareProviderConfig as prepareWith,
+  selectBackend,
+} from '@cordon/core/backend'
+import { describe, expect, it } from 'vitest'
+import {
+  builtinBackends,
+  type SandboxBackendConfig,
   type SandboxProviderConfig,
 } from '../src/index.js'
+
+// The built-in definitions, as the umbrella passes them; no package is loaded.
+const BUILTINS = Object.values(
+  builtinBackends(async () => ({})),
+) as unknown as SandboxBackendDefinition[]
+const prepareProviderConfig = (input: SandboxProviderConfig) =>
+  prepareWith(input as SandboxProviderConfigFor<SandboxBackendConfigBase>, BUILTINS)
+const backendNameOf = (backend: unknown) => selectBackend(backend, BUILTINS).name
+const parseBackendConfig = <Config extends SandboxBackendConfig>(input: Config): Config =>
+  parseWith(selectBackend(input, BUILTINS), input) as Config
 
 const layout = { outputs: { source: { type: 'ephemeral' as const } } }
 
@@ -27,7 +48,7 @@ describe('prepareProviderConfig', () => {
       backend: { tier: 'container', image: 'busybox' },
       layout,
     })
-    expect(prepared.backendName).toBe('container:docker')
+    expect(prepared.definition.name).toBe('container:docker')
     expect(prepared.layout?.outputs.containerPath).toBe('/mnt/user-data/outputs')
   })
 
@@ -207,7 +228,7 @@ describe('prepareProviderConfig', () => {
       prepareProviderConfig({
         backend: { tier: 'container', image: 'x', network: 'none' },
         layout,
-      }).backendName,
+      }).definition.name,
     ).toBe('container:docker')
   })
 

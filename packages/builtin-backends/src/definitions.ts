@@ -1,0 +1,148 @@
+import {
+  defineBackend,
+  type SandboxBackendFactory,
+  type SandboxBackendModule,
+  type SandboxEnforcementDeclaration,
+} from '@cordon/core/backend'
+import {
+  type ACIStandbyPoolBackendConfig,
+  aciStandbyPoolBackendConfigSchema,
+} from './aci-config.js'
+import { type ContainerBackendConfig, containerBackendConfigSchema } from './docker-config.js'
+import { type MicroVMBackendConfig, microVMBackendConfigSchema } from './microvm-config.js'
+
+/**
+ * Imports a backend package by name. The host's provider passes its own (the
+ * umbrella's can resolve the packages a host installed, names the one to
+ * install when it is missing, and can be replaced by tests and bundlers).
+ */
+export type BackendPackageImporter = (packageName: string) => Promise<unknown>
+
+/** The package of each built-in backend; a host installs only the one it uses. */
+export const BUILTIN_BACKEND_PACKAGES = {
+  docker: '@cordon/backend-docker',
+  aci: '@cordon/backend-aci',
+  microvm: '@cordon/backend-microvm',
+} as const
+
+const ALL_USAGE = ['cpuTimeMs', 'memoryBytes', 'memoryPeakBytes', 'processes', 'diskBytes'] as const
+
+const dockerEnforcement = (gvisor: boolean): SandboxEnforcementDeclaration => ({
+  isolation: gvisor ? 'user-space-kernel' : 'container',
+  environment: 'linux-namespace',
+  memoryLimit: true,
+  oomReporting: true,
+  // The host's OOM killer sees a whole gVisor sandbox as one process.
+  survivesOutOfMemory: !gvisor,
+  processLimit: true,
+  egress: ['deny-all', 'allow-all', 'static', 'resolver'],
+  denyAllNetwork: true,
+  terminal: true,
+  measuredUsage: ALL_USAGE,
+})
+
+/** Fields of the reference that describe a network path cordon never creates. */
+function dockerConfigRefusal(config: ContainerBackendConfig) {
+  if (config.hostReachability !== undefined) {
+    return {
+      control: 'hostReachability',
+      reason:
+        'cordon reaches every sandbox through the engine API and needs no network path to it; remove hostReachability',
+    }
+  }
+  if (config.network !== undefined && config.network !== 'none') {
+    return {
+      control: 'network',
+      reason: `a sandbox never joins a routable network ("${config.network}"): its only way out is the egress gateway. Remove network (or set "none") and choose an egress policy such as { kind: 'allow-all' } or { kind: 'static', allowedHosts }`,
+    }
+  }
+  return undefined
+}
+
+/**
+ * The built-in definitions, with `importPackage` loading their code. The
+ * definitions are the same objects a third-party backend exports: the
+ * provider knows no more of these than of any other.
+ */
+export function builtinBackends(importPackage: BackendPackageImporter) {
+  const factoryOf =
+    <Config>(packageName: string) =>
+    async (): Promise<SandboxBackendFactory<Config>> =>
+      ((await importPackage(packageName)) as SandboxBackendModule<Config>).createBackend
+  const docker = (runtime: 'docker' | 'runsc') =>
+    defineBackend<ContainerBackendConfig>({
+      name: `container:${runtime}`,
+      tier: 'container',
+      // runc is the engine's default runtime, also asked for by name.
+      selects: (backend) => {
+        const chosen = (backend as { runtime?: unknown }).runtime
+        return (
+          backend.tier === 'container' &&
+          (runtime === 'runsc'
+            ? chosen === 'runsc'
+            : chosen === undefined || chosen === 'docker' || chosen === 'runc')
+        )
+      },
+      configSchema: containerBackendConfigSchema,
+      layout: 'required',
+      enforcement: dockerEnforcement(runtime === 'runsc'),
+      configRefusal: dockerConfigRefusal,
+      load: factoryOf(BUILTIN_BACKEND_PACKAGES.docker),
+    })
+  return {
+    docker: docker('docker'),
+    runsc: docker('runsc'),
+    aciStandbyPool: defineBackend<ACIStandbyPoolBackendConfig>({
+      name: 'container:aci-standby-pool',
+      tier: 'container',
+      selects: (backend) =>
+        backend.tier === 'container' &&
+        (backend as { runtime?: unknown }).runtime === 'aci-standby-pool',
+      configSchema: aciStandbyPoolBackendConfigSchema,
+      layout: 'required',
+      enforcement: {
+        isolation: 'container',
+        environment: 'linux-namespace',
+        // A claim cannot change the group's profile: the profile's memory and
+        // process limits hold for every sandbox (sandbox.enforced reports
+        // them) but a host cannot choose either.
+        memoryLimit: false,
+        oomReporting: false,
+        survivesOutOfMemory: false,
+        processLimit: false,
+        egress: ['deny-all'],
+        // The agent is reached over TCP, so the group keeps an interface.
+        denyAllNetwork: false,
+        terminal: false,
+        measuredUsage: ALL_USAGE,
+      },
+      egressRefusal: (config) =>
+        config.subnetId
+          ? undefined
+          : 'without a subnetId the group has a public address and reaches the internet directly; deny-all needs a subnet whose network security group denies outbound traffic',
+      load: factoryOf(BUILTIN_BACKEND_PACKAGES.aci),
+    }),
+    microVM: defineBackend<MicroVMBackendConfig>({
+      name: 'microvm:self-hosted',
+      tier: 'microvm',
+      selects: (backend) =>
+        backend.tier === 'microvm' && (backend as { service?: unknown }).service === 'self-hosted',
+      configSchema: microVMBackendConfigSchema,
+      layout: 'none',
+      enforcement: {
+        isolation: 'virtual-machine',
+        environment: 'linux-namespace',
+        memoryLimit: true,
+        oomReporting: true,
+        survivesOutOfMemory: true,
+        processLimit: true,
+        egress: ['deny-all', 'allow-all', 'static', 'resolver'],
+        denyAllNetwork: true,
+        // The guest agent cannot allocate a pseudo-terminal.
+        terminal: false,
+        measuredUsage: ALL_USAGE,
+      },
+      load: factoryOf(BUILTIN_BACKEND_PACKAGES.microvm),
+    }),
+  }
+}

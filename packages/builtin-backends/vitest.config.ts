@@ -1,0 +1,3 @@
+import { cordonVitestConfig } from '@cordon/tooling-config/vitest'
+
+export default cordonVitestConfig({ typecheck: true })
