@@ -17,6 +17,7 @@ import {
 } from '../src/protocol/index.js'
 import { AgentClient, AgentSandbox, dialTcp } from '../src/sandbox/index.js'
 import { type AgentUnderTest, delay, startAgentProcess } from './agent-harness.js'
+import { UNISOLATED } from './unisolated.js'
 
 /**
  * What keeps an agent whole across a pause of its sandbox: its deadlines
@@ -148,6 +149,7 @@ describe('pause on an agent of an earlier revision', () => {
     const frozen: string[] = []
     try {
       const sandbox = new AgentSandbox({
+        ...UNISOLATED,
         id: newSandboxId(),
         rootDir: '/tmp',
         env: {},
