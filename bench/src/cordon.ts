@@ -19,13 +19,24 @@ export const CORDON_BUILD = alternative ?? '@cordon/backend-docker (workspace)'
  * bench image, an `ephemeral` outputs mount and every default (deny-all,
  * 512 MiB, 32 processes, one CPU). `outputsPath` moves the outputs mount
  * (an agent framework's workspace root, e.g. `/workspace`); `image` replaces
- * the bench image.
+ * the bench image; `runtime` picks runc or gVisor.
  */
 export function cordonProvider(
-  options: { poolSize?: number; outputsPath?: string; image?: string } = {},
+  options: {
+    poolSize?: number
+    outputsPath?: string
+    image?: string
+    /** The engine runtime (default `runc`); `runsc` for gVisor. */
+    runtime?: 'runc' | 'runsc'
+  } = {},
 ): CordonSandboxProvider {
   return backend.createDockerSandboxProvider({
-    backend: { tier: 'container', image: options.image ?? BENCH_IMAGE, labels: BENCH_LABELS },
+    backend: {
+      tier: 'container',
+      image: options.image ?? BENCH_IMAGE,
+      labels: BENCH_LABELS,
+      ...(options.runtime ? { runtime: options.runtime } : {}),
+    },
     layout: {
       outputs: {
         source: { type: 'ephemeral' },

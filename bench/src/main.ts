@@ -28,6 +28,7 @@ const SCENARIOS: Record<string, () => Promise<Scenario>> = {
   density: async () => (await import('./density.js')).density,
   'agent-sdk-task': async () => (await import('./agent-sdk-task.js')).agentSdkTask,
   'agent-start': async () => (await import('./agent-start.js')).agentStart,
+  'pause-resume': async () => (await import('./pause-resume.js')).pauseResume,
 }
 
 function parseArgs(argv: readonly string[]): {

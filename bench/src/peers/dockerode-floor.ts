@@ -18,7 +18,10 @@ export interface FloorSandbox {
   readonly volume: string
 }
 
-export async function createFloorSandbox(signal?: AbortSignal): Promise<FloorSandbox> {
+export async function createFloorSandbox(
+  signal?: AbortSignal,
+  options: { runtime?: 'runc' | 'runsc' } = {},
+): Promise<FloorSandbox> {
   const name = uniqueName('floor')
   const volume = `${name}-outputs`
   await docker.createVolume({
@@ -28,8 +31,11 @@ export async function createFloorSandbox(signal?: AbortSignal): Promise<FloorSan
     DriverOpts: WORKSPACE_VOLUME_OPTIONS,
     abortSignal: signal,
   } as Docker.VolumeCreateOptions)
+  const spec = hardenedCreateOptions(name, [existingVolumeMount(volume)])
   const container = await docker.createContainer(
-    hardenedCreateOptions(name, [existingVolumeMount(volume)]),
+    options.runtime
+      ? { ...spec, HostConfig: { ...spec.HostConfig, Runtime: options.runtime } }
+      : spec,
   )
   await container.start()
   return { container, volume }

@@ -1,11 +1,21 @@
+import { once } from 'node:events'
+import { createServer, type Socket } from 'node:net'
+import { SandboxControlRefusedError } from '@cordon/core'
+import { newSandboxId } from '@cordon/core/backend'
 import { afterEach, describe, expect, it } from 'vitest'
 import { DeadlineClock } from '../src/deadline-clock.js'
 import {
+  computeAgentProof,
   type ExitMessage,
+  FramedConnection,
+  PROTOCOL_VERSION,
+  parseClientMessage,
   requestClocks,
   requestExec,
   requestHealth,
+  verifyAuthProof,
 } from '../src/protocol/index.js'
+import { AgentClient, AgentSandbox, dialTcp } from '../src/sandbox/index.js'
 import { type AgentUnderTest, delay, startAgentProcess } from './agent-harness.js'
 
 /**
@@ -99,5 +109,76 @@ describe('an agent across a pause', () => {
     const end = await exited
     expect(agent.stderr()).toContain('lifetime reached')
     expect(end - started).toBeGreaterThanOrEqual(2_400)
+  })
+})
+
+describe('pause on an agent of an earlier revision', () => {
+  it('is refused with SandboxControlRefusedError before anything is frozen, and the sandbox runs on', async () => {
+    const secret = 'revision-one-secret-0123456789ab'
+    const requests: unknown[] = []
+    // Revision 1: the file API and kept processes, but no held deadlines.
+    const server = createServer(async (socket: Socket) => {
+      const connection = new FramedConnection(socket)
+      const nonce = 'ab'.repeat(32)
+      try {
+        await connection.send({
+          type: 'hello',
+          protocol: PROTOCOL_VERSION,
+          nonce,
+          agentVersion: 'old',
+          revision: 1,
+        })
+        const frame = await connection.read()
+        if (frame?.kind !== 'message') return
+        const auth = parseClientMessage(frame.message)
+        if (auth.type !== 'auth' || !verifyAuthProof(secret, nonce, auth.proof)) return
+        await connection.send({
+          type: 'auth-ok',
+          proof: computeAgentProof(secret, auth.nonce, nonce),
+        })
+        const request = await connection.read()
+        if (request?.kind === 'message') requests.push(request.message)
+      } catch {
+        // The client hung up.
+      }
+    })
+    server.listen(0, '127.0.0.1')
+    await once(server, 'listening')
+    const port = (server.address() as { port: number }).port
+    const frozen: string[] = []
+    try {
+      const sandbox = new AgentSandbox({
+        id: newSandboxId(),
+        rootDir: '/tmp',
+        env: {},
+        workingDirectory: undefined,
+        client: new AgentClient({
+          secret,
+          dial: dialTcp('127.0.0.1', port),
+          description: `tcp:127.0.0.1:${port}`,
+          maxConnectAttempts: 2,
+          retryDelayMs: 20,
+        }),
+        backend: 'test:agent',
+        emit: () => {},
+        release: async () => {},
+        freezer: {
+          pause: async () => {
+            frozen.push('pause')
+          },
+          resume: async () => {
+            frozen.push('resume')
+          },
+        },
+      })
+      const error = await sandbox.pause!().catch((caught: unknown) => caught)
+      expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
+      expect((error as Error).message).toContain('needs 2')
+      expect(frozen).toEqual([])
+      expect(requests).toEqual([])
+      expect(sandbox.status).toBe('ready')
+    } finally {
+      server.close()
+    }
   })
 })

@@ -730,6 +730,8 @@ export class ManagedSandbox implements CordonSandbox {
   }
 
   private armIdleCheck(delayMs: number): void {
+    // A look that was under way when the sandbox was paused arms nothing: resume() does.
+    if (this.pausedAt !== undefined) return
     this.idleTimer = setTimeout(() => this.checkIdle(), Math.max(1, Math.ceil(delayMs)))
     this.idleTimer.unref?.()
   }
@@ -737,7 +739,8 @@ export class ManagedSandbox implements CordonSandbox {
   /** Ends the sandbox if it has been idle long enough; otherwise looks again when it could be. */
   private checkIdle(): void {
     const idleTimeoutMs = this.hooks.idleTimeoutMs!
-    if (this.destroying) return
+    // Paused: the clock is stopped, and resume() starts it again.
+    if (this.destroying || this.pausedAt !== undefined) return
     const now = performance.now()
     const connections = [...this.forwards].reduce(
       (sum, forward) => sum + forward.activeConnections,

@@ -10,6 +10,8 @@ export const ATTR = {
   sandboxId: 'cordon.sandbox.id',
   backend: 'cordon.sandbox.backend',
   endReason: 'cordon.sandbox.end_reason',
+  /** On `cordon.sandbox.resume`: how long the sandbox was paused, in ms. */
+  pausedMs: 'cordon.sandbox.paused_ms',
   /** Prefix of one attribute per create step, in milliseconds. */
   createStepPrefix: 'cordon.sandbox.create.step_ms.',
   errorType: 'error.type',

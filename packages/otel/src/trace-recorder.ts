@@ -32,8 +32,9 @@ const MARKER_PHASES = new Set<SandboxLifecycleEvent['phase']>([
  * Builds the trace of each sandbox from its events: a root span
  * `cordon.sandbox` from the first event seen (normally `create.start`) to
  * `destroy.end`, with a child span per create, exec, file operation and
- * destroy, and the lifecycle marks (`expired`, `idle`, `ended`, `oom`, pool
- * claims) as span events on the root.
+ * destroy, a span per pause and resume (drawn from its duration; a resume
+ * carries how long the sandbox was paused), and the lifecycle marks
+ * (`expired`, `idle`, `ended`, `oom`, pool claims) as span events on the root.
  *
  * Events of a sandbox that is not followed (one that ended, or was evicted
  * past the limit) still become spans, without the root: an exec end or a
@@ -152,6 +153,15 @@ export class TraceRecorder {
           if (event.endReason) tracked.root.setAttribute(ATTR.endReason, event.endReason)
           tracked.root.end(event.timestamp)
         }
+        return
+      }
+      case 'pause':
+      case 'resume': {
+        // Reported once each, when the freeze or thaw is done, with its duration.
+        const span = this.draw(`cordon.sandbox.${event.phase}`, event, identity, tracked?.context)
+        if (event.pausedMs !== undefined) span.setAttribute(ATTR.pausedMs, event.pausedMs)
+        if (event.error) failed(span, event.error)
+        span.end(event.timestamp)
         return
       }
       case 'pool.refill.failed':

@@ -250,6 +250,43 @@ describe('events in any order, for any sandbox', () => {
     ])
   })
 
+  it('draws a pause and a resume as spans of the sandbox, the resume with the time paused', () => {
+    const a = id(1)
+    feed(
+      lifecycle('create.start', a, 0),
+      lifecycle('create.ready', a, 500, { durationMs: 500 }),
+      lifecycle('pause', a, 1100, { durationMs: 100 }),
+      lifecycle('resume', a, 9050, { durationMs: 50, pausedMs: 8050 }),
+      lifecycle('pause', a, 9500, {
+        durationMs: 20,
+        error: {
+          name: 'SandboxBackendUnavailableError',
+          code: 'BACKEND_UNAVAILABLE',
+          message: 'engine down',
+        },
+      }),
+      lifecycle('destroy.start', a, 10_000),
+      lifecycle('destroy.end', a, 10_200, { durationMs: 200, endReason: 'destroyed' }),
+    )
+    const [root] = named('cordon.sandbox')
+    const children = childrenOf(otel.spans(), root)
+    expect(
+      children.map((span) => [
+        span.name,
+        startMs(span),
+        endMs(span),
+        span.attributes['cordon.sandbox.paused_ms'],
+        span.attributes['error.type'],
+      ]),
+    ).toEqual([
+      ['cordon.sandbox.create', 0, 500, undefined, undefined],
+      ['cordon.sandbox.pause', 1000, 1100, undefined, undefined],
+      ['cordon.sandbox.resume', 9000, 9050, 8050, undefined],
+      ['cordon.sandbox.pause', 9480, 9500, undefined, 'BACKEND_UNAVAILABLE'],
+      ['cordon.sandbox.destroy', 10_000, 10_200, undefined, undefined],
+    ])
+  })
+
   it('a failed create ends the trace in error; a cleanup report does not end the create', async () => {
     const a = id(1)
     feed(

@@ -167,6 +167,7 @@ export async function requestClocks(
   connection: FramedConnection,
   type: 'pause-clocks' | 'resume-clocks',
 ): Promise<number> {
+  requireRevision(connection, type, 2)
   await connection.send({ type })
   const reply = await nextMessage(connection)
   if (reply.type !== 'clocks-ok') throw remoteOrUnexpected(reply, 'clocks-ok')

@@ -32,9 +32,9 @@ export const PROTOCOL_VERSION = 2
 /**
  * Requests this agent serves beyond protocol 2's first set. 1: `stat`,
  * `remove`, `rename`, `make-directory` with `strict`, `watch`, `exec` with
- * `keep`, `list-processes`, `attach`.
+ * `keep`, `list-processes`, `attach`. 2: `pause-clocks`, `resume-clocks`.
  */
-export const PROTOCOL_REVISION = 1
+export const PROTOCOL_REVISION = 2
 
 export type AgentErrorCode =
   | 'unauthorized'
