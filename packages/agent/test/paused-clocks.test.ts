@@ -17,6 +17,7 @@ import {
 } from '../src/protocol/index.js'
 import { AgentClient, AgentSandbox, dialTcp } from '../src/sandbox/index.js'
 import { type AgentUnderTest, delay, startAgentProcess } from './agent-harness.js'
+import { UNISOLATED } from './unisolated.js'
 
 /**
  * What keeps an agent whole across a pause of its sandbox: its deadlines
@@ -160,6 +161,7 @@ describe('pause on an agent of an earlier revision', () => {
           retryDelayMs: 20,
         }),
         backend: 'test:agent',
+        ...UNISOLATED,
         emit: () => {},
         release: async () => {},
         freezer: {
