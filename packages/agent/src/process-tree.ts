@@ -28,7 +28,7 @@ export const EXEC_MARKER_VARIABLE = 'CORDON_EXEC_ID'
  * commands left running (a `sleep 100 &`), where no container or guest
  * ends around it (an agent run as a local process).
  */
-export const AGENT_MARKER_VARIABLE = 'CORDON_AGENT_RUN'
+export const AGENT_MARKER_VARIABLE = 'CORDON_RUN_ID'
 
 /** This agent process's value of {@link AGENT_MARKER_VARIABLE}. */
 export const AGENT_RUN_MARKER = randomBytes(12).toString('hex')
