@@ -149,6 +149,7 @@ describe('pause on an agent of an earlier revision', () => {
     const frozen: string[] = []
     try {
       const sandbox = new AgentSandbox({
+        ...UNISOLATED,
         id: newSandboxId(),
         rootDir: '/tmp',
         env: {},

@@ -32,6 +32,17 @@ describe('enforced from inside a claimed sandbox', () => {
     await closeTestArmStandin(standin)
   })
 
+  it("reports the profile's limits as what holds, and the rest of what is enforced", () => {
+    expect(sandbox!.enforced).toMatchObject({
+      backend: 'container:aci-standby-pool',
+      isolation: 'container',
+      egress: { kind: 'deny-all' },
+      limits: { memoryLimitMb: 128, maxProcesses: 48 },
+      mounts: [{ path: '/mnt/user-data/outputs', access: 'read-write', noexec: false }],
+    })
+    expect(provider!.enforcement.memoryLimit).toBe(false)
+  })
+
   it("kills a process that exceeds the profile's memory and reports it; the sandbox goes on", async () => {
     const result = await sandbox!.exec(
       'sh',

@@ -1,19 +1,12 @@
 import { Socket } from 'node:net'
-import { AGENT_EXIT_CODES, newAgentSecret } from '@cordon/agent/protocol'
-import {
-  AgentClient,
-  AgentSandbox,
-  type StdioChannel,
-  waitForAgentConnection,
-} from '@cordon/agent/sandbox'
+import { newAgentSecret } from '@cordon/agent/protocol'
+import { AgentClient, AgentSandbox, type StdioChannel } from '@cordon/agent/sandbox'
 import type { ContainerBackendConfig } from '@cordon/builtin-backends'
 import {
   type CordonBackendSandbox,
   type SandboxBackendOptions,
   SandboxControlRefusedError,
   SandboxCreateTimeoutError,
-  type SandboxExecResult,
-  SandboxReadinessError,
 } from '@cordon/core'
 import {
   type CordonSandboxBackend,
@@ -31,6 +24,7 @@ import {
   writableRoots,
 } from '@cordon/core/backend'
 import type Docker from 'dockerode'
+import { waitForAgent } from './agent-readiness.js'
 import {
   type AgentRuntime,
   agentRuntimeIsPresent,
@@ -63,6 +57,7 @@ import {
 } from './direct-socket.js'
 import { openDockerTerminal } from './docker-terminal.js'
 import { EgressGateway } from './egress-gateway.js'
+import { endReason, explainLostCommand } from './end-reason.js'
 import { connectEngine, type EngineConnection } from './engine-connection.js'
 import {
   isBeingRemoved,
@@ -94,29 +89,11 @@ function proxyEnvironment(): Record<string, string> {
 
 /** When to sweep again after a failed create: a cut-off engine call can land seconds later on a busy engine. */
 const LATE_SWEEPS_MS = [1000, 3000, 8000]
-/** How long after a container ends an OOM event may still arrive from the engine. */
-const OOM_EVENT_GRACE_MS = 1000
-/**
- * How long after the channel closes the container's `die` event (with the
- * agent's exit status) may still come: the agent seals the outputs after
- * closing the channel and before it exits.
- */
-const DIE_EVENT_GRACE_MS = 15_000
 /**
  * How long `destroy()` lets the agent seal writable host directories (kill
  * the user's processes, walk the outputs) before the engine kills it.
  */
 const SEAL_WAIT_MS = 10_000
-/**
- * How long readiness waits for the direct socket to connect before it tries
- * the attach as well. The agent listens on the socket before it serves the
- * attach, so a socket that has not connected by then failed to open (the
- * agent logs why); an agent booting on a loaded machine past it only gets
- * both tried, the first to answer winning.
- */
-const ATTACH_FALLBACK_MS = 250
-/** A container that ends this close to its lifetime ended because of it (timers are not exact). */
-const LIFETIME_SLACK_MS = 1_000
 /** How long `destroy()` waits for a removal the engine already started: 10 s. */
 const REMOVAL_WAIT_ATTEMPTS = 200
 const REMOVAL_WAIT_INTERVAL_MS = 50
@@ -394,7 +371,7 @@ export class DockerBackend implements CordonSandboxBackend {
         })
         const [registered] = await Promise.all([
           registering,
-          this.waitForAgent(client, request.id, signal, channel, direct),
+          waitForAgent(client, request.id, signal, channel, direct),
         ])
         egress = registered
         direct?.enable()
@@ -464,7 +441,8 @@ export class DockerBackend implements CordonSandboxBackend {
             await remove()
             this.events.forget(container.id)
           },
-          explainLostCommand: (startedAt) => this.explainLostCommand(container.id, startedAt),
+          explainLostCommand: (startedAt) =>
+            explainLostCommand(this.events, container.id, startedAt),
           // The engine's freezer: the cgroup freezer under runc, the sandbox's own pause under gVisor.
           freezer: {
             pause: (freezeSignal) =>
@@ -497,19 +475,11 @@ export class DockerBackend implements CordonSandboxBackend {
           if (sandbox.status === 'destroyed') return
           const closedAt = Date.now()
           sandbox.markLost(
-            Promise.all([
-              this.events.oomSince(container.id, startedAt, OOM_EVENT_GRACE_MS),
-              this.events.exitCode(container.id, DIE_EVENT_GRACE_MS),
-            ]).then(([oom, exitCode]) =>
-              oom
-                ? 'out-of-memory'
-                : exitCode === AGENT_EXIT_CODES.storageLimit
-                  ? 'storage-limit'
-                  : request.lifetimeMs !== undefined &&
-                      closedAt - startedAt >= request.lifetimeMs - LIFETIME_SLACK_MS
-                    ? 'lifetime'
-                    : 'lost',
-            ),
+            endReason(this.events, container.id, {
+              startedAt,
+              closedAt,
+              lifetimeMs: request.lifetimeMs,
+            }),
           )
         })
         phase = 'making the working directory'
@@ -535,100 +505,6 @@ export class DockerBackend implements CordonSandboxBackend {
       await call()
     } catch (error) {
       throw translateEngineError(error, this.name, this.engine.description, operation)
-    }
-  }
-
-  /** Resolves when the agent answers; fails at once, with its log, if the container stops first. */
-  private async waitForAgent(
-    client: AgentClient,
-    sandboxId: SandboxCreateRequest['id'],
-    signal: AbortSignal,
-    channel: StdioChannel,
-    direct: DirectRoute | undefined,
-  ): Promise<void> {
-    const stopped = new Promise<never>((_, reject) =>
-      channel.onClose(() =>
-        reject(
-          new SandboxReadinessError(
-            `the container stopped before its agent answered: ${channel.log.trim().slice(-1000) || 'no output'}`,
-            sandboxId,
-          ),
-        ),
-      ),
-    )
-    stopped.catch(() => {})
-    // The proof is an authenticated connection, kept for the first command
-    // (streams are cheap and live as long as the container, so a spare is
-    // kept from then on). Where the direct socket is expected, it is dialled
-    // alone at first: a handshake over the attach as well would cost the
-    // starting agent's one thread milliseconds that the first command waits
-    // behind. The attach, which always works, is tried if the socket is not
-    // found, fails its handshake, or has not connected within
-    // ATTACH_FALLBACK_MS (an agent that could not listen on it); then the
-    // first to authenticate counts.
-    const decided = new AbortController()
-    const either = AbortSignal.any([signal, decided.signal])
-    let attachAttempt: Promise<void> | undefined
-    let settleViaAttach!: (attempt: Promise<void>) => void
-    const viaAttach = new Promise<void>((resolve) => {
-      settleViaAttach = resolve
-    })
-    viaAttach.catch(() => {})
-    const attach = (): Promise<void> => {
-      if (!attachAttempt) {
-        attachAttempt = waitForAgentConnection(client, sandboxId, either)
-        settleViaAttach(attachAttempt)
-      }
-      return attachAttempt
-    }
-    let fallback: ReturnType<typeof setTimeout> | undefined
-    let viaDirect: Promise<void> | undefined
-    if (direct) {
-      fallback = setTimeout(attach, ATTACH_FALLBACK_MS)
-      viaDirect = direct
-        .firstConnection(either)
-        .catch(() => undefined)
-        .then(async (stream) => {
-          clearTimeout(fallback)
-          if (!stream) return attach()
-          try {
-            await client.adoptSpareConnection(stream, either)
-          } catch {
-            await attach()
-          }
-        })
-    } else {
-      attach()
-    }
-    try {
-      await Promise.race([viaAttach, ...(viaDirect ? [viaDirect] : []), stopped])
-    } finally {
-      clearTimeout(fallback)
-      decided.abort()
-    }
-  }
-
-  /**
-   * A command whose connection was lost because its container died of an
-   * out-of-memory kill (under gVisor the whole sandbox is one process to the
-   * host's OOM killer) ended with `oomKilled`, as the engine's event says.
-   */
-  private async explainLostCommand(
-    containerId: string,
-    startedAt: number,
-  ): Promise<SandboxExecResult | undefined> {
-    if (!(await this.events.oomSince(containerId, startedAt, OOM_EVENT_GRACE_MS))) return undefined
-    return {
-      exitCode: 137,
-      stdout: '',
-      stderr: '',
-      signal: 'SIGKILL',
-      timedOut: false,
-      aborted: false,
-      oomKilled: true,
-      durationMs: Date.now() - startedAt,
-      stdoutTruncated: false,
-      stderrTruncated: false,
     }
   }
 

@@ -18,16 +18,6 @@ import { translateEngineError } from './engine-errors.js'
 import { ImagePuller } from './image-pull.js'
 
 export type { ContainerBackendConfig as DockerBackendConfig } from '@cordon/builtin-backends'
-export {
-  SandboxBackendUnavailableError,
-  SandboxControlRefusedError,
-  SandboxCreateTimeoutError,
-  SandboxDestroyedError,
-  SandboxFileNotFoundError,
-  SandboxImagePullError,
-  SandboxPathError,
-  SandboxReadinessError,
-} from '@cordon/core'
 export { LABEL as CORDON_LABELS } from '@cordon/core/backend'
 export { dockerBackend, runscBackend } from './definition.js'
 export { connectEngine } from './engine-connection.js'

@@ -145,6 +145,7 @@ import { AgentClient } from '@cordon/agent/sandbox'
 import { createBackend as createAciBackend } from '@cordon/backend-aci'
 import { createBackend as createDockerBackend, createDockerSandboxProvider } from '@cordon/backend-docker'
 import { createBackend as createMicroVMBackend, VsockAgentTransport } from '@cordon/backend-microvm'
+import { builtinBackends } from '@cordon/builtin-backends'
 import type { SandboxConformanceOptions } from '@cordon/conformance'
 import { isHostAllowed, resolveLayout, type Sandbox } from '@cordon/core'
 import { composeProvider, withDeadline } from '@cordon/core/backend'
@@ -163,6 +164,7 @@ const values = [
   createDockerSandboxProvider,
   createMicroVMBackend,
   VsockAgentTransport,
+  builtinBackends,
   isHostAllowed,
   resolveLayout,
   composeProvider,
@@ -215,6 +217,7 @@ beforeAll(async () => {
       '@cordon/sandbox',
       '@cordon/backend-docker',
       '@cordon/core',
+      '@cordon/builtin-backends',
       '@cordon/egress',
       '@cordon/agent',
     ],
@@ -228,6 +231,7 @@ beforeAll(async () => {
       '@cordon/sandbox',
       '@cordon/backend-docker',
       '@cordon/core',
+      '@cordon/builtin-backends',
       '@cordon/egress',
       '@cordon/agent',
     ],
@@ -268,7 +272,7 @@ describe('a stranger installs the packed tarballs', () => {
   it('every entry point of every package (the AI SDK add-on: below) installs, type-checks and loads', () => {
     expect(everything.install).toBe('ok')
     expect(everything.typeCheck.output).toBe('')
-    expect(JSON.parse(everything.output.trim() || '{}')).toEqual({ loaded: 18, types: 0 })
+    expect(JSON.parse(everything.output.trim() || '{}')).toEqual({ loaded: 19, types: 0 })
   })
 
   it('an AI SDK host installs the harness add-on with its peers from the registry and runs a session', () => {
