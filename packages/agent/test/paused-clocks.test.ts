@@ -162,7 +162,6 @@ describe('pause on an agent of an earlier revision', () => {
           retryDelayMs: 20,
         }),
         backend: 'test:agent',
-        ...UNISOLATED,
         emit: () => {},
         release: async () => {},
         freezer: {
