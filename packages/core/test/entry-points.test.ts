@@ -88,6 +88,7 @@ describe('entry points', () => {
       'resolveBackendOptions',
       'resolveSandboxPath',
       'resolverRefusedEvent',
+      'runCreateSequence',
       'retryDelayMs',
       'selectBackend',
       'sleep',
