@@ -93,8 +93,11 @@ export interface SandboxBackendEnforcement {
 export interface SandboxEnforcementReport extends SandboxBackendEnforcement {
   /** Default timeout of each exec, in ms. */
   readonly execTimeoutMs: number
-  /** The sandbox is destroyed this many ms after it was handed out; absent for none. */
+  /**
+   * The sandbox is destroyed this many ms after it was handed out, time
+   * paused (`pause()`) not counted; absent for none.
+   */
   readonly lifetimeMs?: number
-  /** The sandbox is destroyed after this many idle ms; absent for none. */
+  /** The sandbox is destroyed after this many idle ms (paused time not counted); absent for none. */
   readonly idleTimeoutMs?: number
 }
