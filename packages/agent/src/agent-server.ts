@@ -15,6 +15,7 @@ import { NonceSource, runReseedHook } from './nonce-source.js'
 import { killProcessesOf, sealOutputs } from './output-seal.js'
 import { PathJail } from './path-jail.js'
 import { nodeLauncher } from './process-launcher.js'
+import { killAgentCommands } from './process-tree.js'
 import { type MuxStream, pipeBothWays, StreamMux } from './protocol/stream-mux.js'
 import { listenOnPath } from './unix-listener.js'
 import { actAsItself, actAsUser } from './user-identity.js'
@@ -124,6 +125,7 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
     async close() {
       for (const socket of sockets) socket.destroy()
       context.processes.endAll()
+      killAgentCommands(config.runAs)
       await closeServer(server)
       sealOnEnd(config)
       native?.close()
@@ -218,6 +220,7 @@ async function startStdioAgent(
   const close = (): Promise<void> =>
     (closing ??= (async () => {
       context.processes.endAll()
+      killAgentCommands(config.runAs)
       mux.close()
       if (direct) {
         // The host's idle spare connections would otherwise hold the close open.

@@ -5,7 +5,12 @@ import type { KeptProcessRegistry } from './kept-process.js'
 import { readOomKillCount } from './oom-counter.js'
 import type { PathJail } from './path-jail.js'
 import type { LaunchedProcess, ProcessLauncher } from './process-launcher.js'
-import { EXEC_MARKER_VARIABLE, signalExecProcesses } from './process-tree.js'
+import {
+  AGENT_MARKER_VARIABLE,
+  AGENT_RUN_MARKER,
+  EXEC_MARKER_VARIABLE,
+  signalExecProcesses,
+} from './process-tree.js'
 import type { DataChannel } from './protocol/frame-codec.js'
 import type { FramedConnection } from './protocol/framed-connection.js'
 import { type ExecRequest, type KillSignalName, parseClientMessage } from './protocol/messages.js'
@@ -55,6 +60,7 @@ export async function serveExec(
     PATH: DEFAULT_PATH,
     ...request.env,
     [EXEC_MARKER_VARIABLE]: marker,
+    [AGENT_MARKER_VARIABLE]: AGENT_RUN_MARKER,
   }
   const oomBefore = readOomKillCount()
   const started = performance.now()

@@ -1,3 +1,4 @@
+import { randomBytes } from 'node:crypto'
 import { readdirSync, readFileSync } from 'node:fs'
 import { actAsItself, actAsUser } from './user-identity.js'
 
@@ -20,6 +21,17 @@ import { actAsItself, actAsUser } from './user-identity.js'
 
 /** The environment variable that marks every process of one exec. */
 export const EXEC_MARKER_VARIABLE = 'CORDON_EXEC_ID'
+
+/**
+ * The environment variable that marks every process any command of this
+ * agent started, so that the agent's end takes with it what finished
+ * commands left running (a `sleep 100 &`), where no container or guest
+ * ends around it (an agent run as a local process).
+ */
+export const AGENT_MARKER_VARIABLE = 'CORDON_RUN_ID'
+
+/** This agent process's value of {@link AGENT_MARKER_VARIABLE}. */
+export const AGENT_RUN_MARKER = randomBytes(12).toString('hex')
 
 interface ProcessInfo {
   readonly pid: number
@@ -64,6 +76,7 @@ export function findExecProcesses(
   rootPid: number | undefined,
   marker: string,
   as?: MarkerReader,
+  variable: string = EXEC_MARKER_VARIABLE,
 ): number[] {
   let entries: string[]
   try {
@@ -78,7 +91,7 @@ export function findExecProcesses(
     const info = readProcess(Number(entry))
     if (info) all.set(info.pid, info)
   }
-  const needle = Buffer.from(`${EXEC_MARKER_VARIABLE}=${marker}\0`)
+  const needle = Buffer.from(`${variable}=${marker}\0`)
   const members: number[] = []
   const candidates: ProcessInfo[] = []
   for (const info of all.values()) {
@@ -136,11 +149,12 @@ export function signalExecProcesses(
   name: 'SIGKILL' | 'SIGTERM' | 'SIGHUP',
   as?: MarkerReader,
   maxRounds = 20,
+  variable: string = EXEC_MARKER_VARIABLE,
 ): number {
   const signalled = new Set<number>()
   if (rootPid !== undefined && rootPid > 1) signal(-rootPid, name)
   for (let round = 0; round < maxRounds; round++) {
-    const members = findExecProcesses(rootPid, marker, as)
+    const members = findExecProcesses(rootPid, marker, as, variable)
     const fresh = name === 'SIGKILL' ? members : members.filter((pid) => !signalled.has(pid))
     if (fresh.length === 0) break
     if (name === 'SIGKILL') for (const pid of fresh) signal(pid, 'SIGSTOP')
@@ -158,4 +172,14 @@ export function signalExecProcesses(
 const sleepCell = new Int32Array(new SharedArrayBuffer(4))
 function sleepSync(ms: number): void {
   Atomics.wait(sleepCell, 0, 0, ms)
+}
+
+/**
+ * Kills every process any command of this agent started and left running
+ * (and their descendants): the agent's last act when it stops, so that an
+ * agent with no container around it leaves nothing behind. Returns how
+ * many processes were killed.
+ */
+export function killAgentCommands(as?: MarkerReader): number {
+  return signalExecProcesses(undefined, AGENT_RUN_MARKER, 'SIGKILL', as, 20, AGENT_MARKER_VARIABLE)
 }

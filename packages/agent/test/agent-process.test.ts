@@ -133,7 +133,7 @@ describe.each(LAUNCHERS)('agent program (bundled, real child process), %s', (_, 
         .split('\n')
         .map((line) => line.split('=')[0])
         .sort()
-      expect(names).toEqual(['CORDON_EXEC_ID', 'ONLY', 'PATH'])
+      expect(names).toEqual(['CORDON_EXEC_ID', 'CORDON_RUN_ID', 'ONLY', 'PATH'])
       expect(stdout).not.toContain(agent.secret)
     })
 

@@ -22,7 +22,8 @@ export function lifecycleCases(
         const sandbox = sandboxes.sandbox
         expect(sandbox.id).toMatch(SANDBOX_ID_PATTERN)
         expect(sandbox.status).toBe('ready')
-        expect(sandbox.environment).toBe('linux-namespace')
+        // What the backend declares: `basic` for one with no isolation.
+        expect(sandbox.environment).toBe(sandboxes.provider.enforcement.environment)
         expect(sandbox.rootDir.startsWith('/')).toBe(true)
       },
       timeout,

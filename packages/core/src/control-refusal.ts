@@ -46,7 +46,10 @@ export function requestRefusal<Config extends SandboxBackendConfigBase>(
       return new SandboxControlRefusedError(
         control,
         name,
-        `this backend enforces only ${enforcement.egress.map((kind) => `"${kind}"`).join(', ') || 'no'} egress policies`,
+        `this backend enforces only ${enforcement.egress.map((kind) => `"${kind}"`).join(', ') || 'no'} egress policies` +
+          (enforcement.egress.length > 0
+            ? `; name one as the call's egress or the provider's defaultEgress (which is deny-all when unset), e.g. defaultEgress: { kind: '${enforcement.egress[0]}' }`
+            : ''),
       )
     }
     const reason = definition.egressRefusal?.(config, policy)

@@ -1,5 +1,13 @@
 import { execFileSync } from 'node:child_process'
-import { cpSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import {
+  cpSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -17,24 +25,30 @@ interface Release {
   readonly newVersion: string
 }
 
+/** `package.json` of every workspace package, relative to the root: `bench`, and one level under `packages` and `tooling`. */
+function workspaceManifests(): string[] {
+  const found: string[] = []
+  for (const group of ['packages', 'tooling']) {
+    if (!existsSync(join(root, group))) continue
+    for (const name of readdirSync(join(root, group)).sort()) {
+      const manifest = `${group}/${name}/package.json`
+      if (existsSync(join(root, manifest))) found.push(manifest)
+    }
+  }
+  if (existsSync(join(root, 'bench/package.json'))) found.push('bench/package.json')
+  return found
+}
+
 /** A copy of the workspace's manifests and changesets, where `changeset version` may write. */
 function scratchWorkspace(): string {
   const dir = mkdtempSync(join(tmpdir(), 'cordon-release-'))
   for (const entry of ['package.json', 'pnpm-workspace.yaml', '.changeset']) {
     cpSync(join(root, entry), join(dir, entry), { recursive: true })
   }
-  for (const group of ['packages', 'tooling', 'bench']) {
-    const manifests = execFileSync(
-      'git',
-      ['ls-files', `${group}/**package.json`, `${group}/package.json`],
-      {
-        cwd: root,
-        encoding: 'utf8',
-      },
-    )
-    for (const manifest of manifests.split('\n').filter(Boolean)) {
-      cpSync(join(root, manifest), join(dir, manifest), { recursive: true })
-    }
+  // The workspace's manifests as they are on disk (pnpm-workspace.yaml's
+  // globs), so a new package counts before it is committed or added.
+  for (const manifest of workspaceManifests()) {
+    cpSync(join(root, manifest), join(dir, manifest), { recursive: true })
   }
   // changeset status compares against the base branch, so the copy is a repository on it.
   const git = (...args: string[]) => execFileSync('git', args, { cwd: dir, stdio: 'ignore' })

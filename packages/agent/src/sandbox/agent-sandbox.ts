@@ -116,6 +116,13 @@ export interface AgentSandboxInit {
   /** The backend's own usage figures, which take precedence over the agent's (see `usage`). */
   readonly measureUsage?: (signal?: AbortSignal) => Promise<Partial<SandboxBackendUsage>>
   /**
+   * Whether the agent's own measurements count (default true). False where
+   * the agent is not alone on its machine (a local process): its figures
+   * (its user's processes, its cgroup) would be the host's, so `usage()`
+   * reports `measureUsage`'s alone.
+   */
+  readonly agentMeasuresUsage?: boolean
+  /**
    * Whether a watch sees changes made to the sandbox's files from outside
    * it (a host directory the host writes to): true only where the agent
    * shares the host's kernel (Docker under runc). Without it a watch that
@@ -499,6 +506,8 @@ export class AgentSandbox implements CordonBackendSandbox {
       return { ...(await this.init.measureUsage?.(options.signal)) }
     }
     this.assertUsable('stats', options.signal)
+    if (this.init.agentMeasuresUsage === false)
+      return { ...(await this.init.measureUsage?.(options.signal)) }
     const [fromAgent, fromBackend] = await Promise.all([
       this.init.client.usage(options.signal),
       this.init.measureUsage?.(options.signal),

@@ -24,7 +24,7 @@ export {
   type LostReason,
   type SandboxFreezer,
 } from './agent-sandbox.js'
-export { dialTcp, type SocketConnectOptions, socketConnected } from './socket-dial.js'
+export { dialTcp, dialUnix, type SocketConnectOptions, socketConnected } from './socket-dial.js'
 export { StdioChannel, type StdioChannelOptions } from './stdio-channel.js'
 export {
   isRetryableReadinessFailure,

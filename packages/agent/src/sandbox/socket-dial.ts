@@ -49,3 +49,13 @@ export function socketConnected<S extends Socket>(
 export function dialTcp(host: string, port: number): AgentDial {
   return (signal) => socketConnected(netConnect({ host, port, noDelay: true }), signal)
 }
+
+/**
+ * Dials the agent on a unix socket at `path` (an agent started with
+ * `CORDON_AGENT_LISTEN=unix:…`, or a socket a runtime exposes for it, such
+ * as a Firecracker guest's vsock proxy). A missing or refusing socket is a
+ * {@link RetryableDialError}: the agent may still be starting.
+ */
+export function dialUnix(path: string): AgentDial {
+  return (signal) => socketConnected(netConnect({ path }), signal)
+}
