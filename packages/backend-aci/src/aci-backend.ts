@@ -5,18 +5,16 @@ import {
   type SandboxBackendOptions,
   SandboxConfigValidationError,
   SandboxControlRefusedError,
-  SandboxCreateTimeoutError,
   SandboxReadinessError,
 } from '@cordon/core'
 import {
   type CordonSandboxBackend,
-  cleanupFailureEvent,
   enforcedLayoutMounts,
   parseBackendConfig,
   resolveBackendOptions,
+  runCreateSequence,
   type SandboxBackendContext,
   type SandboxBackendFactory,
-  withDeadline,
   writableRoots,
 } from '@cordon/core/backend'
 import {
@@ -141,20 +139,35 @@ export function createAciStandbyPoolBackend(
     // deny-all without a subnet): nothing about the pool can change these.
     const request = resolveBackendOptions(options, aciStandbyPoolBackend, config)
     const groupName = groupNameFor(prefix, request.id)
-    let phase = 'egress.subnet'
     let setback: Error | undefined
     let putOnWire: Promise<unknown> | undefined
-    return withDeadline(
-      async (signal) => {
+    return runCreateSequence(
+      {
+        sandboxId: request.id,
+        backend: BACKEND_NAME,
+        timeoutMs: readyTimeoutMs,
+        signal: request.signal,
+        emit: context.emit,
+        firstStep: 'egress.subnet',
+        timeoutCause: () => setback,
+        cleanup: async () => {
+          if (!putOnWire) return
+          // A PUT still on the wire may yet create the group: let it land, then delete.
+          await putOnWire.catch(() => {})
+          await claims.release(groupName)
+        },
+        cleanupWhat: `deleting container group ${groupName}`,
+      },
+      async ({ signal, step }) => {
         // Both reads start at once; the egress verdict is judged first, and a
         // failed profile read is reported only after it.
         const pendingFacts = profile.get(signal, 'create')
         pendingFacts.catch(() => {})
         await refuseUnenforcedDenyAll(signal)
-        phase = 'profile'
+        step('profile')
         const facts = await pendingFacts
         refuseLayoutProfileMismatch(layout, facts)
-        phase = 'claim'
+        step('claim')
         const secret = newAgentSecret()
         const group = await claims.claim({
           groupName,
@@ -168,11 +181,9 @@ export function createAciStandbyPoolBackend(
           onSetback: (reason) => {
             setback = reason
           },
-          onPhase: (next) => {
-            phase = next
-          },
+          onPhase: step,
         })
-        phase = 'agent.health'
+        step('agent.health')
         const agent = new AgentClient({
           secret,
           dial: dialTcp(group.address, agentPort),
@@ -212,33 +223,10 @@ export function createAciStandbyPoolBackend(
           explainLoss: () =>
             claims.whyGone(groupName, AbortSignal.timeout(EXPLAIN_LOSS_TIMEOUT_MS)),
         })
-        phase = 'agent.working-directory'
+        step('agent.working-directory')
         await sandbox.prepareWorkingDirectory(signal)
-        phase = 'ready'
+        step('ready')
         return sandbox
-      },
-      {
-        timeoutMs: readyTimeoutMs,
-        signal: request.signal,
-        operation: 'create',
-        onTimeout: () =>
-          new SandboxCreateTimeoutError(readyTimeoutMs, phase, setback ? { cause: setback } : {}),
-        cleanup: async () => {
-          if (!putOnWire) return
-          // A PUT still on the wire may yet create the group: let it land, then delete.
-          await putOnWire.catch(() => {})
-          await claims.release(groupName)
-        },
-        disposeLate: (late) => late.destroy(),
-        onCleanupError: (error) =>
-          context.emit(
-            cleanupFailureEvent(
-              request.id,
-              BACKEND_NAME,
-              `deleting container group ${groupName}`,
-              error,
-            ),
-          ),
       },
     )
   }

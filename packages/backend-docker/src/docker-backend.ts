@@ -6,7 +6,6 @@ import {
   type CordonBackendSandbox,
   type SandboxBackendOptions,
   SandboxControlRefusedError,
-  SandboxCreateTimeoutError,
 } from '@cordon/core'
 import {
   type CordonSandboxBackend,
@@ -17,9 +16,9 @@ import {
   resolveBackendOptions,
   resolverRefusedEvent,
   resolveSandboxPath,
+  runCreateSequence,
   type SandboxBackendContext,
   type SandboxCreateRequest,
-  withDeadline,
   withEnforcedLimits,
   writableRoots,
 } from '@cordon/core/backend'
@@ -232,7 +231,6 @@ export class DockerBackend implements CordonSandboxBackend {
     this.lateSweeps.delete(name)
     const proxied = request.egress.kind !== 'deny-all' ? request.egress : undefined
     const timeoutMs = this.config.readyTimeoutMs ?? DEFAULT_READINESS_TIMEOUT_MS
-    let phase = 'preparing the agent runtime'
     let channel: StdioChannel | undefined
     let egress: SandboxEgress | undefined
     let registering: Promise<SandboxEgress> | undefined
@@ -263,12 +261,22 @@ export class DockerBackend implements CordonSandboxBackend {
       this.lateSweeps.set(name, sweeps)
     }
 
-    return withDeadline(
-      async (signal) => {
+    return runCreateSequence(
+      {
+        sandboxId: request.id,
+        backend: this.name,
+        timeoutMs,
+        signal: request.signal,
+        emit: this.context.emit,
+        firstStep: 'reading the image',
+        cleanup: removeAfterFailure,
+        cleanupWhat: `removing container ${name}`,
+      },
+      async ({ signal, step }) => {
         await this.events.start()
         // Everything after needs the image (the runtime's filler and the
         // gateway run from it too): a missing one is pulled before anything else starts.
-        phase = 'reading the image'
+        step('reading the image')
         let imageEnv = await imageEnvironment(this.engine.docker, this.config.image).catch(
           (error: unknown) => {
             if (isNotFound(error)) return undefined
@@ -276,12 +284,12 @@ export class DockerBackend implements CordonSandboxBackend {
           },
         )
         if (!imageEnv) {
-          phase = `pulling the image ${this.config.image}`
+          step(`pulling the image ${this.config.image}`)
           await this.images.pull(this.config.image, signal)
-          phase = 'reading the image'
+          step('reading the image')
           imageEnv = await imageEnvironment(this.engine.docker, this.config.image)
         }
-        phase = 'preparing the agent runtime'
+        step('preparing the agent runtime')
         const [runtime, engineCpus] = await Promise.all([this.runtime(), this.engineCpus()])
         if (sealsOutputs && !runtime.launcher) {
           // The launcher's filter is what stops one fallocate() from taking the host's disk.
@@ -294,7 +302,7 @@ export class DockerBackend implements CordonSandboxBackend {
         const user = sandboxUser(this.config, request.id)
         const secret = newAgentSecret()
         if (proxied) {
-          phase = 'registering at the egress gateway'
+          step('registering at the egress gateway')
           registering = SandboxEgress.register(
             this.gateway(),
             request.id,
@@ -304,7 +312,7 @@ export class DockerBackend implements CordonSandboxBackend {
           )
           registering.catch(() => {})
         }
-        phase = 'creating the container'
+        step('creating the container')
         const spec = {
           ...containerSpec({
             name,
@@ -336,25 +344,25 @@ export class DockerBackend implements CordonSandboxBackend {
           // Removed from the engine since this backend last looked: pulled again, as docker run would.
           if (!isMissingImage(error)) throw error
           forgetImageEnvironment(this.engine.docker, this.config.image)
-          phase = `pulling the image ${this.config.image}`
+          step(`pulling the image ${this.config.image}`)
           await this.images.pull(this.config.image, signal)
-          phase = 'creating the container'
+          step('creating the container')
           return this.engine.docker.createContainer(spec)
         })
-        phase = 'attaching to the container'
+        step('attaching to the container')
         channel = await attachChannel(container, this.engine.docker, (stream, opening) => {
           // Connections the sandbox made to its proxy port go to its gateway client.
           if (opening.kind === 'egress' && proxied && egress) {
             this.egressGateway?.connect(request.id, stream)
           } else stream.destroy()
         })
-        phase = 'starting the container'
+        step('starting the container')
         await container.start()
         // Found while the agent boots; used once it has answered.
         if (directWanted)
           direct = new DirectRoute(DirectSocket.find(this.engine.docker, container.id))
         channel.sendPreface(`${secret}\n`)
-        phase = 'waiting for the agent'
+        step('waiting for the agent')
         const client = new AgentClient({
           secret,
           description: `container ${name}`,
@@ -482,17 +490,9 @@ export class DockerBackend implements CordonSandboxBackend {
             }),
           )
         })
-        phase = 'making the working directory'
+        step('making the working directory')
         await sandbox.prepareWorkingDirectory(signal)
         return sandbox
-      },
-      {
-        timeoutMs,
-        signal: request.signal,
-        operation: 'create',
-        onTimeout: () => new SandboxCreateTimeoutError(timeoutMs, phase),
-        cleanup: removeAfterFailure,
-        disposeLate: (late) => late.destroy(),
       },
     ).catch((error: unknown) => {
       throw translateEngineError(error, this.name, this.engine.description, 'create')

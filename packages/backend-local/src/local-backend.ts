@@ -2,19 +2,14 @@ import { rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { newAgentSecret } from '@cordon/agent/protocol'
 import { AgentClient, AgentSandbox, waitForAgent } from '@cordon/agent/sandbox'
-import {
-  type SandboxBackendOptions,
-  SandboxCreateTimeoutError,
-  SandboxReadinessError,
-} from '@cordon/core'
+import { type SandboxBackendOptions, SandboxReadinessError } from '@cordon/core'
 import {
   type CordonSandboxBackend,
-  cleanupFailureEvent,
   parseBackendConfig,
   resolveBackendOptions,
+  runCreateSequence,
   type SandboxBackendContext,
   type SandboxBackendFactory,
-  withDeadline,
 } from '@cordon/core/backend'
 import { type AgentChild, startAgentChild } from './agent-child.js'
 import { BACKEND_NAME, localBackend } from './definition.js'
@@ -63,21 +58,30 @@ export function createLocalBackend(
 
   const create = async (backendOptions: SandboxBackendOptions): Promise<AgentSandbox> => {
     const request = resolveBackendOptions(backendOptions, localBackend, config)
-    let phase = 'workspace.sweep'
     let directory: SandboxDirectory | undefined
     let agent: AgentChild | undefined
     const release = async (): Promise<void> => {
       if (agent) await stopAgent(agent)
       if (directory) await rm(directory.dir, { recursive: true, force: true })
     }
-    return withDeadline(
-      async (signal) => {
+    return runCreateSequence(
+      {
+        sandboxId: request.id,
+        backend: BACKEND_NAME,
+        timeoutMs: readyTimeoutMs,
+        signal: request.signal,
+        emit: context.emit,
+        firstStep: 'workspace.sweep',
+        cleanup: release,
+        cleanupWhat: 'stopping the agent and removing the workspace',
+      },
+      async ({ signal, step }) => {
         swept ??= sweepDeadOwners(parent).catch(() => [])
         await swept
-        phase = 'workspace.create'
+        step('workspace.create')
         directory = await makeSandboxDirectory(parent, context.providerId, request.id)
         const { workspace } = directory
-        phase = 'agent.start'
+        step('agent.start')
         const secret = newAgentSecret()
         agent = startAgentChild({ nodePath, workspace, secret })
         const started = agent
@@ -90,7 +94,7 @@ export function createLocalBackend(
           },
           onSpare: (stream, spare) => started.channel.setSpare(stream, spare),
         })
-        phase = 'agent.health'
+        step('agent.health')
         const health = await Promise.race([
           waitForAgent(client, request.id, signal),
           started.exited.then(() => {
@@ -127,27 +131,10 @@ export function createLocalBackend(
           explainLoss: async () =>
             started.channel.isClosed || started.child.exitCode !== null ? 'lost' : undefined,
         })
-        phase = 'agent.working-directory'
+        step('agent.working-directory')
         await made.prepareWorkingDirectory(signal)
-        phase = 'ready'
+        step('ready')
         return made
-      },
-      {
-        timeoutMs: readyTimeoutMs,
-        signal: request.signal,
-        operation: 'create',
-        onTimeout: () => new SandboxCreateTimeoutError(readyTimeoutMs, phase),
-        cleanup: release,
-        disposeLate: (late) => late.destroy(),
-        onCleanupError: (error) =>
-          context.emit(
-            cleanupFailureEvent(
-              request.id,
-              BACKEND_NAME,
-              'stopping the agent and removing the workspace',
-              error,
-            ),
-          ),
       },
     )
   }

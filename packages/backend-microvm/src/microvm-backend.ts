@@ -1,16 +1,15 @@
 import { newAgentSecret } from '@cordon/agent/protocol'
 import { AgentSandbox, waitForAgent } from '@cordon/agent/sandbox'
 import type { MicroVMBackendConfig } from '@cordon/builtin-backends'
-import { type SandboxBackendOptions, SandboxCreateTimeoutError } from '@cordon/core'
+import type { SandboxBackendOptions } from '@cordon/core'
 import {
   type CordonSandboxBackend,
-  cleanupFailureEvent,
   parseBackendConfig,
   resolveBackendOptions,
   resolverRefusedEvent,
+  runCreateSequence,
   type SandboxBackendContext,
   type SandboxBackendFactory,
-  withDeadline,
   withEnforcedLimits,
 } from '@cordon/core/backend'
 import { BACKEND_NAME, ControlPlaneClient } from './control-plane-client.js'
@@ -63,13 +62,18 @@ export function createMicroVMBackend(
     const request = withEnforcedLimits(
       resolveBackendOptions(backendOptions, microVMBackend, config),
     )
-    // Named in SandboxCreateTimeoutError when the budget runs out.
-    let phase = 'egress.resolve'
-    const mark = (next: string): void => {
-      phase = next
-    }
-    return withDeadline(
-      async (signal) => {
+    return runCreateSequence(
+      {
+        sandboxId: request.id,
+        backend: BACKEND_NAME,
+        timeoutMs: readyTimeoutMs,
+        signal: request.signal,
+        emit: context.emit,
+        firstStep: 'egress.resolve',
+        cleanup: () => controlPlane.deleteSandbox(request.id),
+        cleanupWhat: 'deleting the guest',
+      },
+      async ({ signal, step: mark }) => {
         const egressAllowlist = await encodeEgressAllowlist(request.egress, signal, (problem) =>
           context.emit(resolverRefusedEvent(request.id, BACKEND_NAME, problem)),
         )
@@ -145,16 +149,6 @@ export function createMicroVMBackend(
         await sandbox.prepareWorkingDirectory(signal)
         mark('ready')
         return sandbox
-      },
-      {
-        timeoutMs: readyTimeoutMs,
-        signal: request.signal,
-        operation: 'create',
-        onTimeout: () => new SandboxCreateTimeoutError(readyTimeoutMs, phase),
-        cleanup: () => controlPlane.deleteSandbox(request.id),
-        disposeLate: (late) => late.destroy(),
-        onCleanupError: (error) =>
-          context.emit(cleanupFailureEvent(request.id, BACKEND_NAME, 'deleting the guest', error)),
       },
     )
   }

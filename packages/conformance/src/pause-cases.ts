@@ -6,6 +6,9 @@ import type { SandboxConformanceOptions } from './suite-options.js'
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
 /** A loop that counts in a file of the working directory, as fast as it can, the count always whole. */
+/** How long the case keeps the sandbox paused. */
+const PAUSED_MS = 4_000
+
 const COUNTER_LOOP = [
   '-c',
   'i=0; while :; do i=$((i+1)); echo $i > counter.new; mv counter.new counter; done',
@@ -55,7 +58,7 @@ export function pauseCases(options: SandboxConformanceOptions, sandboxes: Sandbo
             const atPause = await count()
             await sandbox.pause()
             expect(sandbox.status).toBe('paused')
-            await sleep(2_000)
+            await sleep(PAUSED_MS)
             for (const call of [
               () => sandbox.exec('cat', ['counter']),
               () => sandbox.readFile('counter'),
@@ -70,8 +73,10 @@ export function pauseCases(options: SandboxConformanceOptions, sandboxes: Sandbo
             await sandbox.resume()
             expect(sandbox.status).toBe('busy')
             const atResume = await count()
-            // Two seconds paused count less than one second of running.
-            expect(atResume - atPause).toBeLessThan(countedInOneSecond)
+            // Four seconds paused count less than two seconds of running: the
+            // margin covers the counting between the reads and the freeze on
+            // a loaded machine (measured: 3 to 18 across a 2 s pause).
+            expect(atResume - atPause).toBeLessThan(countedInOneSecond * 2)
             await sleep(1_000)
             expect(await count()).toBeGreaterThan(atResume)
           } finally {

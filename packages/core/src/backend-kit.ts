@@ -36,6 +36,11 @@ export {
 } from './config.js'
 export { type RequestedControls, requestRefusal } from './control-refusal.js'
 export {
+  type CreateSequenceOptions,
+  type CreateSequenceSteps,
+  runCreateSequence,
+} from './create-sequence.js'
+export {
   type DeadlineOptions,
   sleep,
   withDeadline,

@@ -89,6 +89,7 @@ describe('entry points', () => {
       'resolveSandboxPath',
       'resolverRefusedEvent',
       'retryDelayMs',
+      'runCreateSequence',
       'selectBackend',
       'sleep',
       'standaloneProvider',
