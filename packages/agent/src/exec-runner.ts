@@ -7,7 +7,7 @@ import type { PathJail } from './path-jail.js'
 import type { LaunchedProcess, ProcessLauncher } from './process-launcher.js'
 import {
   AGENT_MARKER_VARIABLE,
-  AGENT_RUN_MARKER,
+  agentRunMarker,
   EXEC_MARKER_VARIABLE,
   signalExecProcesses,
 } from './process-tree.js'
@@ -60,7 +60,7 @@ export async function serveExec(
     PATH: DEFAULT_PATH,
     ...request.env,
     [EXEC_MARKER_VARIABLE]: marker,
-    [AGENT_MARKER_VARIABLE]: AGENT_RUN_MARKER,
+    [AGENT_MARKER_VARIABLE]: agentRunMarker(),
   }
   const oomBefore = readOomKillCount()
   const started = performance.now()

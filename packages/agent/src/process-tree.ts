@@ -1,5 +1,5 @@
-import { randomBytes } from 'node:crypto'
 import { readdirSync, readFileSync } from 'node:fs'
+import { randomBytes } from './random-bytes.js'
 import { actAsItself, actAsUser } from './user-identity.js'
 
 /**
@@ -30,8 +30,16 @@ export const EXEC_MARKER_VARIABLE = 'CORDON_EXEC_ID'
  */
 export const AGENT_MARKER_VARIABLE = 'CORDON_RUN_ID'
 
-/** This agent process's value of {@link AGENT_MARKER_VARIABLE}. */
-export const AGENT_RUN_MARKER = randomBytes(12).toString('hex')
+/**
+ * This agent process's value of {@link AGENT_MARKER_VARIABLE}, made on first
+ * use from the agent's own random source (random-bytes.ts: loading
+ * `node:crypto` at start costs every create milliseconds).
+ */
+let runMarker: string | undefined
+export function agentRunMarker(): string {
+  runMarker ??= randomBytes(12).toString('hex')
+  return runMarker
+}
 
 interface ProcessInfo {
   readonly pid: number
@@ -181,5 +189,5 @@ function sleepSync(ms: number): void {
  * many processes were killed.
  */
 export function killAgentCommands(as?: MarkerReader): number {
-  return signalExecProcesses(undefined, AGENT_RUN_MARKER, 'SIGKILL', as, 20, AGENT_MARKER_VARIABLE)
+  return signalExecProcesses(undefined, agentRunMarker(), 'SIGKILL', as, 20, AGENT_MARKER_VARIABLE)
 }

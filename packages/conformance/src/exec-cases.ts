@@ -9,6 +9,16 @@ async function processesMatching(sandboxes: SandboxesUnderTest, marker: string):
   return ps.stdout.split('\n').filter((line) => line.includes(marker) && !line.includes('ps -o'))
 }
 
+/**
+ * A sleep duration no other process on the machine has: a backend without
+ * isolation lists the whole host's processes, other tests' `sleep`s among
+ * them. Callers append one digit, so `sleep <n>0` and `sleep <n>1` both
+ * match `sleep <n>`.
+ */
+function uniqueSleep(): string {
+  return String(100_000 + Math.floor(Math.random() * 800_000))
+}
+
 export function execCases(options: SandboxConformanceOptions, sandboxes: SandboxesUnderTest): void {
   const timeout = options.timeoutMs ?? 60_000
 
@@ -199,12 +209,13 @@ export function execCases(options: SandboxConformanceOptions, sandboxes: Sandbox
       'kills the whole process tree on timeout, detached grandchildren included',
       async () => {
         const marker = `cordon-timeout-${Date.now()}`
+        const sleep = uniqueSleep()
         const started = Date.now()
         const result = await sandboxes.sandbox.exec(
           'sh',
           [
             '-c',
-            `(setsid sh -c 'sleep 1000; echo ${marker}-grandchild' &); sh -c 'sleep 1001; echo ${marker}' & wait`,
+            `(setsid sh -c 'sleep ${sleep}0; echo ${marker}-grandchild' &); sh -c 'sleep ${sleep}1; echo ${marker}' & wait`,
           ],
           { timeout: 1500 },
         )
@@ -212,7 +223,7 @@ export function execCases(options: SandboxConformanceOptions, sandboxes: Sandbox
         expect(result.timedOut).toBe(true)
         expect(result.aborted).toBe(false)
         expect(result.signal).toBe('SIGKILL')
-        expect(await processesMatching(sandboxes, 'sleep 100')).toEqual([])
+        expect(await processesMatching(sandboxes, `sleep ${sleep}`)).toEqual([])
       },
       timeout,
     )
@@ -221,9 +232,10 @@ export function execCases(options: SandboxConformanceOptions, sandboxes: Sandbox
       'kills the whole process tree when the signal aborts',
       async () => {
         const controller = new AbortController()
+        const sleep = uniqueSleep()
         const pending = sandboxes.sandbox.exec(
           'sh',
-          ['-c', "(setsid sh -c 'sleep 2000' &); sleep 2001"],
+          ['-c', `(setsid sh -c 'sleep ${sleep}0' &); sleep ${sleep}1`],
           {
             signal: controller.signal,
           },
@@ -233,7 +245,7 @@ export function execCases(options: SandboxConformanceOptions, sandboxes: Sandbox
         expect(result.aborted).toBe(true)
         expect(result.timedOut).toBe(false)
         expect(result.signal).toBe('SIGKILL')
-        expect(await processesMatching(sandboxes, 'sleep 200')).toEqual([])
+        expect(await processesMatching(sandboxes, `sleep ${sleep}`)).toEqual([])
       },
       timeout,
     )
@@ -297,15 +309,16 @@ export function execCases(options: SandboxConformanceOptions, sandboxes: Sandbox
     it(
       'kill ends the whole tree of a background process',
       async () => {
+        const sleep = uniqueSleep()
         const process = await sandboxes.sandbox.start('sh', [
           '-c',
-          "(setsid sh -c 'sleep 3000' &); sleep 3001",
+          `(setsid sh -c 'sleep ${sleep}0' &); sleep ${sleep}1`,
         ])
         await new Promise((resolve) => setTimeout(resolve, 500))
         await process.kill()
         const result = await process.wait()
         expect(result.signal).toBe('SIGKILL')
-        expect(await processesMatching(sandboxes, 'sleep 300')).toEqual([])
+        expect(await processesMatching(sandboxes, `sleep ${sleep}`)).toEqual([])
       },
       timeout,
     )
