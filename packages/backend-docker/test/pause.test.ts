@@ -72,7 +72,8 @@ for (const runtime of ['docker', 'runsc'] as const) {
 
         const atPause = await counter(sandbox)
         await sandbox.pause()
-        expect(sandbox.status).toBe('paused')
+        expect(sandbox.paused).toBe(true)
+        expect(sandbox.status).toBe('busy')
         expect(await engineState(sandbox)).toEqual({ status: 'paused', paused: true })
         // stats() answers while paused, from the engine alone; over 2 s the sandbox burns nothing.
         const cpuPaused = await cpuMs(sandbox)
@@ -138,7 +139,8 @@ for (const runtime of ['docker', 'runsc'] as const) {
         await sleep(25_000)
         expect(working.endReason).toBeUndefined()
         expect(idle.endReason).toBeUndefined()
-        expect(idle.status).toBe('paused')
+        expect(idle.paused).toBe(true)
+        expect(idle.status).toBe('busy')
         // Frozen means no output either (a tick in flight at the freeze may land).
         expect(ticks - ticksAtPause).toBeLessThanOrEqual(1)
         await Promise.all([working.resume(), idle.resume()])

@@ -40,9 +40,7 @@ describe("the reference's shapes", () => {
   })
 
   it("status is the reference's union and paused (only a sandbox the host paused has it); environment is exactly the reference's", () => {
-    expectTypeOf<SandboxStatus>().toEqualTypeOf<
-      'creating' | 'ready' | 'busy' | 'paused' | 'destroyed'
-    >()
+    expectTypeOf<SandboxStatus>().toEqualTypeOf<'creating' | 'ready' | 'busy' | 'destroyed'>()
     expectTypeOf<SandboxEnvironment>().toEqualTypeOf<
       'linux-namespace' | 'macos-seatbelt' | 'basic'
     >()

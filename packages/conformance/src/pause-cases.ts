@@ -57,7 +57,8 @@ export function pauseCases(options: SandboxConformanceOptions, sandboxes: Sandbo
 
             const atPause = await count()
             await sandbox.pause()
-            expect(sandbox.status).toBe('paused')
+            expect(sandbox.paused).toBe(true)
+            expect(sandbox.status).toBe('busy')
             await sleep(PAUSED_MS)
             for (const call of [
               () => sandbox.exec('cat', ['counter']),

@@ -216,8 +216,12 @@ export class ManagedSandbox implements CordonSandbox {
   get status(): SandboxStatus {
     const status = this.inner.status
     if (status === 'destroyed') return status
-    if (this.pausedAt !== undefined) return 'paused'
+    if (this.pausedAt !== undefined) return 'busy'
     return status === 'ready' && this.running > 0 ? 'busy' : status
+  }
+
+  get paused(): boolean {
+    return this.pausedAt !== undefined
   }
 
   get rootDir(): string {

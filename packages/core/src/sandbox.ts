@@ -3,15 +3,15 @@ import type { SandboxBackendEnforcement, SandboxEnforcementReport } from './enfo
 import type { SandboxId } from './sandbox-id.js'
 
 /**
- * Where a sandbox is in its life: the reference's four values and
- * `paused`. `ready` means a command can run now, never merely that an API
- * accepted a request; `busy` means at least one exec or started process is
- * running; `paused` means every process of the sandbox is frozen by
- * `pause()` until `resume()`; `destroyed` covers a sandbox being torn down
- * and one that was lost (its `endReason`, where the backend reports one,
- * says which).
+ * Where a sandbox is in its life, with exactly the reference's four values
+ * (hosts switch on them exhaustively, so cordon adds none). `ready` means a
+ * command can run now, never merely that an API accepted a request; `busy`
+ * means it takes no new work now: at least one exec or started process is
+ * running, or `pause()` froze it (`CordonSandbox.paused` says which);
+ * `destroyed` covers a sandbox being torn down and one that was lost (its
+ * `endReason`, where the backend reports one, says which).
  */
-export type SandboxStatus = 'creating' | 'ready' | 'busy' | 'paused' | 'destroyed'
+export type SandboxStatus = 'creating' | 'ready' | 'busy' | 'destroyed'
 
 /**
  * The isolation primitive a sandbox runs under, with the reference's values.
@@ -670,7 +670,7 @@ export interface CordonBackendSandbox extends Sandbox, AsyncDisposable {
   /**
    * Freezes every process of the sandbox (the engine's freezer) and resolves
    * once they are frozen; absent where the backend cannot. While paused,
-   * `status` is `paused` and nothing of the sandbox runs.
+   * `status` is `busy` and nothing of the sandbox runs.
    */
   pause?(options?: SandboxPauseOptions): Promise<void>
   /** Continues the processes `pause()` froze; resolves once they run again. */
@@ -743,10 +743,16 @@ export interface CordonSandbox
    */
   openTerminal(options: SandboxTerminalOptions): Promise<SandboxTerminal>
   /**
+   * Whether `pause()` froze the sandbox and `resume()` has not yet thawed it.
+   * (The reference's `status` has no value for it: a paused sandbox reports
+   * `busy`, as one that takes no new work.)
+   */
+  readonly paused: boolean
+  /**
    * Freezes every process of the sandbox and stops its idle and lifetime
    * clocks: paused time counts toward neither, nor toward the timeout of a
    * command that was running. Resolves once the processes are frozen;
-   * `status` is then `paused`, and a paused sandbox uses no CPU. While
+   * `paused` is then true and `status` `busy`, and a paused sandbox uses no CPU. While
    * paused, calls that need the sandbox's processes (`exec`, `start`, file
    * operations, `openTerminal`, `forwardPort`) are refused with
    * `SandboxPausedError` and send nothing; `stats()` answers from the

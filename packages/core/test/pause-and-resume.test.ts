@@ -58,7 +58,8 @@ describe('pause and resume (the provider side)', () => {
     const sandbox = await provider.create()
     expect(sandbox.status).toBe('ready')
     await sandbox.pause()
-    expect(sandbox.status).toBe('paused')
+    expect(sandbox.paused).toBe(true)
+    expect(sandbox.status).toBe('busy')
     // A second pause does nothing.
     await sandbox.pause()
     expect(calls).toEqual(['pause'])

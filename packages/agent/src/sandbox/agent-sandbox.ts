@@ -298,7 +298,8 @@ export class AgentSandbox implements CordonBackendSandbox {
 
   get status(): SandboxStatus {
     if (this.state !== 'ready' || this.lost) return 'destroyed'
-    if (this.paused) return 'paused'
+    // A frozen sandbox takes no new work: the reference's `busy`.
+    if (this.paused) return 'busy'
     return this.running.size > 0 ? 'busy' : 'ready'
   }
 
