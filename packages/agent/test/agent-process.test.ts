@@ -265,7 +265,8 @@ describe.each(LAUNCHERS)('agent program (bundled, real child process), %s', (_, 
         stdin: false,
       })
       // `started` can come before the launcher's child has exec'd `sh` on a loaded machine.
-      for (let i = 0; i < 30 && (await processesMatching(marker)).length === 0; i++) await delay(100)
+      for (let i = 0; i < 30 && (await processesMatching(marker)).length === 0; i++)
+        await delay(100)
       expect(await processesMatching(marker)).not.toEqual([])
       connection.destroy()
       for (let i = 0; i < 30 && (await processesMatching(marker)).length > 0; i++) await delay(100)
