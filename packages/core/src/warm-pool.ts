@@ -86,14 +86,21 @@ export class WarmPool<S extends Sandbox = Sandbox> {
     if (this.failures > 0 && this.failures < 6) this.fill()
   }
 
-  /** Stops refilling and destroys every sandbox still waiting in the pool. */
+  /**
+   * Stops refilling and destroys every sandbox still waiting in the pool,
+   * including one whose refill finishes meanwhile. The wait for such a
+   * refill keeps the host process alive: what the refill is waiting on may
+   * hold no reference to the event loop (a spare connection, the engine's
+   * event stream), and a host that awaits `close()` and exits must not exit
+   * halfway, leaving the refilled sandbox behind.
+   */
   async close(): Promise<void> {
     this.closed = true
     const drained = this.ready.splice(0)
     await Promise.allSettled(drained.map((sandbox) => sandbox.destroy()))
     for (const wake of this.waiters) wake()
     this.waiters.clear()
-    while (this.inFlight > 0) await delay(20)
+    while (this.inFlight > 0) await new Promise((resolve) => setTimeout(resolve, 20))
   }
 }
 
