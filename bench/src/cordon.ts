@@ -1,5 +1,6 @@
 import { pathToFileURL } from 'node:url'
-import type { CordonSandboxProvider } from '@cordon/core'
+import type { CordonSandboxProvider, SandboxEvent } from '@cordon/core'
+import type { EngineRuntime } from './bench-runtime.js'
 import { BENCH_IMAGE, BENCH_LABELS } from './engine.js'
 
 /**
@@ -26,8 +27,10 @@ export function cordonProvider(
     poolSize?: number
     outputsPath?: string
     image?: string
-    /** The engine runtime (default `runc`); `runsc` for gVisor. */
-    runtime?: 'runc' | 'runsc'
+    /** The engine runtime (default: the engine's, runc); `runsc` for gVisor. */
+    runtime?: EngineRuntime | undefined
+    /** The provider's event hook (the create steps' durations ride on `create.ready`). */
+    onEvent?: (event: SandboxEvent) => void
   } = {},
 ): CordonSandboxProvider {
   return backend.createDockerSandboxProvider({
@@ -44,5 +47,6 @@ export function cordonProvider(
       },
     },
     ...(options.poolSize ? { pool: { size: options.poolSize } } : {}),
+    ...(options.onEvent ? { onEvent: options.onEvent } : {}),
   })
 }

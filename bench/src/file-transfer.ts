@@ -2,7 +2,7 @@
  * Scenario 4: moving files in and out of a running sandbox. One 100 MiB file
  * up and down (with this process's peak memory growth while it moves), and
  * 2,000 small files up and down, for cordon, `docker cp` and
- * testcontainers' archive copy.
+ * testcontainers' archive copy; under gVisor, cordon and `docker cp`.
  */
 import { createHash, randomFillSync } from 'node:crypto'
 import { createReadStream, createWriteStream } from 'node:fs'
@@ -12,6 +12,7 @@ import { dirname, join, posix, relative } from 'node:path'
 import { Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import type { CordonSandbox } from '@cordon/core'
+import { type BenchRuntime, RUNC } from './bench-runtime.js'
 import { cordonProvider } from './cordon.js'
 import { removeContainer, removeVolume, runQuiet } from './engine.js'
 import { OUTPUTS_PATH } from './hardened-spec.js'
@@ -113,343 +114,380 @@ async function countFiles(dir: string): Promise<{ files: number; bytes: number }
   return { files, bytes }
 }
 
-export const fileTransfer: Scenario = async ({ quick, log }) => {
-  const work = await mkdtemp(join(tmpdir(), 'cordon-bench-files-'))
-  const provider = cordonProvider()
-  const bigRounds = quick ? { warmup: 1, iterations: 2 } : { warmup: 1, iterations: 7 }
-  const smallRounds = quick ? { warmup: 0, iterations: 1 } : { warmup: 1, iterations: 3 }
-  let sandbox: CordonSandbox | undefined
-  let floor: Awaited<ReturnType<typeof createFloorSandbox>> | undefined
-  let tc: Awaited<ReturnType<typeof startTestcontainer>> | undefined
-  try {
-    const inputs = await makeInputs(work)
-    sandbox = await provider.create()
-    floor = await createFloorSandbox()
-    tc = await startTestcontainer()
-    const cordonSandbox = sandbox
-    const batch = sandbox as CordonSandbox & BatchFiles
-    const batchWrite = typeof batch.writeFiles === 'function'
-    const batchRead = typeof batch.readFiles === 'function'
-    // Without batch calls cordon moves small files one archive call each,
-    // which the engine runs one at a time per container (about 50 ms each
-    // here): one measured round in each direction is what fits the budget.
-    const perFileRounds = { warmup: 0, iterations: 1 }
-    const floorId = floor.container.id
-    const started = tc
-    const bigRemote = `${OUTPUTS_PATH}/big.bin`
-    const smallRemote = `${OUTPUTS_PATH}/small`
-    const download = (arm: string) => join(work, `dl-${arm.replace(/\W+/g, '-')}`)
-    const memory = new Map<string, MemoryGrowth[]>()
-    const remember = (key: string, growth: MemoryGrowth) => {
-      const list = memory.get(key) ?? []
-      list.push(growth)
-      memory.set(key, list)
-    }
-
-    // ---- 100 MiB: upload, then download (the file is in every container from the uploads).
-    const bigArm = (name: string, direction: Direction, move: () => Promise<void>) => ({
-      name,
-      prepare: async () => {
-        if (direction === 'download') await rm(download(name), { recursive: true, force: true })
-        if (direction === 'download') await mkdir(download(name), { recursive: true })
-      },
-      run: async () => {
-        remember(`${direction}:${name}`, await measureMemoryGrowth(move))
-      },
-    })
-    const bigUploads = [
-      bigArm('cordon', 'upload', () =>
-        cordonSandbox.writeFileStream('big.bin', createReadStream(inputs.big), { size: BIG_SIZE }),
-      ),
-      // Informational: the same call with the source read in 1 MiB pieces, to
-      // show how much of cordon's time is the host's own 64 KiB file reads.
-      bigArm(SOURCE_1MIB, 'upload', () =>
-        cordonSandbox.writeFileStream(
-          'big.bin',
-          createReadStream(inputs.big, { highWaterMark: MiB }),
-          { size: BIG_SIZE },
-        ),
-      ),
-      bigArm('docker cp', 'upload', () =>
-        runQuiet(DOCKER_CLI, ['cp', inputs.big, `${floorId}:${bigRemote}`]),
-      ),
-      bigArm('testcontainers', 'upload', () =>
-        started.copyArchiveToContainer(
-          packFiles([{ source: inputs.big, name: 'big.bin', size: BIG_SIZE }]),
-          OUTPUTS_PATH,
-        ),
-      ),
-    ]
-    const bigDownloads = [
-      bigArm('cordon', 'download', async () => {
-        await pipeline(
-          Readable.from(await cordonSandbox.readFileStream('big.bin')),
-          createWriteStream(join(download('cordon'), 'big.bin')),
-        )
-      }),
-      // Informational: the bytes counted and dropped instead of written to a
-      // file, to separate cordon's read path from this process's file writes.
-      bigArm(DOWNLOAD_DISCARD, 'download', async () => {
-        let bytes = 0
-        for await (const chunk of await cordonSandbox.readFileStream('big.bin'))
-          bytes += chunk.byteLength
-        if (bytes !== BIG_SIZE) throw new Error(`read ${bytes} of ${BIG_SIZE} bytes`)
-      }),
-      bigArm('docker cp', 'download', () =>
-        runQuiet(DOCKER_CLI, [
-          'cp',
-          `${floorId}:${bigRemote}`,
-          join(download('docker cp'), 'big.bin'),
-        ]),
-      ),
-      bigArm('testcontainers', 'download', async () => {
-        await extractFiles(
-          await started.copyArchiveFromContainer(bigRemote),
-          download('testcontainers'),
-          0,
-        )
-      }),
-    ]
-    const onRun = (arm: string, round: number, ms: number, isWarmup: boolean) =>
-      log(`  ${arm} #${round}${isWarmup ? ' (warm-up)' : ''}: ${ms.toFixed(0)} ms`)
-    // The process's first large stream grows V8's young generation (a one-time
-    // cost of Node, not of the code streaming): pay it with a plain file copy
-    // before any arm runs, and report it, so every arm is measured warm.
-    const nodeFirstStream = await measureMemoryGrowth(() =>
-      pipeline(createReadStream(inputs.big), createWriteStream(join(work, 'first-stream.bin'))),
-    )
-    await rm(join(work, 'first-stream.bin'))
-    const bigUp = await interleave(bigUploads, { ...bigRounds, onRun })
-    const bigDown = await interleave(bigDownloads, { ...bigRounds, onRun })
-    const sourceHash = await sha256(inputs.big)
-    const integrity: string[] = []
-    for (const arm of ['cordon', 'docker cp', 'testcontainers']) {
-      const hash = await sha256(join(download(arm), 'big.bin'))
-      if (hash !== sourceHash) integrity.push(`${arm}: 100 MiB round trip changed the bytes`)
-    }
-
-    // ---- 2,000 small files: upload into a fresh directory, then download into a fresh one.
-    // Each upload round writes into a directory that does not exist yet, so
-    // every arm creates 2,000 new files and `docker cp` does not nest the
-    // directory inside an earlier copy (it writes as root, so the sandbox user
-    // could not remove that copy). Each download reads the arm's last upload.
-    const uploaded = new Map<string, string>()
-    let uploads = 0
-    const freshRemote = (arm: string): string => {
-      uploads += 1
-      const path = `${smallRemote}-${arm.replace(/\W+/g, '-')}-${uploads}`
-      uploaded.set(arm, path)
-      return path
-    }
-    const remoteOf = (arm: string): string => uploaded.get(arm)!
-    const renamed = (target: string) =>
-      inputs.smallFiles.map((file) => ({
-        ...file,
-        name: `${posix.basename(target)}/${file.name.slice('small/'.length)}`,
-      }))
-    const smallUploads = [
-      {
-        name: 'cordon',
-        ...(batchWrite ? {} : { rounds: perFileRounds }),
-        prepare: async () => renamed(freshRemote('cordon')),
-        run: async (files: HostFile[]) => {
-          if (batchWrite) {
-            const contents = await Promise.all(
-              files.map(async (file) => ({
-                path: file.name,
-                content: await readFile(file.source),
-              })),
-            )
-            await batch.writeFiles!(contents)
-            return
-          }
-          await mapLimit(files, CORDON_FILE_CONCURRENCY, async (file) => {
-            await cordonSandbox.writeFile(file.name, await readFile(file.source))
-          })
-        },
-      },
-      {
-        name: 'docker cp',
-        prepare: async () => freshRemote('docker cp'),
-        run: (target: string) =>
-          runQuiet(DOCKER_CLI, ['cp', inputs.smallDir, `${floorId}:${target}`]),
-      },
-      {
-        name: 'testcontainers',
-        prepare: async () => renamed(freshRemote('testcontainers')),
-        run: (files: HostFile[]) => started.copyArchiveToContainer(packFiles(files), OUTPUTS_PATH),
-      },
-    ]
-    const smallDownloads = [
-      {
-        name: 'cordon',
-        ...(batchRead ? {} : { rounds: perFileRounds }),
-        prepare: () => rm(download('cordon-small'), { recursive: true, force: true }),
-        run: async () => {
-          const target = download('cordon-small')
-          const source = remoteOf('cordon')
-          const writer = new HostFileWriter()
-          const save = (path: string, content: Uint8Array) =>
-            writer.write(join(target, relative(source, path)), content)
-          if (batchRead) {
-            for await (const file of await batch.readFiles!(source))
-              await save(file.path, file.content)
-          } else {
-            const entries = await cordonSandbox.listFiles(source)
-            await mapLimit(entries, CORDON_FILE_CONCURRENCY, async (entry) => {
-              await save(entry.path, await cordonSandbox.readFile(entry.path))
-            })
-          }
-          await writer.finish()
-        },
-      },
-      // Informational, with a batch read only: the files counted and dropped,
-      // to separate cordon's read path from this process writing 2,000 files.
-      ...(batchRead
-        ? [
-            {
-              name: SMALL_DISCARD,
-              run: async () => {
-                let files = 0
-                for await (const _file of await batch.readFiles!(remoteOf('cordon'))) files += 1
-                if (files !== SMALL_COUNT) throw new Error(`read ${files} of ${SMALL_COUNT} files`)
-              },
-            },
-          ]
-        : []),
-      {
-        name: 'docker cp',
-        prepare: () => rm(download('docker-cp-small'), { recursive: true, force: true }),
-        run: () =>
-          runQuiet(DOCKER_CLI, [
-            'cp',
-            `${floorId}:${remoteOf('docker cp')}`,
-            download('docker-cp-small'),
-          ]),
-      },
-      {
-        name: 'testcontainers',
-        prepare: () => rm(download('testcontainers-small'), { recursive: true, force: true }),
-        run: async () => {
-          await extractFiles(
-            await started.copyArchiveFromContainer(remoteOf('testcontainers')),
-            download('testcontainers-small'),
-            1,
-          )
-        },
-      },
-    ]
-    const smallUp = await interleave(smallUploads, { ...smallRounds, onRun })
-    const smallDown = await interleave(smallDownloads, { ...smallRounds, onRun })
-    const smallBytes = inputs.smallFiles.reduce((sum, file) => sum + file.size, 0)
-    for (const arm of ['cordon-small', 'docker-cp-small', 'testcontainers-small']) {
-      const counted = await countFiles(download(arm))
-      if (counted.files !== SMALL_COUNT || counted.bytes !== smallBytes) {
-        integrity.push(
-          `${arm}: downloaded ${counted.files} files, ${counted.bytes} bytes; expected ${SMALL_COUNT}, ${smallBytes}`,
-        )
+export function fileTransferScenario(variant: BenchRuntime): Scenario {
+  return async ({ quick, log }) => {
+    const runtime = variant.engineRuntime
+    const work = await mkdtemp(join(tmpdir(), 'cordon-bench-files-'))
+    const provider = cordonProvider({ runtime })
+    const bigRounds = quick ? { warmup: 1, iterations: 2 } : { warmup: 1, iterations: 7 }
+    const smallRounds = quick ? { warmup: 0, iterations: 1 } : { warmup: 1, iterations: 3 }
+    let sandbox: CordonSandbox | undefined
+    let floor: Awaited<ReturnType<typeof createFloorSandbox>> | undefined
+    let tc: Awaited<ReturnType<typeof startTestcontainer>> | undefined
+    try {
+      const inputs = await makeInputs(work)
+      sandbox = await provider.create()
+      floor = await createFloorSandbox(undefined, { runtime })
+      tc = variant.everyPeer ? await startTestcontainer(runtime) : undefined
+      const cordonSandbox = sandbox
+      const batch = sandbox as CordonSandbox & BatchFiles
+      const batchWrite = typeof batch.writeFiles === 'function'
+      const batchRead = typeof batch.readFiles === 'function'
+      // Without batch calls cordon moves small files one archive call each,
+      // which the engine runs one at a time per container (about 50 ms each
+      // here): one measured round in each direction is what fits the budget.
+      const perFileRounds = { warmup: 0, iterations: 1 }
+      const floorId = floor.container.id
+      const started = tc
+      const bigRemote = `${OUTPUTS_PATH}/big.bin`
+      const smallRemote = `${OUTPUTS_PATH}/small`
+      const download = (arm: string) => join(work, `dl-${arm.replace(/\W+/g, '-')}`)
+      const memory = new Map<string, MemoryGrowth[]>()
+      const remember = (key: string, growth: MemoryGrowth) => {
+        const list = memory.get(key) ?? []
+        list.push(growth)
+        memory.set(key, list)
       }
-    }
 
-    // ---- Tables and ratios.
-    const arms = ['cordon', 'docker cp', 'testcontainers']
-    const throughputTable = (
-      samples: Map<string, number[]>,
-      bytes: number,
-      direction: Direction | undefined,
-    ): ArmResult[] =>
-      [
-        ...arms,
-        ...[SOURCE_1MIB, DOWNLOAD_DISCARD, SMALL_DISCARD].filter((name) => samples.has(name)),
-      ].map((name) => {
-        const summary = summarize(samples.get(name)!)
-        const extra: Record<string, string> = {
-          'MiB/s at median': (bytes / MiB / (summary.median / 1000)).toFixed(1),
-        }
-        if (direction) {
-          const growth = memory.get(`${direction}:${name}`) ?? []
-          extra['peak RSS growth: median (max) of runs'] = medianAndMax(growth.map((g) => g.rssMiB))
-          extra['peak heap+external growth: median (max)'] = medianAndMax(
-            growth.map((g) => g.heapMiB),
-          )
-        }
-        return { name: name === 'cordon' ? 'cordon' : name, summary, unit: 'ms', extra }
+      // ---- 100 MiB: upload, then download (the file is in every container from the uploads).
+      const bigArm = (name: string, direction: Direction, move: () => Promise<void>) => ({
+        name,
+        prepare: async () => {
+          if (direction === 'download') await rm(download(name), { recursive: true, force: true })
+          if (direction === 'download') await mkdir(download(name), { recursive: true })
+        },
+        run: async () => {
+          remember(`${direction}:${name}`, await measureMemoryGrowth(move))
+        },
       })
-    const versusBest = (label: string, samples: Map<string, number[]>): Comparison => {
-      const cordon = summarize(samples.get('cordon')!).median
-      const peers = arms
-        .slice(1)
-        .map((name) => ({ name, median: summarize(samples.get(name)!).median }))
-      const best = peers.reduce((a, b) => (a.median <= b.median ? a : b))
-      const value = best.median / cordon
-      return {
-        scenario: '4 files',
-        what: `${label}: cordon throughput / best peer (${best.name})`,
-        ratio: formatRatio(value),
-        target: '≥ 1.00x',
-        met: value >= 1,
-      }
-    }
-    const cordonMemory = [
-      ...(memory.get('upload:cordon') ?? []),
-      ...(memory.get('download:cordon') ?? []),
-    ]
-    const cordonRss = summarize(cordonMemory.map((g) => g.rssMiB))
-    const cordonHeap = summarize(cordonMemory.map((g) => g.heapMiB))
-    return {
-      id: 'file-transfer',
-      title: '4. File transfer: 100 MiB up and down, 2,000 small files up and down',
-      method: `100 MiB of random bytes from a host file to \`${bigRemote}\` (the tmpfs workspace volume) and back into a host file: ${bigRounds.warmup} warm-up + ${bigRounds.iterations} measured rounds per arm, round-robin. ${SMALL_COUNT} files of 512 B to 4 KiB (${(smallBytes / MiB).toFixed(1)} MiB in 20 directories) into a fresh directory and back out: ${smallRounds.warmup} warm-up + ${smallRounds.iterations} measured rounds for the peers${batchWrite && batchRead ? ' and cordon' : `, ${perFileRounds.warmup} + ${perFileRounds.iterations} for cordon's per-file calls (one round takes about 100 s)`}. cordon uses \`writeFileStream\` (with \`size\`) / \`readFileStream\` for the big file and, for the small ones, ${batchWrite ? '`writeFiles` (one call)' : `\`writeFile\` per file, ${CORDON_FILE_CONCURRENCY} at a time (this cordon has no \`writeFiles\`)`} / ${batchRead ? '`readFiles` (one call)' : `\`listFiles\` + \`readFile\` per file, ${CORDON_FILE_CONCURRENCY} at a time (no \`readFiles\`)`}; \`docker cp\` copies the file or directory; testcontainers uses \`copyArchiveToContainer\` / \`copyArchiveFromContainer\` with a tar streamed from and to disk. Memory: this process's RSS and heap+external growth over the value just before the transfer, sampled every 20 ms, reported as the median (and maximum) over all runs including warm-ups, in a process warmed by one plain file copy (see below); the verdict is on the median, because single peaks swing with V8's collection timing.`,
-      tables: [
-        { caption: '100 MiB upload', arms: throughputTable(bigUp, BIG_SIZE, 'upload') },
-        { caption: '100 MiB download', arms: throughputTable(bigDown, BIG_SIZE, 'download') },
-        {
-          caption: `${SMALL_COUNT} small files upload`,
-          arms: throughputTable(smallUp, smallBytes, undefined),
-        },
-        {
-          caption: `${SMALL_COUNT} small files download`,
-          arms: throughputTable(smallDown, smallBytes, undefined),
-        },
-      ],
-      comparisons: [
-        versusBest('100 MiB upload', bigUp),
-        versusBest('100 MiB download', bigDown),
-        versusBest(`${SMALL_COUNT} files upload`, smallUp),
-        versusBest(`${SMALL_COUNT} files download`, smallDown),
-        {
-          scenario: '4 files',
-          what: 'cordon peak RSS growth during a 100 MiB transfer: median of runs (max); heap+external likewise',
-          ratio: `${cordonRss.median.toFixed(1)} (${cordonRss.max.toFixed(1)}) MiB; ${cordonHeap.median.toFixed(1)} (${cordonHeap.max.toFixed(1)}) MiB`,
-          target: '< 32 MiB',
-          met: cordonRss.median < 32,
-        },
-      ],
-      notes: [
-        'testcontainers\' `copyFilesToContainer` and `copyDirectoriesToContainer` extract at `/`, which Engine 20.10 refuses under a read-only root filesystem ("container rootfs is marked read-only"); its `copyArchiveToContainer(tar, target)` with a target inside the workspace volume is the call that works, so that is what is measured, with the tar streamed by tar-stream.',
-        `Node's own first-stream cost, measured before any arm with a plain \`fs\` copy of the same file (no cordon, no engine): RSS +${nodeFirstStream.rssMiB.toFixed(1)} MiB, heap+external +${nodeFirstStream.heapMiB.toFixed(1)} MiB. It is a one-time growth of V8's young generation in a fresh process; paying it first means every arm below is measured in a warmed process.`,
-        "The information-only upload row passes cordon the same file read with `createReadStream(path, { highWaterMark: 1 MiB })` instead of the default 64 KiB pieces: the difference is the host's own file reads (one thread-pool round trip per piece), which `docker cp`, a Go program reading the file itself, does not pay.",
-        "The information-only download row reads the same file through `readFileStream` and drops the bytes: what is left of cordon's time once this process's own file writes (64 KiB at a time through the thread pool) are taken out.",
-        ...(batchRead
+      const bigUploads = [
+        bigArm('cordon', 'upload', () =>
+          cordonSandbox.writeFileStream('big.bin', createReadStream(inputs.big), {
+            size: BIG_SIZE,
+          }),
+        ),
+        // Informational: the same call with the source read in 1 MiB pieces, to
+        // show how much of cordon's time is the host's own 64 KiB file reads.
+        bigArm(SOURCE_1MIB, 'upload', () =>
+          cordonSandbox.writeFileStream(
+            'big.bin',
+            createReadStream(inputs.big, { highWaterMark: MiB }),
+            { size: BIG_SIZE },
+          ),
+        ),
+        bigArm('docker cp', 'upload', () =>
+          runQuiet(DOCKER_CLI, ['cp', inputs.big, `${floorId}:${bigRemote}`]),
+        ),
+        ...(started
           ? [
-              "The information-only small-file row reads the 2,000 files through `readFiles` and drops them: the rest of cordon's download time is this process writing 2,000 files (16 at a time, with the same writer the testcontainers arm uses), which `docker cp` does in Go.",
+              bigArm('testcontainers', 'upload', () =>
+                started.copyArchiveToContainer(
+                  packFiles([{ source: inputs.big, name: 'big.bin', size: BIG_SIZE }]),
+                  OUTPUTS_PATH,
+                ),
+              ),
             ]
           : []),
-        "`docker cp` runs in its own process; its memory is not this process's, so its growth column only shows the cost of waiting for it.",
-        'The memory verdict is on RSS growth, what the operating system charges the process. Heap+external also counts the 64 KiB Buffers a stream has finished with but V8 has not collected yet (no collection is forced: a forced full GC makes the next streamed transfer trigger several more full collections and run about twice as slowly), so it is reported alongside, not judged.',
-        integrity.length === 0
-          ? "Integrity: every 100 MiB download matched the source's SHA-256; every small-file download had all 2,000 files with the right total size."
-          : `Integrity problems: ${integrity.join('; ')}`,
-      ],
-      sections: [],
+      ]
+      const bigDownloads = [
+        bigArm('cordon', 'download', async () => {
+          await pipeline(
+            Readable.from(await cordonSandbox.readFileStream('big.bin')),
+            createWriteStream(join(download('cordon'), 'big.bin')),
+          )
+        }),
+        // Informational: the bytes counted and dropped instead of written to a
+        // file, to separate cordon's read path from this process's file writes.
+        bigArm(DOWNLOAD_DISCARD, 'download', async () => {
+          let bytes = 0
+          for await (const chunk of await cordonSandbox.readFileStream('big.bin'))
+            bytes += chunk.byteLength
+          if (bytes !== BIG_SIZE) throw new Error(`read ${bytes} of ${BIG_SIZE} bytes`)
+        }),
+        bigArm('docker cp', 'download', () =>
+          runQuiet(DOCKER_CLI, [
+            'cp',
+            `${floorId}:${bigRemote}`,
+            join(download('docker cp'), 'big.bin'),
+          ]),
+        ),
+        ...(started
+          ? [
+              bigArm('testcontainers', 'download', async () => {
+                await extractFiles(
+                  await started.copyArchiveFromContainer(bigRemote),
+                  download('testcontainers'),
+                  0,
+                )
+              }),
+            ]
+          : []),
+      ]
+      const onRun = (arm: string, round: number, ms: number, isWarmup: boolean) =>
+        log(`  ${arm} #${round}${isWarmup ? ' (warm-up)' : ''}: ${ms.toFixed(0)} ms`)
+      // The process's first large stream grows V8's young generation (a one-time
+      // cost of Node, not of the code streaming): pay it with a plain file copy
+      // before any arm runs, and report it, so every arm is measured warm.
+      const nodeFirstStream = await measureMemoryGrowth(() =>
+        pipeline(createReadStream(inputs.big), createWriteStream(join(work, 'first-stream.bin'))),
+      )
+      await rm(join(work, 'first-stream.bin'))
+      const bigUp = await interleave(bigUploads, { ...bigRounds, onRun })
+      const bigDown = await interleave(bigDownloads, { ...bigRounds, onRun })
+      const sourceHash = await sha256(inputs.big)
+      const integrity: string[] = []
+      const arms = started ? ['cordon', 'docker cp', 'testcontainers'] : ['cordon', 'docker cp']
+      for (const arm of arms) {
+        const hash = await sha256(join(download(arm), 'big.bin'))
+        if (hash !== sourceHash) integrity.push(`${arm}: 100 MiB round trip changed the bytes`)
+      }
+
+      // ---- 2,000 small files: upload into a fresh directory, then download into a fresh one.
+      // Each upload round writes into a directory that does not exist yet, so
+      // every arm creates 2,000 new files and `docker cp` does not nest the
+      // directory inside an earlier copy (it writes as root, so the sandbox user
+      // could not remove that copy). Each download reads the arm's last upload.
+      const uploaded = new Map<string, string>()
+      let uploads = 0
+      const freshRemote = (arm: string): string => {
+        uploads += 1
+        const path = `${smallRemote}-${arm.replace(/\W+/g, '-')}-${uploads}`
+        uploaded.set(arm, path)
+        return path
+      }
+      const remoteOf = (arm: string): string => uploaded.get(arm)!
+      const renamed = (target: string) =>
+        inputs.smallFiles.map((file) => ({
+          ...file,
+          name: `${posix.basename(target)}/${file.name.slice('small/'.length)}`,
+        }))
+      const smallUploads = [
+        {
+          name: 'cordon',
+          ...(batchWrite ? {} : { rounds: perFileRounds }),
+          prepare: async () => renamed(freshRemote('cordon')),
+          run: async (files: HostFile[]) => {
+            if (batchWrite) {
+              const contents = await Promise.all(
+                files.map(async (file) => ({
+                  path: file.name,
+                  content: await readFile(file.source),
+                })),
+              )
+              await batch.writeFiles!(contents)
+              return
+            }
+            await mapLimit(files, CORDON_FILE_CONCURRENCY, async (file) => {
+              await cordonSandbox.writeFile(file.name, await readFile(file.source))
+            })
+          },
+        },
+        {
+          name: 'docker cp',
+          prepare: async () => freshRemote('docker cp'),
+          run: (target: string) =>
+            runQuiet(DOCKER_CLI, ['cp', inputs.smallDir, `${floorId}:${target}`]),
+        },
+        ...(started
+          ? [
+              {
+                name: 'testcontainers',
+                prepare: async () => renamed(freshRemote('testcontainers')),
+                run: (files: HostFile[]) =>
+                  started.copyArchiveToContainer(packFiles(files), OUTPUTS_PATH),
+              },
+            ]
+          : []),
+      ]
+      const smallDownloads = [
+        {
+          name: 'cordon',
+          ...(batchRead ? {} : { rounds: perFileRounds }),
+          prepare: () => rm(download('cordon-small'), { recursive: true, force: true }),
+          run: async () => {
+            const target = download('cordon-small')
+            const source = remoteOf('cordon')
+            const writer = new HostFileWriter()
+            const save = (path: string, content: Uint8Array) =>
+              writer.write(join(target, relative(source, path)), content)
+            if (batchRead) {
+              for await (const file of await batch.readFiles!(source))
+                await save(file.path, file.content)
+            } else {
+              const entries = await cordonSandbox.listFiles(source)
+              await mapLimit(entries, CORDON_FILE_CONCURRENCY, async (entry) => {
+                await save(entry.path, await cordonSandbox.readFile(entry.path))
+              })
+            }
+            await writer.finish()
+          },
+        },
+        // Informational, with a batch read only: the files counted and dropped,
+        // to separate cordon's read path from this process writing 2,000 files.
+        ...(batchRead
+          ? [
+              {
+                name: SMALL_DISCARD,
+                run: async () => {
+                  let files = 0
+                  for await (const _file of await batch.readFiles!(remoteOf('cordon'))) files += 1
+                  if (files !== SMALL_COUNT)
+                    throw new Error(`read ${files} of ${SMALL_COUNT} files`)
+                },
+              },
+            ]
+          : []),
+        {
+          name: 'docker cp',
+          prepare: () => rm(download('docker-cp-small'), { recursive: true, force: true }),
+          run: () =>
+            runQuiet(DOCKER_CLI, [
+              'cp',
+              `${floorId}:${remoteOf('docker cp')}`,
+              download('docker-cp-small'),
+            ]),
+        },
+        ...(started
+          ? [
+              {
+                name: 'testcontainers',
+                prepare: () =>
+                  rm(download('testcontainers-small'), { recursive: true, force: true }),
+                run: async () => {
+                  await extractFiles(
+                    await started.copyArchiveFromContainer(remoteOf('testcontainers')),
+                    download('testcontainers-small'),
+                    1,
+                  )
+                },
+              },
+            ]
+          : []),
+      ]
+      const smallUp = await interleave(smallUploads, { ...smallRounds, onRun })
+      const smallDown = await interleave(smallDownloads, { ...smallRounds, onRun })
+      const smallBytes = inputs.smallFiles.reduce((sum, file) => sum + file.size, 0)
+      for (const arm of arms.map((name) => `${name.replace(/\W+/g, '-')}-small`)) {
+        const counted = await countFiles(download(arm))
+        if (counted.files !== SMALL_COUNT || counted.bytes !== smallBytes) {
+          integrity.push(
+            `${arm}: downloaded ${counted.files} files, ${counted.bytes} bytes; expected ${SMALL_COUNT}, ${smallBytes}`,
+          )
+        }
+      }
+
+      // ---- Tables and ratios.
+      const throughputTable = (
+        samples: Map<string, number[]>,
+        bytes: number,
+        direction: Direction | undefined,
+      ): ArmResult[] =>
+        [
+          ...arms,
+          ...[SOURCE_1MIB, DOWNLOAD_DISCARD, SMALL_DISCARD].filter((name) => samples.has(name)),
+        ].map((name) => {
+          const summary = summarize(samples.get(name)!)
+          const extra: Record<string, string> = {
+            'MiB/s at median': (bytes / MiB / (summary.median / 1000)).toFixed(1),
+          }
+          if (direction) {
+            const growth = memory.get(`${direction}:${name}`) ?? []
+            extra['peak RSS growth: median (max) of runs'] = medianAndMax(
+              growth.map((g) => g.rssMiB),
+            )
+            extra['peak heap+external growth: median (max)'] = medianAndMax(
+              growth.map((g) => g.heapMiB),
+            )
+          }
+          return { name: name === 'cordon' ? 'cordon' : name, summary, unit: 'ms', extra }
+        })
+      const versusBest = (label: string, samples: Map<string, number[]>): Comparison => {
+        const cordon = summarize(samples.get('cordon')!).median
+        const peers = arms
+          .slice(1)
+          .map((name) => ({ name, median: summarize(samples.get(name)!).median }))
+        const best = peers.reduce((a, b) => (a.median <= b.median ? a : b))
+        const value = best.median / cordon
+        return {
+          scenario: `4 files${variant.label}`,
+          what: `${label}: cordon throughput / best peer (${best.name})`,
+          ratio: formatRatio(value),
+          target: '≥ 1.00x',
+          met: value >= 1,
+        }
+      }
+      const cordonMemory = [
+        ...(memory.get('upload:cordon') ?? []),
+        ...(memory.get('download:cordon') ?? []),
+      ]
+      const cordonRss = summarize(cordonMemory.map((g) => g.rssMiB))
+      const cordonHeap = summarize(cordonMemory.map((g) => g.heapMiB))
+      return {
+        id: `file-transfer${variant.idSuffix}`,
+        title: `4. File transfer: 100 MiB up and down, 2,000 small files up and down${variant.label}`,
+        method: `100 MiB of random bytes from a host file to \`${bigRemote}\` (the tmpfs workspace volume) and back into a host file: ${bigRounds.warmup} warm-up + ${bigRounds.iterations} measured rounds per arm, round-robin. ${SMALL_COUNT} files of 512 B to 4 KiB (${(smallBytes / MiB).toFixed(1)} MiB in 20 directories) into a fresh directory and back out: ${smallRounds.warmup} warm-up + ${smallRounds.iterations} measured rounds for the peers${batchWrite && batchRead ? ' and cordon' : `, ${perFileRounds.warmup} + ${perFileRounds.iterations} for cordon's per-file calls (one round takes about 100 s)`}${runtime ? `; every container under \`runtime: '${runtime}'\`` : ''}. cordon uses \`writeFileStream\` (with \`size\`) / \`readFileStream\` for the big file and, for the small ones, ${batchWrite ? '`writeFiles` (one call)' : `\`writeFile\` per file, ${CORDON_FILE_CONCURRENCY} at a time (this cordon has no \`writeFiles\`)`} / ${batchRead ? '`readFiles` (one call)' : `\`listFiles\` + \`readFile\` per file, ${CORDON_FILE_CONCURRENCY} at a time (no \`readFiles\`)`}; \`docker cp\` copies the file or directory${started ? '; testcontainers uses `copyArchiveToContainer` / `copyArchiveFromContainer` with a tar streamed from and to disk' : ''}. Memory: this process's RSS and heap+external growth over the value just before the transfer, sampled every 20 ms, reported as the median (and maximum) over all runs including warm-ups, in a process warmed by one plain file copy (see below); the verdict is on the median, because single peaks swing with V8's collection timing.`,
+        tables: [
+          {
+            caption: `100 MiB upload${variant.label}`,
+            arms: throughputTable(bigUp, BIG_SIZE, 'upload'),
+          },
+          {
+            caption: `100 MiB download${variant.label}`,
+            arms: throughputTable(bigDown, BIG_SIZE, 'download'),
+          },
+          {
+            caption: `${SMALL_COUNT} small files upload${variant.label}`,
+            arms: throughputTable(smallUp, smallBytes, undefined),
+          },
+          {
+            caption: `${SMALL_COUNT} small files download${variant.label}`,
+            arms: throughputTable(smallDown, smallBytes, undefined),
+          },
+        ],
+        comparisons: [
+          versusBest('100 MiB upload', bigUp),
+          versusBest('100 MiB download', bigDown),
+          versusBest(`${SMALL_COUNT} files upload`, smallUp),
+          versusBest(`${SMALL_COUNT} files download`, smallDown),
+          {
+            scenario: `4 files${variant.label}`,
+            what: 'cordon peak RSS growth during a 100 MiB transfer: median of runs (max); heap+external likewise',
+            ratio: `${cordonRss.median.toFixed(1)} (${cordonRss.max.toFixed(1)}) MiB; ${cordonHeap.median.toFixed(1)} (${cordonHeap.max.toFixed(1)}) MiB`,
+            target: '< 32 MiB',
+            met: cordonRss.median < 32,
+          },
+        ],
+        notes: [
+          started
+            ? 'testcontainers\' `copyFilesToContainer` and `copyDirectoriesToContainer` extract at `/`, which Engine 20.10 refuses under a read-only root filesystem ("container rootfs is marked read-only"); its `copyArchiveToContainer(tar, target)` with a target inside the workspace volume is the call that works, so that is what is measured, with the tar streamed by tar-stream.'
+            : 'testcontainers is left out under gVisor: the target names `docker cp`, which runs against the floor container of the same runtime.',
+          `Node's own first-stream cost, measured before any arm with a plain \`fs\` copy of the same file (no cordon, no engine): RSS +${nodeFirstStream.rssMiB.toFixed(1)} MiB, heap+external +${nodeFirstStream.heapMiB.toFixed(1)} MiB. It is a one-time growth of V8's young generation in a fresh process; paying it first means every arm below is measured in a warmed process.`,
+          "The information-only upload row passes cordon the same file read with `createReadStream(path, { highWaterMark: 1 MiB })` instead of the default 64 KiB pieces: the difference is the host's own file reads (one thread-pool round trip per piece), which `docker cp`, a Go program reading the file itself, does not pay.",
+          "The information-only download row reads the same file through `readFileStream` and drops the bytes: what is left of cordon's time once this process's own file writes (64 KiB at a time through the thread pool) are taken out.",
+          ...(batchRead
+            ? [
+                "The information-only small-file row reads the 2,000 files through `readFiles` and drops them: the rest of cordon's download time is this process writing 2,000 files (16 at a time, with the same writer the testcontainers arm uses), which `docker cp` does in Go.",
+              ]
+            : []),
+          "`docker cp` runs in its own process; its memory is not this process's, so its growth column only shows the cost of waiting for it.",
+          'The memory verdict is on RSS growth, what the operating system charges the process. Heap+external also counts the 64 KiB Buffers a stream has finished with but V8 has not collected yet (no collection is forced: a forced full GC makes the next streamed transfer trigger several more full collections and run about twice as slowly), so it is reported alongside, not judged.',
+          integrity.length === 0
+            ? "Integrity: every 100 MiB download matched the source's SHA-256; every small-file download had all 2,000 files with the right total size."
+            : `Integrity problems: ${integrity.join('; ')}`,
+        ],
+        sections: [],
+      }
+    } finally {
+      await provider.close()
+      if (floor) await removeFloorSandbox(floor)
+      if (tc) {
+        await removeContainer(tc.getId())
+        await removeVolume(`${tc.getName().replace(/^\//, '')}-outputs`)
+      }
+      await rm(work, { recursive: true, force: true })
     }
-  } finally {
-    await provider.close()
-    if (floor) await removeFloorSandbox(floor)
-    if (tc) {
-      await removeContainer(tc.getId())
-      await removeVolume(`${tc.getName().replace(/^\//, '')}-outputs`)
-    }
-    await rm(work, { recursive: true, force: true })
   }
 }
+
+/** Scenario 4 under the engine's default runtime (runc). */
+export const fileTransfer: Scenario = fileTransferScenario(RUNC)

@@ -10,6 +10,7 @@
  * with cordon's at run time, so a drift here shows up in the results.
  */
 import type Docker from 'dockerode'
+import type { EngineRuntime } from './bench-runtime.js'
 import { BENCH_IMAGE, BENCH_LABELS } from './engine.js'
 
 export const SANDBOX_USER = '1000:1000'
@@ -26,8 +27,16 @@ export const WORKSPACE_VOLUME_OPTIONS: Record<string, string> = {
 }
 export const KEEP_ALIVE = ['sleep', '2147483647']
 
-export function hardenedHostConfig(mounts: Docker.MountSettings[]): Docker.HostConfig {
+/**
+ * `runtime` undefined leaves the engine's default (runc), as a host that sets
+ * nothing gets; `runsc` is gVisor.
+ */
+export function hardenedHostConfig(
+  mounts: Docker.MountSettings[],
+  runtime?: EngineRuntime,
+): Docker.HostConfig {
   return {
+    ...(runtime ? { Runtime: runtime } : {}),
     NetworkMode: 'none',
     CapDrop: ['ALL'],
     SecurityOpt: ['no-new-privileges:true'],
@@ -72,6 +81,7 @@ export function inlineVolumeMount(volume: string): Docker.MountSettings {
 export function hardenedCreateOptions(
   name: string,
   mounts: Docker.MountSettings[],
+  runtime?: EngineRuntime,
 ): Docker.ContainerCreateOptions {
   return {
     name,
@@ -89,12 +99,12 @@ export function hardenedCreateOptions(
     OpenStdin: false,
     NetworkDisabled: true,
     StopTimeout: 1,
-    HostConfig: hardenedHostConfig(mounts),
+    HostConfig: hardenedHostConfig(mounts, runtime),
   }
 }
 
 /** `docker run -d` arguments for the same container, the volume made inline by `--mount`. */
-export function dockerRunArgs(name: string, volume: string): string[] {
+export function dockerRunArgs(name: string, volume: string, runtime?: EngineRuntime): string[] {
   const volumeOptions = Object.entries(WORKSPACE_VOLUME_OPTIONS).map(([key, value]) =>
     // The CLI's --mount value is CSV: a field that contains commas is quoted.
     value.includes(',') ? `"volume-opt=${key}=${value}"` : `volume-opt=${key}=${value}`,
@@ -105,6 +115,7 @@ export function dockerRunArgs(name: string, volume: string): string[] {
     '-d',
     '--name',
     name,
+    ...(runtime ? ['--runtime', runtime] : []),
     ...labels.flatMap(([key, value]) => ['--label', `${key}=${value}`]),
     '--user',
     SANDBOX_USER,

@@ -35,6 +35,8 @@ export async function hardeningFingerprint(containerId: string): Promise<Fingerp
     ipcMode: String(host.IpcMode),
     networkMode: String(host.NetworkMode),
     pidMode: String(host.PidMode),
+    // The engine reports "runc" for a container created without a runtime.
+    runtime: String(host.Runtime || 'runc'),
     outputsMount: outputs ? `${outputs.Type} rw=${outputs.RW} driver=${outputs.Driver}` : 'missing',
     outputsVolumeOptions: JSON.stringify(volumeOptions ?? null),
   }

@@ -1,6 +1,10 @@
 /**
- * `pnpm bench` (or `node dist/main.js [scenario ...] [--quick] [--verbose] [--out FILE]`;
- * `node dist/main.js --render [--out FILE.md]` writes the report again from dist/FILE.json).
+ * `pnpm bench` (or `node dist/main.js [scenario ...] [--quick] [--verbose] [--out FILE] [--merge]`;
+ * `node dist/main.js --render [--out FILE.md] [--merge]` writes the report again from dist/FILE.json).
+ *
+ * `--merge` keeps the report at `--out` and replaces only the scenarios run
+ * (their ratio rows and sections; the others' stay as they were), saying in
+ * it which run they came from; its measurements are kept in dist/FILE.merge.json.
  *
  * Runs the scenarios in order, each side by side with its peers, and writes
  * RESULTS.md. Every container and volume made along the way carries the
@@ -12,8 +16,9 @@ import { loadavg } from 'node:os'
 import { basename } from 'node:path'
 import { performance } from 'node:perf_hooks'
 import { fileURLToPath } from 'node:url'
+import { GVISOR } from './bench-runtime.js'
 import { checkEngine, removeBenchResources } from './engine.js'
-import { collectMachineInfo, type RunRecord, writeResults } from './report.js'
+import { collectMachineInfo, mergeResults, type RunRecord, writeResults } from './report.js'
 import type { Scenario, ScenarioResult } from './scenario.js'
 
 const SCENARIOS: Record<string, () => Promise<Scenario>> = {
@@ -29,6 +34,15 @@ const SCENARIOS: Record<string, () => Promise<Scenario>> = {
   'agent-sdk-task': async () => (await import('./agent-sdk-task.js')).agentSdkTask,
   'agent-start': async () => (await import('./agent-start.js')).agentStart,
   'pause-resume': async () => (await import('./pause-resume.js')).pauseResume,
+  // Issue 30: the same scenarios, every container under gVisor (runtime 'runsc').
+  'create-to-first-exec-gvisor': async () =>
+    (await import('./create-to-first-exec.js')).createToFirstExecScenario(GVISOR),
+  'warm-pool-claim-gvisor': async () =>
+    (await import('./warm-pool-claim.js')).warmPoolClaimScenario(GVISOR),
+  'exec-round-trip-gvisor': async () =>
+    (await import('./exec-round-trip.js')).execRoundTripScenario(GVISOR),
+  'file-transfer-gvisor': async () =>
+    (await import('./file-transfer.js')).fileTransferScenario(GVISOR),
 }
 
 function parseArgs(argv: readonly string[]): {
@@ -36,20 +50,23 @@ function parseArgs(argv: readonly string[]): {
   quick: boolean
   out: string
   verbose: boolean
+  merge: boolean
 } {
   const scenarios: string[] = []
   let quick = false
   let verbose = false
+  let merge = false
   let out = fileURLToPath(new URL('../RESULTS.md', import.meta.url))
   for (let index = 0; index < argv.length; index++) {
     const arg = argv[index]!
     if (arg === '--quick') quick = true
     else if (arg === '--verbose') verbose = true
+    else if (arg === '--merge') merge = true
     else if (arg === '--out') out = argv[++index] ?? out
     else if (arg in SCENARIOS) scenarios.push(arg)
     else
       throw new Error(
-        `unknown argument ${arg}; scenarios: ${Object.keys(SCENARIOS).join(', ')}; flags: --quick, --verbose, --out FILE`,
+        `unknown argument ${arg}; scenarios: ${Object.keys(SCENARIOS).join(', ')}; flags: --quick, --verbose, --out FILE, --merge`,
       )
   }
   return {
@@ -57,6 +74,7 @@ function parseArgs(argv: readonly string[]): {
     quick,
     out,
     verbose,
+    merge,
   }
 }
 
@@ -111,28 +129,32 @@ async function main(): Promise<void> {
   }
   // Kept so the report can be written again (`--render`) after misses.md is
   // edited, from the same measurements.
-  await writeFile(recordPath(args.out), `${JSON.stringify(run, null, 2)}\n`)
-  await writeResults(args.out, run)
+  await writeFile(recordPath(args.out, args.merge), `${JSON.stringify(run, null, 2)}\n`)
+  await (args.merge ? mergeResults : writeResults)(args.out, run)
   say(`wrote ${args.out} (${totalSeconds.toFixed(0)} s)`)
 }
 
 /**
  * The measurements behind a report, kept in dist/ (build output: not linted,
- * not committed): RESULTS.md → dist/RESULTS.json.
+ * not committed): RESULTS.md → dist/RESULTS.json, or dist/RESULTS.merge.json
+ * for a merged run (so rendering the full report again never writes a
+ * partial run over it).
  */
-function recordPath(out: string): string {
-  return fileURLToPath(new URL(`${basename(out).replace(/\.md$/, '')}.json`, import.meta.url))
+function recordPath(out: string, merge: boolean): string {
+  const base = basename(out).replace(/\.md$/, '')
+  return fileURLToPath(new URL(`${base}${merge ? '.merge' : ''}.json`, import.meta.url))
 }
 
-/** `--render`: writes the report again from the last run's measurements. */
-async function render(out: string): Promise<void> {
-  const run = JSON.parse(await readFile(recordPath(out), 'utf8')) as RunRecord
-  await writeResults(out, run)
-  process.stderr.write(`wrote ${out} from ${recordPath(out)}\n`)
+/** `--render`: writes the report again from the last run's measurements (merged again with `--merge`). */
+async function render(out: string, merge: boolean): Promise<void> {
+  const run = JSON.parse(await readFile(recordPath(out, merge), 'utf8')) as RunRecord
+  await (merge ? mergeResults : writeResults)(out, run)
+  process.stderr.write(`wrote ${out} from ${recordPath(out, merge)}\n`)
 }
 
+const renderArgs = () => parseArgs(process.argv.slice(2).filter((arg) => arg !== '--render'))
 const entry = process.argv.includes('--render')
-  ? render(parseArgs(process.argv.slice(2).filter((arg) => arg !== '--render')).out)
+  ? render(renderArgs().out, renderArgs().merge)
   : main()
 entry.then(
   () => process.exit(0),

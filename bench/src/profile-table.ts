@@ -1,4 +1,5 @@
 import type { EngineCall } from './engine-trace.js'
+import { formatMs, summarize } from './stats.js'
 
 /** A markdown table of one traced operation's engine calls. */
 export function engineCallTable(
@@ -46,4 +47,28 @@ function busyTime(calls: readonly EngineCall[], untilMs: number): number {
   }
   if (!Number.isNaN(currentStart)) total += currentEnd - currentStart
   return total
+}
+
+/**
+ * A markdown table of the create steps cordon's provider reports on each
+ * `create.ready` event: per step, in the order the backend names them, the
+ * median and p95 over the creates, and how many creates had the step.
+ */
+export function createStepsTable(creates: ReadonlyArray<Readonly<Record<string, number>>>): string {
+  if (creates.length === 0) return '(no `create.ready` event carried steps)'
+  const order: string[] = []
+  for (const steps of creates)
+    for (const name of Object.keys(steps)) if (!order.includes(name)) order.push(name)
+  const rows = order.map((name) => {
+    const values = creates.flatMap((steps) => (steps[name] === undefined ? [] : [steps[name]!]))
+    const summary = summarize(values)
+    return `| ${name} | ${summary.n} | ${formatMs(summary.median)} | ${formatMs(summary.p95)} |`
+  })
+  const totals = summarize(creates.map((steps) => Object.values(steps).reduce((a, b) => a + b, 0)))
+  return [
+    '| step | creates | median | p95 |',
+    '| --- | ---: | ---: | ---: |',
+    ...rows,
+    `| (all steps: the create call) | ${totals.n} | ${formatMs(totals.median)} | ${formatMs(totals.p95)} |`,
+  ].join('\n')
 }

@@ -122,8 +122,6 @@ export interface RunRecord {
 
 export async function writeResults(path: string, run: RunRecord): Promise<void> {
   const m = run.machineBefore
-  const verdict = (met: boolean | undefined) =>
-    met === undefined ? '' : met ? 'met' : '**missed**'
   const lines = [
     '# cordon benchmarks: side by side with the peers',
     '',
@@ -138,6 +136,7 @@ export async function writeResults(path: string, run: RunRecord): Promise<void> 
     'pnpm bench                     # turbo builds the workspace, then bench: tsc --build && node dist/main.js',
     '# one scenario, fewer rounds:  pnpm --filter @cordon/bench exec node dist/main.js exec-round-trip --quick --out /tmp/r.md',
     '# after editing misses.md:    pnpm --filter @cordon/bench exec node dist/main.js --render   (same measurements, from dist/RESULTS.json)',
+    '# some scenarios again, merged into this file, the other rows kept:  ... node dist/main.js file-transfer-gvisor --merge',
     '```',
     '',
     `This file came from: \`${run.command}\`, in ${run.totalSeconds.toFixed(0)} s.`,
@@ -165,36 +164,132 @@ export async function writeResults(path: string, run: RunRecord): Promise<void> 
     '',
     "Ratios are of medians. For times, below 1 means cordon is faster; for throughput rows the ratio is cordon's throughput over the other's, so above 1 means cordon is faster.",
     '',
-    '| scenario | ratio | value | target | verdict |',
+    RATIO_TABLE_HEADER,
     '| --- | --- | ---: | --- | --- |',
-    ...run.results.flatMap((result) =>
-      result.comparisons.map(
-        (row) =>
-          `| ${row.scenario} | ${row.what} | ${row.ratio} | ${row.target} | ${verdict(row.met)} |`,
-      ),
-    ),
+    ...ratioRows(run.results),
     '',
-    '## Scenarios',
+    SCENARIOS_HEADING,
     '',
+    ...run.results.flatMap(scenarioSection),
+    ...(await missesSection()),
   ]
-  for (const result of run.results) {
-    lines.push(`### ${result.title}`, '', result.method, '')
-    if (result.seconds !== undefined) {
-      lines.push(
-        `Scenario wall time ${result.seconds.toFixed(0)} s; one-minute load average ${result.load}.`,
-        '',
-      )
-    }
-    lines.push(...armTable(result))
-    for (const note of result.notes) lines.push(`- ${note}`)
-    if (result.notes.length > 0) lines.push('')
-    for (const section of result.sections) lines.push(section, '')
+  await writeFile(path, `${lines.join('\n').trimEnd()}\n`)
+}
+
+const RATIO_TABLE_HEADER = '| scenario | ratio | value | target | verdict |'
+const SCENARIOS_HEADING = '## Scenarios'
+const MISSES_HEADING = '## Misses: causes and fixes'
+const MERGED_PREFIX = 'Merged in from a later run of scenarios'
+
+function ratioRows(results: readonly ScenarioResult[]): string[] {
+  const verdict = (met: boolean | undefined) =>
+    met === undefined ? '' : met ? 'met' : '**missed**'
+  return results.flatMap((result) =>
+    result.comparisons.map(
+      (row) =>
+        `| ${row.scenario} | ${row.what} | ${row.ratio} | ${row.target} | ${verdict(row.met)} |`,
+    ),
+  )
+}
+
+function scenarioSection(result: ScenarioResult): string[] {
+  const lines = [`### ${result.title}`, '', result.method, '']
+  if (result.seconds !== undefined) {
+    lines.push(
+      `Scenario wall time ${result.seconds.toFixed(0)} s; one-minute load average ${result.load}.`,
+      '',
+    )
   }
+  lines.push(...armTable(result))
+  for (const note of result.notes) lines.push(`- ${note}`)
+  if (result.notes.length > 0) lines.push('')
+  for (const section of result.sections) lines.push(section, '')
+  return lines
+}
+
+async function missesSection(): Promise<string[]> {
   try {
     const misses = await readFile(new URL('../misses.md', import.meta.url), 'utf8')
-    lines.push('## Misses: causes and fixes', '', misses.trim(), '')
+    return [MISSES_HEADING, '', misses.trim(), '']
   } catch {
-    // No analysis written yet.
+    return [] // No analysis written yet.
   }
-  await writeFile(path, `${lines.join('\n').trimEnd()}\n`)
+}
+
+/**
+ * Merges a run of some scenarios into a report written earlier by
+ * `writeResults` (`--merge`): the run's scenarios replace their own earlier
+ * ratio rows and sections, or are added at the end of the table and of the
+ * scenarios; every other row and section is kept as it was, and a line under
+ * "This file came from" says which scenarios came from which run, when, and
+ * under what load. The misses section is copied in again from misses.md.
+ */
+export async function mergeResults(path: string, run: RunRecord): Promise<void> {
+  let previous: string
+  try {
+    previous = await readFile(path, 'utf8')
+  } catch {
+    await writeResults(path, run)
+    return
+  }
+  const lines = previous.trimEnd().split('\n')
+  const missesAt = lines.indexOf(MISSES_HEADING)
+  const body = missesAt === -1 ? lines : lines.slice(0, missesAt)
+  const headerAt = body.indexOf(RATIO_TABLE_HEADER)
+  const scenariosAt = body.indexOf(SCENARIOS_HEADING)
+  if (headerAt === -1 || scenariosAt === -1)
+    throw new Error(
+      `${path} is not a report this bench wrote (no ratio table or scenarios heading)`,
+    )
+  const ids = run.results.map((result) => result.id)
+  const labels = new Set(
+    run.results.flatMap((result) => result.comparisons.map((row) => row.scenario)),
+  )
+  const titles = new Set(run.results.map((result) => `### ${result.title}`))
+
+  // The header, with one provenance line per merged run (an earlier line for the same scenarios goes).
+  const m = run.machineBefore
+  const provenance = `${MERGED_PREFIX} ${ids.map((id) => `\`${id}\``).join(', ')}: \`${run.command}\`, ${m.date}, commit ${m.commit}, in ${run.totalSeconds.toFixed(0)} s; load average before ${m.loadAverage}, after ${run.machineAfter.loadAverage}.`
+  const header = body.slice(0, headerAt).filter((line) => {
+    if (!line.startsWith(MERGED_PREFIX)) return true
+    const merged = [...line.slice(0, line.indexOf(':')).matchAll(/`([^`]+)`/g)].map(
+      (hit) => hit[1]!,
+    )
+    return !merged.every((id) => ids.includes(id))
+  })
+  const cameFrom = header.findIndex((line) => line.startsWith('This file came from:'))
+  let insertAt = cameFrom === -1 ? header.length : cameFrom + 1
+  while (header[insertAt]?.startsWith(MERGED_PREFIX)) insertAt += 1
+  header.splice(insertAt, 0, provenance)
+
+  // The ratio table: header and separator, then rows until the first blank line.
+  let tableEnd = headerAt + 2
+  while (tableEnd < body.length && body[tableEnd]!.startsWith('|')) tableEnd += 1
+  const keptRows = body
+    .slice(headerAt + 2, tableEnd)
+    .filter((row) => !labels.has(row.split('|')[1]!.trim()))
+
+  // The scenarios: sections from one `### ` heading to the next.
+  const sections: string[][] = []
+  for (const line of body.slice(scenariosAt + 1)) {
+    if (line.startsWith('### ')) sections.push([line])
+    else sections.at(-1)?.push(line)
+  }
+  const keptSections = sections.filter((section) => !titles.has(section[0]!))
+
+  const merged = [
+    ...header,
+    ...body.slice(headerAt, headerAt + 2),
+    ...keptRows,
+    ...ratioRows(run.results),
+    ...body.slice(tableEnd, scenariosAt + 1),
+    '',
+    ...keptSections.flatMap((section) => {
+      while (section.at(-1) === '') section.pop()
+      return [...section, '']
+    }),
+    ...run.results.flatMap(scenarioSection),
+    ...(await missesSection()),
+  ]
+  await writeFile(path, `${merged.join('\n').trimEnd()}\n`)
 }

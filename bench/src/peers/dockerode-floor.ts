@@ -6,6 +6,7 @@
  */
 import type { Duplex } from 'node:stream'
 import type Docker from 'dockerode'
+import type { EngineRuntime } from '../bench-runtime.js'
 import { BENCH_LABELS, docker, removeContainer, removeVolume, uniqueName } from '../engine.js'
 import {
   existingVolumeMount,
@@ -20,7 +21,7 @@ export interface FloorSandbox {
 
 export async function createFloorSandbox(
   signal?: AbortSignal,
-  options: { runtime?: 'runc' | 'runsc' } = {},
+  options: { runtime?: EngineRuntime | undefined } = {},
 ): Promise<FloorSandbox> {
   const name = uniqueName('floor')
   const volume = `${name}-outputs`
@@ -31,11 +32,8 @@ export async function createFloorSandbox(
     DriverOpts: WORKSPACE_VOLUME_OPTIONS,
     abortSignal: signal,
   } as Docker.VolumeCreateOptions)
-  const spec = hardenedCreateOptions(name, [existingVolumeMount(volume)])
   const container = await docker.createContainer(
-    options.runtime
-      ? { ...spec, HostConfig: { ...spec.HostConfig, Runtime: options.runtime } }
-      : spec,
+    hardenedCreateOptions(name, [existingVolumeMount(volume)], options.runtime),
   )
   await container.start()
   return { container, volume }

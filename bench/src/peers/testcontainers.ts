@@ -10,6 +10,7 @@
  * the default one, which never pulls an image that exists locally.
  */
 import type { StartedTestContainer } from 'testcontainers'
+import type { EngineRuntime } from '../bench-runtime.js'
 import { BENCH_IMAGE, BENCH_LABELS, uniqueName } from '../engine.js'
 import { hardenedCreateOptions, inlineVolumeMount } from '../hardened-spec.js'
 
@@ -17,9 +18,9 @@ process.env.TESTCONTAINERS_RYUK_DISABLED = 'true'
 const testcontainers = await import('testcontainers')
 
 class HardenedContainer extends testcontainers.GenericContainer {
-  constructor(name: string) {
+  constructor(name: string, runtime: EngineRuntime | undefined) {
     super(BENCH_IMAGE)
-    const spec = hardenedCreateOptions(name, [inlineVolumeMount(`${name}-outputs`)])
+    const spec = hardenedCreateOptions(name, [inlineVolumeMount(`${name}-outputs`)], runtime)
     this.withName(name)
       .withLabels(BENCH_LABELS)
       .withEntrypoint(spec.Entrypoint as string[])
@@ -35,6 +36,6 @@ class HardenedContainer extends testcontainers.GenericContainer {
 
 export type { StartedTestContainer }
 
-export async function startTestcontainer(): Promise<StartedTestContainer> {
-  return new HardenedContainer(uniqueName('tc')).start()
+export async function startTestcontainer(runtime?: EngineRuntime): Promise<StartedTestContainer> {
+  return new HardenedContainer(uniqueName('tc'), runtime).start()
 }
