@@ -68,6 +68,7 @@ export function createMicroVMBackend(
         backend: BACKEND_NAME,
         timeoutMs: readyTimeoutMs,
         signal: request.signal,
+        onStep: request.onStep,
         emit: context.emit,
         firstStep: 'egress.resolve',
         cleanup: () => controlPlane.deleteSandbox(request.id),
