@@ -33,12 +33,13 @@ interface Holder<T> {
 export function createToFirstExecScenario(variant: BenchRuntime): Scenario {
   return async ({ quick, log }) => {
     const runtime = variant.engineRuntime
-    // The create steps of every measured cordon create, as the provider reports them.
+    // The create steps of every measured cordon create (warm-ups left out), as the provider reports them.
     const steps: Array<Readonly<Record<string, number>>> = []
     let recording = false
+    let lastSteps: Readonly<Record<string, number>> | undefined
     const onEvent = (event: SandboxEvent) => {
-      if (recording && event.type === 'lifecycle' && event.phase === 'create.ready' && event.steps)
-        steps.push(event.steps)
+      if (recording && event.type === 'lifecycle' && event.phase === 'create.ready')
+        lastSteps = event.steps
     }
     const provider = cordonProvider({ runtime, onEvent })
     const warmup = quick ? 1 : 3
@@ -108,8 +109,11 @@ export function createToFirstExecScenario(variant: BenchRuntime): Scenario {
       const samples = await interleave(arms, {
         warmup,
         iterations,
-        onRun: (arm, round, ms, isWarmup) =>
-          log(`  ${arm} #${round}${isWarmup ? ' (warm-up)' : ''}: ${ms.toFixed(1)} ms`),
+        onRun: (arm, round, ms, isWarmup) => {
+          if (arm === 'cordon' && !isWarmup && lastSteps) steps.push(lastSteps)
+          if (arm === 'cordon') lastSteps = undefined
+          log(`  ${arm} #${round}${isWarmup ? ' (warm-up)' : ''}: ${ms.toFixed(1)} ms`)
+        },
       })
       const summaries = new Map([...samples].map(([name, values]) => [name, summarize(values)]))
       const cordon = summaries.get('cordon')!
@@ -220,7 +224,7 @@ export function createToFirstExecScenario(variant: BenchRuntime): Scenario {
             : `Hardening parity differences: ${parity.join('; ')}`,
         ],
         sections: [
-          `#### Profile: cordon's create steps, from \`create.ready\`'s \`steps\` (${steps.length} measured creates)`,
+          `#### Profile: cordon's create steps, from \`create.ready\`'s \`steps\` (the ${steps.length} measured creates above)`,
           createStepsTable(steps),
           '#### Profile: engine calls of one create-to-first-exec',
           engineCallTable('cordon', cordonTrace),
