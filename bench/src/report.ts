@@ -250,12 +250,17 @@ export async function mergeResults(path: string, run: RunRecord): Promise<void> 
   // The header, with one provenance line per merged run (an earlier line for the same scenarios goes).
   const m = run.machineBefore
   const provenance = `${MERGED_PREFIX} ${ids.map((id) => `\`${id}\``).join(', ')}: \`${run.command}\`, ${m.date}, commit ${m.commit}, in ${run.totalSeconds.toFixed(0)} s; load average before ${m.loadAverage}, after ${run.machineAfter.loadAverage}.`
-  const header = body.slice(0, headerAt).filter((line) => {
-    if (!line.startsWith(MERGED_PREFIX)) return true
-    const merged = [...line.slice(0, line.indexOf(':')).matchAll(/`([^`]+)`/g)].map(
-      (hit) => hit[1]!,
-    )
-    return !merged.every((id) => ids.includes(id))
+  // An earlier merged line keeps only the scenarios this run did not replace.
+  const header = body.slice(0, headerAt).flatMap((line) => {
+    if (!line.startsWith(MERGED_PREFIX)) return [line]
+    const head = line.slice(0, line.indexOf(': `'))
+    const kept = [...head.matchAll(/`([^`]+)`/g)]
+      .map((hit) => hit[1]!)
+      .filter((id) => !ids.includes(id))
+    if (kept.length === 0) return []
+    return [
+      `${MERGED_PREFIX} ${kept.map((id) => `\`${id}\``).join(', ')}${line.slice(head.length)}`,
+    ]
   })
   const cameFrom = header.findIndex((line) => line.startsWith('This file came from:'))
   let insertAt = cameFrom === -1 ? header.length : cameFrom + 1
