@@ -166,7 +166,7 @@ export async function connectDetached(
   const expires = Number(labels[LABEL.expires])
   const endsAt = Number.isFinite(expires) && expires > 0 ? expires : Date.now()
   if (!layout) throw new SandboxNotFoundError(id, 'this provider has no layout')
-  // A sandbox a host paused answers nothing: connecting continues it.
+  // A sandbox a host paused answers nothing: connecting continues it (and its clocks, below).
   if (info.State.Paused) await docker.getContainer(info.Id).unpause()
 
   const relay = new RelayChannel(docker, info)
@@ -206,6 +206,8 @@ export async function connectDetached(
   }
   try {
     await client.openSpareConnection(request.signal ?? new AbortController().signal)
+    // A pause held the agent's deadlines (its lifetime among them): they run again now.
+    if (info.State.Paused) await client.clocks('resume-clocks', request.signal)
   } catch (error) {
     close()
     if (refusedSecret(error))
