@@ -49,6 +49,12 @@ export interface SandboxBackendOptions {
    */
   readonly lifetimeMs?: number
   /**
+   * Told the name of each step of the create as it begins (cordon's
+   * provider times them for the `create.ready` event); a backend passes it
+   * to `runCreateSequence`.
+   */
+  readonly onStep?: (name: string) => void
+  /**
    * The sandbox outlives the host process (see `SandboxCreateConfig.detached`);
    * the provider passes it only with a lifetime, and only to a backend that
    * declares `reconnect`. The backend's sandbox then has a `reconnectSecret`.
@@ -107,6 +113,7 @@ export interface SandboxCreateRequest<Limit extends number | undefined = number>
   readonly workingDirectory: string
   readonly egress: EgressPolicy
   readonly signal: AbortSignal | undefined
+  readonly onStep: ((name: string) => void) | undefined
   /** Outlives the host process; set only with a lifetime (see SandboxBackendOptions.detached). */
   readonly detached: boolean
 }
@@ -139,6 +146,7 @@ export function resolveBackendOptions<Config extends SandboxBackendConfigBase>(
     workingDirectory: options.workingDirectory,
     egress: options.egress ?? DENY_ALL,
     signal: options.signal,
+    onStep: options.onStep,
     detached: options.detached === true,
   }
 }
