@@ -8,6 +8,7 @@ import { limitCases } from './limit-cases.js'
 import { networkCases } from './network-cases.js'
 import { pauseCases } from './pause-cases.js'
 import { processCases } from './process-cases.js'
+import { reconnectCases } from './reconnect-cases.js'
 import { useSandboxes } from './shared-sandbox.js'
 import type { SandboxConformanceOptions } from './suite-options.js'
 import { workAndUsageCases } from './work-and-usage-cases.js'
@@ -45,5 +46,6 @@ export function describeSandboxConformance(options: SandboxConformanceOptions): 
     networkCases(options, sandboxes)
     workAndUsageCases(options, sandboxes)
     pauseCases(options, sandboxes)
+    reconnectCases(options, sandboxes)
   })
 }
