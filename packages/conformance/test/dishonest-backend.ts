@@ -64,6 +64,7 @@ const HONEST: SandboxEnforcementDeclaration = {
   pause: false,
   externalWatch: false,
   measuredUsage: ['cpuTimeMs'],
+  volumes: false,
 }
 
 function declarationOf(lie: Lie): SandboxEnforcementDeclaration {

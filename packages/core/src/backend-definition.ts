@@ -103,6 +103,7 @@ export function defineBackend<Config extends SandboxBackendConfigBase>(
     'terminal',
     'pause',
     'externalWatch',
+    'volumes',
   ]) {
     if (typeof declared?.[key] !== 'boolean')
       problems.push({ path: `enforcement.${key}`, message: 'expected true or false' })

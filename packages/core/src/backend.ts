@@ -11,6 +11,7 @@ import type { SandboxEvent } from './events.js'
 import type { ResolvedContainerSandboxLayout } from './layout.js'
 import type { CordonBackendSandbox, Sandbox } from './sandbox.js'
 import { newSandboxId, type SandboxId } from './sandbox-id.js'
+import type { SandboxBackendVolumes } from './volumes.js'
 
 /**
  * What a backend's `create()` takes, with the reference's fields. cordon's
@@ -68,6 +69,12 @@ export interface SandboxBackend {
 export interface CordonSandboxBackend extends SandboxBackend {
   create(options: SandboxBackendOptions): Promise<CordonBackendSandbox>
   close(): Promise<void>
+  /**
+   * Named persistent volumes, on a backend whose definition declares
+   * `volumes: true` (the provider refuses them before asking otherwise).
+   * The provider has validated names and sizes.
+   */
+  readonly volumes?: SandboxBackendVolumes
 }
 
 /**

@@ -60,6 +60,8 @@ export {
   SandboxPausedError,
   SandboxReadinessError,
   SandboxTransportError,
+  SandboxVolumeError,
+  type SandboxVolumeErrorReason,
 } from './errors.js'
 export type {
   EgressReasonCode,
@@ -139,3 +141,11 @@ export type {
 export { isSandboxId, type SandboxId } from './sandbox-id.js'
 export { type SerializedSandboxError, serializeSandboxError } from './serialize-error.js'
 export { escapeTerminalControls } from './terminal-text.js'
+export {
+  type SandboxVolumeCreateOptions,
+  type SandboxVolumeInfo,
+  type SandboxVolumes,
+  type SandboxVolumeUser,
+  VOLUME_MAX_SIZE_MB,
+  VOLUME_NAME_PATTERN,
+} from './volumes.js'

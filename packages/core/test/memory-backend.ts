@@ -29,6 +29,7 @@ const FULL_ENFORCEMENT: SandboxEnforcementDeclaration = {
   pause: false,
   externalWatch: false,
   measuredUsage: ['cpuTimeMs'],
+  volumes: false,
 }
 
 /** The recording backend's definition; `enforcement` overrides what it declares. */
