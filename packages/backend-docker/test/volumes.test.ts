@@ -141,8 +141,14 @@ describe('named volumes (Docker)', () => {
         await new Promise((resolve) => setTimeout(resolve, 50))
       expect(sandbox.endReason).toBe('storage-limit')
       await sandbox.destroy()
+      // Past its size now, it is refused read-write (the agent refuses a capped directory past its cap)...
+      const refused = await provider(runtime, writing(name))
+        .create()
+        .catch((error: unknown) => error)
+      expect(SandboxError.isInstance(refused), String(refused)).toBe(true)
+      expect(String((refused as Error).message)).toContain(`over its cap of ${CAP_MB * MiB}`)
 
-      // What it held before is there for the next sandbox, read-only.
+      // ...and what it held before is there for the next sandbox, read-only.
       const reader = await provider(runtime, reading(name)).create()
       expect((await reader.exec('cat', [`${UPLOADS}/kept.txt`])).stdout).toBe(
         'written before the cap\n',
@@ -156,6 +162,7 @@ describe('named volumes (Docker)', () => {
       await host.volumes.create({ name, sizeMb: 32 })
       const writer = await host.create()
       await writer.writeFile('shared.txt', 'from the writer\n')
+      await writer.exec('sh', ['-c', 'echo mine > private && chmod 600 private'])
 
       // A second writer, and a reader beside the writer, are refused: nothing is created.
       for (const layout of [writing(name), reading(name)]) {
@@ -184,6 +191,8 @@ describe('named volumes (Docker)', () => {
         expect((await reader.exec('cat', [`${UPLOADS}/shared.txt`])).stdout).toBe(
           'from the writer\n',
         )
+        // Not re-owned for readers: a file the writer kept to itself stays its own.
+        expect((await reader.exec('cat', [`${UPLOADS}/private`])).exitCode).not.toBe(0)
         const write = await reader.exec('sh', ['-c', `echo x > ${UPLOADS}/shared.txt`])
         expect(write.exitCode).not.toBe(0)
         const mounts = (await reader.exec('cat', ['/proc/mounts'])).stdout

@@ -10,6 +10,7 @@ import { pauseCases } from './pause-cases.js'
 import { processCases } from './process-cases.js'
 import { useSandboxes } from './shared-sandbox.js'
 import type { SandboxConformanceOptions } from './suite-options.js'
+import { volumeCases } from './volume-cases.js'
 import { workAndUsageCases } from './work-and-usage-cases.js'
 import { workingDirectoryCases } from './working-directory-cases.js'
 
@@ -44,5 +45,6 @@ export function describeSandboxConformance(options: SandboxConformanceOptions): 
     networkCases(options, sandboxes)
     workAndUsageCases(options, sandboxes)
     pauseCases(options, sandboxes)
+    volumeCases(options, sandboxes)
   })
 }

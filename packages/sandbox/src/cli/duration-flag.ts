@@ -7,12 +7,12 @@ const UNIT_MS = { s: 1_000, m: 60_000, h: 3_600_000, d: 86_400_000 } as const
  * unit, `s`, `m`, `h` or `d` (`30d`, `12h`, `0s`). Anything else is a
  * {@link UsageError} naming the flag.
  */
-export function parseDurationFlag(command: string, flag: string, text: string): number {
+export function parseDurationFlag(flag: string, text: string): number {
   const match = /^(\d+)([smhd])$/.exec(text.trim())
   const ms = match ? Number(match[1]) * UNIT_MS[match[2] as keyof typeof UNIT_MS] : Number.NaN
   if (!Number.isSafeInteger(ms))
     throw new UsageError(
-      `cordon ${command}: --${flag} takes a whole number and a unit, s, m, h or d (e.g. 30d), not ${JSON.stringify(text)}`,
+      `--${flag} takes a whole number and a unit, s, m, h or d (e.g. 30d), not ${JSON.stringify(text)}`,
     )
   return ms
 }

@@ -42,7 +42,7 @@ export async function gcCommand(argv: readonly string[], io: RunIo): Promise<num
   )
   const retention = values['volume-retention']
   const volumeRetentionMs =
-    retention === undefined ? undefined : parseDurationFlag('gc', 'volume-retention', retention)
+    retention === undefined ? undefined : parseDurationFlag('volume-retention', retention)
   const backend = await loadDockerBackend()
   const { docker, endpoint, description } = backend.connectEngine({})
   const report = await backend.collectGarbage({
