@@ -71,7 +71,8 @@ function recordOf(
   engineName: string,
   labels: Record<string, string> | null | undefined,
 ): VolumeRecord | undefined {
-  if (!labels || labels[LABEL.managed] !== '1' || labels[LABEL.role] !== 'volume') return undefined
+  if (!labels) return undefined
+  if (labels[LABEL.managed] !== '1' || labels[LABEL.role] !== 'volume') return undefined
   const name = labels[VOLUME_LABEL.name]
   const sizeMb = Number(labels[VOLUME_LABEL.sizeMb])
   const createdAt = Number(labels[VOLUME_LABEL.createdAt])

@@ -22,6 +22,7 @@ const SELECTED = [
   'openTerminal',
   'pause declared',
   'externalWatch declared',
+  'volumes:',
 ]
 
 /** The cases each lie must fail, by the start of their titles. */
@@ -37,6 +38,7 @@ const FAILS: Readonly<Record<Exclude<Lie, 'honest'>, readonly string[]>> = {
   'hidden-terminal': ['terminal declared: openTerminal'],
   'hidden-pause': ['pause declared false: pause and resume are refused'],
   'hidden-external-watch': ['externalWatch declared'],
+  'volumes-accepted': ['volumes: declared'],
 }
 
 interface CaseResult {

@@ -1,5 +1,9 @@
 import { describe, expect, it } from 'vitest'
-import { composeProvider, prepareProviderConfig } from '../src/backend-kit.js'
+import {
+  composeProvider,
+  prepareProviderConfig,
+  type SandboxBackendVolumes,
+} from '../src/backend-kit.js'
 import {
   ContainerSandboxLayoutValidationError,
   resolveLayout,
@@ -18,7 +22,7 @@ import {
 function providerDeclaring(
   enforcement: Partial<SandboxEnforcementDeclaration>,
   extra: Partial<RecordingProviderConfig> = {},
-  volumes?: RecordingBackend['volumes'],
+  volumes?: SandboxBackendVolumes,
 ) {
   const definition = recordingDefinition(enforcement)
   const backend = Object.assign(new RecordingBackend(definition), volumes ? { volumes } : {})
