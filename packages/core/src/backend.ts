@@ -44,6 +44,12 @@ export interface SandboxBackendOptions {
    * where the backend can (so it ends even if its host dies first).
    */
   readonly lifetimeMs?: number
+  /**
+   * Told the name of each step of the create as it begins (cordon's
+   * provider times them for the `create.ready` event); a backend passes it
+   * to `runCreateSequence`.
+   */
+  readonly onStep?: (name: string) => void
 }
 
 /**
@@ -93,6 +99,7 @@ export interface SandboxCreateRequest<Limit extends number | undefined = number>
   readonly workingDirectory: string
   readonly egress: EgressPolicy
   readonly signal: AbortSignal | undefined
+  readonly onStep: ((name: string) => void) | undefined
 }
 
 /**
@@ -123,6 +130,7 @@ export function resolveBackendOptions<Config extends SandboxBackendConfigBase>(
     workingDirectory: options.workingDirectory,
     egress: options.egress ?? DENY_ALL,
     signal: options.signal,
+    onStep: options.onStep,
   }
 }
 
