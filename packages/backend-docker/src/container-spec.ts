@@ -264,6 +264,8 @@ export function agentEnvironment(options: {
   readonly launcher?: string | undefined
   /** Sizes of the named volumes the layout mounts. */
   readonly volumeSizes?: VolumeSizes
+  /** The agent outlives its attach (a detached sandbox): it ends at its lifetime. */
+  readonly detached?: boolean
 }): string[] {
   const writable = writableRoots(options.layout)
   // The working directory first: the agent's default for a command without cwd.
@@ -287,6 +289,7 @@ export function agentEnvironment(options: {
       ? {}
       : { CORDON_AGENT_DIRECT_SOCKET: options.directSocket }),
     ...(options.launcher === undefined ? {} : { CORDON_AGENT_LAUNCHER: options.launcher }),
+    ...(options.detached ? { CORDON_AGENT_DETACHED: '1' } : {}),
   }
   const sealed = sealedOutputPaths(options.layout)
   if (sealed.length > 0) env.CORDON_AGENT_SEAL_ROOTS = sealed.join(':')

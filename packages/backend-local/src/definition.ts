@@ -35,6 +35,7 @@ export const localBackend = defineBackend<LocalBackendConfig>({
     terminal: false,
     // It has no freezer for a local process tree and does not offer watches of outside changes.
     pause: false,
+    reconnect: false,
     externalWatch: false,
     // Summed over the agent's own process tree and its workspace, never the host's.
     measuredUsage: ['cpuTimeMs', 'memoryBytes', 'processes', 'diskBytes'],

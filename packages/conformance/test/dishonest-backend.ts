@@ -65,6 +65,7 @@ const HONEST: SandboxEnforcementDeclaration = {
   denyAllNetwork: false,
   terminal: false,
   pause: false,
+  reconnect: false,
   externalWatch: false,
   measuredUsage: ['cpuTimeMs'],
   volumes: false,

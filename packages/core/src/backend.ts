@@ -6,6 +6,11 @@ import {
   SANDBOX_DEFAULT_TIMEOUT_MS,
 } from './constants.js'
 import { requestRefusal } from './control-refusal.js'
+import type {
+  ConnectedBackendSandbox,
+  SandboxBackendConnectRequest,
+  SandboxListing,
+} from './detached-sandbox.js'
 import { DENY_ALL, type EgressPolicy } from './egress-policy.js'
 import type { SandboxEvent } from './events.js'
 import type { ResolvedContainerSandboxLayout } from './layout.js'
@@ -50,6 +55,12 @@ export interface SandboxBackendOptions {
    * to `runCreateSequence`.
    */
   readonly onStep?: (name: string) => void
+  /**
+   * The sandbox outlives the host process (see `SandboxCreateConfig.detached`);
+   * the provider passes it only with a lifetime, and only to a backend that
+   * declares `reconnect`. The backend's sandbox then has a `reconnectSecret`.
+   */
+  readonly detached?: boolean
 }
 
 /**
@@ -74,6 +85,16 @@ export interface SandboxBackend {
 /** What cordon's own backends are: a {@link SandboxBackend} whose sandboxes have every member. */
 export interface CordonSandboxBackend extends SandboxBackend {
   create(options: SandboxBackendOptions): Promise<CordonBackendSandbox>
+  /**
+   * Reaches a detached sandbox this backend made, from any process: resolves
+   * once its agent has accepted `secret`. Fails with `SandboxNotFoundError`
+   * when there is no such detached sandbox running, and with
+   * `SandboxCredentialRefusedError` when its agent refuses the secret.
+   * Required where the definition declares `reconnect`.
+   */
+  connect?(request: SandboxBackendConnectRequest): Promise<ConnectedBackendSandbox>
+  /** The sandboxes this backend may reach (what `provider.list()` shows). */
+  list?(options: { readonly signal?: AbortSignal }): Promise<readonly SandboxListing[]>
   close(): Promise<void>
   /**
    * Named persistent volumes, on a backend whose definition declares
@@ -100,6 +121,8 @@ export interface SandboxCreateRequest<Limit extends number | undefined = number>
   readonly egress: EgressPolicy
   readonly signal: AbortSignal | undefined
   readonly onStep: ((name: string) => void) | undefined
+  /** Outlives the host process; set only with a lifetime (see SandboxBackendOptions.detached). */
+  readonly detached: boolean
 }
 
 /**
@@ -131,6 +154,7 @@ export function resolveBackendOptions<Config extends SandboxBackendConfigBase>(
     egress: options.egress ?? DENY_ALL,
     signal: options.signal,
     onStep: options.onStep,
+    detached: options.detached === true,
   }
 }
 

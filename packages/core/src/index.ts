@@ -16,6 +16,7 @@ export type { SandboxBackendConfigBase, SandboxBackendDefinition } from './backe
 export {
   type BrokeredCredential,
   brokeredCredentialSchema,
+  type SandboxConnectOptions,
   type SandboxCreateConfig,
   type SandboxProviderConfigBase,
   type SandboxProviderConfigFor,
@@ -29,6 +30,7 @@ export {
   SANDBOX_DEFAULT_TIMEOUT_MS,
   SANDBOX_MAX_OUTPUT_BYTES,
 } from './constants.js'
+export type { SandboxListing } from './detached-sandbox.js'
 export { type EgressPolicy, type EgressPolicyKind, egressPolicySchema } from './egress-policy.js'
 export type {
   MeasuredUsageField,
@@ -48,6 +50,7 @@ export {
   SandboxConfigValidationError,
   SandboxControlRefusedError,
   SandboxCreateTimeoutError,
+  SandboxCredentialRefusedError,
   SandboxDestroyedError,
   SandboxError,
   type SandboxErrorCode,
@@ -55,6 +58,7 @@ export {
   SandboxFileNotFoundError,
   SandboxFileTooLargeError,
   SandboxImagePullError,
+  SandboxNotFoundError,
   SandboxOperationError,
   SandboxPathError,
   SandboxPausedError,

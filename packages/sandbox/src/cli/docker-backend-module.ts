@@ -22,6 +22,7 @@ export interface DockerBackendModule {
       usedBy: readonly unknown[]
       removed: boolean
     }>
+    detachedKept: readonly string[]
   }>
   connectEngine(config: Record<string, never>): {
     docker: unknown

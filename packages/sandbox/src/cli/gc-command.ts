@@ -1,4 +1,8 @@
-import type { UnjudgedOwnerReason } from '@cordon/core/backend'
+import {
+  CredentialStore,
+  defaultCredentialStore,
+  type UnjudgedOwnerReason,
+} from '@cordon/core/backend'
 import { parseFlags } from './command-line.js'
 import { loadDockerBackend } from './docker-backend-module.js'
 import { parseDurationFlag } from './duration-flag.js'
@@ -16,12 +20,16 @@ const UNJUDGED_OWNER: Record<UnjudgedOwnerReason, string> = {
   'other-time-namespace': 'ran in another time namespace',
 }
 
-export const GC_USAGE = `usage: cordon gc [--dry-run] [--volume-retention <duration>]
+export const GC_USAGE = `usage: cordon gc [--dry-run] [--credential-store <dir>] [--volume-retention <duration>]
 
 Removes what cordon left on the Docker Engine for owners that are gone
 (containers, volumes, networks) and agent runtimes nothing uses; never what
-a live owner, or one cordon cannot judge from here, made. --dry-run lists
-what would go and removes nothing.
+a live owner, or one cordon cannot judge from here, made. A detached
+sandbox stays until its end time, whatever its owner, and goes past it.
+Credentials of detached sandboxes that have ended are removed from the
+credential store (default: $XDG_STATE_HOME/cordon/credentials, else
+~/.local/state/cordon/credentials). --dry-run lists what would go and
+removes nothing.
 
 Named volumes (provider.volumes) are the user's data: gc lists each one and
 keeps it, unless --volume-retention is given (a whole number and s, m, h or
@@ -35,6 +43,7 @@ export async function gcCommand(argv: readonly string[], io: RunIo): Promise<num
     argv,
     {
       'dry-run': { type: 'boolean', default: false },
+      'credential-store': { type: 'string' },
       'volume-retention': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
@@ -69,6 +78,15 @@ export async function gcCommand(argv: readonly string[], io: RunIo): Promise<num
     io.stdout(
       'cordon gc: an owner cordon cannot judge may still be running, so its resources stay until their lifetime (cordon.expires) passes; remove them by hand once you know the owner is gone\n',
     )
+  // After the containers: a detached sandbox removed above leaves its credential with nothing to reach.
+  const running = new Set(report.detachedKept)
+  const store = new CredentialStore(
+    (values['credential-store'] as string | undefined) ?? defaultCredentialStore(),
+  )
+  const credentials = store.prune(Date.now(), (id) => !running.has(id), values['dry-run'])
+  io.stdout(
+    `cordon gc: ${verb} ${credentials.length} credentials of ended detached sandboxes from ${store.directory}\n`,
+  )
   const now = Date.now()
   for (const volume of report.namedVolumes) {
     const idle =
