@@ -45,6 +45,8 @@ const dockerEnforcement = (gvisor: boolean): SandboxEnforcementDeclaration => ({
   // gVisor's inotify sees what the sandbox does, not what the host does to a shared directory.
   externalWatch: !gvisor,
   measuredUsage: ALL_USAGE,
+  // Engine volumes labelled as cordon's, mounted with the agent's storage cap.
+  volumes: true,
 })
 
 /** Fields of the reference that describe a network path cordon never creates. */
@@ -127,6 +129,8 @@ export function builtinBackends(importPackage: BackendPackageImporter) {
         // The mounts are remote shares: their changes do not reach the group's inotify.
         externalWatch: false,
         measuredUsage: ALL_USAGE,
+        // A group's mounts are Azure file shares its profile names; cordon keeps no volumes there.
+        volumes: false,
       },
       egressRefusal: (config) =>
         config.subnetId
@@ -159,6 +163,8 @@ export function builtinBackends(importPackage: BackendPackageImporter) {
         // A guest's kernel is its own: it does not see what the host does to shared files.
         externalWatch: false,
         measuredUsage: ALL_USAGE,
+        // The control plane has no volume operations and a guest takes no layout.
+        volumes: false,
       },
       load: factoryOf(BUILTIN_BACKEND_PACKAGES.microvm),
     }),

@@ -11,6 +11,7 @@ import { processCases } from './process-cases.js'
 import { reconnectCases } from './reconnect-cases.js'
 import { useSandboxes } from './shared-sandbox.js'
 import type { SandboxConformanceOptions } from './suite-options.js'
+import { volumeCases } from './volume-cases.js'
 import { workAndUsageCases } from './work-and-usage-cases.js'
 import { workingDirectoryCases } from './working-directory-cases.js'
 
@@ -46,6 +47,7 @@ export function describeSandboxConformance(options: SandboxConformanceOptions): 
     networkCases(options, sandboxes)
     workAndUsageCases(options, sandboxes)
     pauseCases(options, sandboxes)
+    volumeCases(options, sandboxes)
     reconnectCases(options, sandboxes)
   })
 }

@@ -104,6 +104,7 @@ export function defineBackend<Config extends SandboxBackendConfigBase>(
     'pause',
     'reconnect',
     'externalWatch',
+    'volumes',
   ]) {
     if (typeof declared?.[key] !== 'boolean')
       problems.push({ path: `enforcement.${key}`, message: 'expected true or false' })

@@ -105,3 +105,4 @@ export {
 export { resolverRefusedEvent } from './resolver-refused-event.js'
 export { newSandboxId, SANDBOX_ID_PATTERN } from './sandbox-id.js'
 export { resolveSandboxPath } from './sandbox-path.js'
+export { type SandboxBackendVolumes, volumesRefusal } from './volumes.js'

@@ -16,6 +16,7 @@ import type { SandboxEvent } from './events.js'
 import type { ResolvedContainerSandboxLayout } from './layout.js'
 import type { CordonBackendSandbox, Sandbox } from './sandbox.js'
 import { newSandboxId, type SandboxId } from './sandbox-id.js'
+import type { SandboxBackendVolumes } from './volumes.js'
 
 /**
  * What a backend's `create()` takes, with the reference's fields. cordon's
@@ -95,6 +96,12 @@ export interface CordonSandboxBackend extends SandboxBackend {
   /** The sandboxes this backend may reach (what `provider.list()` shows). */
   list?(options: { readonly signal?: AbortSignal }): Promise<readonly SandboxListing[]>
   close(): Promise<void>
+  /**
+   * Named persistent volumes, on a backend whose definition declares
+   * `volumes: true` (the provider refuses them before asking otherwise).
+   * The provider has validated names and sizes.
+   */
+  readonly volumes?: SandboxBackendVolumes
 }
 
 /**

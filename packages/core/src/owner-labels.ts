@@ -33,6 +33,10 @@ export type ResourceRole =
   | 'relay'
   | 'network'
   | 'egress-sockets'
+  /** A named persistent volume: outlives its owner; `cordon gc` removes it only past a retention. */
+  | 'volume'
+  /** When a named volume was last mounted or released (garbage-collect.ts reads it). */
+  | 'volume-use'
 
 /**
  * Identifies a process across pid reuse: its start time in clock ticks since

@@ -2,6 +2,7 @@ import type { SandboxConnectOptions, SandboxCreateConfig } from './config.js'
 import type { SandboxListing } from './detached-sandbox.js'
 import type { SandboxEnforcementDeclaration } from './enforcement.js'
 import type { CordonSandbox, Sandbox, SandboxEnvironment } from './sandbox.js'
+import type { SandboxVolumes } from './volumes.js'
 
 /**
  * What makes sandboxes, with the reference's members: `id` names the kind of
@@ -29,6 +30,13 @@ export interface CordonSandboxProvider extends SandboxProvider, AsyncDisposable 
   /** Unique per provider instance; every resource it creates carries it as the owner. */
   readonly instanceId: string
   create(config?: SandboxCreateConfig): Promise<CordonSandbox>
+  /**
+   * Named persistent volumes on the backend's engine, which outlive every
+   * sandbox and this provider (see {@link SandboxVolumes}); refused with
+   * `SandboxControlRefusedError` naming `volumes` where the backend declares
+   * `volumes: false`.
+   */
+  readonly volumes: SandboxVolumes
   /** Fills the warm pool (if configured) and resolves when it is full. */
   warm(options?: { readonly signal?: AbortSignal }): Promise<void>
   /**

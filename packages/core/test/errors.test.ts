@@ -20,6 +20,7 @@ import {
   SandboxPausedError,
   SandboxReadinessError,
   SandboxTransportError,
+  SandboxVolumeError,
 } from '../src/index.js'
 
 const cause = new Error('vendor said no')
@@ -173,6 +174,21 @@ const cases: Case[] = [
     parent: SandboxError,
     code: 'OPERATION_FAILED',
     fields: { operation: 'readFile' },
+  },
+  {
+    make: () =>
+      new SandboxVolumeError('work', 'in-use', 'mounted', {
+        cause,
+        users: [{ sandboxId: 'sbx_a', access: 'read-write' }],
+      }),
+    klass: SandboxVolumeError,
+    parent: SandboxError,
+    code: 'VOLUME_IN_USE',
+    fields: {
+      volume: 'work',
+      reason: 'in-use',
+      users: [{ sandboxId: 'sbx_a', access: 'read-write' }],
+    },
   },
 ]
 

@@ -30,6 +30,7 @@ const FULL_ENFORCEMENT: SandboxEnforcementDeclaration = {
   reconnect: false,
   externalWatch: false,
   measuredUsage: ['cpuTimeMs'],
+  volumes: false,
 }
 
 /** The recording backend's definition; `enforcement` overrides what it declares. */

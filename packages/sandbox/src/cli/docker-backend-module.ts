@@ -3,13 +3,25 @@ import type { UnjudgedOwnerReason } from '@cordon/core/backend'
 
 /** The subset of @cordon/backend-docker the command line uses beyond the provider. */
 export interface DockerBackendModule {
-  collectGarbage(options: { docker: unknown; engine?: string; dryRun?: boolean }): Promise<{
+  collectGarbage(options: {
+    docker: unknown
+    engine?: string
+    dryRun?: boolean
+    volumeRetentionMs?: number
+  }): Promise<{
     containers: string[]
     volumes: string[]
     networks: string[]
     kept: number
     unjudged: ReadonlyArray<{ kind: string; id: string; reason: UnjudgedOwnerReason }>
     failed: Array<{ id: string; reason: string }>
+    namedVolumes: ReadonlyArray<{
+      name: string
+      sizeMb: number
+      lastUsedAt: number
+      usedBy: readonly unknown[]
+      removed: boolean
+    }>
     detachedKept: readonly string[]
   }>
   connectEngine(config: Record<string, never>): {
