@@ -6,6 +6,8 @@ import {
   type CordonBackendSandbox,
   type SandboxBackendOptions,
   SandboxControlRefusedError,
+  type SandboxSnapshot,
+  type SandboxSnapshotStore,
 } from '@cordon/core'
 import {
   type CordonSandboxBackend,
@@ -66,6 +68,16 @@ import {
 } from './engine-errors.js'
 import { EngineEvents } from './engine-events.js'
 import { engineUsage } from './engine-usage.js'
+import {
+  findSnapshot,
+  listSnapshots,
+  releaseSnapshotImage,
+  removeSnapshot,
+  restoreFilesystemSnapshot,
+  type StoredSnapshot,
+  snapshotRoots,
+  takeFilesystemSnapshot,
+} from './filesystem-snapshot.js'
 import { collectGarbage } from './garbage-collect.js'
 import { forgetImageEnvironment, imageEnvironment } from './image-environment.js'
 import { ImagePuller } from './image-pull.js'
@@ -118,6 +130,8 @@ export class DockerBackend implements CordonSandboxBackend {
   /** Late removals scheduled by a failed create, by container name. */
   private readonly lateSweeps = new Map<string, NodeJS.Timeout[]>()
   private engineCpuCount: Promise<number> | undefined
+  /** The snapshots kept on this engine (filesystem-snapshot.ts). */
+  readonly snapshots: SandboxSnapshotStore
 
   constructor(
     private readonly config: ContainerBackendConfig,
@@ -134,6 +148,12 @@ export class DockerBackend implements CordonSandboxBackend {
       registryAuth: config.registryAuth,
       emit: context.emit,
     })
+    const docker = this.engine.docker
+    this.snapshots = {
+      get: async (id, options = {}) => publicSnapshot(await findSnapshot(docker, id, this.name, options.signal)),
+      list: async (options = {}) => (await listSnapshots(docker, options.signal)).map(publicSnapshot),
+      remove: (id, options = {}) => removeSnapshot(docker, id, this.name, options.signal),
+    }
   }
 
   /** The engine machine's CPU count, read once (0 if the engine does not say). */
@@ -221,6 +241,20 @@ export class DockerBackend implements CordonSandboxBackend {
       )
     }
     this.sweepDeadOwners()
+    const captured = snapshotRoots(layout)
+    let snapshot: StoredSnapshot | undefined
+    if (request.snapshot !== undefined) {
+      snapshot = await findSnapshot(this.engine.docker, request.snapshot, this.name, request.signal)
+      const missing = snapshot.roots.filter((root) => !captured.includes(root))
+      if (missing.length > 0)
+        throw new SandboxControlRefusedError(
+          'snapshot',
+          this.name,
+          `${snapshot.id} holds files of ${missing.join(', ')}, which this provider's layout does not mount as writable ephemeral directories`,
+        )
+    }
+    const image = snapshot?.image ?? this.config.image
+    const baseImage = snapshot?.baseImage ?? this.config.image
     const workingDirectory = resolveSandboxPath(
       layout.outputs.containerPath,
       request.workingDirectory,
@@ -248,6 +282,8 @@ export class DockerBackend implements CordonSandboxBackend {
       if (running && sealsOutputs) await this.waitForExit(name, SEAL_WAIT_MS)
       await this.removeContainer(name)
       await (egress ?? (await registering?.catch(() => undefined)))?.close()
+      // The last sandbox made from a removed snapshot takes its image along.
+      if (snapshot) await releaseSnapshotImage(this.engine.docker, snapshot.imageId)
     }
     const removeAfterFailure = async (): Promise<void> => {
       await remove()
@@ -277,9 +313,9 @@ export class DockerBackend implements CordonSandboxBackend {
         // Everything after needs the image (the runtime's filler and the
         // gateway run from it too): a missing one is pulled before anything else starts.
         step('reading the image')
-        let imageEnv = await imageEnvironment(this.engine.docker, this.config.image).catch(
+        let imageEnv = await imageEnvironment(this.engine.docker, image).catch(
           (error: unknown) => {
-            if (isNotFound(error)) return undefined
+            if (isNotFound(error) && !snapshot) return undefined
             throw error
           },
         )
@@ -319,6 +355,7 @@ export class DockerBackend implements CordonSandboxBackend {
             config: this.config,
             request,
             runtime,
+            image,
             mounts: layoutMounts(layout, runtime, this.name, this.engine.socketPath),
             tmpfs: {
               ...tmpfsMounts(this.config, layout, user),
@@ -342,7 +379,7 @@ export class DockerBackend implements CordonSandboxBackend {
         } as Docker.ContainerCreateOptions
         const container = await this.engine.docker.createContainer(spec).catch(async (error) => {
           // Removed from the engine since this backend last looked: pulled again, as docker run would.
-          if (!isMissingImage(error)) throw error
+          if (!isMissingImage(error) || snapshot) throw error
           forgetImageEnvironment(this.engine.docker, this.config.image)
           step(`pulling the image ${this.config.image}`)
           await this.images.pull(this.config.image, signal)
@@ -383,6 +420,16 @@ export class DockerBackend implements CordonSandboxBackend {
         ])
         egress = registered
         direct?.enable()
+        const inContainer = {
+          docker: this.engine.docker,
+          containerId: container.id,
+          runtime,
+          user,
+        }
+        if (snapshot) {
+          step('restoring the snapshot')
+          await restoreFilesystemSnapshot({ ...inContainer, signal }, snapshot)
+        }
         const sandboxEnv = {
           HOME: '/tmp',
           ...imageEnv,
@@ -461,6 +508,27 @@ export class DockerBackend implements CordonSandboxBackend {
               this.engineCall('resume', () =>
                 container.unpause(thawSignal ? { abortSignal: thawSignal } : {}),
               ),
+          },
+          snapshot: async (snapshotOptions) => {
+            if (snapshotOptions.memory)
+              throw new SandboxControlRefusedError(
+                'snapshot.memory',
+                this.name,
+                "this engine cannot checkpoint a sandbox's processes",
+              )
+            const taken = await takeFilesystemSnapshot({
+              ...inContainer,
+              backend: this.name,
+              sandboxId: request.id,
+              roots: captured,
+              baseImage,
+              enforcement: sandbox.enforcement,
+              ownerLabels: { ...this.config.labels, ...ownerLabels(this.context.providerId) },
+              signal: snapshotOptions.signal,
+            }).catch((error: unknown) => {
+              throw translateEngineError(error, this.name, this.engine.description, 'snapshot')
+            })
+            return publicSnapshot(taken)
           },
           setNetworkPolicy: async (policy) => {
             if (!egress) {
@@ -580,4 +648,10 @@ export class DockerBackend implements CordonSandboxBackend {
     this.events.close()
     await this.egressGateway?.stop()
   }
+}
+
+/** What a host sees of a stored snapshot: the engine's own details (image, roots) stay inside. */
+function publicSnapshot(stored: StoredSnapshot): SandboxSnapshot {
+  const { image: _image, baseImage: _base, roots: _roots, imageId: _id, ...snapshot } = stored
+  return snapshot
 }

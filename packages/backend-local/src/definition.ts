@@ -36,6 +36,9 @@ export const localBackend = defineBackend<LocalBackendConfig>({
     // It has no freezer for a local process tree and does not offer watches of outside changes.
     pause: false,
     externalWatch: false,
+    // A workspace of host files under the host's own user: nothing to capture as an image.
+    snapshot: false,
+    memorySnapshot: false,
     // Summed over the agent's own process tree and its workspace, never the host's.
     measuredUsage: ['cpuTimeMs', 'memoryBytes', 'processes', 'diskBytes'],
   },

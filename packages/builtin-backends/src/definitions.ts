@@ -42,6 +42,10 @@ const dockerEnforcement = (gvisor: boolean): SandboxEnforcementDeclaration => ({
   pause: true,
   // gVisor's inotify sees what the sandbox does, not what the host does to a shared directory.
   externalWatch: !gvisor,
+  // Files: the writable tmpfs mounts, captured into a local image (filesystem-snapshot.ts).
+  snapshot: true,
+  // Processes: the engine's checkpoint (gVisor's own; CRIU under runc) where the engine allows it.
+  memorySnapshot: false,
   measuredUsage: ALL_USAGE,
 })
 
@@ -122,6 +126,8 @@ export function builtinBackends(importPackage: BackendPackageImporter) {
         pause: false,
         // The mounts are remote shares: their changes do not reach the group's inotify.
         externalWatch: false,
+        snapshot: false,
+        memorySnapshot: false,
         measuredUsage: ALL_USAGE,
       },
       egressRefusal: (config) =>
@@ -152,6 +158,8 @@ export function builtinBackends(importPackage: BackendPackageImporter) {
         pause: false,
         // A guest's kernel is its own: it does not see what the host does to shared files.
         externalWatch: false,
+        snapshot: false,
+        memorySnapshot: false,
         measuredUsage: ALL_USAGE,
       },
       load: factoryOf(BUILTIN_BACKEND_PACKAGES.microvm),

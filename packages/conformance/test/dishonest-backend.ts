@@ -63,6 +63,8 @@ const HONEST: SandboxEnforcementDeclaration = {
   terminal: false,
   pause: false,
   externalWatch: false,
+  snapshot: false,
+  memorySnapshot: false,
   measuredUsage: ['cpuTimeMs'],
 }
 

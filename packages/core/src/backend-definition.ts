@@ -103,6 +103,8 @@ export function defineBackend<Config extends SandboxBackendConfigBase>(
     'terminal',
     'pause',
     'externalWatch',
+    'snapshot',
+    'memorySnapshot',
   ]) {
     if (typeof declared?.[key] !== 'boolean')
       problems.push({ path: `enforcement.${key}`, message: 'expected true or false' })

@@ -9,7 +9,7 @@ import { requestRefusal } from './control-refusal.js'
 import { DENY_ALL, type EgressPolicy } from './egress-policy.js'
 import type { SandboxEvent } from './events.js'
 import type { ResolvedContainerSandboxLayout } from './layout.js'
-import type { CordonBackendSandbox, Sandbox } from './sandbox.js'
+import type { CordonBackendSandbox, Sandbox, SandboxSnapshotStore } from './sandbox.js'
 import { newSandboxId, type SandboxId } from './sandbox-id.js'
 
 /**
@@ -43,6 +43,12 @@ export interface SandboxBackendOptions {
    * where the backend can (so it ends even if its host dies first).
    */
   readonly lifetimeMs?: number
+  /**
+   * The snapshot the sandbox starts from (`snp_…`), where the backend
+   * declares `snapshot`; its files (and processes) are in place before
+   * `create()` resolves.
+   */
+  readonly snapshot?: string
 }
 
 /**
@@ -68,6 +74,8 @@ export interface SandboxBackend {
 export interface CordonSandboxBackend extends SandboxBackend {
   create(options: SandboxBackendOptions): Promise<CordonBackendSandbox>
   close(): Promise<void>
+  /** The snapshots the backend keeps; present where its definition declares `snapshot`. */
+  readonly snapshots?: SandboxSnapshotStore
 }
 
 /**
@@ -86,6 +94,8 @@ export interface SandboxCreateRequest<Limit extends number | undefined = number>
   readonly workingDirectory: string
   readonly egress: EgressPolicy
   readonly signal: AbortSignal | undefined
+  /** The snapshot to start from, if any. */
+  readonly snapshot: string | undefined
 }
 
 /**
@@ -116,6 +126,7 @@ export function resolveBackendOptions<Config extends SandboxBackendConfigBase>(
     workingDirectory: options.workingDirectory,
     egress: options.egress ?? DENY_ALL,
     signal: options.signal,
+    snapshot: options.snapshot,
   }
 }
 

@@ -27,6 +27,7 @@ export {
   SANDBOX_DEFAULT_MAX_READ_BYTES,
   SANDBOX_DEFAULT_MEMORY_LIMIT_MB,
   SANDBOX_DEFAULT_TIMEOUT_MS,
+  SANDBOX_FORK_MAX,
   SANDBOX_MAX_OUTPUT_BYTES,
 } from './constants.js'
 export { type EgressPolicy, type EgressPolicyKind, egressPolicySchema } from './egress-policy.js'
@@ -59,6 +60,7 @@ export {
   SandboxPathError,
   SandboxPausedError,
   SandboxReadinessError,
+  SandboxSnapshotNotFoundError,
   SandboxTransportError,
 } from './errors.js'
 export type {
@@ -90,7 +92,11 @@ export {
   SANDBOX_DEFAULT_UPLOADS_PATH,
   SKILL_ID_PATTERN,
 } from './layout.js'
-export type { CordonSandboxProvider, SandboxProvider } from './provider.js'
+export type {
+  CordonSandboxProvider,
+  SandboxProvider,
+  SandboxSnapshots,
+} from './provider.js'
 export type {
   CordonBackendSandbox,
   CordonProcess,
@@ -112,6 +118,7 @@ export type {
   SandboxFileOptions,
   SandboxFileType,
   SandboxFileWrite,
+  SandboxForkOptions,
   SandboxForward,
   SandboxForwardOptions,
   SandboxForwardPort,
@@ -125,6 +132,10 @@ export type {
   SandboxProcessInfo,
   SandboxReadFileOptions,
   SandboxRemoveOptions,
+  SandboxSnapshot,
+  SandboxSnapshotListOptions,
+  SandboxSnapshotOptions,
+  SandboxSnapshotStore,
   SandboxStartOptions,
   SandboxStatOptions,
   SandboxStatus,
@@ -136,6 +147,6 @@ export type {
   SandboxWatchOptions,
   SandboxWriteFileOptions,
 } from './sandbox.js'
-export { isSandboxId, type SandboxId } from './sandbox-id.js'
+export { isSandboxId, isSnapshotId, type SandboxId } from './sandbox-id.js'
 export { type SerializedSandboxError, serializeSandboxError } from './serialize-error.js'
 export { escapeTerminalControls } from './terminal-text.js'

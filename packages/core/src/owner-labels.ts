@@ -28,6 +28,7 @@ export type ResourceRole =
   | 'relay'
   | 'network'
   | 'egress-sockets'
+  | 'snapshot'
 
 /**
  * Identifies a process across pid reuse: its start time in clock ticks since

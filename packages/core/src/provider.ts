@@ -1,6 +1,12 @@
 import type { SandboxCreateConfig } from './config.js'
 import type { SandboxEnforcementDeclaration } from './enforcement.js'
-import type { CordonSandbox, Sandbox, SandboxEnvironment } from './sandbox.js'
+import type {
+  CordonSandbox,
+  Sandbox,
+  SandboxEnvironment,
+  SandboxSnapshot,
+  SandboxSnapshotListOptions,
+} from './sandbox.js'
 
 /**
  * What makes sandboxes, with the reference's members: `id` names the kind of
@@ -28,8 +34,26 @@ export interface CordonSandboxProvider extends SandboxProvider, AsyncDisposable 
   /** Unique per provider instance; every resource it creates carries it as the owner. */
   readonly instanceId: string
   create(config?: SandboxCreateConfig): Promise<CordonSandbox>
+  /**
+   * The snapshots this provider's backend keeps (`sandbox.snapshot()`), on
+   * its engine, whoever took them. A backend that takes none refuses both
+   * with `SandboxControlRefusedError` naming `snapshot`.
+   */
+  readonly snapshots: SandboxSnapshots
   /** Fills the warm pool (if configured) and resolves when it is full. */
   warm(options?: { readonly signal?: AbortSignal }): Promise<void>
   /** Drains the warm pool, destroys every sandbox this provider still owns, releases the backend. */
   close(): Promise<void>
+}
+
+/** `provider.snapshots`: what a host sees of the snapshots its backend keeps. */
+export interface SandboxSnapshots {
+  /** Every snapshot the backend keeps, oldest first. */
+  list(options?: SandboxSnapshotListOptions): Promise<readonly SandboxSnapshot[]>
+  /**
+   * Removes a snapshot: no new sandbox can start from it, and its storage
+   * goes once no sandbox started from it still runs. An unknown id is
+   * `SandboxSnapshotNotFoundError`.
+   */
+  remove(id: string, options?: SandboxSnapshotListOptions): Promise<void>
 }

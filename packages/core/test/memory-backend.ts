@@ -28,6 +28,8 @@ const FULL_ENFORCEMENT: SandboxEnforcementDeclaration = {
   terminal: false,
   pause: false,
   externalWatch: false,
+  snapshot: false,
+  memorySnapshot: false,
   measuredUsage: ['cpuTimeMs'],
 }
 
