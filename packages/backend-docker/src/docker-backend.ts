@@ -190,7 +190,12 @@ export class DockerBackend implements CordonSandboxBackend {
   private sweepDeadOwners(): void {
     if (this.swept || this.config.sweepDeadOwners === false) return
     this.swept = true
-    void collectGarbage({ docker: this.engine.docker }).catch(() => {})
+    void collectGarbage({
+      docker: this.engine.docker,
+      ...(this.config.snapshotRetentionMs !== undefined
+        ? { snapshotRetentionMs: this.config.snapshotRetentionMs }
+        : {}),
+    }).catch(() => {})
   }
 
   async create(options: SandboxBackendOptions): Promise<CordonBackendSandbox> {

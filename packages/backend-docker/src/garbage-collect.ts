@@ -1,6 +1,7 @@
 import { judgeOwner, LABEL, type UnjudgedOwnerReason } from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import { isBeingRemoved, isNotFound, translateEngineError } from './engine-errors.js'
+import { SNAPSHOT_LABEL } from './filesystem-snapshot.js'
 import { findRuntimeGarbage } from './runtime-garbage.js'
 
 /** A resource kept because the process collecting cannot judge its owner. */
@@ -11,8 +12,16 @@ export interface UnjudgedResource {
   readonly reason: UnjudgedOwnerReason
 }
 
+/** How long a snapshot is kept unless the host says otherwise: 7 days. */
+export const DEFAULT_SNAPSHOT_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
+
 export interface GarbageReport {
   readonly containers: string[]
+  /**
+   * Snapshot images removed: those older than the retention, and those
+   * removed by their host (untagged) that no sandbox runs any longer.
+   */
+  readonly images: string[]
   readonly volumes: string[]
   readonly networks: string[]
   /** Resources kept: those with a live owner, agent runtimes in use, and every one in `unjudged`. */
@@ -39,6 +48,12 @@ export interface CollectGarbageOptions {
   /** List what would be removed without removing it. */
   readonly dryRun?: boolean
   readonly now?: number
+  /**
+   * Snapshots older than this many ms are removed, whoever took them
+   * (default {@link DEFAULT_SNAPSHOT_RETENTION_MS}). A sandbox already
+   * started from one goes on; its image goes when the last such sandbox does.
+   */
+  readonly snapshotRetentionMs?: number
 }
 
 /**
@@ -73,6 +88,7 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
   const unjudged: UnjudgedResource[] = []
   const report: GarbageReport = {
     containers: [],
+    images: [],
     volumes: [],
     networks: [],
     kept: 0,
@@ -142,6 +158,34 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
     report.volumes.push(name)
     // Not forced: a container that mounted it meanwhile keeps it.
     if (!options.dryRun) await remove(name, () => docker.getVolume(name).remove())
+  }
+  // Snapshots outlive their owner by design: only their age (or their host's removal) decides.
+  const retentionMs = options.snapshotRetentionMs ?? DEFAULT_SNAPSHOT_RETENTION_MS
+  const snapshots = await docker.listImages({
+    filters: { label: [`${LABEL.managed}=1`, `${LABEL.role}=snapshot`] },
+  })
+  for (const image of snapshots) {
+    const tags = (image.RepoTags ?? []).filter((tag) => tag !== '<none>:<none>')
+    const createdAt = Number(image.Labels?.[SNAPSHOT_LABEL.createdAt])
+    const expired = !Number.isFinite(createdAt) || createdAt + retentionMs < now
+    if (tags.length > 0 && !expired) {
+      ;(report as { kept: number }).kept++
+      continue
+    }
+    if (options.dryRun) {
+      report.images.push(image.Id)
+      continue
+    }
+    try {
+      // Untagged first: no new sandbox starts from it, whatever happens next.
+      for (const tag of tags) await docker.getImage(tag).remove({ force: true })
+      await docker.getImage(image.Id).remove()
+      report.images.push(image.Id)
+    } catch (error) {
+      if (isNotFound(error)) report.images.push(image.Id)
+      // In use by a running sandbox made from it: that sandbox removes it as it goes.
+      else (report as { kept: number }).kept++
+    }
   }
   for (const network of await docker.listNetworks({ filters })) {
     if (!isGarbage('network', network.Id, network.Labels)) {

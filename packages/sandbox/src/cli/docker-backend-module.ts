@@ -3,8 +3,14 @@ import type { UnjudgedOwnerReason } from '@cordon/core/backend'
 
 /** The subset of @cordon/backend-docker the command line uses beyond the provider. */
 export interface DockerBackendModule {
-  collectGarbage(options: { docker: unknown; engine?: string; dryRun?: boolean }): Promise<{
+  collectGarbage(options: {
+    docker: unknown
+    engine?: string
+    dryRun?: boolean
+    snapshotRetentionMs?: number
+  }): Promise<{
     containers: string[]
+    images: string[]
     volumes: string[]
     networks: string[]
     kept: number

@@ -1,5 +1,5 @@
 import type { UnjudgedOwnerReason } from '@cordon/core/backend'
-import { parseFlags } from './command-line.js'
+import { parseFlags, UsageError } from './command-line.js'
 import { loadDockerBackend } from './docker-backend-module.js'
 import type { RunIo } from './run-command.js'
 
@@ -15,32 +15,53 @@ const UNJUDGED_OWNER: Record<UnjudgedOwnerReason, string> = {
   'other-time-namespace': 'ran in another time namespace',
 }
 
-export const GC_USAGE = `usage: cordon gc [--dry-run]
+export const GC_USAGE = `usage: cordon gc [--dry-run] [--snapshot-retention DURATION]
 
 Removes what cordon left on the Docker Engine for owners that are gone
 (containers, volumes, networks) and agent runtimes nothing uses; never what
-a live owner, or one cordon cannot judge from here, made. --dry-run lists
-what would go and removes nothing.`
+a live owner, or one cordon cannot judge from here, made. Snapshots
+(sandbox.snapshot()) go when they are older than --snapshot-retention
+(default 7d; a number with ms, s, m, h or d), whoever took them, and once
+their host removed them and no sandbox runs from them. --dry-run lists what
+would go and removes nothing.`
+
+/** A duration such as `90m`, `12h`, `7d` or `1500ms`, in ms. */
+export function parseDuration(flag: string, text: string): number {
+  const match = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)$/.exec(text.trim())
+  if (!match) throw new UsageError(`--${flag} takes a duration such as 7d, 12h, 30m or 500ms, got ${JSON.stringify(text)}`)
+  const unit = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }[match[2] as 'ms' | 's' | 'm' | 'h' | 'd']
+  const ms = Math.round(Number(match[1]) * unit)
+  if (ms <= 0) throw new UsageError(`--${flag} must be longer than 0, got ${JSON.stringify(text)}`)
+  return ms
+}
 
 /** `cordon gc`: removes engine resources whose owning process is gone, and agent runtimes nothing uses. */
 export async function gcCommand(argv: readonly string[], io: RunIo): Promise<number> {
   const values = parseFlags(
     'gc',
     argv,
-    { 'dry-run': { type: 'boolean', default: false }, help: { type: 'boolean', short: 'h' } },
+    {
+      'dry-run': { type: 'boolean', default: false },
+      'snapshot-retention': { type: 'string' },
+      help: { type: 'boolean', short: 'h' },
+    },
     false,
   )
+  const retention = values['snapshot-retention']
+  const snapshotRetentionMs =
+    retention === undefined ? undefined : parseDuration('snapshot-retention', retention)
   const backend = await loadDockerBackend()
   const { docker, endpoint, description } = backend.connectEngine({})
   const report = await backend.collectGarbage({
     docker,
     engine: description,
     dryRun: values['dry-run'],
+    ...(snapshotRetentionMs !== undefined ? { snapshotRetentionMs } : {}),
   })
   const verb = values['dry-run'] ? 'would remove' : 'removed'
   const unjudged = report.unjudged.length
   io.stdout(
-    `cordon gc (${endpoint}): ${verb} ${report.containers.length} containers, ${report.volumes.length} volumes, ${report.networks.length} networks; kept ${report.kept} (${report.kept - unjudged} with a live owner or in use, ${unjudged} whose owner cordon cannot judge from here)\n`,
+    `cordon gc (${endpoint}): ${verb} ${report.containers.length} containers, ${report.volumes.length} volumes, ${report.networks.length} networks, ${report.images.length} snapshot images; kept ${report.kept} (${report.kept - unjudged} with a live owner or in use, ${unjudged} whose owner cordon cannot judge from here)\n`,
   )
   const byReason = new Map<UnjudgedOwnerReason, string[]>()
   for (const { kind, id, reason } of report.unjudged) {
