@@ -27,8 +27,9 @@ import { workingDirectoryCases } from './working-directory-cases.js'
  * Every case runs against real sandboxes made by the provider. What to
  * prove is read from the backend's declaration (`provider.enforcement`):
  * each control declared enforced is proved from inside a sandbox, and each
- * declared not enforced is checked as a refusal, so a case is skipped only
- * where the declaration makes it the other case of a pair.
+ * declared not enforced is checked as a refusal. Both halves of a pair are
+ * one case that asserts whichever half the declaration asks for, so every
+ * case runs against every backend and none is skipped.
  */
 export function describeSandboxConformance(options: SandboxConformanceOptions): void {
   describe(`cordon conformance: ${options.name}`, () => {

@@ -1,8 +1,10 @@
 import { SandboxDestroyedError } from '@cordon/core'
 import { describe, expect, it } from 'vitest'
+import { expectRefused } from './refusal.js'
 import type { SandboxesUnderTest } from './shared-sandbox.js'
 import type { SandboxConformanceOptions } from './suite-options.js'
 
+/** Memory and process limits: each proved where declared, its refusal checked where not. */
 export function limitCases(
   options: SandboxConformanceOptions,
   sandboxes: SandboxesUnderTest,
@@ -11,10 +13,13 @@ export function limitCases(
 
   describe('limits', () => {
     it(
-      'memoryLimit declared: a memory bomb is killed at memoryLimitMb and reported, never a hang',
-      async (context) => {
-        sandboxes.onlyIf(context, (declared) => declared.memoryLimit)
+      'memoryLimit declared: a memory bomb is killed at memoryLimitMb and reported, never a hang; declared false: create({ memoryLimitMb }) is refused naming it and the backend',
+      async () => {
         const declared = sandboxes.declared
+        if (!declared.memoryLimit) {
+          await expectRefused(sandboxes, { memoryLimitMb: 256 }, 'memoryLimitMb')
+          return
+        }
         await sandboxes.withFresh({ memoryLimitMb: 64 }, async (sandbox) => {
           // Doubling a shell string quickly needs far more than 64 MiB.
           const result = await sandbox.exec(
@@ -37,9 +42,12 @@ export function limitCases(
     )
 
     it(
-      'processLimit declared: fork fails past maxProcesses, and the sandbox recovers',
-      async (context) => {
-        sandboxes.onlyIf(context, (declared) => declared.processLimit)
+      'processLimit declared: fork fails past maxProcesses, and the sandbox recovers; declared false: create({ maxProcesses }) is refused naming it and the backend',
+      async () => {
+        if (!sandboxes.declared.processLimit) {
+          await expectRefused(sandboxes, { maxProcesses: 64 }, 'maxProcesses')
+          return
+        }
         await sandboxes.withFresh({ maxProcesses: 24 }, async (sandbox) => {
           const result = await sandbox.exec(
             'sh',

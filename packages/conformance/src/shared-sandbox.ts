@@ -4,7 +4,7 @@ import type {
   SandboxCreateConfig,
   SandboxEnforcementDeclaration,
 } from '@cordon/core'
-import { afterAll, beforeAll, type TestContext } from 'vitest'
+import { afterAll, beforeAll } from 'vitest'
 import type { SandboxConformanceOptions } from './suite-options.js'
 
 /**
@@ -28,8 +28,9 @@ export function useSandboxes(options: SandboxConformanceOptions) {
     },
     /**
      * What the backend declares it enforces. It is read when a case runs
-     * (a provider is made only then, in `beforeAll`), so a case that does
-     * not apply skips itself with {@link onlyIf}.
+     * (a provider is made only then, in `beforeAll`): a case about a
+     * control branches on it, proving the control where it is declared and
+     * checking its refusal where it is not, and never skips.
      */
     get declared(): SandboxEnforcementDeclaration {
       return this.provider.enforcement
@@ -37,17 +38,6 @@ export function useSandboxes(options: SandboxConformanceOptions) {
     get sandbox(): CordonSandbox {
       if (!shared) throw new Error('sandbox not created yet')
       return shared
-    },
-    /**
-     * Skips the running case unless `applies` holds of the declaration: a
-     * case is skipped only by what the backend declares, and each declared
-     * value has a case that runs (the proof or the refusal).
-     */
-    onlyIf(
-      context: TestContext,
-      applies: (declared: SandboxEnforcementDeclaration) => boolean,
-    ): void {
-      if (!applies(this.declared)) context.skip()
     },
     /** Creates a fresh sandbox, passes it to `use`, and always destroys it. */
     async withFresh<T>(
