@@ -150,8 +150,10 @@ export class DockerBackend implements CordonSandboxBackend {
     })
     const docker = this.engine.docker
     this.snapshots = {
-      get: async (id, options = {}) => publicSnapshot(await findSnapshot(docker, id, this.name, options.signal)),
-      list: async (options = {}) => (await listSnapshots(docker, options.signal)).map(publicSnapshot),
+      get: async (id, options = {}) =>
+        publicSnapshot(await findSnapshot(docker, id, this.name, options.signal)),
+      list: async (options = {}) =>
+        (await listSnapshots(docker, options.signal)).map(publicSnapshot),
       remove: (id, options = {}) => removeSnapshot(docker, id, this.name, options.signal),
     }
   }
@@ -318,12 +320,10 @@ export class DockerBackend implements CordonSandboxBackend {
         // Everything after needs the image (the runtime's filler and the
         // gateway run from it too): a missing one is pulled before anything else starts.
         step('reading the image')
-        let imageEnv = await imageEnvironment(this.engine.docker, image).catch(
-          (error: unknown) => {
-            if (isNotFound(error) && !snapshot) return undefined
-            throw error
-          },
-        )
+        let imageEnv = await imageEnvironment(this.engine.docker, image).catch((error: unknown) => {
+          if (isNotFound(error) && !snapshot) return undefined
+          throw error
+        })
         if (!imageEnv) {
           step(`pulling the image ${this.config.image}`)
           await this.images.pull(this.config.image, signal)

@@ -130,11 +130,19 @@ export async function takeFilesystemSnapshot(source: SnapshotSource): Promise<St
   })
   try {
     const tar = new PassThrough()
-    const captured = runInContainer(source, ['-e', CAPTURE_SCRIPT, `.cordon-snapshot/${id}`, ...source.roots], tar)
+    const captured = runInContainer(
+      source,
+      ['-e', CAPTURE_SCRIPT, `.cordon-snapshot/${id}`, ...source.roots],
+      tar,
+    )
     const [result] = await Promise.all([
       captured,
       helper.putArchive(tar as unknown as string, { path: '/', ...abort }),
-    ])
+    ]).catch((error: unknown) => {
+      // Whichever side failed, the other stops: the capture's stream closes.
+      tar.destroy()
+      throw error
+    })
     if (result.exitCode !== 0)
       throw new SandboxOperationError(
         'snapshot',
@@ -189,17 +197,27 @@ export async function runInContainer(
     ...(source.signal ? { abortSignal: source.signal } : {}),
   })
   const stream = (await exec.start({ hijack: true, stdin: false })) as Readable
+  const stop = (): void => {
+    stream.destroy()
+  }
+  source.signal?.addEventListener('abort', stop, { once: true })
+  stdout.once('close', stop)
   const stderr = new PassThrough()
   let errorText = ''
   stderr.on('data', (chunk: Buffer) => {
     if (errorText.length < 64 * 1024) errorText += chunk.toString('utf8')
   })
   source.docker.modem.demuxStream(stream, stdout, stderr)
-  await new Promise<void>((resolve, reject) => {
-    stream.once('end', resolve)
-    stream.once('close', resolve)
-    stream.once('error', reject)
-  })
+  try {
+    await new Promise<void>((resolve, reject) => {
+      stream.once('end', resolve)
+      stream.once('close', resolve)
+      stream.once('error', reject)
+    })
+  } finally {
+    source.signal?.removeEventListener('abort', stop)
+  }
+  source.signal?.throwIfAborted()
   stdout.end()
   const inspected = await exec.inspect()
   return { exitCode: inspected.ExitCode ?? -1, stderr: errorText }
@@ -232,7 +250,7 @@ export function storedSnapshot(
   labels: Readonly<Record<string, string>> | undefined | null,
   imageId: string,
 ): StoredSnapshot | undefined {
-  if (!labels || labels[LABEL.role] !== 'snapshot' || labels[LABEL.managed] !== '1') return undefined
+  if (labels?.[LABEL.role] !== 'snapshot' || labels[LABEL.managed] !== '1') return undefined
   const id = labels[SNAPSHOT_LABEL.id]
   if (!isSnapshotId(id)) return undefined
   const parse = <T>(text: string | undefined, fallback: T): T => {
@@ -279,7 +297,10 @@ export async function findSnapshot(
 }
 
 /** Every snapshot the engine keeps (tagged: not yet removed), oldest first. */
-export async function listSnapshots(docker: Docker, signal?: AbortSignal): Promise<StoredSnapshot[]> {
+export async function listSnapshots(
+  docker: Docker,
+  signal?: AbortSignal,
+): Promise<StoredSnapshot[]> {
   const images = await docker.listImages({
     filters: { label: [`${LABEL.managed}=1`, `${LABEL.role}=snapshot`] },
     ...(signal ? { abortSignal: signal } : {}),

@@ -161,7 +161,7 @@ main().catch((error) => {
 `
 
 /** argv: the snapshot's directory in the image (`/.cordon-snapshot/<id>`). */
-export const RESTORE_SCRIPT = String.raw`
+export const RESTORE_SCRIPT = `
 const fs = require('fs')
 const [dir] = process.argv.slice(1)
 const manifest = JSON.parse(fs.readFileSync(dir + '/manifest.json', 'utf8'))

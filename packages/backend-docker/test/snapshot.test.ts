@@ -7,7 +7,11 @@ import {
 import { LABEL } from '@cordon/core/backend'
 import { BUSYBOX_IMAGE, testRunLabels } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
+import {
+  collectGarbage,
+  createDockerSandboxProvider,
+  DEFAULT_SNAPSHOT_RETENTION_MS,
+} from '../src/index.js'
 import { docker } from './test-run.js'
 
 const SCRATCH = '/mnt/user-data/scratch'
@@ -70,7 +74,14 @@ for (const runtime of ['docker', 'runsc'] as const) {
         expect(taken.sourceSandboxId).toBe(source.id)
         expect(taken.limits).toEqual({ memoryLimitMb: 96, maxProcesses: 40 })
         expect(taken.egress).toEqual({ kind: 'deny-all' })
-        expect(events.some((event) => event.type === 'lifecycle' && event.phase === 'snapshot' && event.snapshotId === taken.id)).toBe(true)
+        expect(
+          events.some(
+            (event) =>
+              event.type === 'lifecycle' &&
+              event.phase === 'snapshot' &&
+              event.snapshotId === taken.id,
+          ),
+        ).toBe(true)
 
         // A local image, labelled as cordon's, and no helper container left.
         const images = await snapshotImages(taken.id)
@@ -114,7 +125,10 @@ for (const runtime of ['docker', 'runsc'] as const) {
           // The create call's environment, not the source's; no credential anywhere.
           const env = await restored.exec('env')
           expect(env.stdout).not.toContain('only-in-the-source')
-          const grep = await restored.exec('sh', ['-c', 'grep -r brokered-secret[-]value / 2>/dev/null; true'])
+          const grep = await restored.exec('sh', [
+            '-c',
+            'grep -r brokered-secret[-]value / 2>/dev/null; true',
+          ])
           expect(grep.stdout).toBe('')
           // The new sandbox writes its own copy: the source's files are untouched.
           await restored.writeFile('notes/a.txt', 'the restored sandbox wrote this')
@@ -154,7 +168,8 @@ for (const runtime of ['docker', 'runsc'] as const) {
           expect((await forks[1]!.readFile('state.txt')).toString()).toBe('fork 1')
           expect((await source.readFile('state.txt')).toString()).toBe('source')
           const forkEvent = events.find(
-            (event) => event.type === 'lifecycle' && event.phase === 'fork' && event.sandboxId === source.id,
+            (event) =>
+              event.type === 'lifecycle' && event.phase === 'fork' && event.sandboxId === source.id,
           )
           expect(forkEvent).toBeDefined()
         } finally {
@@ -183,8 +198,120 @@ for (const runtime of ['docker', 'runsc'] as const) {
   })
 }
 
-describe('snapshot garbage', () => {
-  it('is found by gc', async () => {
-    expect(typeof collectGarbage).toBe('function')
+describe('snapshot garbage and failures', () => {
+  let provider: CordonSandboxProvider
+  beforeAll(() => {
+    provider = createDockerSandboxProvider({
+      backend: {
+        tier: 'container',
+        runtime: 'docker',
+        image: BUSYBOX_IMAGE,
+        labels: testRunLabels(),
+      },
+      layout: { outputs: { source: { type: 'ephemeral' } } },
+    })
+  })
+  afterAll(async () => {
+    await provider.close()
+  })
+
+  it('gc removes a snapshot past the retention it is given, and keeps a younger one', async () => {
+    const source = await provider.create()
+    try {
+      const taken = await source.snapshot()
+      try {
+        const [image] = await snapshotImages(taken.id)
+        const young = await collectGarbage({ docker, dryRun: true })
+        expect(young.images).not.toContain(image!.Id)
+        // Past the default retention (7 days)...
+        const later = await collectGarbage({
+          docker,
+          dryRun: true,
+          now: Date.now() + DEFAULT_SNAPSHOT_RETENTION_MS + 60_000,
+        })
+        expect(later.images).toContain(image!.Id)
+        // ...and past one the host sets.
+        await new Promise((resolve) => setTimeout(resolve, 50))
+        const short = await collectGarbage({ docker, dryRun: true, snapshotRetentionMs: 10 })
+        expect(short.images).toContain(image!.Id)
+        const long = await collectGarbage({ docker, dryRun: true, snapshotRetentionMs: 3_600_000 })
+        expect(long.images).not.toContain(image!.Id)
+        expect(await snapshotImages(taken.id)).toHaveLength(1)
+      } finally {
+        await provider.snapshots.remove(taken.id)
+      }
+    } finally {
+      await source.destroy()
+    }
+  })
+
+  it('a removed snapshot stays while a container runs from it, and gc removes it once nothing does', async () => {
+    const source = await provider.create()
+    try {
+      await source.writeFile('kept.txt', 'kept')
+      const taken = await source.snapshot()
+      const [image] = await snapshotImages(taken.id)
+      const running = await provider.create({ snapshot: taken.id })
+      await provider.snapshots.remove(taken.id)
+      expect((await provider.snapshots.list()).map((listed) => listed.id)).not.toContain(taken.id)
+      // Untagged, but the running sandbox still has its files.
+      expect((await running.readFile('kept.txt')).toString()).toBe('kept')
+      expect((await docker.getImage(image!.Id).inspect()).RepoTags).toEqual([])
+      // Another container holds the image too, so it outlives the last sandbox...
+      const holder = await docker.createContainer({
+        Image: image!.Id,
+        Entrypoint: ['/bin/true'],
+        Labels: testRunLabels(),
+      })
+      await running.destroy()
+      expect((await docker.getImage(image!.Id).inspect()).Id).toBe(image!.Id)
+      // ...and once nothing uses it, gc removes it.
+      await holder.remove({ force: true })
+      const report = await collectGarbage({ docker })
+      expect(report.images).toContain(image!.Id)
+      await expect(docker.getImage(image!.Id).inspect()).rejects.toThrow()
+    } finally {
+      await source.destroy()
+    }
+  })
+
+  it('a snapshot aborted half-way leaves no image and no helper container', async () => {
+    const source = await provider.create()
+    try {
+      await source.exec('sh', ['-c', 'dd if=/dev/zero of=/tmp/big bs=1M count=40 2>/dev/null'])
+      const controller = new AbortController()
+      const watching = (async () => {
+        for (let attempt = 0; attempt < 2_000 && !controller.signal.aborted; attempt++) {
+          const helpers = await docker.listContainers({
+            all: true,
+            filters: { label: [`${LABEL.sandbox}=${source.id}`, `${LABEL.role}=snapshot`] },
+          })
+          if (helpers.length > 0) controller.abort(new Error('stopped half-way'))
+          else await new Promise((resolve) => setTimeout(resolve, 10))
+        }
+      })()
+      const outcome = await source.snapshot({ signal: controller.signal }).then(
+        () => 'taken',
+        (error: unknown) => error,
+      )
+      controller.abort()
+      await watching
+      expect(outcome).not.toBe('taken')
+      const left = { label: [`${LABEL.sandbox}=${source.id}`, `${LABEL.role}=snapshot`] }
+      expect(await docker.listContainers({ all: true, filters: left })).toHaveLength(0)
+      expect(await docker.listImages({ filters: left })).toHaveLength(0)
+      // The sandbox goes on, and a snapshot taken now works.
+      expect((await source.exec('echo', ['ok'])).stdout).toBe('ok\n')
+    } finally {
+      await source.destroy()
+    }
+  })
+
+  it('refuses an unknown snapshot with a typed error naming it', async () => {
+    const error = await provider
+      .create({ snapshot: 'snp_aaaaaaaaaaaaaaaaaaaaaaaaaa' })
+      .catch((caught: unknown) => caught)
+    expect(SandboxSnapshotNotFoundError.isInstance(error)).toBe(true)
+    expect(error).toMatchObject({ snapshotId: 'snp_aaaaaaaaaaaaaaaaaaaaaaaaaa' })
   })
 })

@@ -9,6 +9,7 @@ import { networkCases } from './network-cases.js'
 import { pauseCases } from './pause-cases.js'
 import { processCases } from './process-cases.js'
 import { useSandboxes } from './shared-sandbox.js'
+import { snapshotCases } from './snapshot-cases.js'
 import type { SandboxConformanceOptions } from './suite-options.js'
 import { workAndUsageCases } from './work-and-usage-cases.js'
 import { workingDirectoryCases } from './working-directory-cases.js'
@@ -45,5 +46,6 @@ export function describeSandboxConformance(options: SandboxConformanceOptions): 
     networkCases(options, sandboxes)
     workAndUsageCases(options, sandboxes)
     pauseCases(options, sandboxes)
+    snapshotCases(options, sandboxes)
   })
 }

@@ -191,12 +191,19 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
     source: ManagedSandbox,
     sourceRequest: SandboxBackendOptions,
     idleTimeoutMs: number | undefined,
-    forkOptions: { readonly count: number; readonly memory: boolean; readonly signal?: AbortSignal },
+    forkOptions: {
+      readonly count: number
+      readonly memory: boolean
+      readonly signal?: AbortSignal
+    },
   ): Promise<CordonSandbox[]> => {
     if (closed) throw new SandboxError('provider is closed')
     const store = await snapshotStore('fork')
     const { signal } = forkOptions
-    const taken = await source.snapshot({ memory: forkOptions.memory, ...(signal ? { signal } : {}) })
+    const taken = await source.snapshot({
+      memory: forkOptions.memory,
+      ...(signal ? { signal } : {}),
+    })
     try {
       const made = await Promise.allSettled(
         Array.from({ length: forkOptions.count }, () => {
@@ -212,12 +219,18 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
       const failure = made.find((result) => result.status === 'rejected')
       if (failure) {
         await Promise.allSettled(
-          made.map((result) => (result.status === 'fulfilled' ? result.value.destroy() : undefined)),
+          made.map((result) =>
+            result.status === 'fulfilled' ? result.value.destroy() : undefined,
+          ),
         )
         throw failure.reason
       }
       return made.map((result) =>
-        adopt((result as PromiseFulfilledResult<CordonBackendSandbox>).value, sourceRequest, idleTimeoutMs),
+        adopt(
+          (result as PromiseFulfilledResult<CordonBackendSandbox>).value,
+          sourceRequest,
+          idleTimeoutMs,
+        ),
       )
     } finally {
       // The forks keep what they run on; the snapshot itself is not the host's to keep.
@@ -228,11 +241,7 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
   /** The backend's snapshots, or a refusal naming `control` where it declares none. */
   const snapshotStore = async (control: string): Promise<SandboxSnapshotStore> => {
     if (!enforcement.snapshot)
-      throw new SandboxControlRefusedError(
-        control,
-        backendName,
-        'this backend takes no snapshots',
-      )
+      throw new SandboxControlRefusedError(control, backendName, 'this backend takes no snapshots')
     const store = (await backend()).snapshots
     if (!store)
       throw new SandboxControlRefusedError(

@@ -529,7 +529,7 @@ export class ManagedSandbox implements CordonSandbox {
       throw new SandboxControlRefusedError(
         'snapshot',
         this.hooks.backend,
-        "this backend cannot capture a sandbox; keep what you need with readFile or readFiles",
+        'this backend cannot capture a sandbox; keep what you need with readFile or readFiles',
       )
     if (memory && !this.hooks.snapshots.memory)
       throw new SandboxControlRefusedError(

@@ -1,6 +1,6 @@
 import type { Buffer } from 'node:buffer'
-import type { SandboxBackendEnforcement, SandboxEnforcementReport } from './enforcement.js'
 import type { EgressPolicyKind } from './egress-policy.js'
+import type { SandboxBackendEnforcement, SandboxEnforcementReport } from './enforcement.js'
 import type { SandboxId } from './sandbox-id.js'
 
 /**

@@ -17,6 +17,7 @@ import {
   SandboxPathError,
   SandboxPausedError,
   SandboxReadinessError,
+  SandboxSnapshotNotFoundError,
   SandboxTransportError,
 } from '../src/index.js'
 
@@ -157,6 +158,16 @@ const cases: Case[] = [
     parent: SandboxError,
     code: 'OPERATION_FAILED',
     fields: { operation: 'readFile' },
+  },
+  {
+    make: () =>
+      new SandboxSnapshotNotFoundError('snp_aaaaaaaaaaaaaaaaaaaaaaaaaa', 'container:docker', {
+        cause,
+      }),
+    klass: SandboxSnapshotNotFoundError,
+    parent: SandboxError,
+    code: 'SNAPSHOT_NOT_FOUND',
+    fields: { snapshotId: 'snp_aaaaaaaaaaaaaaaaaaaaaaaaaa', backend: 'container:docker' },
   },
 ]
 

@@ -28,8 +28,13 @@ would go and removes nothing.`
 /** A duration such as `90m`, `12h`, `7d` or `1500ms`, in ms. */
 export function parseDuration(flag: string, text: string): number {
   const match = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)$/.exec(text.trim())
-  if (!match) throw new UsageError(`--${flag} takes a duration such as 7d, 12h, 30m or 500ms, got ${JSON.stringify(text)}`)
-  const unit = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }[match[2] as 'ms' | 's' | 'm' | 'h' | 'd']
+  if (!match)
+    throw new UsageError(
+      `--${flag} takes a duration such as 7d, 12h, 30m or 500ms, got ${JSON.stringify(text)}`,
+    )
+  const unit = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }[
+    match[2] as 'ms' | 's' | 'm' | 'h' | 'd'
+  ]
   const ms = Math.round(Number(match[1]) * unit)
   if (ms <= 0) throw new UsageError(`--${flag} must be longer than 0, got ${JSON.stringify(text)}`)
   return ms
