@@ -147,6 +147,7 @@ export function createAciStandbyPoolBackend(
         backend: BACKEND_NAME,
         timeoutMs: readyTimeoutMs,
         signal: request.signal,
+        onStep: request.onStep,
         emit: context.emit,
         firstStep: 'egress.subnet',
         timeoutCause: () => setback,

@@ -310,6 +310,7 @@ export class DockerBackend implements CordonSandboxBackend {
         backend: this.name,
         timeoutMs,
         signal: request.signal,
+        onStep: request.onStep,
         emit: this.context.emit,
         firstStep: 'reading the image',
         cleanup: removeAfterFailure,

@@ -101,6 +101,19 @@ describe('create and destroy', () => {
       (event) => event.type === 'lifecycle' && event.phase === 'create.ready',
     )
     expect(ready && 'durationMs' in ready && ready.durationMs! > 0).toBe(true)
+    // The create's steps, timed: where a slow create spent its time.
+    const steps = ready?.type === 'lifecycle' ? (ready.steps ?? {}) : {}
+    expect(Object.keys(steps)).toEqual(
+      expect.arrayContaining([
+        'creating the container',
+        'starting the container',
+        'waiting for the agent',
+      ]),
+    )
+    for (const ms of Object.values(steps)) expect(ms).toBeGreaterThanOrEqual(0)
+    const total = Object.values(steps).reduce((sum, ms) => sum + ms, 0)
+    expect(total).toBeLessThanOrEqual((ready as { durationMs: number }).durationMs + 1)
+    expect(steps['waiting for the agent']).toBeGreaterThan(0)
   })
 })
 

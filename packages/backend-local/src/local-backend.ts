@@ -70,6 +70,7 @@ export function createLocalBackend(
         backend: BACKEND_NAME,
         timeoutMs: readyTimeoutMs,
         signal: request.signal,
+        onStep: request.onStep,
         emit: context.emit,
         firstStep: 'workspace.sweep',
         cleanup: release,

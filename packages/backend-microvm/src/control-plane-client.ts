@@ -1,15 +1,19 @@
 import {
   SandboxControlRefusedError,
+  SandboxDestroyedError,
   type SandboxError,
   SandboxTransportError,
   type TlsClientMaterial,
 } from '@cordon/core'
 import { JsonHttpClient, type JsonHttpResponse } from '@cordon/core/backend'
 import type {
+  AgentSnapshotReference,
   ControlPlaneErrorBody,
   CreateSandboxRequestBody,
   CreateSandboxResponseBody,
+  CreateSnapshotRequestBody,
   SandboxAgentEndpoint,
+  SnapshotBody,
 } from './control-plane-types.js'
 
 export const BACKEND_NAME = 'microvm:self-hosted'
@@ -82,16 +86,119 @@ export class ControlPlaneClient {
     throw this.failure('describe', response)
   }
 
+  /**
+   * Freezes every process of a guest; resolves once they are frozen. Pausing
+   * a paused guest changes nothing, so the request is retried like a GET. A
+   * guest the control plane no longer has rejects with
+   * `SandboxDestroyedError`; a control plane that cannot freeze guests, with
+   * `SandboxControlRefusedError` naming `pause`.
+   */
+  async pauseSandbox(sandboxId: string, signal?: AbortSignal): Promise<void> {
+    await this.freezerCall('pause', sandboxId, signal)
+  }
+
+  /** Continues a paused guest; the counterpart of {@link pauseSandbox} (`resume`). */
+  async resumeSandbox(sandboxId: string, signal?: AbortSignal): Promise<void> {
+    await this.freezerCall('resume', sandboxId, signal)
+  }
+
+  /**
+   * Captures a guest as a per-agent snapshot named by `body.agentSnapshot`,
+   * which a later create's `agentSnapshot` resumes. Sent once (a retry after
+   * a lost answer would meet the snapshot it made as a conflict). A memory
+   * capture the control plane cannot make rejects with
+   * `SandboxControlRefusedError` naming `snapshot.memory`.
+   */
+  async snapshotSandbox(
+    sandboxId: string,
+    body: CreateSnapshotRequestBody,
+    signal?: AbortSignal,
+  ): Promise<SnapshotBody> {
+    const response = await this.http.send('POST', `${this.sandboxUrl(sandboxId)}/snapshots`, {
+      body,
+      ...(signal ? { signal } : {}),
+    })
+    if (response.status === 404) throw this.guestGone(sandboxId, response)
+    if (response.status !== 201 && response.status !== 200) throw this.failure('snapshot', response)
+    return parseSnapshot(response.body, this.http.urlFor(''))
+  }
+
+  /** The snapshots carrying every label given (all of them without). */
+  async listSnapshots(
+    labels: Readonly<Record<string, string>> = {},
+    signal?: AbortSignal,
+  ): Promise<SnapshotBody[]> {
+    const query = new URLSearchParams()
+    for (const [key, value] of Object.entries(labels)) query.append('label', `${key}=${value}`)
+    const search = query.toString() === '' ? '' : `?${query}`
+    const response = await this.http.send('GET', this.http.urlFor(`/v1/snapshots${search}`), {
+      ...(signal ? { signal } : {}),
+    })
+    if (response.status !== 200) throw this.failure('list snapshots', response)
+    const listed = (response.body as { snapshots?: unknown } | undefined)?.snapshots
+    if (!Array.isArray(listed))
+      throw new SandboxTransportError(
+        'control plane returned an unusable snapshot list: snapshots must be an array',
+        this.http.urlFor(''),
+        { cause: response.body },
+      )
+    return listed.map((entry) => parseSnapshot(entry, this.http.urlFor('')))
+  }
+
+  /** Removes a snapshot. One the control plane does not know is already gone. */
+  async deleteSnapshot(ref: AgentSnapshotReference, signal?: AbortSignal): Promise<void> {
+    const response = await this.http.send('DELETE', this.snapshotUrl(ref), {
+      ...(signal ? { signal } : {}),
+    })
+    if (response.status === 204 || response.status === 200 || response.status === 404) return
+    throw this.failure('delete snapshot', response)
+  }
+
   async close(): Promise<void> {
     await this.http.close()
+  }
+
+  private async freezerCall(
+    operation: 'pause' | 'resume',
+    sandboxId: string,
+    signal: AbortSignal | undefined,
+  ): Promise<void> {
+    const response = await this.http.send('POST', `${this.sandboxUrl(sandboxId)}/${operation}`, {
+      // Idempotent by the spec: another attempt after a lost answer is safe.
+      maxAttempts: 4,
+      ...(signal ? { signal } : {}),
+    })
+    if (response.status === 200 || response.status === 204) return
+    if (response.status === 404) throw this.guestGone(sandboxId, response)
+    throw this.failure(operation, response)
+  }
+
+  /** A guest the control plane does not have: for the host, a sandbox that is gone. */
+  private guestGone(sandboxId: string, response: JsonHttpResponse): SandboxDestroyedError {
+    return new SandboxDestroyedError(sandboxId, {
+      cause: { status: response.status, body: response.body },
+    })
   }
 
   private sandboxUrl(sandboxId: string): string {
     return this.http.urlFor(`/v1/sandboxes/${encodeURIComponent(sandboxId)}`)
   }
 
+  private snapshotUrl(ref: AgentSnapshotReference): string {
+    const parts = [ref.orgId, ref.agentId, ref.version].map(encodeURIComponent)
+    return this.http.urlFor(`/v1/snapshots/${parts.join('/')}`)
+  }
+
   private failure(
-    operation: 'create' | 'delete' | 'describe',
+    operation:
+      | 'create'
+      | 'delete'
+      | 'describe'
+      | 'pause'
+      | 'resume'
+      | 'snapshot'
+      | 'list snapshots'
+      | 'delete snapshot',
     response: JsonHttpResponse,
     describeRefusedControl: (control: string) => string = (control) => control,
   ): SandboxError {
@@ -176,5 +283,50 @@ function parseAgentEndpoint(value: unknown, bad: (problem: string) => never): Sa
       }
     default:
       return bad(`agent.kind ${String(agent.kind)} is not unix, vsock, tls or mtls`)
+  }
+}
+
+function parseSnapshot(payload: unknown, endpoint: string): SnapshotBody {
+  const bad = (problem: string): never => {
+    throw new SandboxTransportError(
+      `control plane returned an unusable snapshot: ${problem}`,
+      endpoint,
+      { cause: payload },
+    )
+  }
+  if (typeof payload !== 'object' || payload === null) return bad('not a JSON object')
+  const body = payload as Record<string, unknown>
+  const ref = body.agentSnapshot as Record<string, unknown> | undefined
+  if (
+    typeof ref !== 'object' ||
+    ref === null ||
+    [ref.orgId, ref.agentId, ref.version].some((part) => typeof part !== 'string' || !part)
+  )
+    bad('agentSnapshot must name orgId, agentId and version')
+  if (typeof body.sourceSandboxId !== 'string') bad('sourceSandboxId must be a string')
+  if (typeof body.memory !== 'boolean') bad('memory must be a boolean')
+  if (typeof body.sizeBytes !== 'number' || !Number.isInteger(body.sizeBytes) || body.sizeBytes < 0)
+    bad('sizeBytes must be a whole number of bytes')
+  if (typeof body.createdAt !== 'string' || Number.isNaN(Date.parse(body.createdAt)))
+    bad('createdAt must be a date')
+  const labels = body.labels
+  if (
+    typeof labels !== 'object' ||
+    labels === null ||
+    Object.values(labels).some((value) => typeof value !== 'string')
+  )
+    bad('labels must be an object of strings')
+  return {
+    agentSnapshot: {
+      orgId: ref!.orgId as string,
+      agentId: ref!.agentId as string,
+      version: ref!.version as string,
+    },
+    sourceSandboxId: body.sourceSandboxId as string,
+    ...(typeof body.template === 'string' ? { template: body.template } : {}),
+    memory: body.memory as boolean,
+    sizeBytes: body.sizeBytes as number,
+    createdAt: body.createdAt as string,
+    labels: labels as Record<string, string>,
   }
 }

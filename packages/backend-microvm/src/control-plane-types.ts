@@ -32,15 +32,23 @@ export type SandboxAgentEndpoint =
       readonly sandboxId: string
     }
 
+/**
+ * Names a per-agent snapshot: chosen by the client when it asks for the
+ * snapshot (`snapshotSandbox`), named again by a create that resumes it.
+ * Each part is 1 to 128 letters, digits, `.`, `_` or `-`.
+ */
+export interface AgentSnapshotReference {
+  readonly orgId: string
+  readonly agentId: string
+  readonly version: string
+}
+
 export interface CreateSandboxRequestBody {
   /** Chosen by the client, so it can delete a guest whose create it abandoned. */
   readonly sandboxId: string
   readonly template?: string
-  readonly agentSnapshot?: {
-    readonly orgId: string
-    readonly agentId: string
-    readonly version: string
-  }
+  /** Start from this snapshot (its filesystem, and its processes for a memory snapshot). */
+  readonly agentSnapshot?: AgentSnapshotReference
   readonly memoryLimitMb: number
   readonly maxProcesses: number
   /** The guest's lifetime; the orchestrator deletes it when it runs out. */
@@ -76,4 +84,31 @@ export interface ControlPlaneErrorBody {
     readonly control?: string
     readonly reason?: string
   }
+}
+
+/** What `pauseSandbox` and `resumeSandbox` answer. */
+export interface SandboxStateBody {
+  readonly sandboxId: string
+  readonly state: 'running' | 'paused'
+}
+
+export interface CreateSnapshotRequestBody {
+  /** The client's name for the snapshot; a create's `agentSnapshot` names it again. */
+  readonly agentSnapshot: AgentSnapshotReference
+  /** Capture memory and running processes too (refused where the orchestrator cannot). */
+  readonly memory?: boolean
+  /** Owner labels kept with the snapshot, so leftovers can be found. */
+  readonly labels: Readonly<Record<string, string>>
+}
+
+/** A snapshot the control plane holds (`Snapshot` in openapi.yaml). */
+export interface SnapshotBody {
+  readonly agentSnapshot: AgentSnapshotReference
+  readonly sourceSandboxId: string
+  readonly template?: string
+  /** Whether memory and processes were captured. */
+  readonly memory: boolean
+  readonly sizeBytes: number
+  readonly createdAt: string
+  readonly labels: Readonly<Record<string, string>>
 }

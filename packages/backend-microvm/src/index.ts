@@ -26,10 +26,14 @@ export {
   type ControlPlaneClientOptions,
 } from './control-plane-client.js'
 export type {
+  AgentSnapshotReference,
   ControlPlaneErrorBody,
   CreateSandboxRequestBody,
   CreateSandboxResponseBody,
+  CreateSnapshotRequestBody,
   SandboxAgentEndpoint,
+  SandboxStateBody,
+  SnapshotBody,
 } from './control-plane-types.js'
 export { microVMBackend } from './definition.js'
 export { encodeEgressAllowlist } from './egress-allowlist.js'

@@ -68,6 +68,7 @@ export function createMicroVMBackend(
         backend: BACKEND_NAME,
         timeoutMs: readyTimeoutMs,
         signal: request.signal,
+        onStep: request.onStep,
         emit: context.emit,
         firstStep: 'egress.resolve',
         cleanup: () => controlPlane.deleteSandbox(request.id),
@@ -143,6 +144,11 @@ export function createMicroVMBackend(
           },
           emit: context.emit,
           release: (releaseSignal) => controlPlane.deleteSandbox(request.id, releaseSignal),
+          // The control plane's freezer: the hypervisor stops the guest's vCPUs.
+          freezer: {
+            pause: (freezeSignal) => controlPlane.pauseSandbox(request.id, freezeSignal),
+            resume: (thawSignal) => controlPlane.resumeSandbox(request.id, thawSignal),
+          },
           explainLoss: () => controlPlane.whyGone(request.id, AbortSignal.timeout(10_000)),
         })
         mark('agent.working-directory')

@@ -154,8 +154,8 @@ export function builtinBackends(importPackage: BackendPackageImporter) {
         denyAllNetwork: true,
         // The guest agent cannot allocate a pseudo-terminal.
         terminal: false,
-        // The orchestrator's control plane has no pause operation.
-        pause: false,
+        // The control plane's pause and resume operations (openapi.yaml).
+        pause: true,
         // A guest's kernel is its own: it does not see what the host does to shared files.
         externalWatch: false,
         snapshot: false,

@@ -49,6 +49,12 @@ export interface SandboxBackendOptions {
    * `create()` resolves.
    */
   readonly snapshot?: string
+  /**
+   * Told the name of each step of the create as it begins (cordon's
+   * provider times them for the `create.ready` event); a backend passes it
+   * to `runCreateSequence`.
+   */
+  readonly onStep?: (name: string) => void
 }
 
 /**
@@ -96,6 +102,7 @@ export interface SandboxCreateRequest<Limit extends number | undefined = number>
   readonly signal: AbortSignal | undefined
   /** The snapshot to start from, if any. */
   readonly snapshot: string | undefined
+  readonly onStep: ((name: string) => void) | undefined
 }
 
 /**
@@ -127,6 +134,7 @@ export function resolveBackendOptions<Config extends SandboxBackendConfigBase>(
     egress: options.egress ?? DENY_ALL,
     signal: options.signal,
     snapshot: options.snapshot,
+    onStep: options.onStep,
   }
 }
 

@@ -12,6 +12,7 @@ import {
 } from './config.js'
 import { SANDBOX_DEFAULT_TIMEOUT_MS } from './constants.js'
 import { requestRefusal } from './control-refusal.js'
+import { CreateStepTimer } from './create-step-timer.js'
 import { DENY_ALL } from './egress-policy.js'
 import { SandboxControlRefusedError, SandboxError, throwIfAborted } from './errors.js'
 import { describeError } from './event-error.js'
@@ -107,8 +108,13 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
       backend: backendName,
       timestamp: Date.now(),
     })
+    const steps = new CreateStepTimer()
+    const timings = () => {
+      const finished = steps.finish()
+      return finished ? { steps: finished } : {}
+    }
     try {
-      const sandbox = await (await backend()).create(request)
+      const sandbox = await (await backend()).create({ ...request, onStep: steps.begin })
       emit({
         type: 'lifecycle',
         phase: 'create.ready',
@@ -116,6 +122,7 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
         backend: backendName,
         timestamp: Date.now(),
         durationMs: performance.now() - started,
+        ...timings(),
       })
       return sandbox
     } catch (error) {
@@ -126,6 +133,7 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
         backend: backendName,
         timestamp: Date.now(),
         durationMs: performance.now() - started,
+        ...timings(),
         error: describeError(error),
       })
       throw error

@@ -24,6 +24,11 @@ export interface CreateSequenceOptions {
   readonly cleanupWhat: string
   /** What went wrong last before a timeout, if anything, as the timeout error's cause. */
   readonly timeoutCause?: () => Error | undefined
+  /**
+   * Told each step's name as it begins, the first included; the backend
+   * passes its options' `onStep` here, so the provider can time the steps.
+   */
+  readonly onStep?: ((name: string) => void) | undefined
 }
 
 /** What a create's steps get: the deadline's signal, and `step(name)` to say where they are. */
@@ -44,8 +49,11 @@ export function runCreateSequence<Made extends { destroy(): Promise<void> }>(
   steps: (sequence: CreateSequenceSteps) => Promise<Made>,
 ): Promise<Made> {
   let current = options.firstStep
+  options.onStep?.(current)
   const step = (name: string): void => {
+    if (name === current) return
     current = name
+    options.onStep?.(name)
   }
   return withDeadline((signal) => steps({ signal, step }), {
     timeoutMs: options.timeoutMs,

@@ -70,7 +70,11 @@ export interface SandboxLifecycleEvent {
   readonly backend: string
   readonly timestamp: number
   readonly durationMs?: number
-  /** Per-step timings of the phase, in milliseconds (e.g. `container.create`). */
+  /**
+   * On `create.ready` and `create.failed`: how long each step of the create
+   * took, in ms, by the backend's name for it (`creating the container`,
+   * `waiting for the agent`).
+   */
   readonly steps?: Readonly<Record<string, number>>
   readonly error?: { readonly name: string; readonly code?: string; readonly message: string }
   /** On `resume`: how long the sandbox was paused, in ms. */

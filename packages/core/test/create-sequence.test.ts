@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest'
 import { runCreateSequence } from '../src/backend-kit.js'
+import { CreateStepTimer } from '../src/create-step-timer.js'
 import { SandboxCreateTimeoutError, type SandboxEvent } from '../src/index.js'
 import { newSandboxId } from '../src/sandbox-id.js'
 
@@ -78,5 +79,37 @@ describe('runCreateSequence', () => {
     await expect(pending).rejects.toThrow()
     await sleep(200)
     expect(destroyed).toBe(true)
+  })
+})
+
+describe('create step timings', () => {
+  it('tells onStep each step as it begins, the first included, a repeated name once', async () => {
+    const { options } = sequence()
+    const named: string[] = []
+    await runCreateSequence(
+      { ...options, onStep: (name) => named.push(name) },
+      async ({ step }) => {
+        step('creating the container')
+        step('creating the container')
+        step('waiting for the agent')
+        return { destroy: async () => {} }
+      },
+    )
+    expect(named).toEqual(['first', 'creating the container', 'waiting for the agent'])
+  })
+
+  it('CreateStepTimer adds up each step until the next begins, a step named again counted once', async () => {
+    const timer = new CreateStepTimer()
+    expect(timer.finish()).toBeUndefined()
+    timer.begin('pulling')
+    await sleep(60)
+    timer.begin('starting')
+    await sleep(30)
+    timer.begin('pulling')
+    await sleep(60)
+    const steps = timer.finish()!
+    expect(Object.keys(steps)).toEqual(['pulling', 'starting'])
+    expect(steps.pulling).toBeGreaterThanOrEqual(110)
+    expect(steps.starting).toBeGreaterThanOrEqual(25)
   })
 })

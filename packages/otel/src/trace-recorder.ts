@@ -107,7 +107,7 @@ export class TraceRecorder {
         )
         if (tracked) tracked.create = undefined
         for (const [step, ms] of Object.entries(event.steps ?? {})) {
-          span.setAttribute(`${ATTR.createStepPrefix}${step}`, ms)
+          span.setAttribute(`${ATTR.createStepPrefix}${stepAttributeName(step)}`, ms)
         }
         if (event.error) failed(span, event.error)
         span.end(event.timestamp)
@@ -277,4 +277,12 @@ export class TraceRecorder {
 function failed(span: Span, error: EventError): void {
   span.setAttribute(ATTR.errorType, errorType(error))
   span.setStatus({ code: SpanStatusCode.ERROR, message: error.message })
+}
+
+/** A backend's step name (`creating the container`) as an attribute name's last part (`creating_the_container`). */
+export function stepAttributeName(step: string): string {
+  return step
+    .toLowerCase()
+    .replace(/[^a-z0-9]+/g, '_')
+    .replace(/^_+|_+$/g, '')
 }

@@ -132,6 +132,13 @@ describe('telemetry of real Docker sandboxes, read back through the SDK in-memor
       ReadableSpan,
     ]
     expect(create.status.code).toBe(0)
+    // The create's steps, as the Docker backend timed them.
+    expect(
+      create.attributes['cordon.sandbox.create.step_ms.waiting_for_the_agent'],
+    ).toBeGreaterThan(0)
+    expect(
+      create.attributes['cordon.sandbox.create.step_ms.starting_the_container'],
+    ).toBeGreaterThan(0)
     expect(write.attributes).toMatchObject({
       'cordon.file.operation': 'write',
       'file.path': expect.stringMatching(/hello\.txt$/),

@@ -105,7 +105,10 @@ describe('events in any order, for any sandbox', () => {
     const a = id(1)
     feed(
       lifecycle('create.start', a, 0),
-      lifecycle('create.ready', a, 800, { durationMs: 800, steps: { 'container.create': 300 } }),
+      lifecycle('create.ready', a, 800, {
+        durationMs: 800,
+        steps: { 'creating the container': 300 },
+      }),
       exec('start', a, 1000, 'sh'),
       {
         type: 'file',
@@ -136,7 +139,9 @@ describe('events in any order, for any sandbox', () => {
       ['cordon.file.write', 1460, 1500],
       ['cordon.sandbox.destroy', 2000, 2300],
     ])
-    expect(children[0]!.attributes['cordon.sandbox.create.step_ms.container.create']).toBe(300)
+    expect(children[0]!.attributes['cordon.sandbox.create.step_ms.creating_the_container']).toBe(
+      300,
+    )
     expect(telemetry.trackedSandboxes).toBe(0)
     expect(await sumOf('cordon.sandbox.active')).toBe(0)
     expect(await sumOf('cordon.sandbox.ended', { 'cordon.sandbox.end_reason': 'destroyed' })).toBe(

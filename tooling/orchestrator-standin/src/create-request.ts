@@ -1,3 +1,5 @@
+import { LABEL_KEY, refProblems, SANDBOX_ID_PATTERN } from './snapshot-request.js'
+
 /** The create request as the stand-in accepts it (see packages/backend-microvm/openapi.yaml). */
 export interface ValidCreateRequest {
   readonly sandboxId: string
@@ -13,9 +15,6 @@ export interface ValidCreateRequest {
   readonly agentSecret: string
   readonly labels: Readonly<Record<string, string>>
 }
-
-const SANDBOX_ID = /^sbx_[a-z2-7]{26}$/
-const LABEL_KEY = /^[a-z0-9][a-z0-9._/-]*$/i
 
 /** Validates a create body; returns every problem found, or the request. */
 export function parseCreateRequest(body: unknown): {
@@ -33,22 +32,16 @@ export function parseCreateRequest(body: unknown): {
       problems.push(`${key} must be an integer of at least ${min}`)
     return value as number
   }
-  if (typeof raw.sandboxId !== 'string' || !SANDBOX_ID.test(raw.sandboxId))
+  if (typeof raw.sandboxId !== 'string' || !SANDBOX_ID_PATTERN.test(raw.sandboxId))
     problems.push('sandboxId must look like sbx_ and 26 base-32 characters')
   if (raw.template !== undefined && (typeof raw.template !== 'string' || raw.template.length === 0))
     problems.push('template must be a non-empty string')
   let agentSnapshot: ValidCreateRequest['agentSnapshot']
   if (raw.agentSnapshot !== undefined) {
-    const snapshot = raw.agentSnapshot as Record<string, unknown> | null
-    if (
-      typeof snapshot !== 'object' ||
-      snapshot === null ||
-      ['orgId', 'agentId', 'version'].some(
-        (key) => typeof snapshot[key] !== 'string' || !snapshot[key],
-      )
-    ) {
-      problems.push('agentSnapshot needs non-empty orgId, agentId and version')
-    } else
+    const snapshot = raw.agentSnapshot as Record<string, unknown>
+    const refProblemsFound = refProblems(snapshot, 'agentSnapshot')
+    if (refProblemsFound.length > 0) problems.push(...refProblemsFound)
+    else
       agentSnapshot = {
         orgId: String(snapshot.orgId),
         agentId: String(snapshot.agentId),

@@ -28,6 +28,18 @@ export interface Guest {
   readonly containerId: string
   /** Host path of the agent's unix socket. */
   readonly agentSocketPath: string
+  /** Host path of the guest's run directory (seen inside as {@link GUEST_RUN_DIR}). */
+  readonly runDir: string
+  /** Freezes every process of the guest: the engine's freezer (runc's cgroup freezer). */
+  pause(): Promise<void>
+  /** Thaws what {@link pause} froze. */
+  resume(): Promise<void>
+  /**
+   * Runs a command in the guest as its unprivileged user (so it can do no
+   * more than the guest's own code could); rejects unless it exits 0. Its
+   * standard output goes to `stdout` when given.
+   */
+  run(command: readonly string[], stdout?: NodeJS.WritableStream): Promise<void>
   remove(): Promise<void>
 }
 
@@ -94,6 +106,8 @@ export async function startGuest(docker: Dockerode, spec: GuestSpec): Promise<Gu
     },
   })
   const remove = async (): Promise<void> => {
+    // A frozen container is thawed first, so its processes can be killed on every runtime.
+    await container.unpause().catch(() => {})
     await container.remove({ force: true, v: true }).catch((error: { statusCode?: number }) => {
       if (error?.statusCode !== 404) throw error
     })
@@ -105,5 +119,52 @@ export async function startGuest(docker: Dockerode, spec: GuestSpec): Promise<Gu
     await remove().catch(() => {})
     throw error
   }
-  return { containerId: container.id, agentSocketPath: join(runDir, 'agent.sock'), remove }
+  return {
+    containerId: container.id,
+    agentSocketPath: join(runDir, 'agent.sock'),
+    runDir,
+    pause: async () => {
+      await container.pause()
+    },
+    resume: async () => {
+      await container.unpause()
+    },
+    run: (command, stdout) => runInGuest(docker, container, command, stdout),
+    remove,
+  }
+}
+
+async function runInGuest(
+  docker: Dockerode,
+  container: Dockerode.Container,
+  command: readonly string[],
+  stdout: NodeJS.WritableStream | undefined,
+): Promise<void> {
+  const exec = await container.exec({
+    Cmd: [...command],
+    User: `${GUEST_UID}:${GUEST_UID}`,
+    AttachStdout: true,
+    AttachStderr: true,
+  })
+  const stream = await exec.start({})
+  const diagnostics: Buffer[] = []
+  const keepDiagnostics = {
+    write: (chunk: Buffer) => diagnostics.push(chunk),
+  } as unknown as NodeJS.WritableStream
+  docker.modem.demuxStream(stream, stdout ?? keepDiagnostics, keepDiagnostics)
+  await new Promise<void>((resolve, reject) => {
+    stream.on('end', resolve)
+    stream.on('close', resolve)
+    stream.on('error', reject)
+  })
+  let state = await exec.inspect()
+  // The stream can end a moment before the engine records the exit.
+  for (let attempt = 0; state.Running && attempt < 100; attempt++) {
+    await new Promise((resolve) => setTimeout(resolve, 50))
+    state = await exec.inspect()
+  }
+  if (state.ExitCode !== 0) {
+    const said = Buffer.concat(diagnostics).toString('utf8').trim().slice(0, 500)
+    throw new Error(`${command.join(' ')} exited ${state.ExitCode} in the guest: ${said}`)
+  }
 }

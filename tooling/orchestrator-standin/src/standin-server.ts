@@ -1,5 +1,5 @@
 import { randomBytes, timingSafeEqual } from 'node:crypto'
-import { mkdtemp, rm } from 'node:fs/promises'
+import { mkdir, mkdtemp, rm } from 'node:fs/promises'
 import {
   createServer as createHttpServer,
   type IncomingMessage,
@@ -13,7 +13,15 @@ import { agentProgramPath } from '@cordon/agent'
 import Dockerode from 'dockerode'
 import { parseCreateRequest, type ValidCreateRequest } from './create-request.js'
 import { GUEST_OUTPUTS_DIR, type Guest, startGuest } from './guest-container.js'
+import { captureGuestFilesystem, restoreGuestFilesystem } from './guest-snapshot.js'
 import { type MtlsRelayCredentials, startMtlsRelay } from './mtls-relay.js'
+import {
+  parseSnapshotRequest,
+  SANDBOX_ID_PATTERN,
+  type StoredSnapshot,
+  snapshotKey,
+  snapshotView,
+} from './snapshot-request.js'
 import { startVsockRelay } from './vsock-relay.js'
 
 export const DEFAULT_GUEST_IMAGE = 'cordon-test/node:latest'
@@ -48,16 +56,28 @@ export interface OrchestratorStandin {
   readonly id: string
   /** Ids of the guests alive now. */
   guests(): string[]
+  /** References (`orgId/agentId/version`) of the snapshots it holds now. */
+  snapshots(): string[]
   /** Deletes every guest (and any container labelled with this stand-in), then stops serving. */
   close(): Promise<void>
 }
 
 interface GuestRecord {
   readonly request: ValidCreateRequest
+  /** The template it runs: the request's, or that of the snapshot it was created from. */
+  readonly template: string | undefined
+  readonly image: string
   readonly ready: Promise<void>
   guest?: Guest
   relays: Array<{ close(): Promise<void> }>
   lifetime?: ReturnType<typeof setTimeout>
+  /** When the lifetime runs out (Date.now()), while it is counting. */
+  lifetimeEndsAt?: number
+  /** What was left of the lifetime when the guest was paused. */
+  lifetimeLeftMs?: number
+  paused: boolean
+  /** Pause, resume and snapshot of one guest run one after the other. */
+  operations: Promise<unknown>
   deleteRequested: boolean
   removal?: Promise<void>
 }
@@ -107,7 +127,10 @@ export async function startOrchestratorStandin(
   const programPath = options.agentProgramPath ?? agentProgramPath()
   const standinId = `standin-${randomBytes(6).toString('hex')}`
   const stateDir = await mkdtemp(join(tmpdir(), 'cordon-standin-'))
+  const snapshotDir = join(stateDir, 'snapshots')
+  await mkdir(snapshotDir, { mode: 0o700 })
   const records = new Map<string, GuestRecord>()
+  const snapshots = new Map<string, StoredSnapshot>()
   const expectedToken = Buffer.from(`Bearer ${options.token}`)
 
   const removeGuest = (id: string, record: GuestRecord): Promise<void> => {
@@ -123,13 +146,39 @@ export async function startOrchestratorStandin(
     return record.removal
   }
 
+  // The orchestrator enforces the lifetime too, so a host that died cannot leak the guest forever.
+  const armLifetime = (id: string, record: GuestRecord, ms: number): void => {
+    record.lifetimeEndsAt = Date.now() + ms
+    record.lifetime = setTimeout(() => void removeGuest(id, record).catch(() => {}), ms)
+    record.lifetime.unref()
+  }
+
   const createGuest = async (
     request: ValidCreateRequest,
   ): Promise<{ record: GuestRecord; body: Record<string, unknown> }> => {
-    const guestImage =
-      request.template === undefined ? image : options.templates?.[request.template]
-    if (!guestImage)
-      throw new HttpError(400, 'invalid-request', `unknown template "${request.template}"`)
+    const fromSnapshot =
+      request.agentSnapshot === undefined
+        ? undefined
+        : snapshots.get(snapshotKey(request.agentSnapshot))
+    if (request.agentSnapshot !== undefined && !fromSnapshot)
+      throw new HttpError(
+        404,
+        'not-found',
+        `no snapshot ${snapshotKey(request.agentSnapshot)} (this stand-in resumes only snapshots it captured)`,
+      )
+    if (
+      fromSnapshot &&
+      request.template !== undefined &&
+      request.template !== fromSnapshot.template
+    )
+      throw new HttpError(
+        409,
+        'conflict',
+        `snapshot ${fromSnapshot.key} is layered on template ${fromSnapshot.template ?? '(default)'}, not ${request.template}`,
+      )
+    const template = fromSnapshot ? fromSnapshot.template : request.template
+    const guestImage = template === undefined ? image : options.templates?.[template]
+    if (!guestImage) throw new HttpError(400, 'invalid-request', `unknown template "${template}"`)
     if (request.egressAllowlist === undefined || request.egressAllowlist.length > 0) {
       throw new HttpError(422, 'control-refused', 'egress policy refused', {
         control: 'egress',
@@ -146,11 +195,15 @@ export async function startOrchestratorStandin(
     let rejectReady!: (error: unknown) => void
     const record: GuestRecord = {
       request,
+      template,
+      image: guestImage,
       ready: new Promise<void>((resolve, reject) => {
         resolveReady = resolve
         rejectReady = reject
       }),
       relays: [],
+      paused: false,
+      operations: Promise.resolve(),
       deleteRequested: false,
     }
     record.ready.catch(() => {})
@@ -175,6 +228,8 @@ export async function startOrchestratorStandin(
         outputsSizeMb: options.outputsSizeMb ?? 1024,
         cpus: options.cpus ?? 1,
       })
+      // Before anyone can reach the agent: the client learns the endpoint from the answer.
+      if (fromSnapshot) await restoreGuestFilesystem(record.guest, fromSnapshot.archivePath)
       let agent: Record<string, unknown>
       if (options.agentRelay) {
         const relay = await startMtlsRelay({
@@ -200,14 +255,8 @@ export async function startOrchestratorStandin(
         )
         agent = { kind: 'vsock', udsPath, port: request.agentVsockPort }
       }
-      if (request.timeoutMs !== undefined) {
-        // The orchestrator enforces the lifetime too, so a host that died cannot leak the guest forever.
-        record.lifetime = setTimeout(
-          () => void removeGuest(request.sandboxId, record).catch(() => {}),
-          request.timeoutMs + 5_000,
-        )
-        record.lifetime.unref()
-      }
+      if (request.timeoutMs !== undefined)
+        armLifetime(request.sandboxId, record, request.timeoutMs + 5_000)
       resolveReady()
       return { record, body: { sandboxId: request.sandboxId, rootDir: GUEST_OUTPUTS_DIR, agent } }
     } catch (error) {
@@ -215,6 +264,99 @@ export async function startOrchestratorStandin(
       await removeGuest(request.sandboxId, record).catch(() => {})
       throw error
     }
+  }
+
+  /** The guest an operation applies to: 404 when there is none, 409 while it is made or removed. */
+  const runningGuest = (id: string): { record: GuestRecord; guest: Guest } => {
+    if (!SANDBOX_ID_PATTERN.test(id))
+      throw new HttpError(
+        400,
+        'invalid-request',
+        'sandboxId must look like sbx_ and 26 base-32 characters',
+      )
+    const record = records.get(id)
+    if (!record) throw new HttpError(404, 'not-found', `no sandbox ${id}`)
+    if (!record.guest || record.removal || record.deleteRequested)
+      throw new HttpError(409, 'conflict', `sandbox ${id} is being created or deleted`)
+    return { record, guest: record.guest }
+  }
+
+  const serially = <T>(record: GuestRecord, operation: () => Promise<T>): Promise<T> => {
+    const run = record.operations.then(operation, operation)
+    record.operations = run.catch(() => {})
+    return run
+  }
+
+  const pauseGuest = (id: string): Promise<void> => {
+    const { record, guest } = runningGuest(id)
+    return serially(record, async () => {
+      if (record.paused || record.removal) return
+      await guest.pause()
+      record.paused = true
+      // Paused time does not count toward the lifetime.
+      if (record.lifetime && record.lifetimeEndsAt !== undefined) {
+        clearTimeout(record.lifetime)
+        record.lifetime = undefined
+        record.lifetimeLeftMs = Math.max(0, record.lifetimeEndsAt - Date.now())
+      }
+    })
+  }
+
+  const resumeGuest = (id: string): Promise<void> => {
+    const { record, guest } = runningGuest(id)
+    return serially(record, async () => {
+      if (!record.paused || record.removal) return
+      await guest.resume()
+      record.paused = false
+      if (record.lifetimeLeftMs !== undefined) {
+        armLifetime(id, record, record.lifetimeLeftMs)
+        record.lifetimeLeftMs = undefined
+      }
+    })
+  }
+
+  const snapshotGuest = async (id: string, body: unknown): Promise<StoredSnapshot> => {
+    const { problems, request } = parseSnapshotRequest(body)
+    const { record, guest } = runningGuest(id)
+    if (!request) throw new HttpError(400, 'invalid-request', problems.join('; '))
+    if (request.memory) {
+      throw new HttpError(422, 'control-refused', 'memory snapshot refused', {
+        control: 'snapshot.memory',
+        reason:
+          "this stand-in captures a guest's filesystem only: its guests are runc containers, and capturing their memory needs CRIU, which it does not drive",
+      })
+    }
+    const key = snapshotKey(request.agentSnapshot)
+    return serially(record, async () => {
+      if (snapshots.has(key)) throw new HttpError(409, 'conflict', `snapshot ${key} already exists`)
+      if (record.paused) {
+        throw new HttpError(
+          409,
+          'conflict',
+          `sandbox ${id} is paused: this stand-in captures a filesystem by running tar in the guest, which a frozen guest cannot; resume it first`,
+        )
+      }
+      const archivePath = join(snapshotDir, `${randomBytes(12).toString('hex')}.tar`)
+      const sizeBytes = await captureGuestFilesystem(guest, archivePath)
+      if (snapshots.has(key)) {
+        await rm(archivePath, { force: true })
+        throw new HttpError(409, 'conflict', `snapshot ${key} already exists`)
+      }
+      const stored: StoredSnapshot = {
+        key,
+        agentSnapshot: request.agentSnapshot,
+        sourceSandboxId: id,
+        ...(record.template === undefined ? {} : { template: record.template }),
+        image: record.image,
+        archivePath,
+        memory: false,
+        sizeBytes,
+        createdAt: new Date().toISOString(),
+        labels: { ...request.labels, 'cordon.standin': standinId },
+      }
+      snapshots.set(key, stored)
+      return stored
+    })
   }
 
   const handle = async (req: IncomingMessage, res: ServerResponse): Promise<void> => {
@@ -230,9 +372,27 @@ export async function startOrchestratorStandin(
       throw new HttpError(401, 'unauthorized', 'a valid bearer token is required')
     }
     const url = new URL(req.url ?? '/', 'http://standin')
-    const match = /^\/v1\/sandboxes(?:\/([^/]+))?$/.exec(url.pathname)
+    if (url.pathname === '/v1/snapshots' || url.pathname.startsWith('/v1/snapshots/')) {
+      await handleSnapshots(req, res, url)
+      return
+    }
+    const match = /^\/v1\/sandboxes(?:\/([^/]+)(?:\/(pause|resume|snapshots))?)?$/.exec(
+      url.pathname,
+    )
     if (!match) throw new HttpError(404, 'not-found', `no route ${req.method} ${url.pathname}`)
     const id = match[1] === undefined ? undefined : decodeURIComponent(match[1])
+    const operation = match[2]
+    if (operation !== undefined && id !== undefined) {
+      if (req.method !== 'POST')
+        throw new HttpError(405, 'invalid-request', `${req.method} is not allowed here`)
+      if (operation === 'snapshots') {
+        send(res, 201, snapshotView(await snapshotGuest(id, await readJson(req))))
+        return
+      }
+      await (operation === 'pause' ? pauseGuest(id) : resumeGuest(id))
+      send(res, 200, { sandboxId: id, state: operation === 'pause' ? 'paused' : 'running' })
+      return
+    }
 
     if (req.method === 'POST' && id === undefined) {
       const { problems, request } = parseCreateRequest(await readJson(req))
@@ -264,11 +424,56 @@ export async function startOrchestratorStandin(
       if (!record) throw new HttpError(404, 'not-found', `no sandbox ${id}`)
       send(res, 200, {
         sandboxId: id,
-        state: record.guest ? 'running' : 'creating',
+        state: !record.guest ? 'creating' : record.paused ? 'paused' : 'running',
         labels: record.request.labels,
         template: record.request.template ?? null,
         agentSnapshot: record.request.agentSnapshot ?? null,
       })
+      return
+    }
+    throw new HttpError(405, 'invalid-request', `${req.method} is not allowed here`)
+  }
+
+  const handleSnapshots = async (
+    req: IncomingMessage,
+    res: ServerResponse,
+    url: URL,
+  ): Promise<void> => {
+    if (url.pathname === '/v1/snapshots') {
+      if (req.method !== 'GET')
+        throw new HttpError(405, 'invalid-request', `${req.method} is not allowed here`)
+      const wanted = url.searchParams.getAll('label').map((pair) => {
+        const equals = pair.indexOf('=')
+        if (equals < 1)
+          throw new HttpError(400, 'invalid-request', `label ${pair} is not key=value`)
+        return [pair.slice(0, equals), pair.slice(equals + 1)] as const
+      })
+      const listed = [...snapshots.values()].filter((snapshot) =>
+        wanted.every(([key, value]) => snapshot.labels[key] === value),
+      )
+      send(res, 200, { snapshots: listed.map(snapshotView) })
+      return
+    }
+    const parts = url.pathname.slice('/v1/snapshots/'.length).split('/')
+    if (parts.length !== 3 || parts.some((part) => part.length === 0))
+      throw new HttpError(404, 'not-found', `no route ${req.method} ${url.pathname}`)
+    const [orgId, agentId, version] = parts.map((part) => decodeURIComponent(part)) as [
+      string,
+      string,
+      string,
+    ]
+    const key = snapshotKey({ orgId, agentId, version })
+    const stored = snapshots.get(key)
+    if (req.method === 'GET') {
+      if (!stored) throw new HttpError(404, 'not-found', `no snapshot ${key}`)
+      send(res, 200, snapshotView(stored))
+      return
+    }
+    if (req.method === 'DELETE') {
+      if (!stored) throw new HttpError(404, 'not-found', `no snapshot ${key}`)
+      snapshots.delete(key)
+      await rm(stored.archivePath, { force: true })
+      res.writeHead(204).end()
       return
     }
     throw new HttpError(405, 'invalid-request', `${req.method} is not allowed here`)
@@ -318,6 +523,7 @@ export async function startOrchestratorStandin(
     url: `${options.tls ? 'https' : 'http'}://${host}:${port}`,
     id: standinId,
     guests: () => [...records.keys()],
+    snapshots: () => [...snapshots.keys()],
     async close() {
       await new Promise<void>((resolve) => {
         server.close(() => resolve())

@@ -163,6 +163,73 @@ describe('orchestrator stand-in', () => {
     ).toEqual([])
   })
 
+  it("does not count a paused guest's time toward its lifetime, and removes it once the rest has run out", async () => {
+    // The stand-in gives a guest timeoutMs plus 5 s: here 6 s.
+    const body = createBody({ timeoutMs: 1_000 })
+    const id = String(body.sandboxId)
+    expect((await call('POST', '/v1/sandboxes', body)).status).toBe(201)
+    const paused = await call('POST', `/v1/sandboxes/${id}/pause`)
+    expect(paused.status).toBe(200)
+    expect(await paused.json()).toEqual({ sandboxId: id, state: 'paused' })
+    const [info] = await docker.listContainers({
+      all: true,
+      filters: { label: [`cordon.sandbox=${id}`] },
+    })
+    expect((await docker.getContainer(info!.Id).inspect()).State.Paused).toBe(true)
+    await new Promise((resolve) => setTimeout(resolve, 8_000))
+    const described = await call('GET', `/v1/sandboxes/${id}`)
+    expect(described.status).toBe(200)
+    expect(await described.json()).toMatchObject({ state: 'paused' })
+    const resumed = await call('POST', `/v1/sandboxes/${id}/resume`)
+    expect(await resumed.json()).toEqual({ sandboxId: id, state: 'running' })
+    const until = Date.now() + 30_000
+    while ((await call('GET', `/v1/sandboxes/${id}`)).status === 200 && Date.now() < until)
+      await new Promise((resolve) => setTimeout(resolve, 250))
+    expect((await call('GET', `/v1/sandboxes/${id}`)).status).toBe(404)
+    expect(
+      await docker.listContainers({ all: true, filters: { label: [`cordon.sandbox=${id}`] } }),
+    ).toEqual([])
+  }, 60_000)
+
+  it('answers pause, resume and snapshot requests it cannot serve with the error the spec names', async () => {
+    const missing = `sbx_${'b'.repeat(26)}`
+    for (const operation of ['pause', 'resume', 'snapshots']) {
+      const unknown = await call('POST', `/v1/sandboxes/${missing}/${operation}`, {})
+      expect(unknown.status, operation).toBe(404)
+      expect(await unknown.json()).toMatchObject({ error: { code: 'not-found' } })
+      const malformed = await call('POST', `/v1/sandboxes/nope/${operation}`, {})
+      expect(malformed.status, operation).toBe(400)
+      expect(await malformed.json()).toMatchObject({ error: { code: 'invalid-request' } })
+      expect((await call('GET', `/v1/sandboxes/${missing}/${operation}`)).status).toBe(405)
+    }
+    const body = createBody()
+    const id = String(body.sandboxId)
+    expect((await call('POST', '/v1/sandboxes', body)).status).toBe(201)
+    try {
+      const invalid = await call('POST', `/v1/sandboxes/${id}/snapshots`, {
+        agentSnapshot: { orgId: '', agentId: 'a/b' },
+        memory: 'yes',
+        labels: [],
+      })
+      expect(invalid.status).toBe(400)
+      const { error } = (await invalid.json()) as { error: { message: string } }
+      for (const field of ['orgId', 'agentId', 'version', 'memory', 'labels'])
+        expect(error.message).toContain(field)
+      const fromNothing = await call(
+        'POST',
+        '/v1/sandboxes',
+        createBody({ agentSnapshot: { orgId: 'o', agentId: 'a', version: 'never-made' } }),
+      )
+      expect(fromNothing.status).toBe(404)
+      expect(await fromNothing.json()).toMatchObject({ error: { code: 'not-found' } })
+      expect((await call('GET', '/v1/snapshots?label=nonsense')).status).toBe(400)
+      expect(await (await call('GET', '/v1/snapshots')).json()).toEqual({ snapshots: [] })
+      expect((await call('DELETE', '/v1/snapshots/o/a/never-made')).status).toBe(404)
+    } finally {
+      await call('DELETE', `/v1/sandboxes/${id}`)
+    }
+  })
+
   it('removes every guest it made when it closes', async () => {
     const own = await startOrchestratorStandin({ token, labels: runLabels })
     const ids = [createBody(), createBody()]
