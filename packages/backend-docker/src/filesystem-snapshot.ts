@@ -118,62 +118,91 @@ export async function takeFilesystemSnapshot(source: SnapshotSource): Promise<St
     [SNAPSHOT_LABEL.egress]: JSON.stringify(egress),
   }
   const abort = source.signal ? { abortSignal: source.signal } : {}
-  const helper = await docker.createContainer({
-    name: `cordon-snapshot-${id}`,
-    Image: source.baseImage,
-    Entrypoint: ['/.cordon-snapshot-is-never-run'],
-    Cmd: [],
-    Labels: labels,
-    NetworkDisabled: true,
-    HostConfig: { NetworkMode: 'none', LogConfig: { Type: 'none', Config: {} } },
-    ...abort,
-  })
+  const helperName = `cordon-snapshot-${id}`
+  // By name, not by handle: a call cut off by the signal may still have landed on the engine.
+  const removeHelper = () =>
+    docker
+      .getContainer(helperName)
+      .remove({ force: true })
+      .catch(() => {})
+  const removeImage = () =>
+    docker
+      .getImage(snapshotImage(id))
+      .remove({ force: true })
+      .catch(() => {})
   try {
-    const tar = new PassThrough()
-    const captured = runInContainer(
-      source,
-      ['-e', CAPTURE_SCRIPT, `.cordon-snapshot/${id}`, ...source.roots],
-      tar,
-    )
-    const [result] = await Promise.all([
-      captured,
-      helper.putArchive(tar as unknown as string, { path: '/', ...abort }),
-    ]).catch((error: unknown) => {
-      // Whichever side failed, the other stops: the capture's stream closes.
-      tar.destroy()
-      throw error
-    })
-    if (result.exitCode !== 0)
-      throw new SandboxOperationError(
-        'snapshot',
-        `capturing the sandbox's files failed (exit ${result.exitCode}): ${result.stderr.trim().slice(0, 500)}`,
-      )
-    const bytes = Number(/cordon-snapshot-bytes=(\d+)/.exec(result.stderr)?.[1] ?? 0)
-    const committed = await helper.commit({
-      repo: SNAPSHOT_REPOSITORY,
-      tag: id,
-      pause: false,
-      changes: `LABEL ${SNAPSHOT_LABEL.bytes}=${bytes}`,
+    return await capture()
+  } catch (error) {
+    await removeImage()
+    // A create or commit the signal cut off can land on a busy engine a moment later.
+    for (const delay of LATE_SWEEPS_MS)
+      setTimeout(() => void removeHelper().then(removeImage), delay).unref()
+    throw error
+  } finally {
+    await removeHelper()
+  }
+
+  async function capture(): Promise<StoredSnapshot> {
+    const helper = await docker.createContainer({
+      name: helperName,
+      Image: source.baseImage,
+      Entrypoint: ['/.cordon-snapshot-is-never-run'],
+      Cmd: [],
+      Labels: labels,
+      NetworkDisabled: true,
+      HostConfig: { NetworkMode: 'none', LogConfig: { Type: 'none', Config: {} } },
       ...abort,
     })
-    return {
-      id,
-      createdAt,
-      sizeBytes: bytes,
-      memory: false,
-      backend: source.backend,
-      sourceSandboxId: source.sandboxId,
-      limits,
-      egress,
-      image: snapshotImage(id),
-      baseImage: source.baseImage,
-      roots: [...source.roots],
-      imageId: (committed as { Id?: string }).Id ?? '',
+    try {
+      const tar = new PassThrough()
+      const captured = runInContainer(
+        source,
+        ['-e', CAPTURE_SCRIPT, `.cordon-snapshot/${id}`, ...source.roots],
+        tar,
+      )
+      const [result] = await Promise.all([
+        captured,
+        helper.putArchive(tar as unknown as string, { path: '/', ...abort }),
+      ]).catch((error: unknown) => {
+        // Whichever side failed, the other stops: the capture's stream closes.
+        tar.destroy()
+        throw error
+      })
+      if (result.exitCode !== 0)
+        throw new SandboxOperationError(
+          'snapshot',
+          `capturing the sandbox's files failed (exit ${result.exitCode}): ${result.stderr.trim().slice(0, 500)}`,
+        )
+      const bytes = Number(/cordon-snapshot-bytes=(\d+)/.exec(result.stderr)?.[1] ?? 0)
+      const committed = await helper.commit({
+        repo: SNAPSHOT_REPOSITORY,
+        tag: id,
+        pause: false,
+        changes: `LABEL ${SNAPSHOT_LABEL.bytes}=${bytes}`,
+        ...abort,
+      })
+      return {
+        id,
+        createdAt,
+        sizeBytes: bytes,
+        memory: false,
+        backend: source.backend,
+        sourceSandboxId: source.sandboxId,
+        limits,
+        egress,
+        image: snapshotImage(id),
+        baseImage: source.baseImage,
+        roots: [...source.roots],
+        imageId: (committed as { Id?: string }).Id ?? '',
+      }
+    } finally {
+      await removeHelper()
     }
-  } finally {
-    await helper.remove({ force: true }).catch(() => {})
   }
 }
+
+/** When to look again for a helper or image a cut-off engine call made late. */
+const LATE_SWEEPS_MS = [1000, 3000, 8000]
 
 /**
  * Runs the runtime's Node inside the container as the sandbox's user,
