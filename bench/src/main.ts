@@ -30,6 +30,7 @@ const SCENARIOS: Record<string, () => Promise<Scenario>> = {
   'agent-start': async () => (await import('./agent-start.js')).agentStart,
   'pause-resume': async () => (await import('./pause-resume.js')).pauseResume,
   'snapshot-fork': async () => (await import('./snapshot-fork.js')).snapshotFork,
+  reconnect: async () => (await import('./reconnect.js')).reconnect,
 }
 
 function parseArgs(argv: readonly string[]): {

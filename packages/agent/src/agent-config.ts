@@ -77,6 +77,13 @@ export interface AgentConfig {
   /** The agent exits this long after it started: a lifetime the host's death cannot stop. */
   readonly lifetimeMs: number | undefined
   /**
+   * With `stdio`: the host closing the channel does not end the agent. It
+   * serves the direct socket (required) until its lifetime (required) ends
+   * it, so that another host process holding the secret can reach it again
+   * (a detached sandbox).
+   */
+  readonly detached: boolean
+  /**
    * cordon-launcher, the native program that starts commands with vfork()
    * (launcher-client.ts); unset, or if it cannot start, commands start with
    * Node's spawn, which behaves the same and costs a few milliseconds more.
@@ -112,6 +119,7 @@ export const AGENT_ENV = {
   egressPort: 'CORDON_AGENT_EGRESS_PORT',
   directSocket: 'CORDON_AGENT_DIRECT_SOCKET',
   lifetimeMs: 'CORDON_AGENT_LIFETIME_MS',
+  detached: 'CORDON_AGENT_DETACHED',
   sealRoots: 'CORDON_AGENT_SEAL_ROOTS',
   handOver: 'CORDON_AGENT_HAND_OVER',
   storageCaps: 'CORDON_AGENT_STORAGE_CAPS',
@@ -249,6 +257,11 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
     2_147_483_647,
     problems,
   )
+  const detached = get(AGENT_ENV.detached) === '1'
+  if (detached && (directSocket === undefined || lifetimeMs === undefined))
+    problems.push(
+      `${AGENT_ENV.detached} needs ${AGENT_ENV.directSocket} (how a host reaches it again) and ${AGENT_ENV.lifetimeMs} (so that it ends)`,
+    )
 
   const launcher = get(AGENT_ENV.launcher)
   if (launcher !== undefined && !isAbsolute(launcher))
@@ -282,6 +295,7 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
     directSocket,
     egressPort,
     lifetimeMs,
+    detached,
     launcher,
     parentLauncher,
     log: quiet ? () => {} : writeLogLine,

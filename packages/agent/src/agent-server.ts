@@ -233,6 +233,17 @@ async function startStdioAgent(
       if (egress) await closeServer(egress)
     })())
   mux.onClose((reason) => {
+    if (config.detached && !closing) {
+      // A detached sandbox outlives its creator: hosts reach it again on the direct socket.
+      config.log(
+        'info',
+        'the host closed the channel; serving the direct socket until the lifetime ends',
+        {
+          reason: reason.message,
+        },
+      )
+      return
+    }
     config.log('info', 'the host closed the channel; stopping', { reason: reason.message })
     // process.exitCode: the status a deliberate end (a storage cap) set, 0 otherwise.
     void close().finally(() => process.exit())

@@ -12,6 +12,7 @@ import { type RunningAgent, startAgent } from './agent-server.js'
 import { type CapabilityName, missingCapabilities } from './effective-capabilities.js'
 import { killProcessesOf } from './output-seal.js'
 import { AGENT_EXIT_CODES } from './protocol/exit-codes.js'
+import { runRelay } from './relay.js'
 import { deferStartupBackgroundWork } from './startup-v8-flags.js'
 import { findExcess, type StorageExcess, watchStorage } from './storage-watch.js'
 import { actAsItself } from './user-identity.js'
@@ -19,6 +20,11 @@ import { actAsItself } from './user-identity.js'
 async function main(): Promise<void> {
   if (process.argv.includes('--version')) {
     process.stdout.write(`${AGENT_VERSION}\n`)
+    return
+  }
+  const relay = process.argv.indexOf('--relay')
+  if (relay !== -1 && process.argv[relay + 1]) {
+    runRelay(process.argv[relay + 1]!)
     return
   }
   deferStartupBackgroundWork()

@@ -345,3 +345,83 @@ async function waitFor(condition: () => boolean): Promise<void> {
     await new Promise((resolve) => setTimeout(resolve, 10))
   expect(condition()).toBe(true)
 }
+
+/** An agent client that dials the unix socket at `path` for each connection. */
+function socketClient(path: string, secret: string): AgentClient {
+  return new AgentClient({
+    secret,
+    description: path,
+    dial: () =>
+      new Promise<Socket>((resolve, reject) => {
+        const socket = connect(path)
+        socket.once('connect', () => resolve(socket))
+        socket.once('error', reject)
+      }),
+    heartbeatMs: 1_000,
+  })
+}
+
+describe('a detached agent (CORDON_AGENT_DETACHED)', () => {
+  it('outlives its channel: it serves its direct socket, and a relay to it, until its lifetime ends it', async () => {
+    const agent = await startStdioAgent(
+      { CORDON_AGENT_DETACHED: '1', CORDON_AGENT_LIFETIME_MS: '8000' },
+      { directSocket: true },
+    )
+    try {
+      await run(agent, 'sh', ['-c', 'echo kept > kept.txt'])
+      // The creating host goes away: its channel closes.
+      agent.client.close()
+      agent.mux.close()
+      agent.child.stdin!.end()
+      await new Promise((resolve) => setTimeout(resolve, 500))
+      expect(agent.child.exitCode).toBeNull()
+
+      // Another host, holding the secret, reaches it on the socket...
+      const direct = socketClient(agent.directSocketPath, agent.secret)
+      expect((await direct.health()).pid).toBe(agent.child.pid)
+      direct.close()
+      // ...or through a relay started beside it, which holds no secret of its own.
+      const relay = spawn(process.execPath, [AGENT_PROGRAM, '--relay', agent.directSocketPath], {
+        stdio: ['pipe', 'pipe', 'pipe'],
+      })
+      const relayed = new StreamMux(relay.stdout!, relay.stdin!, { initiator: true })
+      const through = new AgentClient({
+        secret: agent.secret,
+        description: 'relay',
+        dial: async (_signal, kind) => relayed.open({ kind }),
+        heartbeatMs: 1_000,
+      })
+      const download = await through.readFile(join(agent.outputs, 'kept.txt'))
+      const chunks: Uint8Array[] = []
+      for await (const chunk of download.chunks) chunks.push(chunk)
+      expect(Buffer.concat(chunks).toString()).toBe('kept\n')
+      // A host without the secret is refused on the same way.
+      const impostor = new AgentClient({
+        secret: 'not-the-secret-0123456789',
+        description: 'relay',
+        dial: async (_signal, kind) => relayed.open({ kind }),
+      })
+      await expect(impostor.health()).rejects.toThrow()
+      through.close()
+      impostor.close()
+      relay.stdin!.end()
+      const [relayCode] = await once(relay, 'exit')
+      expect(relayCode).toBe(0)
+
+      // The lifetime ends it with no host around.
+      const [code] = await once(agent.child, 'exit')
+      expect(code).toBe(0)
+      expect(agent.stderr()).toMatch(/lifetime reached/)
+    } finally {
+      await stop(agent)
+    }
+  }, 60_000)
+
+  it('refuses to start detached without a direct socket or a lifetime', async () => {
+    const agent = await startStdioAgent({ CORDON_AGENT_DETACHED: '1' })
+    const [code] = await once(agent.child, 'exit')
+    expect(code).not.toBe(0)
+    expect(agent.stderr()).toMatch(/CORDON_AGENT_DETACHED needs/)
+    await stop(agent)
+  })
+})

@@ -248,6 +248,8 @@ export function agentEnvironment(options: {
   readonly directSocket?: string | undefined
   /** cordon-launcher in the runtime volume, if it holds one ({@link AgentRuntime.launcher}). */
   readonly launcher?: string | undefined
+  /** The agent outlives its attach (a detached sandbox): it ends at its lifetime. */
+  readonly detached?: boolean
 }): string[] {
   const writable = writableRoots(options.layout)
   // The working directory first: the agent's default for a command without cwd.
@@ -271,6 +273,7 @@ export function agentEnvironment(options: {
       ? {}
       : { CORDON_AGENT_DIRECT_SOCKET: options.directSocket }),
     ...(options.launcher === undefined ? {} : { CORDON_AGENT_LAUNCHER: options.launcher }),
+    ...(options.detached ? { CORDON_AGENT_DETACHED: '1' } : {}),
   }
   const sealed = sealedOutputPaths(options.layout)
   if (sealed.length > 0) env.CORDON_AGENT_SEAL_ROOTS = sealed.join(':')

@@ -10,6 +10,7 @@ import {
   type SandboxSnapshotStore,
 } from '@cordon/core'
 import {
+  type ConnectedBackendSandbox,
   type CordonSandboxBackend,
   enforcedLayoutMounts,
   LABEL,
@@ -19,8 +20,10 @@ import {
   resolverRefusedEvent,
   resolveSandboxPath,
   runCreateSequence,
+  type SandboxBackendConnectRequest,
   type SandboxBackendContext,
   type SandboxCreateRequest,
+  type SandboxListing,
   withEnforcedLimits,
   writableRoots,
 } from '@cordon/core/backend'
@@ -49,6 +52,12 @@ import {
 } from './container-spec.js'
 import { cpuSet } from './cpu-placement.js'
 import { dockerBackend, runscBackend } from './definition.js'
+import {
+  connectDetached,
+  encodeReconnectState,
+  listSandboxes,
+  stopAgent,
+} from './detached-connect.js'
 import {
   DIRECT_SOCKET_PATH,
   DirectRoute,
@@ -240,6 +249,13 @@ export class DockerBackend implements CordonSandboxBackend {
       )
     }
     refuseUnmountableLayout(layout, this.name)
+    if (request.detached && request.egress.kind !== 'deny-all') {
+      throw new SandboxControlRefusedError(
+        'detached',
+        this.name,
+        `a detached sandbox needs egress "deny-all": a "${request.egress.kind}" policy is enforced by this provider's egress gateway, which lives in the creating process and ends with it`,
+      )
+    }
     if (request.memoryLimitMb < MIN_MEMORY_LIMIT_MB) {
       throw new SandboxControlRefusedError(
         'memoryLimitMb',
@@ -277,14 +293,19 @@ export class DockerBackend implements CordonSandboxBackend {
     let registering: Promise<SandboxEgress> | undefined
     // Command and file streams go over the direct socket once the agent is up (direct-socket.ts).
     const directWanted = wantsDirectSocket(this.config, this.engine.socketPath)
+    // A detached agent always listens there: it is how a host reaches it again (detached-connect.ts).
+    const listensDirect = directWanted || request.detached
+    let disconnected = false
     let direct: DirectRoute | undefined
     const closeDirect = (): void => direct?.close()
 
     const sealsOutputs = sealedOutputPaths(layout).length > 0
     const remove = async (): Promise<void> => {
       closeDirect()
-      const running = channel !== undefined && !channel.isClosed
+      const running = channel !== undefined && (!channel.isClosed || request.detached)
       channel?.close()
+      // A detached agent outlives its channel: it is told to end (sealing its outputs) instead.
+      if (request.detached && running) await stopAgent(this.engine.docker, name)
       // The agent seals host-visible outputs as it ends; let it finish before the engine kills it.
       if (running && sealsOutputs) await this.waitForExit(name, SEAL_WAIT_MS)
       await this.removeContainer(name)
@@ -365,7 +386,7 @@ export class DockerBackend implements CordonSandboxBackend {
             mounts: layoutMounts(layout, runtime, this.name, this.engine.socketPath),
             tmpfs: {
               ...tmpfsMounts(this.config, layout, user),
-              ...(directWanted ? directSocketTmpfs() : {}),
+              ...(listensDirect ? directSocketTmpfs() : {}),
             },
             fileSizeBytes: fileSizeLimit(layout),
             handsOverOutputs: sealsOutputs,
@@ -377,8 +398,9 @@ export class DockerBackend implements CordonSandboxBackend {
               user,
               egressPort: proxied ? EGRESS_PROXY_PORT : undefined,
               lifetimeMs: request.lifetimeMs,
-              directSocket: directWanted ? DIRECT_SOCKET_PATH : undefined,
+              directSocket: listensDirect ? DIRECT_SOCKET_PATH : undefined,
               launcher: runtime.launcher,
+              detached: request.detached,
             }),
           }),
           abortSignal: signal,
@@ -536,6 +558,23 @@ export class DockerBackend implements CordonSandboxBackend {
             })
             return publicSnapshot(taken)
           },
+          ...(request.detached
+            ? {
+                reconnectSecret: encodeReconnectState({
+                  secret,
+                  env: request.env,
+                  workingDirectory,
+                  memoryLimitMb: request.memoryLimitMb,
+                  maxProcesses: request.maxProcesses,
+                }),
+                disconnect: async () => {
+                  disconnected = true
+                  closeDirect()
+                  channel?.close()
+                  this.events.forget(container.id)
+                },
+              }
+            : {}),
           setNetworkPolicy: async (policy) => {
             if (!egress) {
               throw new SandboxControlRefusedError(
@@ -554,7 +593,7 @@ export class DockerBackend implements CordonSandboxBackend {
         const startedAt = Date.now()
         channel.onClose(() => {
           closeDirect()
-          if (sandbox.status === 'destroyed') return
+          if (sandbox.status === 'destroyed' || disconnected) return
           const closedAt = Date.now()
           sandbox.markLost(
             endReason(this.events, container.id, {
@@ -583,14 +622,23 @@ export class DockerBackend implements CordonSandboxBackend {
   }
 
   private labels(request: SandboxCreateRequest, role: ResourceRole): Record<string, string> {
+    const owner = ownerLabels(this.context.providerId)
+    if (request.detached) {
+      // No process owns a detached sandbox: its end time does. Without the
+      // owner's pid, no sweep (of this version or an older one) takes the
+      // creator's exit for the sandbox's end; each keeps it until it expires.
+      delete owner[LABEL.ownerPid]
+      delete owner[LABEL.ownerStart]
+    }
     return {
       ...this.config.labels,
-      ...ownerLabels(this.context.providerId),
+      ...owner,
       [LABEL.sandbox]: request.id,
       [LABEL.role]: role,
       ...(request.lifetimeMs !== undefined
         ? { [LABEL.expires]: String(Date.now() + request.lifetimeMs) }
         : {}),
+      ...(request.detached ? { [LABEL.detached]: '1' } : {}),
     }
   }
 
@@ -648,6 +696,25 @@ export class DockerBackend implements CordonSandboxBackend {
       if (gone) return
       await new Promise((resolve) => setTimeout(resolve, REMOVAL_WAIT_INTERVAL_MS))
     }
+  }
+
+  /** Reaches a detached sandbox of this engine again (detached-connect.ts). */
+  async connect(request: SandboxBackendConnectRequest): Promise<ConnectedBackendSandbox> {
+    return connectDetached(request, {
+      docker: this.engine.docker,
+      engineSocketPath: this.engine.socketPath,
+      engineDescription: this.engine.description,
+      config: this.config,
+      definition: this.definition,
+      layout: this.context.layout,
+      emit: this.context.emit,
+    })
+  }
+
+  async list(options: { readonly signal?: AbortSignal }): Promise<readonly SandboxListing[]> {
+    return listSandboxes(this.engine.docker, options.signal).catch((error: unknown) => {
+      throw translateEngineError(error, this.name, this.engine.description, 'list')
+    })
   }
 
   async close(): Promise<void> {

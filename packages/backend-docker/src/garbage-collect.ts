@@ -35,6 +35,8 @@ export interface GarbageReport {
   readonly unjudged: readonly UnjudgedResource[]
   /** Resources that could not be removed (e.g. a volume still in use), with the engine's reason. */
   readonly failed: Array<{ readonly id: string; readonly reason: string }>
+  /** The sandbox ids of the detached sandboxes kept (before their end): their credentials still matter. */
+  readonly detachedKept: readonly string[]
 }
 
 export interface CollectGarbageOptions {
@@ -57,6 +59,11 @@ export interface CollectGarbageOptions {
 }
 
 /**
+ * A detached sandbox (`cordon.detached=1`) outlives its owner by design: it
+ * stays, whether its owner lives or not, until its end time
+ * (`cordon.expires`), and goes once that has passed (its agent ends it
+ * then; this removes one that could not end, e.g. paused).
+ *
  * Removes what cordon created for owners that are gone: containers, volumes and
  * networks labelled `cordon.managed=1` whose owner process no longer runs (as
  * judgeOwner decides: only for an owner in this process's own boot, PID and
@@ -86,7 +93,9 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
   const now = options.now ?? Date.now()
   const filters = { label: [`${LABEL.managed}=1`] }
   const unjudged: UnjudgedResource[] = []
+  const detachedKept: string[] = []
   const report: GarbageReport = {
+    detachedKept,
     containers: [],
     images: [],
     volumes: [],
@@ -110,12 +119,17 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
     labels: Record<string, string> | undefined,
   ): boolean => {
     if (!labels || labels[LABEL.role] === 'runtime') return false
-    const owner = judgeOwner(labels)
     const expires = Number(labels[LABEL.expires])
+    const hasExpiry = Number.isFinite(expires) && expires > 0
+    if (labels[LABEL.detached] === '1') {
+      // Made to outlive its owner: kept until its end, whoever is alive, and removed past it.
+      // (A detached sandbox's agent ends it at its lifetime; this catches one that could not.)
+      return !hasExpiry || expires < now
+    }
+    const owner = judgeOwner(labels)
     // A live owner ends its sandboxes at their lifetime itself, and knows what
     // the label cannot: a pause moves a lifetime's end later by the time paused.
-    if (Number.isFinite(expires) && expires > 0 && expires < now && owner.state !== 'alive')
-      return true
+    if (hasExpiry && expires < now && owner.state !== 'alive') return true
     if (owner.state === 'unknown') unjudged.push({ kind, id, reason: owner.reason })
     return owner.state === 'gone'
   }
@@ -124,6 +138,8 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
     if (info.Labels?.[LABEL.role] === 'runtime') continue
     if (!isGarbage('container', info.Id, info.Labels)) {
       ;(report as { kept: number }).kept++
+      const detachedId = info.Labels?.[LABEL.detached] === '1' && info.Labels[LABEL.sandbox]
+      if (detachedId) detachedKept.push(detachedId)
       continue
     }
     report.containers.push(info.Id)

@@ -35,6 +35,7 @@ export const localBackend = defineBackend<LocalBackendConfig>({
     terminal: false,
     // It has no freezer for a local process tree and does not offer watches of outside changes.
     pause: false,
+    reconnect: false,
     externalWatch: false,
     // A workspace of host files under the host's own user: nothing to capture as an image.
     snapshot: false,

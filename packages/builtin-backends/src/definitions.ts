@@ -40,6 +40,8 @@ const dockerEnforcement = (gvisor: boolean): SandboxEnforcementDeclaration => ({
   terminal: true,
   // The engine pauses a container (runc's cgroup freezer, gVisor's own pause).
   pause: true,
+  // A detached container's agent outlives its host; another process reaches it again by id.
+  reconnect: true,
   // gVisor's inotify sees what the sandbox does, not what the host does to a shared directory.
   externalWatch: !gvisor,
   // Files: the writable tmpfs mounts, captured into a local image (filesystem-snapshot.ts).
@@ -124,6 +126,8 @@ export function builtinBackends(importPackage: BackendPackageImporter) {
         terminal: false,
         // ARM has no operation that freezes a container group's processes.
         pause: false,
+        // Not built yet: a claimed group ends with the host that claimed it.
+        reconnect: false,
         // The mounts are remote shares: their changes do not reach the group's inotify.
         externalWatch: false,
         snapshot: false,
@@ -156,6 +160,8 @@ export function builtinBackends(importPackage: BackendPackageImporter) {
         terminal: false,
         // The control plane's pause and resume operations (openapi.yaml).
         pause: true,
+        // Not built yet: a guest ends with the host that created it.
+        reconnect: false,
         // A guest's kernel is its own: it does not see what the host does to shared files.
         externalWatch: false,
         snapshot: false,

@@ -8,6 +8,7 @@ import { limitCases } from './limit-cases.js'
 import { networkCases } from './network-cases.js'
 import { pauseCases } from './pause-cases.js'
 import { processCases } from './process-cases.js'
+import { reconnectCases } from './reconnect-cases.js'
 import { useSandboxes } from './shared-sandbox.js'
 import { snapshotCases } from './snapshot-cases.js'
 import type { SandboxConformanceOptions } from './suite-options.js'
@@ -47,5 +48,6 @@ export function describeSandboxConformance(options: SandboxConformanceOptions): 
     workAndUsageCases(options, sandboxes)
     pauseCases(options, sandboxes)
     snapshotCases(options, sandboxes)
+    reconnectCases(options, sandboxes)
   })
 }

@@ -62,6 +62,7 @@ const HONEST: SandboxEnforcementDeclaration = {
   denyAllNetwork: false,
   terminal: false,
   pause: false,
+  reconnect: false,
   externalWatch: false,
   snapshot: false,
   memorySnapshot: false,

@@ -102,6 +102,7 @@ export function defineBackend<Config extends SandboxBackendConfigBase>(
     'denyAllNetwork',
     'terminal',
     'pause',
+    'reconnect',
     'externalWatch',
     'snapshot',
     'memorySnapshot',

@@ -41,10 +41,20 @@ export {
   runCreateSequence,
 } from './create-sequence.js'
 export {
+  CredentialStore,
+  defaultCredentialStore,
+  type StoredCredential,
+} from './credential-store.js'
+export {
   type DeadlineOptions,
   sleep,
   withDeadline,
 } from './deadline.js'
+export type {
+  ConnectedBackendSandbox,
+  SandboxBackendConnectRequest,
+  SandboxListing,
+} from './detached-sandbox.js'
 export { DENY_ALL, networkPolicySchema } from './egress-policy.js'
 export type { SandboxEnforcementDeclaration } from './enforcement.js'
 export {

@@ -6,6 +6,11 @@ import {
   SANDBOX_DEFAULT_TIMEOUT_MS,
 } from './constants.js'
 import { requestRefusal } from './control-refusal.js'
+import type {
+  ConnectedBackendSandbox,
+  SandboxBackendConnectRequest,
+  SandboxListing,
+} from './detached-sandbox.js'
 import { DENY_ALL, type EgressPolicy } from './egress-policy.js'
 import type { SandboxEvent } from './events.js'
 import type { ResolvedContainerSandboxLayout } from './layout.js'
@@ -55,6 +60,12 @@ export interface SandboxBackendOptions {
    * to `runCreateSequence`.
    */
   readonly onStep?: (name: string) => void
+  /**
+   * The sandbox outlives the host process (see `SandboxCreateConfig.detached`);
+   * the provider passes it only with a lifetime, and only to a backend that
+   * declares `reconnect`. The backend's sandbox then has a `reconnectSecret`.
+   */
+  readonly detached?: boolean
 }
 
 /**
@@ -79,6 +90,16 @@ export interface SandboxBackend {
 /** What cordon's own backends are: a {@link SandboxBackend} whose sandboxes have every member. */
 export interface CordonSandboxBackend extends SandboxBackend {
   create(options: SandboxBackendOptions): Promise<CordonBackendSandbox>
+  /**
+   * Reaches a detached sandbox this backend made, from any process: resolves
+   * once its agent has accepted `secret`. Fails with `SandboxNotFoundError`
+   * when there is no such detached sandbox running, and with
+   * `SandboxCredentialRefusedError` when its agent refuses the secret.
+   * Required where the definition declares `reconnect`.
+   */
+  connect?(request: SandboxBackendConnectRequest): Promise<ConnectedBackendSandbox>
+  /** The sandboxes this backend may reach (what `provider.list()` shows). */
+  list?(options: { readonly signal?: AbortSignal }): Promise<readonly SandboxListing[]>
   close(): Promise<void>
   /** The snapshots the backend keeps; present where its definition declares `snapshot`. */
   readonly snapshots?: SandboxSnapshotStore
@@ -103,6 +124,8 @@ export interface SandboxCreateRequest<Limit extends number | undefined = number>
   /** The snapshot to start from, if any. */
   readonly snapshot: string | undefined
   readonly onStep: ((name: string) => void) | undefined
+  /** Outlives the host process; set only with a lifetime (see SandboxBackendOptions.detached). */
+  readonly detached: boolean
 }
 
 /**
@@ -135,6 +158,7 @@ export function resolveBackendOptions<Config extends SandboxBackendConfigBase>(
     signal: options.signal,
     snapshot: options.snapshot,
     onStep: options.onStep,
+    detached: options.detached === true,
   }
 }
 

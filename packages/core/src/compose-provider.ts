@@ -6,23 +6,43 @@ import type {
 import type { SandboxBackendConfigBase, SandboxBackendDefinition } from './backend-definition.js'
 import {
   parseConfig,
+  type SandboxConnectOptions,
   type SandboxCreateConfig,
   type SandboxProviderConfigFor,
+  sandboxConnectOptionsSchema,
   sandboxCreateConfigSchema,
 } from './config.js'
 import { SANDBOX_DEFAULT_TIMEOUT_MS } from './constants.js'
 import { requestRefusal } from './control-refusal.js'
 import { CreateStepTimer } from './create-step-timer.js'
+import {
+  CredentialStore,
+  decodeCredential,
+  defaultCredentialStore,
+  encodeCredential,
+} from './credential-store.js'
+import { detachedRefusal, listLiveSandboxes } from './detached-create.js'
+import type { SandboxListing } from './detached-sandbox.js'
 import { DENY_ALL } from './egress-policy.js'
-import { SandboxControlRefusedError, SandboxError, throwIfAborted } from './errors.js'
+import {
+  SandboxControlRefusedError,
+  SandboxCredentialRefusedError,
+  SandboxError,
+  SandboxNotFoundError,
+  throwIfAborted,
+} from './errors.js'
 import { describeError } from './event-error.js'
 import type { SandboxEvent, SandboxEventListener } from './events.js'
 import type { ResolvedContainerSandboxLayout } from './layout.js'
 import { ManagedSandbox } from './managed-sandbox.js'
 import type { CordonSandboxProvider, SandboxSnapshots } from './provider.js'
 import { prepareProviderConfig } from './provider-config.js'
-import type { CordonBackendSandbox, CordonSandbox, SandboxSnapshotStore } from './sandbox.js'
-import { newSandboxId } from './sandbox-id.js'
+import type {
+  CordonBackendSandbox,
+  CordonSandbox,
+  SandboxSnapshotStore,
+} from './sandbox.js'
+import { isSandboxId, newSandboxId, type SandboxId } from './sandbox-id.js'
 import { WarmPool } from './warm-pool.js'
 
 export interface ComposeProviderOptions<Config extends SandboxBackendConfigBase> {
@@ -95,8 +115,15 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
       workingDirectory: call.workingDirectory ?? defaultWorkingDirectory,
       egress: call.egress ?? config.defaultEgress ?? DENY_ALL,
       ...(call.signal ? { signal: call.signal } : {}),
+      ...(call.detached ? { detached: true } : {}),
     }
   }
+
+  /** Where detached sandboxes' credentials are kept; undefined with `credentialStore: false`. */
+  const credentials =
+    config.credentialStore === false
+      ? undefined
+      : new CredentialStore(config.credentialStore ?? defaultCredentialStore())
 
   const createFresh = async (request: SandboxBackendOptions): Promise<CordonBackendSandbox> => {
     const started = performance.now()
@@ -169,7 +196,12 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
     sandbox: CordonBackendSandbox,
     request: SandboxBackendOptions,
     idleTimeoutMs: number | undefined,
-  ): CordonSandbox => {
+    detached?: { readonly endsAt: number; readonly credential: string },
+  ): ManagedSandbox => {
+    const forget = (done: ManagedSandbox): void => {
+      live.delete(done)
+      liveById.delete(done.id)
+    }
     const managed = new ManagedSandbox(sandbox, {
       backend: backendName,
       measuredUsage: enforcement.measuredUsage,
@@ -178,11 +210,13 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
       execTimeoutMs: request.timeoutMs ?? SANDBOX_DEFAULT_TIMEOUT_MS,
       emit,
       onDestroyed: (done) => {
-        live.delete(done)
-        liveById.delete(done.id)
+        forget(done)
+        // Ended: nothing is left to connect to.
+        if (done.detached) credentials?.remove(done.id)
       },
       snapshots: { files: enforcement.snapshot, memory: enforcement.memorySnapshot },
       fork: (source, forkOptions) => fork(source, request, idleTimeoutMs, forkOptions),
+      ...(detached ? { detached, onDisconnected: forget } : {}),
     })
     live.add(managed)
     liveById.set(managed.id, managed)
@@ -312,6 +346,33 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
     },
   }
 
+  /**
+   * A detached sandbox the backend just made, handed out with its
+   * credential, which is kept in the credential store first: a sandbox
+   * whose credential cannot be kept is destroyed rather than left running
+   * out of every host's reach.
+   */
+  const adoptDetached = async (
+    sandbox: CordonBackendSandbox,
+    request: SandboxBackendOptions,
+    idleTimeoutMs: number | undefined,
+  ): Promise<CordonSandbox> => {
+    const secret = sandbox.reconnectSecret
+    const endsAt = Date.now() + request.lifetimeMs!
+    try {
+      if (!secret)
+        throw new SandboxError(`${backendName} made a detached sandbox without its secret`)
+      const credential = encodeSandboxCredential(sandbox.id, secret, endsAt)
+      credentials?.save({ sandboxId: sandbox.id, backend: backendName, endsAt, credential })
+      return adopt(sandbox, request, idleTimeoutMs, { endsAt, credential })
+    } catch (error) {
+      await sandbox.destroy().catch(() => {})
+      throw error
+    }
+  }
+  const encodeSandboxCredential = (sandboxId: SandboxId, secret: string, endsAt: number) =>
+    encodeCredential({ sandboxId, backend: backendName, secret, endsAt })
+
   const close = async (): Promise<void> => {
     closed = true
     await pool?.close()
@@ -338,9 +399,12 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
         if (refusal) throw refusal
         request = await fromSnapshot(call, request, call.snapshot)
       }
-      const refusal = requestRefusal(definition, config.backend, request)
+      const refusal =
+        requestRefusal(definition, config.backend, request) ??
+        (call.detached ? detachedRefusal(definition, request) : undefined)
       if (refusal) throw refusal
       const idleTimeoutMs = call.idleTimeoutMs ?? config.defaultIdleTimeoutMs
+      if (call.detached) return adoptDetached(await createFresh(request), request, idleTimeoutMs)
       if (pool && canUsePooled(call)) {
         const claimed = pool.claim()
         if (claimed) {
@@ -361,6 +425,66 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
       if (!pool) return
       await pool.warm()
     },
+    async connect(id: string, connectOptions: SandboxConnectOptions = {}): Promise<CordonSandbox> {
+      const call = parseConfig(
+        sandboxConnectOptionsSchema,
+        connectOptions,
+        'sandbox connect options',
+      )
+      throwIfAborted(call.signal, 'connect')
+      if (closed) throw new SandboxError('provider is closed')
+      if (!enforcement.reconnect)
+        throw new SandboxControlRefusedError(
+          'connect',
+          backendName,
+          'this backend declares no reconnect: its sandboxes end with the host process that made them',
+        )
+      if (!isSandboxId(id)) throw new SandboxNotFoundError(String(id), 'not a sandbox id (sbx_...)')
+      const credential = call.credential ?? credentials?.load(id)?.credential
+      if (!credential)
+        throw new SandboxCredentialRefusedError(
+          id,
+          credentials
+            ? `no credential given, and the credential store ${credentials.directory} holds none for it`
+            : 'no credential given, and this provider keeps no credential store (credentialStore: false)',
+        )
+      const { secret } = decodeCredential(credential, id, backendName)
+      const loaded = await backend()
+      if (!loaded.connect)
+        throw new SandboxControlRefusedError(
+          'connect',
+          backendName,
+          'the backend declares reconnect but has no connect()',
+        )
+      const execTimeoutMs = config.defaultTimeoutMs ?? SANDBOX_DEFAULT_TIMEOUT_MS
+      const connected = await loaded.connect({
+        sandboxId: id,
+        secret,
+        execTimeoutMs,
+        signal: call.signal,
+      })
+      const lifetimeMs = Math.max(1, connected.endsAt - Date.now())
+      return adopt(
+        connected.sandbox,
+        {
+          sandboxId: id,
+          workingDirectory: defaultWorkingDirectory,
+          timeoutMs: execTimeoutMs,
+          lifetimeMs,
+        },
+        call.idleTimeoutMs ?? config.defaultIdleTimeoutMs,
+        { endsAt: connected.endsAt, credential },
+      )
+    },
+    async list(
+      listOptions: { readonly signal?: AbortSignal } = {},
+    ): Promise<readonly SandboxListing[]> {
+      throwIfAborted(listOptions.signal, 'list')
+      if (closed) throw new SandboxError('provider is closed')
+      const loaded = await backend()
+      if (loaded.list) return loaded.list(listOptions)
+      return listLiveSandboxes(live)
+    },
     close,
     [Symbol.asyncDispose]: close,
   }
@@ -378,7 +502,8 @@ function canUsePooled(call: SandboxCreateConfig): boolean {
     call.maxProcesses === undefined &&
     call.workingDirectory === undefined &&
     call.egress === undefined &&
-    call.snapshot === undefined
+    call.snapshot === undefined &&
+    call.detached !== true
   )
 }
 

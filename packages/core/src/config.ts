@@ -56,6 +56,16 @@ export interface SandboxProviderConfigBase {
   readonly brokeredCredentials?: readonly BrokeredCredential[]
   /** Host names whose private or loopback addresses the gateway may dial. */
   readonly allowInwardFor?: readonly string[]
+  /**
+   * Where the provider keeps the credential of each sandbox it creates
+   * `detached`: a directory (made mode 0700) holding one file per sandbox
+   * (mode 0600), removed when the sandbox is destroyed, so that
+   * `provider.connect(id)` works from another process of the same user.
+   * Default: `$XDG_STATE_HOME/cordon/credentials`, else
+   * `~/.local/state/cordon/credentials`. `false` keeps nothing on disk: the
+   * host stores `sandbox.credential` itself and passes it to `connect`.
+   */
+  readonly credentialStore?: string | false
 }
 
 /** Per-sandbox settings for `provider.create()`; each falls back to the provider's default. */
@@ -105,6 +115,27 @@ export interface SandboxCreateConfig {
    * no snapshots; an unknown id is `SandboxSnapshotNotFoundError`.
    */
   readonly snapshot?: string
+   * The sandbox does not end with this host process: it runs until its
+   * lifetime (this call's `lifetimeMs`, else the provider's
+   * `defaultLifetimeMs`; one is required) ends it on the engine's side, or
+   * until a host destroys it. `provider.connect(id)` reaches it from another
+   * process holding its credential (`sandbox.credential`, also kept in the
+   * provider's `credentialStore`). A backend that cannot refuses it with
+   * `SandboxControlRefusedError` naming `detached`.
+   */
+  readonly detached?: boolean
+}
+
+/** Options of `provider.connect(id, options)`. */
+export interface SandboxConnectOptions {
+  /**
+   * The sandbox's credential (`sandbox.credential` of the detached sandbox);
+   * default: the one the provider's `credentialStore` holds for `id`.
+   */
+  readonly credential?: string
+  readonly signal?: AbortSignal
+  /** Destroy the sandbox once it has been idle this many ms through this connection (default: the provider's `defaultIdleTimeoutMs`). */
+  readonly idleTimeoutMs?: number
 }
 
 /** A config field that must be a function; `message` says what it is for. */
@@ -162,6 +193,15 @@ export const providerBaseShape = {
   onEvent: fn<SandboxEventListener>('onEvent must be a function').optional(),
   brokeredCredentials: z.array(brokeredCredentialSchema).readonly().optional(),
   allowInwardFor: z.array(z.string().min(1)).readonly().optional(),
+  credentialStore: z
+    .union([
+      z
+        .string()
+        .min(1, 'must not be empty')
+        .refine((value) => value.startsWith('/'), 'must be an absolute path'),
+      z.literal(false),
+    ])
+    .optional(),
 }
 
 const envSchema = z
@@ -197,6 +237,18 @@ export const sandboxCreateConfigSchema: z.ZodType<SandboxCreateConfig> = z
       .string()
       .regex(SNAPSHOT_ID_PATTERN, 'must be a snapshot id (snp_ and 26 base-32 characters)')
       .optional(),
+    detached: z.boolean().optional(),
+  })
+  .strict()
+  .readonly()
+
+export const sandboxConnectOptionsSchema: z.ZodType<SandboxConnectOptions> = z
+  .object({
+    credential: z.string().min(1, 'must not be empty').optional(),
+    signal: z
+      .custom<AbortSignal>((value) => value instanceof AbortSignal, 'signal must be an AbortSignal')
+      .optional(),
+    idleTimeoutMs: durationMs().optional(),
   })
   .strict()
   .readonly()

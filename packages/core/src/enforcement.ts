@@ -47,6 +47,13 @@ export interface SandboxEnforcementDeclaration {
    */
   readonly pause: boolean
   /**
+   * `create({ detached: true, lifetimeMs })` makes a sandbox that outlives
+   * its host process (ended by its lifetime on the engine's side), and
+   * `provider.connect(id)` reaches it from another process; when false both
+   * are refused naming `detached` and `connect`.
+   */
+  readonly reconnect: boolean
+  /**
    * `watchDirectory` with `external: true` reports changes made to the
    * sandbox's files from outside it; when false it is refused naming
    * `watchDirectory.external`.

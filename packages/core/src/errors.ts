@@ -43,6 +43,8 @@ export type SandboxErrorCode =
   | 'READINESS_FAILED'
   | 'SANDBOX_DESTROYED'
   | 'SANDBOX_PAUSED'
+  | 'SANDBOX_NOT_FOUND'
+  | 'CREDENTIAL_REFUSED'
   | 'TRANSPORT_FAILED'
   | 'ABORTED'
   | 'PATH_REFUSED'
@@ -397,6 +399,57 @@ export class SandboxSnapshotNotFoundError extends SandboxError {
 
   static override isInstance(value: unknown): value is SandboxSnapshotNotFoundError {
     return hasMarker(value, snapshotNotFoundMarker)
+  }
+}
+
+const sandboxNotFoundMarker = markerFor('SandboxNotFoundError')
+
+/**
+ * `provider.connect(id)` found no sandbox with that id that this provider
+ * may reach: it never existed, it ended (its lifetime ran out, it was
+ * destroyed), or it was not created `detached`.
+ */
+export class SandboxNotFoundError extends SandboxError {
+  protected readonly [sandboxNotFoundMarker] = true
+  readonly sandboxId: string
+
+  constructor(sandboxId: string, reason: string, options: SandboxErrorOptions = {}) {
+    super(`No sandbox ${sandboxId} to connect to: ${reason}`, {
+      ...options,
+      code: 'SANDBOX_NOT_FOUND',
+    })
+    this.name = 'SandboxNotFoundError'
+    this.sandboxId = sandboxId
+  }
+
+  static override isInstance(value: unknown): value is SandboxNotFoundError {
+    return hasMarker(value, sandboxNotFoundMarker)
+  }
+}
+
+const credentialMarker = markerFor('SandboxCredentialRefusedError')
+
+/**
+ * `provider.connect(id)` was refused: no credential for the sandbox was given
+ * or found in the credential store, the credential is not one cordon made or
+ * names another sandbox, or the sandbox's agent refused it (it proves the
+ * host holds the secret the creator held, on every connection).
+ */
+export class SandboxCredentialRefusedError extends SandboxError {
+  protected readonly [credentialMarker] = true
+  readonly sandboxId: string
+
+  constructor(sandboxId: string, reason: string, options: SandboxErrorOptions = {}) {
+    super(`Connecting to sandbox ${sandboxId} refused: ${reason}`, {
+      ...options,
+      code: 'CREDENTIAL_REFUSED',
+    })
+    this.name = 'SandboxCredentialRefusedError'
+    this.sandboxId = sandboxId
+  }
+
+  static override isInstance(value: unknown): value is SandboxCredentialRefusedError {
+    return hasMarker(value, credentialMarker)
   }
 }
 

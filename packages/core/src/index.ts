@@ -16,6 +16,7 @@ export type { SandboxBackendConfigBase, SandboxBackendDefinition } from './backe
 export {
   type BrokeredCredential,
   brokeredCredentialSchema,
+  type SandboxConnectOptions,
   type SandboxCreateConfig,
   type SandboxProviderConfigBase,
   type SandboxProviderConfigFor,
@@ -30,6 +31,7 @@ export {
   SANDBOX_FORK_MAX,
   SANDBOX_MAX_OUTPUT_BYTES,
 } from './constants.js'
+export type { SandboxListing } from './detached-sandbox.js'
 export { type EgressPolicy, type EgressPolicyKind, egressPolicySchema } from './egress-policy.js'
 export type {
   MeasuredUsageField,
@@ -49,6 +51,7 @@ export {
   SandboxConfigValidationError,
   SandboxControlRefusedError,
   SandboxCreateTimeoutError,
+  SandboxCredentialRefusedError,
   SandboxDestroyedError,
   SandboxError,
   type SandboxErrorCode,
@@ -56,6 +59,7 @@ export {
   SandboxFileNotFoundError,
   SandboxFileTooLargeError,
   SandboxImagePullError,
+  SandboxNotFoundError,
   SandboxOperationError,
   SandboxPathError,
   SandboxPausedError,

@@ -75,6 +75,13 @@ export interface ManagedSandboxHooks {
     source: ManagedSandbox,
     options: { readonly count: number; readonly memory: boolean; readonly signal?: AbortSignal },
   ) => Promise<CordonSandbox[]>
+  /**
+   * A detached sandbox (made `detached`, or reached with `connect`): when its
+   * lifetime ends it, and the credential a host needs to connect to it.
+   */
+  readonly detached?: { readonly endsAt: number; readonly credential: string }
+  /** This process let go of a detached sandbox without ending it (`disconnect()`). */
+  readonly onDisconnected?: (sandbox: ManagedSandbox) => void
 }
 
 type FileOperation = SandboxFileEvent['operation']
@@ -161,9 +168,12 @@ export class ManagedSandbox implements CordonSandbox {
    * Processes the host detached from: still work for the idle timeout until
    * the backend lists them as ended (asked when the sandbox looks idle).
    */
-  private readonly detached = new Set<string>()
+  private readonly detachedProcesses = new Set<string>()
   private egressOut = 0
   private egressIn = 0
+  private disconnecting: Promise<void> | undefined
+  /** When the provider handed this sandbox out, ms since the epoch. */
+  readonly handedOutAt = Date.now()
 
   constructor(
     private readonly inner: CordonBackendSandbox,
@@ -214,7 +224,7 @@ export class ManagedSandbox implements CordonSandbox {
     if (hooks.idleTimeoutMs !== undefined) this.armIdleCheck(hooks.idleTimeoutMs)
     inner.whenEnded?.().then(
       (reason) => {
-        if (this.ended || this.destroying) return
+        if (this.ended || this.destroying || this.disconnecting) return
         // Already over, whatever the cleanup below meets (an engine that is gone with it).
         this.ended = reason
         hooks.emit({ ...this.lifecycle('ended'), endReason: reason })
@@ -230,13 +240,50 @@ export class ManagedSandbox implements CordonSandbox {
 
   get status(): SandboxStatus {
     const status = this.inner.status
-    if (status === 'destroyed') return status
+    // Unusable through this handle; the sandbox itself runs on (see disconnect()).
+    if (status === 'destroyed' || this.disconnecting) return 'destroyed'
     if (this.pausedAt !== undefined) return 'busy'
     return status === 'ready' && this.running > 0 ? 'busy' : status
   }
 
   get paused(): boolean {
     return this.pausedAt !== undefined
+  }
+
+  get detached(): boolean {
+    return this.hooks.detached !== undefined
+  }
+
+  get endsAt(): number | undefined {
+    return this.hooks.detached?.endsAt
+  }
+
+  get credential(): string | undefined {
+    return this.hooks.detached?.credential
+  }
+
+  /**
+   * Drops this process's hold on a detached sandbox: its clocks stop here
+   * (the engine's side keeps its lifetime) and the backend closes its
+   * connections. The sandbox runs on.
+   */
+  disconnect(): Promise<void> {
+    if (!this.hooks.detached) {
+      return Promise.reject(
+        new SandboxControlRefusedError(
+          'disconnect',
+          this.hooks.backend,
+          'this sandbox was not created detached: it ends with its host process; destroy() it instead',
+        ),
+      )
+    }
+    if (this.destroying) return this.destroying
+    this.disconnecting ??= (async () => {
+      this.stopClocks()
+      await this.inner.disconnect?.()
+      this.hooks.onDisconnected?.(this)
+    })()
+    return this.disconnecting
   }
 
   get rootDir(): string {
@@ -428,7 +475,7 @@ export class ManagedSandbox implements CordonSandbox {
     this.refuseWhilePaused('attachProcess')
     const attach = this.optional('attachProcess')
     const process = await this.track(() => attach(id, options))
-    this.detached.delete(id)
+    this.detachedProcesses.delete(id)
     this.holdWhile(process.wait())
     return this.handOut(process)
   }
@@ -440,7 +487,7 @@ export class ManagedSandbox implements CordonSandbox {
     return Object.assign(handed, {
       detach: async () => {
         await detach()
-        if (handed.id !== undefined) this.detached.add(handed.id)
+        if (handed.id !== undefined) this.detachedProcesses.add(handed.id)
       },
     })
   }
@@ -621,6 +668,10 @@ export class ManagedSandbox implements CordonSandbox {
   }
 
   private refuseWhilePaused(operation: string): void {
+    if (this.disconnecting && !this.destroying)
+      throw new SandboxError(
+        `${operation} refused: this process disconnected from sandbox ${this.id}; provider.connect(id) reaches it again`,
+      )
     if (this.pausedAt !== undefined && !this.destroying && !this.ended)
       throw new SandboxPausedError(this.id, operation)
   }
@@ -655,8 +706,12 @@ export class ManagedSandbox implements CordonSandbox {
     this.expiry.unref?.()
   }
 
-  /** The provider's `close()`: ends the sandbox with `provider-closed`. */
+  /**
+   * The provider's `close()`: ends the sandbox with `provider-closed`, or,
+   * for a detached one, only lets go of it (it runs until its lifetime).
+   */
   closeWithProvider(): Promise<void> {
+    if (this.hooks.detached) return this.disconnect()
     return this.end('provider-closed')
   }
 
@@ -859,7 +914,7 @@ export class ManagedSandbox implements CordonSandbox {
       (sum, forward) => sum + forward.activeConnections,
       0,
     )
-    if (this.detached.size > 0 && this.inner.listProcesses) {
+    if (this.detachedProcesses.size > 0 && this.inner.listProcesses) {
       // Whether a detached process still runs is the backend's to say; asked only now.
       const list = this.inner.listProcesses.bind(this.inner)
       void list().then(
@@ -867,8 +922,9 @@ export class ManagedSandbox implements CordonSandbox {
           const running = new Set(
             processes.filter((entry) => entry.status === 'running').map((entry) => entry.id),
           )
-          for (const id of this.detached) if (!running.has(id)) this.detached.delete(id)
-          if (this.detached.size > 0) {
+          for (const id of this.detachedProcesses)
+            if (!running.has(id)) this.detachedProcesses.delete(id)
+          if (this.detachedProcesses.size > 0) {
             this.lastActivity = Math.max(this.lastActivity, performance.now())
             this.armIdleCheck(idleTimeoutMs)
           } else this.checkIdle()

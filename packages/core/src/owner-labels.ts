@@ -19,6 +19,11 @@ export const LABEL = {
   sandbox: 'cordon.sandbox',
   role: 'cordon.role',
   expires: 'cordon.expires',
+  /**
+   * `1` on a detached sandbox: it outlives its owner by design, so a dead
+   * owner does not make it garbage; its end (`expires`) does.
+   */
+  detached: 'cordon.detached',
 } as const
 
 export type ResourceRole =

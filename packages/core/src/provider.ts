@@ -1,4 +1,5 @@
-import type { SandboxCreateConfig } from './config.js'
+import type { SandboxConnectOptions, SandboxCreateConfig } from './config.js'
+import type { SandboxListing } from './detached-sandbox.js'
 import type { SandboxEnforcementDeclaration } from './enforcement.js'
 import type {
   CordonSandbox,
@@ -42,7 +43,29 @@ export interface CordonSandboxProvider extends SandboxProvider, AsyncDisposable 
   readonly snapshots: SandboxSnapshots
   /** Fills the warm pool (if configured) and resolves when it is full. */
   warm(options?: { readonly signal?: AbortSignal }): Promise<void>
-  /** Drains the warm pool, destroys every sandbox this provider still owns, releases the backend. */
+  /**
+   * Reaches a detached sandbox (`create({ detached: true })`) from any
+   * process on the same engine, and resolves with a working sandbox once its
+   * agent has accepted the credential: `options.credential`, else the one
+   * this provider's `credentialStore` holds for `id`. Fails with
+   * `SandboxCredentialRefusedError` (no credential, or a wrong one) or
+   * `SandboxNotFoundError` (no such detached sandbox running); a backend
+   * that declares no `reconnect` refuses with `SandboxControlRefusedError`
+   * naming `connect`.
+   */
+  connect(id: string, options?: SandboxConnectOptions): Promise<CordonSandbox>
+  /**
+   * The sandboxes this provider may reach: on a backend that declares
+   * `reconnect`, every cordon sandbox of its engine (detached ones from
+   * other processes included) with its status, labels, creation and end
+   * times; elsewhere this provider's own live sandboxes.
+   */
+  list(options?: { readonly signal?: AbortSignal }): Promise<readonly SandboxListing[]>
+  /**
+   * Drains the warm pool, destroys every sandbox this provider still owns
+   * (a detached one is only let go of: it runs on until its lifetime ends
+   * it), releases the backend.
+   */
   close(): Promise<void>
 }
 

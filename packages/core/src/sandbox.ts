@@ -765,6 +765,16 @@ export interface CordonBackendSandbox extends Sandbox, AsyncDisposable {
    * resolves for a sandbox the host destroys.
    */
   whenEnded?(): Promise<SandboxEndReason>
+  /**
+   * The agent's secret of a sandbox created `detached` (what a host needs to
+   * connect to it again); the provider turns it into `sandbox.credential`.
+   */
+  readonly reconnectSecret?: string
+  /**
+   * Drops this host's connections to a detached sandbox and leaves it
+   * running; absent where the backend makes none.
+   */
+  disconnect?(): Promise<void>
 }
 
 /**
@@ -790,6 +800,8 @@ export interface CordonSandbox
     | 'pause'
     | 'resume'
     | 'snapshot'
+    | 'reconnectSecret'
+    | 'disconnect'
   > {
   /**
    * What is enforced for this sandbox, machine-readably: its isolation and
@@ -875,4 +887,27 @@ export interface CordonSandbox
    * refuses with `SandboxControlRefusedError` naming `fork`.
    */
   fork(options: SandboxForkOptions): Promise<CordonSandbox[]>
+  /**
+   * Made with `create({ detached: true })` or reached with
+   * `provider.connect(id)`: the sandbox outlives this host process and ends
+   * at `endsAt` (or when a host destroys it).
+   */
+  readonly detached: boolean
+  /** When a detached sandbox's lifetime ends it, ms since the epoch; undefined otherwise. */
+  readonly endsAt: number | undefined
+  /**
+   * What a host must hold to connect to this detached sandbox from another
+   * process (`provider.connect(id, { credential })`): an opaque string
+   * carrying the sandbox's agent secret. Keep it as you would a password;
+   * undefined for a sandbox that is not detached.
+   */
+  readonly credential: string | undefined
+  /**
+   * Drops this process's connections to a detached sandbox and leaves it
+   * running (as `provider.close()` does); this handle is unusable
+   * afterwards, and `provider.connect(id)` reaches the sandbox again. A
+   * sandbox that is not detached refuses it with `SandboxControlRefusedError`
+   * naming `disconnect`: it ends with its host, so `destroy()` it.
+   */
+  disconnect(): Promise<void>
 }

@@ -31,11 +31,13 @@ describe('entry points', () => {
       'SandboxConfigValidationError',
       'SandboxControlRefusedError',
       'SandboxCreateTimeoutError',
+      'SandboxCredentialRefusedError',
       'SandboxDestroyedError',
       'SandboxError',
       'SandboxFileNotFoundError',
       'SandboxFileTooLargeError',
       'SandboxImagePullError',
+      'SandboxNotFoundError',
       'SandboxOperationError',
       'SandboxPathError',
       'SandboxPausedError',
@@ -57,6 +59,7 @@ describe('entry points', () => {
 
   it('@cordon/core/backend exports the backend kit', () => {
     expect(Object.keys(kit).sort()).toEqual([
+      'CredentialStore',
       'DEFAULT_RESOLVER_TIMEOUT_MS',
       'DENY_ALL',
       'ExecOutputCollector',
@@ -68,6 +71,7 @@ describe('entry points', () => {
       'askResolver',
       'cleanupFailureEvent',
       'composeProvider',
+      'defaultCredentialStore',
       'defineBackend',
       'durationMsSchema',
       'enforcedLayoutMounts',

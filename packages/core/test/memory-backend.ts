@@ -27,6 +27,7 @@ const FULL_ENFORCEMENT: SandboxEnforcementDeclaration = {
   denyAllNetwork: true,
   terminal: false,
   pause: false,
+  reconnect: false,
   externalWatch: false,
   snapshot: false,
   memorySnapshot: false,

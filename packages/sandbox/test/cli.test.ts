@@ -278,4 +278,45 @@ describe('the cordon command', () => {
       execFileSync('docker', ['volume', 'rm', '-f', volume])
     }
   })
+
+  it('gc removes the credentials of detached sandboxes that have ended, and keeps a running one with its credential', async () => {
+    const { createSandboxProvider } = await import('../dist/index.js')
+    const store = mkdtempSync(join(tmpdir(), 'cordon-cli-credentials-'))
+    const provider = createSandboxProvider({
+      backend: {
+        tier: 'container',
+        image: 'cordon-test/busybox:latest',
+        labels: { 'cordon-test.run': `cli-${process.pid}` },
+      },
+      layout: { outputs: { source: { type: 'ephemeral' } } },
+      credentialStore: store,
+    })
+    const running = await provider.create({ detached: true, lifetimeMs: 120_000 })
+    try {
+      const ended = 'sbx_aaaaaaaaaaaaaaaaaaaaaaaaaa'
+      const gone = 'sbx_bbbbbbbbbbbbbbbbbbbbbbbbbb'
+      const stored = (id: string, endsAt: number) =>
+        writeFileSync(
+          join(store, `${id}.json`),
+          JSON.stringify({ sandboxId: id, backend: provider.backend, endsAt, credential: 'x' }),
+          { mode: 0o600 },
+        )
+      stored(ended, Date.now() - 1_000)
+      stored(gone, Date.now() + 60_000)
+      const dry = await cordon(['gc', '--dry-run', '--credential-store', store])
+      expect(dry.code, dry.stderr).toBe(0)
+      expect(dry.stdout).toMatch(/would remove 2 credentials of ended detached sandboxes/)
+      const real = await cordon(['gc', '--credential-store', store])
+      expect(real.code, real.stderr).toBe(0)
+      expect(real.stdout).toMatch(/removed 2 credentials of ended detached sandboxes/)
+      const { readdirSync } = await import('node:fs')
+      expect(readdirSync(store)).toEqual([`${running.id}.json`])
+      // The running detached sandbox, whose creator is this live process, was kept.
+      expect((await running.exec('echo', ['kept'])).stdout).toBe('kept\n')
+    } finally {
+      await running.destroy()
+      await provider.close()
+      rmSync(store, { recursive: true, force: true })
+    }
+  })
 })

@@ -138,6 +138,16 @@ export interface AgentSandboxInit {
   readonly watchesExternalChanges?: boolean
   /** See `AgentProcessHooks.explainLost`. */
   readonly explainLostCommand?: (startedAt: number) => Promise<SandboxExecResult | undefined>
+  /**
+   * A detached sandbox's reconnect secret (`CordonBackendSandbox.reconnectSecret`):
+   * what the backend's `connect()` needs to reach it again, opaque to the provider.
+   */
+  readonly reconnectSecret?: string
+  /**
+   * Closes the backend's channel to a detached sandbox without ending it;
+   * with it the sandbox has `disconnect()`.
+   */
+  readonly disconnect?: () => Promise<void>
 }
 
 /**
@@ -192,6 +202,8 @@ export class AgentSandbox implements CordonBackendSandbox {
   readonly pause?: (options?: SandboxPauseOptions) => Promise<void>
   readonly resume?: (options?: SandboxPauseOptions) => Promise<void>
   readonly snapshot?: (options?: SandboxSnapshotOptions) => Promise<SandboxSnapshot>
+  readonly reconnectSecret?: string
+  readonly disconnect?: () => Promise<void>
 
   constructor(private readonly init: AgentSandboxInit) {
     this.id = init.id
@@ -211,6 +223,17 @@ export class AgentSandbox implements CordonBackendSandbox {
             ? options
             : { ...options, cwd: resolveSandboxPath(this.rootDir, options.cwd) },
         )
+      }
+    }
+    if (init.reconnectSecret !== undefined) this.reconnectSecret = init.reconnectSecret
+    const letGo = init.disconnect
+    if (letGo) {
+      this.disconnect = async () => {
+        // This host's hold ends; the sandbox, its agent and its processes go on.
+        for (const forward of [...this.forwards]) void forward.close().catch(() => {})
+        for (const watch of [...this.watches]) void watch.close()
+        this.init.client.close()
+        await letGo()
       }
     }
     const freezer = init.freezer

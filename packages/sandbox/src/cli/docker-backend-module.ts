@@ -16,6 +16,7 @@ export interface DockerBackendModule {
     kept: number
     unjudged: ReadonlyArray<{ kind: string; id: string; reason: UnjudgedOwnerReason }>
     failed: Array<{ id: string; reason: string }>
+    detachedKept: readonly string[]
   }>
   connectEngine(config: Record<string, never>): {
     docker: unknown

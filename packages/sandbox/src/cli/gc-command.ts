@@ -1,4 +1,8 @@
-import type { UnjudgedOwnerReason } from '@cordon/core/backend'
+import {
+  CredentialStore,
+  defaultCredentialStore,
+  type UnjudgedOwnerReason,
+} from '@cordon/core/backend'
 import { parseFlags, UsageError } from './command-line.js'
 import { loadDockerBackend } from './docker-backend-module.js'
 import type { RunIo } from './run-command.js'
@@ -15,15 +19,19 @@ const UNJUDGED_OWNER: Record<UnjudgedOwnerReason, string> = {
   'other-time-namespace': 'ran in another time namespace',
 }
 
-export const GC_USAGE = `usage: cordon gc [--dry-run] [--snapshot-retention DURATION]
+export const GC_USAGE = `usage: cordon gc [--dry-run] [--snapshot-retention DURATION] [--credential-store <dir>]
 
 Removes what cordon left on the Docker Engine for owners that are gone
 (containers, volumes, networks) and agent runtimes nothing uses; never what
 a live owner, or one cordon cannot judge from here, made. Snapshots
 (sandbox.snapshot()) go when they are older than --snapshot-retention
 (default 7d; a number with ms, s, m, h or d), whoever took them, and once
-their host removed them and no sandbox runs from them. --dry-run lists what
-would go and removes nothing.`
+their host removed them and no sandbox runs from them. A detached
+sandbox stays until its end time, whatever its owner, and goes past it.
+Credentials of detached sandboxes that have ended are removed from the
+credential store (default: $XDG_STATE_HOME/cordon/credentials, else
+~/.local/state/cordon/credentials). --dry-run lists what would go and
+removes nothing.`
 
 /** A duration such as `90m`, `12h`, `7d` or `1500ms`, in ms. */
 export function parseDuration(flag: string, text: string): number {
@@ -48,6 +56,7 @@ export async function gcCommand(argv: readonly string[], io: RunIo): Promise<num
     {
       'dry-run': { type: 'boolean', default: false },
       'snapshot-retention': { type: 'string' },
+      'credential-store': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
     false,
@@ -81,6 +90,15 @@ export async function gcCommand(argv: readonly string[], io: RunIo): Promise<num
     io.stdout(
       'cordon gc: an owner cordon cannot judge may still be running, so its resources stay until their lifetime (cordon.expires) passes; remove them by hand once you know the owner is gone\n',
     )
+  // After the containers: a detached sandbox removed above leaves its credential with nothing to reach.
+  const running = new Set(report.detachedKept)
+  const store = new CredentialStore(
+    (values['credential-store'] as string | undefined) ?? defaultCredentialStore(),
+  )
+  const credentials = store.prune(Date.now(), (id) => !running.has(id), values['dry-run'])
+  io.stdout(
+    `cordon gc: ${verb} ${credentials.length} credentials of ended detached sandboxes from ${store.directory}\n`,
+  )
   for (const failure of report.failed)
     io.stderr(`cordon gc: could not remove ${failure.id}: ${failure.reason}\n`)
   return report.failed.length > 0 ? 1 : 0

@@ -1,0 +1,445 @@
+import { Socket } from 'node:net'
+import { Duplex, PassThrough } from 'node:stream'
+import { AgentClient, AgentSandbox, StdioChannel } from '@cordon/agent/sandbox'
+import type { ContainerBackendConfig } from '@cordon/builtin-backends'
+import type { ResolvedContainerSandboxLayout } from '@cordon/core'
+import {
+  type SandboxBackendEnforcement,
+  SandboxCredentialRefusedError,
+  type SandboxEvent,
+  type SandboxId,
+  SandboxNotFoundError,
+  SandboxTransportError,
+} from '@cordon/core'
+import {
+  type ConnectedBackendSandbox,
+  enforcedLayoutMounts,
+  LABEL,
+  type SandboxBackendConnectRequest,
+  type SandboxListing,
+  writableRoots,
+} from '@cordon/core/backend'
+import type Docker from 'dockerode'
+import { DEFAULT_CPUS, sandboxUser } from './container-spec.js'
+import type { dockerBackend } from './definition.js'
+import { DIRECT_SOCKET_PATH, DirectSocket } from './direct-socket.js'
+import { openDockerTerminal } from './docker-terminal.js'
+import { isNotFound, translateEngineError } from './engine-errors.js'
+import { engineUsage } from './engine-usage.js'
+import { imageEnvironment } from './image-environment.js'
+
+/**
+ * Detached sandboxes on the Docker Engine: what the creator hands the
+ * provider to reach one again, and how another process does.
+ *
+ * A detached sandbox's agent does not end when its attach closes
+ * (`CORDON_AGENT_DETACHED`); it listens on its direct socket (root's, mode
+ * 0600, in a root-only tmpfs: the sandbox's user cannot reach it) until its
+ * lifetime ends it. A host reaches that socket one of two ways:
+ *
+ * - runc on this machine's engine: straight through the container's root as
+ *   the kernel shows it to the host (direct-socket.ts), past the engine;
+ * - anywhere else (gVisor keeps the socket inside its own kernel; a remote
+ *   engine's filesystem is not the host's), and for port forwards: a relay
+ *   the host starts in the container with the engine's exec, as root, from
+ *   the container's own runtime (`agent --relay`): one exec, carrying every
+ *   stream over its stdio as the attach does.
+ *
+ * Either way the agent authenticates every connection with the secret the
+ * creator held, so the credential is proved by the first connection.
+ */
+
+/** What the creator keeps for a connection (inside the host's credential, never on the engine). */
+interface ReconnectState {
+  readonly secret: string
+  /** The create's `env`: every command's environment is laid over it, as the creator's. */
+  readonly env: Readonly<Record<string, string>>
+  readonly workingDirectory: string
+  readonly memoryLimitMb: number
+  readonly maxProcesses: number
+}
+
+export function encodeReconnectState(state: ReconnectState): string {
+  return JSON.stringify(state)
+}
+
+function decodeReconnectState(text: string, sandboxId: SandboxId): ReconnectState {
+  try {
+    const state = JSON.parse(text) as ReconnectState
+    if (typeof state.secret === 'string' && typeof state.workingDirectory === 'string') return state
+  } catch {
+    // Refused below.
+  }
+  throw new SandboxCredentialRefusedError(sandboxId, 'the credential holds no Docker sandbox state')
+}
+
+/**
+ * Tells a detached sandbox's agent to end (SIGTERM, which the container's
+ * init and cordon-launcher pass on): it stops its commands and seals its
+ * outputs as any end does, then exits; the engine removes the container.
+ */
+export async function stopAgent(docker: Docker, name: string): Promise<void> {
+  await docker
+    .getContainer(name)
+    .kill({ signal: 'SIGTERM' })
+    .catch(() => {})
+}
+
+export interface ConnectDependencies {
+  readonly docker: Docker
+  readonly engineSocketPath: string | undefined
+  readonly engineDescription: string
+  readonly config: ContainerBackendConfig
+  readonly definition: typeof dockerBackend
+  readonly layout: ResolvedContainerSandboxLayout | undefined
+  readonly emit: (event: SandboxEvent) => void
+}
+
+/** The sandboxes on this engine, from their containers' labels. */
+export async function listSandboxes(
+  docker: Docker,
+  signal: AbortSignal | undefined,
+): Promise<SandboxListing[]> {
+  const containers = await docker.listContainers({
+    all: true,
+    filters: { label: [`${LABEL.managed}=1`, `${LABEL.role}=sandbox`] },
+    ...(signal ? { abortSignal: signal } : {}),
+  })
+  return containers.flatMap((info) => {
+    const labels = info.Labels ?? {}
+    const id = labels[LABEL.sandbox]
+    if (!id) return []
+    const expires = Number(labels[LABEL.expires])
+    return [
+      {
+        id: id as SandboxId,
+        status:
+          info.State === 'running' ? 'running' : info.State === 'paused' ? 'paused' : 'ending',
+        labels,
+        createdAt: info.Created * 1000,
+        endsAt: Number.isFinite(expires) && expires > 0 ? expires : undefined,
+        detached: labels[LABEL.detached] === '1',
+      } satisfies SandboxListing,
+    ]
+  })
+}
+
+/**
+ * Connects to detached sandbox `request.sandboxId`: finds its container,
+ * checks it is a detached sandbox of this backend's runtime that still
+ * runs, and resolves once its agent has accepted the secret.
+ */
+export async function connectDetached(
+  request: SandboxBackendConnectRequest,
+  deps: ConnectDependencies,
+): Promise<ConnectedBackendSandbox> {
+  const { docker, definition } = deps
+  const backend = definition.name
+  const id = request.sandboxId
+  const layout = deps.layout
+  const name = `cordon-${id}`
+  const state = decodeReconnectState(request.secret, id)
+  const info = await docker
+    .getContainer(name)
+    .inspect(request.signal ? { abortSignal: request.signal } : {})
+    .catch((error: unknown) => {
+      if (isNotFound(error)) return undefined
+      throw translateEngineError(error, backend, deps.engineDescription, 'connect')
+    })
+  const labels = info?.Config?.Labels ?? {}
+  if (!info || labels[LABEL.sandbox] !== id || labels[LABEL.managed] !== '1')
+    throw new SandboxNotFoundError(
+      id,
+      `the engine at ${deps.engineDescription} has no container ${name}`,
+    )
+  if (labels[LABEL.detached] !== '1')
+    throw new SandboxNotFoundError(id, 'it was not created detached: it ends with its creator')
+  const runtime = info.HostConfig?.Runtime ?? 'runc'
+  const wanted = deps.config.runtime === 'runsc' ? 'runsc' : 'runc'
+  if (runtime !== wanted)
+    throw new SandboxNotFoundError(
+      id,
+      `it runs under ${runtime}, and this provider's backend is ${backend}; connect with a provider of that runtime`,
+    )
+  if (!info.State?.Running)
+    throw new SandboxNotFoundError(id, 'it has ended (its lifetime ran out, or it was destroyed)')
+  const expires = Number(labels[LABEL.expires])
+  const endsAt = Number.isFinite(expires) && expires > 0 ? expires : Date.now()
+  if (!layout) throw new SandboxNotFoundError(id, 'this provider has no layout')
+  // A sandbox a host paused answers nothing: connecting continues it (and its clocks, below).
+  if (info.State.Paused) await docker.getContainer(info.Id).unpause()
+
+  const relay = new RelayChannel(docker, info)
+  const direct =
+    deps.engineSocketPath !== undefined && runtime !== 'runsc'
+      ? await DirectSocket.find(docker, info.Id)
+      : undefined
+  let directWorks = direct !== undefined
+  let directProved = false
+  const client = new AgentClient({
+    secret: state.secret,
+    description: `container ${name}`,
+    dial: async (signal, kind) => {
+      if (directWorks && direct) {
+        try {
+          const stream = await direct.connect(signal)
+          directProved = true
+          return stream
+        } catch (error) {
+          if (directProved) throw error
+          directWorks = false
+        }
+      }
+      return (await relay.channel()).open({ kind })
+    },
+    onSpare: (stream, spare) => {
+      if (stream instanceof Socket) {
+        if (spare) stream.unref()
+        else stream.ref()
+      } else relay.setSpare(stream, spare)
+    },
+  })
+  const close = (): void => {
+    client.close()
+    direct?.close()
+    relay.close()
+  }
+  try {
+    await client.openSpareConnection(request.signal ?? new AbortController().signal)
+    // A pause held the agent's deadlines (its lifetime among them): they run again now.
+    if (info.State.Paused) await client.clocks('resume-clocks', request.signal)
+  } catch (error) {
+    close()
+    if (refusedSecret(error))
+      throw new SandboxCredentialRefusedError(id, "the sandbox's agent refused the credential", {
+        cause: error,
+      })
+    throw error
+  }
+
+  const user = sandboxUser(deps.config, id)
+  const imageEnv = await imageEnvironment(docker, deps.config.image).catch(() => ({}))
+  const sandboxEnv = { HOME: '/tmp', ...imageEnv, ...state.env }
+  const launcher = launcherOf(info)
+  const enforcement: SandboxBackendEnforcement = {
+    backend,
+    isolation: definition.enforcement.isolation,
+    runtime: wanted,
+    egress: { kind: 'deny-all' },
+    limits: {
+      memoryLimitMb: state.memoryLimitMb,
+      maxProcesses: state.maxProcesses,
+      cpus: deps.config.cpus ?? DEFAULT_CPUS,
+    },
+    user,
+    mounts: [
+      ...enforcedLayoutMounts(layout),
+      { path: '/tmp', access: 'read-write', noexec: deps.config.tmpfsNoexec === true },
+    ],
+  }
+  const sandbox: AgentSandbox = new AgentSandbox({
+    id,
+    rootDir: layout.outputs.containerPath,
+    writeRoots: writableRoots(layout),
+    connectPort: (port) =>
+      new DeferredStream(
+        relay.channel().then((channel) => channel.open({ kind: 'connect', port })),
+      ),
+    measureUsage: (usageSignal) => engineUsage(docker, info.Id, usageSignal),
+    env: sandboxEnv,
+    openTerminal: (terminalOptions) =>
+      openDockerTerminal(
+        {
+          docker,
+          containerId: info.Id,
+          sandboxId: id,
+          user,
+          env: sandboxEnv,
+          workingDirectory: state.workingDirectory,
+          agent: client,
+          launcher,
+        },
+        terminalOptions,
+      ).catch((error: unknown) => {
+        throw translateEngineError(error, backend, deps.engineDescription, 'openTerminal')
+      }),
+    workingDirectory: state.workingDirectory,
+    watchesExternalChanges: wanted !== 'runsc',
+    execTimeoutMs: request.execTimeoutMs,
+    client,
+    backend,
+    environment: definition.enforcement.environment,
+    enforcement,
+    emit: deps.emit,
+    reconnectSecret: request.secret,
+    disconnect: async () => close(),
+    release: async () => {
+      close()
+      await stopAgent(docker, info.Id)
+      await docker
+        .getContainer(info.Id)
+        .remove({ force: true })
+        .catch((error: unknown) => {
+          if (!isNotFound(error) && !/removal .* in progress/i.test(String(error))) throw error
+        })
+    },
+    explainLoss: async () => {
+      const now = await docker
+        .getContainer(info.Id)
+        .inspect()
+        .catch(() => undefined)
+      if (!now?.State?.Running) return Date.now() >= endsAt - 1_000 ? 'lifetime' : 'lost'
+      return undefined
+    },
+    freezer: {
+      pause: async (signal) => {
+        await docker.getContainer(info.Id).pause(signal ? { abortSignal: signal } : {})
+      },
+      resume: async (signal) => {
+        await docker.getContainer(info.Id).unpause(signal ? { abortSignal: signal } : {})
+      },
+    },
+  })
+  return { sandbox, endsAt }
+}
+
+/** cordon-launcher as the container's entry names it (`<launcher> --agent ...`), if it has one. */
+function launcherOf(info: Docker.ContainerInspectInfo): string | undefined {
+  const entry = entrypointOf(info)
+  return entry[1] === '--agent' ? entry[0] : undefined
+}
+
+function entrypointOf(info: Docker.ContainerInspectInfo): string[] {
+  const entry = info.Config?.Entrypoint
+  return Array.isArray(entry) ? entry : typeof entry === 'string' ? [entry] : []
+}
+
+/** The agent refused the secret, or what answered could not prove it holds it. */
+function refusedSecret(error: unknown): boolean {
+  if (!SandboxTransportError.isInstance(error)) return false
+  const name = ((error as { cause?: unknown }).cause as { name?: string } | undefined)?.name
+  return name === 'AgentRemoteError' || name === 'AgentImpostorError'
+}
+
+/**
+ * The relay (`agent --relay`) in a detached sandbox, started on first use
+ * with the engine's exec from the container's own runtime (its Node and
+ * agent: the relay speaks the same protocol version as the agent), as root.
+ */
+class RelayChannel {
+  private started: Promise<StdioChannel> | undefined
+  private current: StdioChannel | undefined
+  private closed = false
+
+  constructor(
+    private readonly docker: Docker,
+    private readonly info: Docker.ContainerInspectInfo,
+  ) {}
+
+  channel(): Promise<StdioChannel> {
+    if (this.closed)
+      return Promise.reject(new SandboxTransportError('disconnected from the sandbox'))
+    this.started ??= this.start().catch((error: unknown) => {
+      this.started = undefined
+      throw error
+    })
+    return this.started
+  }
+
+  setSpare(stream: object, spare: boolean): void {
+    this.current?.setSpare(stream, spare)
+  }
+
+  close(): void {
+    this.closed = true
+    this.current?.close()
+  }
+
+  private async start(): Promise<StdioChannel> {
+    const entry = entrypointOf(this.info)
+    const program = entry[1] === '--agent' ? entry.slice(2) : entry
+    const exec = await this.docker.getContainer(this.info.Id).exec({
+      Cmd: [...program, '--relay', DIRECT_SOCKET_PATH],
+      User: '0:0',
+      AttachStdin: true,
+      AttachStdout: true,
+      AttachStderr: true,
+      Tty: false,
+    })
+    const socket = (await exec.start({ hijack: true, stdin: true })) as Duplex
+    const stdout = new PassThrough({ highWaterMark: 256 * 1024 })
+    const stderr = new PassThrough()
+    this.docker.modem.demuxStream(socket, stdout, stderr)
+    socket.on('end', () => stdout.end())
+    socket.on('close', () => stdout.end())
+    const channel = new StdioChannel({
+      fromAgent: stdout,
+      toAgent: socket,
+      keepAlive: socket as { ref?(): unknown; unref?(): unknown },
+      agentLog: stderr,
+      closeCarrier: () => {
+        socket.end()
+        socket.destroy()
+      },
+    })
+    channel.onClose(() => {
+      // A later stream starts another relay; the agent and the sandbox do not depend on this one.
+      if (this.current === channel) {
+        this.current = undefined
+        this.started = undefined
+      }
+    })
+    if (this.closed) channel.close()
+    this.current = channel
+    return channel
+  }
+}
+
+/** A stream whose far end is still being opened (a port forward waiting for the relay to start). */
+class DeferredStream extends Duplex {
+  private target: Duplex | undefined
+  private readonly waiting: Array<{ chunk: Buffer; done: (error?: Error | null) => void }> = []
+  private ended = false
+
+  constructor(opening: Promise<Duplex>) {
+    super({ allowHalfOpen: true })
+    opening.then(
+      (target) => {
+        if (this.destroyed) {
+          target.destroy()
+          return
+        }
+        this.target = target
+        target.on('data', (chunk: Buffer) => {
+          if (!this.push(chunk)) target.pause()
+        })
+        target.on('end', () => this.push(null))
+        target.on('error', (error: Error) => this.destroy(error))
+        target.on('close', () => this.destroy())
+        for (const { chunk, done } of this.waiting.splice(0)) target.write(chunk, done)
+        if (this.ended) target.end()
+      },
+      (error: Error) => this.destroy(error),
+    )
+  }
+
+  override _read(): void {
+    this.target?.resume()
+  }
+
+  override _write(chunk: Buffer, _encoding: BufferEncoding, done: (error?: Error | null) => void) {
+    if (this.target) this.target.write(chunk, done)
+    else this.waiting.push({ chunk, done })
+  }
+
+  override _final(done: (error?: Error | null) => void): void {
+    if (this.target) this.target.end()
+    else this.ended = true
+    done()
+  }
+
+  override _destroy(error: Error | null, done: (error?: Error | null) => void): void {
+    this.target?.destroy()
+    done(error)
+  }
+}

@@ -1,0 +1,280 @@
+import { execFile } from 'node:child_process'
+import { existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
+import {
+  type CordonSandboxProvider,
+  SandboxConfigValidationError,
+  SandboxControlRefusedError,
+  SandboxCredentialRefusedError,
+  SandboxError,
+  SandboxNotFoundError,
+} from '@cordon/core'
+import { LABEL } from '@cordon/core/backend'
+import { containerTestBackend, EPHEMERAL_OUTPUTS } from '@cordon/test-support'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
+import { docker } from './test-run.js'
+
+const run = promisify(execFile)
+const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
+const creator = fileURLToPath(new URL('./fixtures/detached-creator.mjs', import.meta.url))
+
+/** Whether the engine still has the sandbox's container. */
+async function containerExists(sandboxId: string): Promise<boolean> {
+  return docker
+    .getContainer(`cordon-${sandboxId}`)
+    .inspect()
+    .then(
+      () => true,
+      () => false,
+    )
+}
+
+/** Polls until the sandbox's container is gone; false if it is still there after `withinMs`. */
+async function disappears(sandboxId: string, withinMs: number): Promise<boolean> {
+  const deadline = Date.now() + withinMs
+  while (Date.now() < deadline) {
+    if (!(await containerExists(sandboxId))) return true
+    await sleep(250)
+  }
+  return !(await containerExists(sandboxId))
+}
+
+/** Runs the creator fixture in its own Node process; resolves with the sandbox id it printed. */
+async function createInChildProcess(
+  runtime: string,
+  env: Record<string, string>,
+): Promise<{ id: string; exitedWith: number | string }> {
+  const child = run(process.execPath, [creator], {
+    env: { ...process.env, CORDON_TEST_RUNTIME: runtime, ...env },
+    timeout: 120_000,
+  })
+  const outcome = await child.then(
+    ({ stdout }) => ({ stdout, exitedWith: 0 as number | string }),
+    (error: { stdout?: string; signal?: string; code?: number }) => ({
+      stdout: error.stdout ?? '',
+      exitedWith: error.signal ?? error.code ?? 'unknown',
+    }),
+  )
+  const id = /sandbox (sbx_\w+)/.exec(outcome.stdout)?.[1]
+  if (!id) throw new Error(`the creator printed no sandbox id: ${JSON.stringify(outcome)}`)
+  return { id, exitedWith: outcome.exitedWith }
+}
+
+/** A well-formed credential for `sandboxId` with a made-up secret. */
+function credentialFor(sandboxId: string, backend: string): string {
+  const state = { secret: 'x'.repeat(43), env: {}, workingDirectory: '/mnt/user-data/outputs' }
+  const fields = { sandboxId, backend, secret: JSON.stringify(state), endsAt: Date.now() + 60_000 }
+  return `cordon-credential-v1.${Buffer.from(JSON.stringify(fields)).toString('base64url')}`
+}
+
+/** A credential whose secret is not the sandbox's (the shape is kept, the secret changed). */
+function withWrongSecret(credential: string): string {
+  const [prefix, body] = credential.split(/\.(?=[^.]*$)/) as [string, string]
+  const fields = JSON.parse(Buffer.from(body, 'base64url').toString())
+  const state = JSON.parse(fields.secret)
+  state.secret = `${state.secret.slice(0, -4)}AAAA`
+  fields.secret = JSON.stringify(state)
+  return `${prefix}.${Buffer.from(JSON.stringify(fields)).toString('base64url')}`
+}
+
+for (const runtime of ['docker', 'runsc'] as const) {
+  describe(`reconnect (${runtime})`, () => {
+    let store: string
+    let provider: CordonSandboxProvider
+    const makeProvider = (credentialStore: string | false = store) =>
+      createDockerSandboxProvider({
+        backend: containerTestBackend({ runtime }),
+        layout: EPHEMERAL_OUTPUTS,
+        credentialStore,
+      })
+    beforeAll(() => {
+      store = mkdtempSync(join(tmpdir(), 'cordon-credentials-'))
+      provider = makeProvider()
+    })
+    afterAll(async () => {
+      await provider.close()
+      rmSync(store, { recursive: true, force: true })
+    })
+
+    it('a detached sandbox outlives the process that made it; this process connects by id, reads its file, lists it, and destroys it', async () => {
+      const { id } = await createInChildProcess(runtime, {
+        CORDON_TEST_DETACHED: '1',
+        CORDON_TEST_STORE: store,
+        CORDON_TEST_TEXT: 'left by another process',
+      })
+      // The creator has exited (closing its provider); the sandbox runs on, with its credential kept.
+      expect(await containerExists(id)).toBe(true)
+      expect(existsSync(join(store, `${id}.json`))).toBe(true)
+      // No sweep takes the creator's exit for the sandbox's end.
+      const garbage = await collectGarbage({ docker })
+      expect(garbage.containers).not.toContain(
+        (await docker.getContainer(`cordon-${id}`).inspect()).Id,
+      )
+      expect(garbage.detachedKept).toContain(id)
+
+      const sandbox = await provider.connect(id)
+      expect(sandbox.id).toBe(id)
+      expect(sandbox.detached).toBe(true)
+      expect(sandbox.endsAt).toBeGreaterThan(Date.now())
+      expect(await sandbox.readFile('note.txt').then((bytes) => bytes.toString())).toBe(
+        'left by another process',
+      )
+      // The creator's environment holds for commands through the connection too.
+      expect((await sandbox.exec('sh', ['-c', 'echo "$CREATOR_SAID"'])).stdout).toBe(
+        'hello from the creator\n',
+      )
+      // Background processes, files and the user are those of the same sandbox.
+      const process = await sandbox.start('sleep', ['600'])
+      expect((await sandbox.listProcesses()).some((entry) => entry.id === process.id)).toBe(true)
+      await process.kill()
+
+      const listed = (await provider.list()).find((entry) => entry.id === id)
+      expect(listed).toMatchObject({ id, status: 'running', detached: true })
+      expect(listed?.endsAt).toBe(sandbox.endsAt)
+      expect(listed?.labels[LABEL.detached]).toBe('1')
+      expect(listed!.createdAt).toBeLessThanOrEqual(Date.now())
+
+      await sandbox.destroy()
+      expect(await disappears(id, 30_000)).toBe(true)
+      // Nothing is left to connect to: the credential went with it.
+      expect(existsSync(join(store, `${id}.json`))).toBe(false)
+      const again = await provider.connect(id).catch((error: unknown) => error)
+      expect(SandboxCredentialRefusedError.isInstance(again)).toBe(true)
+    }, 240_000)
+
+    it('a sandbox that is not detached still ends when its host process is killed (SIGKILL)', async () => {
+      const { id, exitedWith } = await createInChildProcess(runtime, {})
+      expect(exitedWith).toBe('SIGKILL')
+      expect(await disappears(id, 60_000)).toBe(true)
+    }, 180_000)
+
+    it('only a holder of the credential connects: a wrong secret is refused by the agent, a missing one before anything is dialled', async () => {
+      const sandbox = await provider.create({ detached: true, lifetimeMs: 120_000 })
+      try {
+        const credential = sandbox.credential!
+        expect(credential).toMatch(/^cordon-credential-v1\./)
+        // Nothing the engine shows carries it.
+        const inspected = JSON.stringify(
+          await docker.getContainer(`cordon-${sandbox.id}`).inspect(),
+        )
+        const secret = JSON.parse(
+          JSON.parse(Buffer.from(credential.split('.').pop()!, 'base64url').toString()).secret,
+        ).secret as string
+        expect(inspected).not.toContain(secret)
+
+        const wrong = await makeProvider(false)
+        try {
+          const refused = await wrong
+            .connect(sandbox.id, { credential: withWrongSecret(credential) })
+            .catch((error: unknown) => error)
+          expect(SandboxCredentialRefusedError.isInstance(refused)).toBe(true)
+          expect((refused as Error).message).toMatch(/refused the credential/)
+          const missing = await wrong.connect(sandbox.id).catch((error: unknown) => error)
+          expect(SandboxCredentialRefusedError.isInstance(missing)).toBe(true)
+          const foreign = await wrong
+            .connect('sbx_aaaaaaaaaaaaaaaaaaaaaaaaaa', { credential })
+            .catch((error: unknown) => error)
+          expect(SandboxCredentialRefusedError.isInstance(foreign)).toBe(true)
+          // The right one, handed over by the host rather than a store, works.
+          const reached = await wrong.connect(sandbox.id, { credential })
+          expect((await reached.exec('echo', ['reached'])).stdout).toBe('reached\n')
+          await reached.disconnect()
+        } finally {
+          await wrong.close()
+        }
+        // The sandbox is untouched by the refusals.
+        expect((await sandbox.exec('echo', ['still mine'])).stdout).toBe('still mine\n')
+      } finally {
+        await sandbox.destroy()
+      }
+    }, 180_000)
+
+    it('detached needs a lifetime, and deny-all: a proxied policy is refused, naming detached and the backend', async () => {
+      const noLifetime = await provider.create({ detached: true }).catch((error: unknown) => error)
+      expect(SandboxConfigValidationError.isInstance(noLifetime)).toBe(true)
+      expect(
+        (noLifetime as SandboxConfigValidationError).issues.map((issue) => issue.path),
+      ).toEqual(['lifetimeMs'])
+      const proxied = await provider
+        .create({
+          detached: true,
+          lifetimeMs: 60_000,
+          egress: { kind: 'static', allowedHosts: ['example.com'] },
+        })
+        .catch((error: unknown) => error)
+      expect(SandboxControlRefusedError.isInstance(proxied)).toBe(true)
+      expect((proxied as SandboxControlRefusedError).control).toBe('detached')
+      expect((proxied as SandboxControlRefusedError).backend).toBe(provider.backend)
+      expect((proxied as Error).message).toMatch(/egress gateway/)
+      // A sandbox that is not detached cannot be let go of: it ends with its host.
+      const attached = await provider.create()
+      try {
+        const refused = await attached.disconnect().catch((error: unknown) => error)
+        expect(SandboxControlRefusedError.isInstance(refused)).toBe(true)
+        expect((refused as SandboxControlRefusedError).control).toBe('disconnect')
+        expect(attached.credential).toBeUndefined()
+        expect(attached.detached).toBe(false)
+        // And it cannot be reached from elsewhere, whatever credential is shown.
+        const notDetached = await provider
+          .connect(attached.id, { credential: credentialFor(attached.id, provider.backend) })
+          .catch((error: unknown) => error)
+        expect(SandboxNotFoundError.isInstance(notDetached)).toBe(true)
+        expect((notDetached as Error).message).toMatch(/not created detached/)
+      } finally {
+        await attached.destroy()
+      }
+      // A destroyed detached sandbox is not found, even with its credential.
+      const gone = await provider.create({ detached: true, lifetimeMs: 30_000 })
+      const credential = gone.credential!
+      await gone.destroy()
+      const notFound = await provider
+        .connect(gone.id, { credential })
+        .catch((error: unknown) => error)
+      expect(SandboxNotFoundError.isInstance(notFound)).toBe(true)
+    }, 180_000)
+
+    it('disconnect and provider.close() let go without ending it (connecting resumes a paused one); the agent ends it at its lifetime though no host connects', async () => {
+      const other = makeProvider()
+      // Long enough for a loaded machine to get through the steps below before it ends.
+      const sandbox = await other.create({ detached: true, lifetimeMs: 25_000 })
+      await sandbox.writeFile('kept.txt', 'kept')
+      // Let go of while paused: connecting resumes it.
+      await sandbox.pause()
+      await sandbox.disconnect()
+      expect(sandbox.status).toBe('destroyed')
+      const refused = await sandbox.exec('true').catch((error: unknown) => error)
+      expect(SandboxError.isInstance(refused)).toBe(true)
+      expect((refused as Error).message).toMatch(/disconnected/)
+      const again = await provider.connect(sandbox.id)
+      expect((await docker.getContainer(`cordon-${sandbox.id}`).inspect()).State.Paused).toBe(false)
+      expect((await again.readFile('kept.txt')).toString()).toBe('kept')
+      await other.close()
+      await provider.close()
+      provider = makeProvider()
+      // Closed twice over: it runs on...
+      expect(await containerExists(sandbox.id)).toBe(true)
+      // ...until its lifetime, which its agent enforces with no host around.
+      expect(await disappears(sandbox.id, 60_000)).toBe(true)
+      const ended = await provider.connect(sandbox.id).catch((error: unknown) => error)
+      expect(SandboxNotFoundError.isInstance(ended)).toBe(true)
+    }, 180_000)
+
+    it('cordon gc removes a detached sandbox past its end time (a paused one, whose agent cannot end it)', async () => {
+      const other = makeProvider()
+      const sandbox = await other.create({ detached: true, lifetimeMs: 10_000 })
+      const containerId = (await docker.getContainer(`cordon-${sandbox.id}`).inspect()).Id
+      await sandbox.pause()
+      await other.close()
+      // Past its end time (the label's, which a pause does not move).
+      await sleep(Math.max(0, sandbox.endsAt! - Date.now()) + 1_000)
+      expect(await containerExists(sandbox.id)).toBe(true)
+      const report = await collectGarbage({ docker })
+      expect(report.containers).toContain(containerId)
+      expect(await disappears(sandbox.id, 30_000)).toBe(true)
+    }, 120_000)
+  })
+}
