@@ -37,11 +37,7 @@ import type { ResolvedContainerSandboxLayout } from './layout.js'
 import { ManagedSandbox } from './managed-sandbox.js'
 import type { CordonSandboxProvider, SandboxSnapshots } from './provider.js'
 import { prepareProviderConfig } from './provider-config.js'
-import type {
-  CordonBackendSandbox,
-  CordonSandbox,
-  SandboxSnapshotStore,
-} from './sandbox.js'
+import type { CordonBackendSandbox, CordonSandbox, SandboxSnapshotStore } from './sandbox.js'
 import { isSandboxId, newSandboxId, type SandboxId } from './sandbox-id.js'
 import { WarmPool } from './warm-pool.js'
 
@@ -249,7 +245,8 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
     try {
       const made = await Promise.allSettled(
         Array.from({ length: forkOptions.count }, () => {
-          const { signal: _sourceSignal, ...settings } = sourceRequest
+          // Forks end with this host, whatever the source: a detached one's are not detached.
+          const { signal: _sourceSignal, detached: _detached, ...settings } = sourceRequest
           return createFresh({
             ...settings,
             sandboxId: newSandboxId(),

@@ -115,6 +115,7 @@ export interface SandboxCreateConfig {
    * no snapshots; an unknown id is `SandboxSnapshotNotFoundError`.
    */
   readonly snapshot?: string
+  /**
    * The sandbox does not end with this host process: it runs until its
    * lifetime (this call's `lifetimeMs`, else the provider's
    * `defaultLifetimeMs`; one is required) ends it on the engine's side, or

@@ -881,7 +881,8 @@ export interface CordonSandbox
    * files, and its processes where `memory`), each with its own id, user,
    * egress client and clocks, with this sandbox's limits, egress policy,
    * environment and timeouts. They share nothing writable with this one or
-   * with each other; this sandbox goes on. The snapshot taken for them is
+   * with each other; this sandbox goes on. Forks end with this host, even
+   * those of a detached sandbox. The snapshot taken for them is
    * removed once they run. If one cannot be made, none is handed out: those
    * made are destroyed and the error is thrown. A backend that cannot
    * refuses with `SandboxControlRefusedError` naming `fork`.
