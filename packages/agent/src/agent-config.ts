@@ -62,6 +62,13 @@ export interface AgentConfig {
    * past it, the agent kills the sandbox's processes and ends. Needs `runAs`.
    */
   readonly storageCaps: readonly StorageCap[]
+  /**
+   * Directories whose whole tree the agent hands to `runAs` before the
+   * sandbox starts (tree-owner.ts): a persistent volume an earlier sandbox,
+   * of another uid, wrote. Needs `runAs`, and the agent to hold CAP_CHOWN
+   * and CAP_DAC_OVERRIDE.
+   */
+  readonly ownRoots: readonly string[]
   /** How often the agent measures the capped directories while the sandbox's user has processes. */
   readonly storageCheckMs: number
   /**
@@ -124,6 +131,7 @@ export const AGENT_ENV = {
   handOver: 'CORDON_AGENT_HAND_OVER',
   storageCaps: 'CORDON_AGENT_STORAGE_CAPS',
   storageCheckMs: 'CORDON_AGENT_STORAGE_CHECK_MS',
+  ownRoots: 'CORDON_AGENT_OWN_ROOTS',
   launcher: 'CORDON_AGENT_LAUNCHER',
   parentLauncher: 'CORDON_AGENT_LAUNCHER_FDS',
 } as const
@@ -242,6 +250,9 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
     problems.push(
       `${AGENT_ENV.storageCaps} needs ${AGENT_ENV.runAs}: it measures as the sandbox's user`,
     )
+  const ownRoots = parseRoots(get(AGENT_ENV.ownRoots) ?? '', AGENT_ENV.ownRoots, problems)
+  if (ownRoots.length > 0 && !runAs)
+    problems.push(`${AGENT_ENV.ownRoots} needs ${AGENT_ENV.runAs}: it hands the trees to that user`)
   const storageCheckMs =
     optionalInteger(
       get(AGENT_ENV.storageCheckMs),
@@ -291,6 +302,7 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
     runAs,
     sealRoots,
     storageCaps,
+    ownRoots,
     storageCheckMs,
     directSocket,
     egressPort,

@@ -15,6 +15,7 @@ import { AGENT_EXIT_CODES } from './protocol/exit-codes.js'
 import { runRelay } from './relay.js'
 import { deferStartupBackgroundWork } from './startup-v8-flags.js'
 import { findExcess, type StorageExcess, watchStorage } from './storage-watch.js'
+import { handTreesTo } from './tree-owner.js'
 import { actAsItself } from './user-identity.js'
 
 async function main(): Promise<void> {
@@ -37,11 +38,12 @@ async function main(): Promise<void> {
   const needed = new Set<CapabilityName>([
     ...(config.storageCaps.length > 0 ? (['DAC_OVERRIDE', 'SYS_PTRACE'] as const) : []),
     ...(config.sealRoots.length > 0 ? (['DAC_OVERRIDE', 'FOWNER', 'CHOWN'] as const) : []),
+    ...(config.ownRoots.length > 0 ? (['DAC_OVERRIDE', 'CHOWN'] as const) : []),
   ])
   const missing = missingCapabilities([...needed])
   if (missing.length > 0) {
     process.stderr.write(
-      `the storage caps and the output seal need the agent to hold ${missing.map((name) => `CAP_${name}`).join(', ')}\n`,
+      `the storage caps, the output seal and the volumes' ownership need the agent to hold ${missing.map((name) => `CAP_${name}`).join(', ')}\n`,
     )
     process.exit(AGENT_EXIT_CODES.cannotStart)
   }
@@ -53,6 +55,11 @@ async function main(): Promise<void> {
       process.stderr.write(`${describeExcess(excess)} before the sandbox started\n`)
       process.exit(AGENT_EXIT_CODES.storageLimit)
     }
+  }
+  if (runAs && config.ownRoots.length > 0) {
+    // Before anything of the sandbox runs: no process of it can race the walk.
+    const handed = await handTreesTo(config.ownRoots, runAs)
+    config.log('info', 'volumes handed to the sandbox user', { entries: handed })
   }
   const starting = startAgent(config)
   // The handlers come first: a supervisor may signal the agent as soon as it

@@ -3,8 +3,17 @@ import {
   type HarnessV1NetworkSandboxSession,
   type HarnessV1SandboxProvider,
 } from '@ai-sdk/harness'
-import type { SandboxCreateConfig, SandboxProvider } from '@cordon/core'
+import {
+  type CordonSandboxProvider,
+  type Sandbox,
+  SandboxControlRefusedError,
+  type SandboxCreateConfig,
+  SandboxCredentialRefusedError,
+  SandboxNotFoundError,
+  type SandboxProvider,
+} from '@cordon/core'
 import { CordonHarnessSession } from './network-sandbox-session.js'
+import { SessionIndex } from './session-index.js'
 
 export interface CordonHarnessSandboxOptions {
   /**
@@ -15,6 +24,15 @@ export interface CordonHarnessSandboxOptions {
   readonly sandbox?: Omit<SandboxCreateConfig, 'signal'>
   /** Ports each session exposes from the start (`setPorts` replaces them). */
   readonly ports?: readonly number[]
+  /**
+   * Where the session id of each detached session (`sandbox: { detached:
+   * true, lifetimeMs }`) is written beside its sandbox id, so another
+   * process can resume it: a directory (mode 0700; one 0600 file per
+   * session, removed when the session stops). Default:
+   * `$XDG_STATE_HOME/cordon/harness-sessions`, else
+   * `~/.local/state/cordon/harness-sessions`.
+   */
+  readonly sessionDirectory?: string
 }
 
 /**
@@ -26,14 +44,38 @@ export interface CordonHarnessSandboxOptions {
  * `onFirstCreate` runs on every fresh sandbox, as the harness contract asks
  * of providers without snapshots. `resumeSession` reattaches to a session
  * that is live in this process (by the `sessionId` it was created with, or
- * its sandbox id); no cordon backend can find a sandbox again from another
- * process, so anything else is refused with `HarnessCapabilityUnsupportedError`.
+ * its sandbox id), and, for a detached session (`sandbox: { detached: true,
+ * lifetimeMs }`), from any other process: the session id leads to the
+ * sandbox id in the session directory, and `provider.connect` reaches it
+ * with the credential the provider keeps. Anything else (not detached,
+ * ended, a provider without `connect`) is refused with
+ * `HarnessCapabilityUnsupportedError`.
  */
 export function createCordonHarnessSandbox(
   provider: SandboxProvider,
   options: CordonHarnessSandboxOptions = {},
 ): HarnessV1SandboxProvider {
   const live = new Map<string, CordonHarnessSession>()
+  const index = new SessionIndex(options.sessionDirectory ?? SessionIndex.defaultDirectory())
+  const open = async (id: string, sandbox: Sandbox): Promise<CordonHarnessSession> => {
+    const session = new CordonHarnessSession({
+      id,
+      sandbox,
+      providerId: provider.id,
+      ports: options.ports ?? [],
+      onDestroyed: () => {
+        if (live.get(id) === session) live.delete(id)
+        if ((sandbox as { detached?: boolean }).detached) index.delete(id)
+      },
+    })
+    // Forwards are this process's listeners: made again on every open.
+    if (options.ports && options.ports.length > 0) await session.setPorts(options.ports)
+    return session
+  }
+  const refuseResume = (sessionId: string, reason: string) =>
+    new HarnessCapabilityUnsupportedError({
+      message: `cordon (${provider.id}) cannot resume sandbox session "${sessionId}": it is not live in this process, and it cannot be reached from another process: ${reason}`,
+    })
   return {
     specificationVersion: 'harness-sandbox-v1',
     providerId: `cordon:${provider.id}`,
@@ -44,22 +86,17 @@ export function createCordonHarnessSandbox(
         ...(request.abortSignal ? { signal: request.abortSignal } : {}),
       })
       const id = request.sessionId ?? sandbox.id
-      const session = new CordonHarnessSession({
-        id,
-        sandbox,
-        providerId: provider.id,
-        ports: options.ports ?? [],
-        onDestroyed: () => {
-          if (live.get(id) === session) live.delete(id)
-        },
-      })
+      let session: CordonHarnessSession | undefined
       try {
-        if (options.ports && options.ports.length > 0) await session.setPorts(options.ports)
+        session = await open(id, sandbox)
+        // Written before the first-create hook runs: a process that dies in it leaves a resumable session.
+        if ((sandbox as { detached?: boolean }).detached && request.sessionId)
+          index.set(request.sessionId, sandbox.id)
         await request.onFirstCreate?.(session.restricted(), {
           ...(request.abortSignal ? { abortSignal: request.abortSignal } : {}),
         })
       } catch (error) {
-        await session.destroy()
+        await (session ? session.destroy() : sandbox.destroy())
         throw error
       }
       // Sessions whose sandbox ended without stop (lifetime, lost) are dropped here.
@@ -71,13 +108,38 @@ export function createCordonHarnessSandbox(
     },
     async resumeSession({ sessionId, abortSignal }): Promise<HarnessV1NetworkSandboxSession> {
       abortSignal?.throwIfAborted()
-      const session = live.get(sessionId)
-      if (!session || session.sandbox.status === 'destroyed') {
-        live.delete(sessionId)
-        throw new HarnessCapabilityUnsupportedError({
-          message: `cordon (${provider.id}) cannot resume sandbox session "${sessionId}": it is not live in this process, and no cordon backend finds a sandbox again from another process`,
-        })
+      const held = live.get(sessionId)
+      if (held && held.sandbox.status !== 'destroyed') return held
+      live.delete(sessionId)
+      const connect = (provider as Partial<CordonSandboxProvider>).connect
+      if (typeof connect !== 'function')
+        throw refuseResume(sessionId, 'this provider has no connect()')
+      const sandboxId = index.get(sessionId)
+      if (!sandboxId)
+        throw refuseResume(
+          sessionId,
+          `no detached sandbox is recorded for it in ${index.directory} (create sessions with sandbox: { detached: true, lifetimeMs })`,
+        )
+      let sandbox: Sandbox
+      try {
+        sandbox = await connect.call(
+          provider,
+          sandboxId,
+          abortSignal ? { signal: abortSignal } : {},
+        )
+      } catch (error) {
+        if (
+          SandboxNotFoundError.isInstance(error) ||
+          SandboxCredentialRefusedError.isInstance(error) ||
+          SandboxControlRefusedError.isInstance(error)
+        ) {
+          if (SandboxNotFoundError.isInstance(error)) index.delete(sessionId)
+          throw refuseResume(sessionId, error.message)
+        }
+        throw error
       }
+      const session = await open(sessionId, sandbox)
+      live.set(sessionId, session)
       return session
     },
   }

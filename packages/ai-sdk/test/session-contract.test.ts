@@ -1,5 +1,11 @@
+import { execFile } from 'node:child_process'
+import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
 import { HarnessCapabilityUnsupportedError } from '@ai-sdk/harness'
 import { createDockerSandboxProvider } from '@cordon/backend-docker'
 import type { CordonSandboxProvider } from '@cordon/core'
@@ -271,6 +277,55 @@ describe('createCordonHarnessSandbox: sessions and resume', () => {
     )
     expect(session.sandbox.status).toBe('destroyed')
   })
+
+  it('resumes by its session id, in this process, a detached session another process created, and stops it', async () => {
+    const store = mkdtempSync(join(tmpdir(), 'cordon-harness-credentials-'))
+    const sessions = mkdtempSync(join(tmpdir(), 'cordon-harness-sessions-'))
+    const here = createDockerSandboxProvider({
+      backend: containerTestBackend(),
+      layout: EPHEMERAL_OUTPUTS,
+      credentialStore: store,
+    })
+    try {
+      const sessionId = `task-${process.pid}`
+      const { stdout } = await promisify(execFile)(
+        process.execPath,
+        [fileURLToPath(new URL('./fixtures/detached-session.mjs', import.meta.url))],
+        {
+          env: {
+            ...process.env,
+            CORDON_TEST_STORE: store,
+            CORDON_TEST_SESSIONS: sessions,
+            CORDON_TEST_SESSION: sessionId,
+          },
+          timeout: 120_000,
+        },
+      )
+      expect(stdout.trim()).toBe(sessionId)
+      // The first process has exited; the session id is all this one is told.
+      const harness = createCordonHarnessSandbox(here, { sessionDirectory: sessions })
+      const resumed = (await harness.resumeSession!({ sessionId })) as CordonHarnessSession
+      expect(resumed.id).toBe(sessionId)
+      expect((await resumed.run({ command: 'cat progress.txt' })).stdout).toBe(
+        'left by the first process\n',
+      )
+      expect(await harness.resumeSession!({ sessionId })).toBe(resumed)
+      await resumed.stop()
+      expect(resumed.sandbox.status).toBe('destroyed')
+      // Stopped for everyone: nothing is recorded, and resuming is refused.
+      expect(readdirSync(sessions)).toEqual([])
+      expect(existsSync(join(store, `${resumed.sandbox.id}.json`))).toBe(false)
+      await expect(
+        createCordonHarnessSandbox(here, { sessionDirectory: sessions }).resumeSession!({
+          sessionId,
+        }),
+      ).rejects.toBeInstanceOf(HarnessCapabilityUnsupportedError)
+    } finally {
+      await here.close()
+      rmSync(store, { recursive: true, force: true })
+      rmSync(sessions, { recursive: true, force: true })
+    }
+  }, 180_000)
 
   it('runs onFirstCreate on the fresh sandbox, and removes the sandbox when it fails', async () => {
     const harness = createCordonHarnessSandbox(provider)

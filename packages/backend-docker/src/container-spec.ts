@@ -12,6 +12,7 @@ import type { ContainerCreateOptions, MountSettings } from 'dockerode'
 import { type AgentRuntime, RUNTIME_MOUNT } from './agent-runtime.js'
 import { hardenedHostConfig } from './container-hardening.js'
 import { HUGE_PAGE_NODE_MOUNT } from './huge-page-node.js'
+import { engineVolumeName, type VolumeMountRequest } from './named-volumes.js'
 
 export const DEFAULT_CPUS = 1
 export const DEFAULT_TMPFS_MB = 64
@@ -131,6 +132,17 @@ function engineMount(
         },
       ]
     }
+    case 'volume':
+      return [
+        {
+          Type: 'volume',
+          Source: engineVolumeName(source.name),
+          Target: mount.containerPath,
+          ReadOnly: mount.readOnly,
+          // The volume is the user's data: nothing of the image is copied into an empty one.
+          VolumeOptions: { NoCopy: true } as MountSettings['VolumeOptions'],
+        },
+      ]
     case 'inImage':
     case 'ephemeral':
       return []
@@ -163,7 +175,9 @@ export function refuseUnmountableLayout(
       backend,
       mount.source.type === 'hostDir'
         ? "the Docker Engine cannot mount a host directory noexec; mount it noexec on the host (the sandbox's mount inherits that), or use an ephemeral source"
-        : `a ${mount.source.type} source is not mounted by the Docker Engine, so it cannot be made noexec`,
+        : mount.source.type === 'volume'
+          ? 'the Docker Engine cannot mount a named volume noexec (its volume mounts take no such option)'
+          : `a ${mount.source.type} source is not mounted by the Docker Engine, so it cannot be made noexec`,
     )
   }
 }
@@ -248,6 +262,8 @@ export function agentEnvironment(options: {
   readonly directSocket?: string | undefined
   /** cordon-launcher in the runtime volume, if it holds one ({@link AgentRuntime.launcher}). */
   readonly launcher?: string | undefined
+  /** Sizes of the named volumes the layout mounts. */
+  readonly volumeSizes?: VolumeSizes
   /** The agent outlives its attach (a detached sandbox): it ends at its lifetime. */
   readonly detached?: boolean
 }): string[] {
@@ -282,7 +298,9 @@ export function agentEnvironment(options: {
     env.CORDON_AGENT_HAND_OVER = handOvers
       .map(({ containerPath, to }) => `${containerPath}=${to.uid},${to.gid}`)
       .join(':')
-  const caps = hostDirCaps(options.layout)
+  const owned = ownedVolumePaths(options.layout)
+  if (owned.length > 0) env.CORDON_AGENT_OWN_ROOTS = owned.join(':')
+  const caps = hostDirCaps(options.layout, options.volumeSizes)
   if (caps.length > 0)
     env.CORDON_AGENT_STORAGE_CAPS = caps.map((cap) => `${cap.containerPath}=${cap.bytes}`).join(':')
   return Object.entries(env).map(([key, value]) => `${key}=${value}`)
@@ -313,25 +331,54 @@ export function outputHandOvers(
   )
 }
 
+/** The named volumes a layout mounts, and how. */
+export function volumeMounts(layout: ResolvedContainerSandboxLayout): VolumeMountRequest[] {
+  return planLayoutMounts(layout).flatMap((mount) =>
+    mount.source.type === 'volume' ? [{ name: mount.source.name, readOnly: mount.readOnly }] : [],
+  )
+}
+
 /**
- * Writable host directories and the most disk each may take. A bind mount
- * has no size of its own, so the cap is held by the agent (its storage
- * watch ends the sandbox past it) and by the kernel's file size limit
- * ({@link fileSizeLimit}).
+ * Container paths of the volumes mounted read-write: the agent hands their
+ * trees to the sandbox's user before it starts, whatever uid wrote them last.
+ */
+export function ownedVolumePaths(layout: ResolvedContainerSandboxLayout): string[] {
+  return planLayoutMounts(layout)
+    .filter((mount) => mount.source.type === 'volume' && !mount.readOnly)
+    .map((mount) => mount.containerPath)
+}
+
+/** Sizes of named volumes in MiB, by name, as their engine labels say (named-volumes.ts). */
+export type VolumeSizes = ReadonlyMap<string, number>
+
+/**
+ * Writable host directories and read-write named volumes, and the most disk
+ * each may take. Neither has a size of its own on the engine (a bind mount;
+ * a local-driver volume is a directory), so the cap is held by the agent
+ * (its storage watch ends the sandbox past it) and by the kernel's file size
+ * limit ({@link fileSizeLimit}).
  */
 export function hostDirCaps(
   layout: ResolvedContainerSandboxLayout,
+  volumeSizes: VolumeSizes = new Map(),
 ): Array<{ containerPath: string; bytes: number }> {
-  return planLayoutMounts(layout).flatMap((mount) =>
-    mount.source.type === 'hostDir' && !mount.readOnly
-      ? [
-          {
-            containerPath: mount.containerPath,
-            bytes: (mount.source.sizeMb ?? DEFAULT_HOST_DIR_SIZE_MB) * 1024 * 1024,
-          },
-        ]
-      : [],
-  )
+  return planLayoutMounts(layout).flatMap((mount) => {
+    if (mount.readOnly) return []
+    if (mount.source.type === 'hostDir')
+      return [
+        {
+          containerPath: mount.containerPath,
+          bytes: (mount.source.sizeMb ?? DEFAULT_HOST_DIR_SIZE_MB) * 1024 * 1024,
+        },
+      ]
+    if (mount.source.type === 'volume') {
+      const sizeMb = volumeSizes.get(mount.source.name)
+      if (sizeMb === undefined)
+        throw new TypeError(`hostDirCaps: the size of volume ${mount.source.name} was not read`)
+      return [{ containerPath: mount.containerPath, bytes: sizeMb * 1024 * 1024 }]
+    }
+    return []
+  })
 }
 
 /**
@@ -342,8 +389,11 @@ export function hostDirCaps(
  * every file in the sandbox: with a 1 GiB cap (the default), no file in its
  * `/tmp` or `ephemeral` mounts can be larger either.
  */
-export function fileSizeLimit(layout: ResolvedContainerSandboxLayout): number | undefined {
-  const caps = hostDirCaps(layout)
+export function fileSizeLimit(
+  layout: ResolvedContainerSandboxLayout,
+  volumeSizes: VolumeSizes = new Map(),
+): number | undefined {
+  const caps = hostDirCaps(layout, volumeSizes)
   return caps.length === 0 ? undefined : Math.max(...caps.map((cap) => cap.bytes))
 }
 
@@ -376,6 +426,8 @@ export function containerSpec(options: {
   readonly fileSizeBytes: number | undefined
   /** Whether the agent seals writable host directories and hands their contents over when it ends. */
   readonly handsOverOutputs: boolean
+  /** Whether the agent hands read-write volumes to the sandbox's user before it starts. */
+  readonly ownsVolumes?: boolean
 }): ContainerCreateOptions {
   const { config, request } = options
   const memoryBytes = (request.memoryLimitMb + AGENT_MEMORY_ALLOWANCE_MB) * 1024 * 1024
@@ -402,7 +454,7 @@ export function containerSpec(options: {
       memoryBytes,
       pidsLimit: limits.PidsLimit,
       mounts: options.mounts,
-      capAdd: agentCapabilities(options.handsOverOutputs),
+      capAdd: agentCapabilities(options.handsOverOutputs, options.ownsVolumes === true),
       extra: {
         // `docker` leaves the choice to the engine's default runtime.
         ...(config.runtime === 'runsc' || config.runtime === 'runc'
@@ -425,7 +477,8 @@ export function containerSpec(options: {
  * and maps for the deleted files they hold, a process that made itself
  * non-dumpable included (SYS_PTRACE); with a writable host directory, when
  * it ends, defuse what the sandbox left there and hand it to the directory's
- * owner (FOWNER, CHOWN).
+ * owner (FOWNER, CHOWN); with a read-write named volume, hand its tree to
+ * the sandbox's user before anything of the sandbox runs (CHOWN).
  * Commands get none of these: they run as another uid, which clears them,
  * and the launcher's filter closes the three system calls the engine's
  * profile opens to a container with SYS_PTRACE (kcmp, pidfd_getfd,
@@ -433,13 +486,14 @@ export function containerSpec(options: {
  * container (CAP_DAC_READ_SEARCH, which would open `open_by_handle_at`, is
  * deliberately not one of them).
  */
-export function agentCapabilities(handsOverOutputs: boolean): string[] {
+export function agentCapabilities(handsOverOutputs: boolean, ownsVolumes = false): string[] {
   return [
     'SETUID',
     'SETGID',
     'KILL',
     'DAC_OVERRIDE',
     'SYS_PTRACE',
-    ...(handsOverOutputs ? ['FOWNER', 'CHOWN'] : []),
+    ...(handsOverOutputs ? ['FOWNER'] : []),
+    ...(handsOverOutputs || ownsVolumes ? ['CHOWN'] : []),
   ]
 }

@@ -45,10 +45,12 @@ import {
   fileSizeLimit,
   layoutMounts,
   MIN_MEMORY_LIMIT_MB,
+  ownedVolumePaths,
   refuseUnmountableLayout,
   sandboxUser,
   sealedOutputPaths,
   tmpfsMounts,
+  volumeMounts,
 } from './container-spec.js'
 import { cpuSet } from './cpu-placement.js'
 import { dockerBackend, runscBackend } from './definition.js'
@@ -90,6 +92,7 @@ import {
 import { collectGarbage } from './garbage-collect.js'
 import { forgetImageEnvironment, imageEnvironment } from './image-environment.js'
 import { ImagePuller } from './image-pull.js'
+import { DockerVolumes } from './named-volumes.js'
 import { SandboxEgress } from './sandbox-egress.js'
 
 export const DEFAULT_READINESS_TIMEOUT_MS = 30_000
@@ -141,6 +144,8 @@ export class DockerBackend implements CordonSandboxBackend {
   private engineCpuCount: Promise<number> | undefined
   /** The snapshots kept on this engine (filesystem-snapshot.ts). */
   readonly snapshots: SandboxSnapshotStore
+  /** Named persistent volumes on this engine (named-volumes.ts). */
+  readonly volumes: DockerVolumes
 
   constructor(
     private readonly config: ContainerBackendConfig,
@@ -150,6 +155,12 @@ export class DockerBackend implements CordonSandboxBackend {
     this.name = this.definition.name
     this.engine = connectEngine(config)
     this.events = new EngineEvents(this.engine.docker, context.providerId)
+    this.volumes = new DockerVolumes({
+      docker: this.engine.docker,
+      backend: this.name,
+      engine: this.engine.description,
+      labels: () => ({ ...this.config.labels, ...ownerLabels(this.context.providerId) }),
+    })
     this.images = new ImagePuller({
       docker: this.engine.docker,
       engine: this.engine.description,
@@ -300,6 +311,9 @@ export class DockerBackend implements CordonSandboxBackend {
     const closeDirect = (): void => direct?.close()
 
     const sealsOutputs = sealedOutputPaths(layout).length > 0
+    const volumesWanted = volumeMounts(layout)
+    const ownsVolumes = ownedVolumePaths(layout).length > 0
+    let volumesMounted = false
     const remove = async (): Promise<void> => {
       closeDirect()
       const running = channel !== undefined && (!channel.isClosed || request.detached)
@@ -309,6 +323,8 @@ export class DockerBackend implements CordonSandboxBackend {
       // The agent seals host-visible outputs as it ends; let it finish before the engine kills it.
       if (running && sealsOutputs) await this.waitForExit(name, SEAL_WAIT_MS)
       await this.removeContainer(name)
+      // Released: gc's retention counts from here.
+      if (volumesMounted) await this.volumes.recordUse(volumesWanted.map((volume) => volume.name))
       await (egress ?? (await registering?.catch(() => undefined)))?.close()
       // The last sandbox made from a removed snapshot takes its image along.
       if (snapshot) await releaseSnapshotImage(this.engine.docker, snapshot.imageId)
@@ -354,13 +370,18 @@ export class DockerBackend implements CordonSandboxBackend {
         }
         step('preparing the agent runtime')
         const [runtime, engineCpus] = await Promise.all([this.runtime(), this.engineCpus()])
-        if (sealsOutputs && !runtime.launcher) {
+        if ((sealsOutputs || ownsVolumes) && !runtime.launcher) {
           // The launcher's filter is what stops one fallocate() from taking the host's disk.
           throw new SandboxControlRefusedError(
             'layout',
             this.name,
-            `a writable hostDir needs cordon-launcher, and @cordon/agent has none for this architecture (linux/${process.arch}); mount it read-only or use an ephemeral mount`,
+            `a writable hostDir or volume needs cordon-launcher, and @cordon/agent has none for this architecture (linux/${process.arch}); mount it read-only or use an ephemeral mount`,
           )
+        }
+        let volumeSizes = new Map<string, number>()
+        if (volumesWanted.length > 0) {
+          step('checking the volumes')
+          volumeSizes = await this.volumes.checkMounts(volumesWanted)
         }
         const user = sandboxUser(this.config, request.id)
         const secret = newAgentSecret()
@@ -388,8 +409,9 @@ export class DockerBackend implements CordonSandboxBackend {
               ...tmpfsMounts(this.config, layout, user),
               ...(listensDirect ? directSocketTmpfs() : {}),
             },
-            fileSizeBytes: fileSizeLimit(layout),
+            fileSizeBytes: fileSizeLimit(layout, volumeSizes),
             handsOverOutputs: sealsOutputs,
+            ownsVolumes,
             labels: this.labels(request, 'sandbox'),
             cpuSet: cpuSet(this.config.cpus ?? DEFAULT_CPUS, engineCpus, request.id),
             env: agentEnvironment({
@@ -400,6 +422,7 @@ export class DockerBackend implements CordonSandboxBackend {
               lifetimeMs: request.lifetimeMs,
               directSocket: listensDirect ? DIRECT_SOCKET_PATH : undefined,
               launcher: runtime.launcher,
+              volumeSizes,
               detached: request.detached,
             }),
           }),
@@ -414,6 +437,14 @@ export class DockerBackend implements CordonSandboxBackend {
           step('creating the container')
           return this.engine.docker.createContainer(spec)
         })
+        if (volumesWanted.length > 0) {
+          // Again with this container on the engine: of two creates racing
+          // for one volume, each sees the other here, and neither goes on unseen.
+          step('claiming the volumes')
+          await this.volumes.checkClaims(volumesWanted, container.id)
+          volumesMounted = true
+          await this.volumes.recordUse(volumesWanted.map((volume) => volume.name))
+        }
         step('attaching to the container')
         channel = await attachChannel(container, this.engine.docker, (stream, opening) => {
           // Connections the sandbox made to its proxy port go to its gateway client.

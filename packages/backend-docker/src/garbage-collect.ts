@@ -1,7 +1,9 @@
+import type { SandboxVolumeInfo } from '@cordon/core'
 import { judgeOwner, LABEL, type UnjudgedOwnerReason } from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import { isBeingRemoved, isNotFound, translateEngineError } from './engine-errors.js'
 import { SNAPSHOT_LABEL } from './filesystem-snapshot.js'
+import { DockerVolumes, engineVolumeName } from './named-volumes.js'
 import { findRuntimeGarbage } from './runtime-garbage.js'
 
 /** A resource kept because the process collecting cannot judge its owner. */
@@ -35,6 +37,12 @@ export interface GarbageReport {
   readonly unjudged: readonly UnjudgedResource[]
   /** Resources that could not be removed (e.g. a volume still in use), with the engine's reason. */
   readonly failed: Array<{ readonly id: string; readonly reason: string }>
+  /**
+   * Every named volume (`provider.volumes`), and whether this run removed it
+   * (only past `volumeRetentionMs`, and never one in use); a removed one's
+   * engine name is in `volumes` too.
+   */
+  readonly namedVolumes: ReadonlyArray<SandboxVolumeInfo & { readonly removed: boolean }>
   /** The sandbox ids of the detached sandboxes kept (before their end): their credentials still matter. */
   readonly detachedKept: readonly string[]
 }
@@ -49,6 +57,13 @@ export interface CollectGarbageOptions {
   readonly engine?: string
   /** List what would be removed without removing it. */
   readonly dryRun?: boolean
+  /**
+   * Removes named volumes no sandbox has used for longer than this many ms
+   * (counted from the last mount or release, else from creation). Absent,
+   * every named volume is kept: they are the user's data, and outlive their
+   * owners on purpose.
+   */
+  readonly volumeRetentionMs?: number
   readonly now?: number
   /**
    * Snapshots older than this many ms are removed, whoever took them
@@ -103,6 +118,7 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
     kept: 0,
     unjudged,
     failed: [],
+    namedVolumes: [],
   }
   // One resource that cannot go (in use, or being removed by someone else) does not stop the rest.
   const remove = async (id: string, operation: () => Promise<unknown>): Promise<void> => {
@@ -119,6 +135,8 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
     labels: Record<string, string> | undefined,
   ): boolean => {
     if (!labels || labels[LABEL.role] === 'runtime') return false
+    // Named volumes outlive their owners on purpose: only their retention removes them (below).
+    if (labels[LABEL.role] === 'volume' || labels[LABEL.role] === 'volume-use') return false
     const expires = Number(labels[LABEL.expires])
     const hasExpiry = Number.isFinite(expires) && expires > 0
     if (labels[LABEL.detached] === '1') {
@@ -160,7 +178,8 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
   }
   const volumes = (await docker.listVolumes({ filters })).Volumes ?? []
   for (const volume of volumes) {
-    if ((volume.Labels as Record<string, string> | null)?.[LABEL.role] === 'runtime') continue
+    const role = (volume.Labels as Record<string, string> | null)?.[LABEL.role]
+    if (role === 'runtime' || role === 'volume' || role === 'volume-use') continue
     if (!isGarbage('volume', volume.Name, volume.Labels as Record<string, string> | undefined)) {
       ;(report as { kept: number }).kept++
       continue
@@ -203,6 +222,7 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
       else (report as { kept: number }).kept++
     }
   }
+  await collectNamedVolumes(options, now, report, remove)
   for (const network of await docker.listNetworks({ filters })) {
     if (!isGarbage('network', network.Id, network.Labels)) {
       ;(report as { kept: number }).kept++
@@ -212,4 +232,48 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
     if (!options.dryRun) await remove(network.Id, () => docker.getNetwork(network.Id).remove())
   }
   return report
+}
+
+/**
+ * Named volumes: each is listed; one that no live sandbox mounts and that
+ * was last used longer than `volumeRetentionMs` ago is removed with its use
+ * records, and so are use records whose volume is gone.
+ */
+async function collectNamedVolumes(
+  options: CollectGarbageOptions,
+  now: number,
+  report: GarbageReport,
+  remove: (id: string, operation: () => Promise<unknown>) => Promise<void>,
+): Promise<void> {
+  const { docker } = options
+  const volumes = new DockerVolumes({
+    docker,
+    backend: 'container:docker',
+    engine: options.engine ?? 'the configured address',
+    labels: () => ({}),
+  })
+  const retention = options.volumeRetentionMs
+  const named: Array<SandboxVolumeInfo & { removed: boolean }> = []
+  const listed = await volumes.listVolumes(now)
+  for (const volume of listed) {
+    const expired =
+      retention !== undefined && volume.usedBy.length === 0 && now - volume.lastUsedAt > retention
+    named.push({ ...volume, removed: expired })
+    if (!expired) {
+      ;(report as { kept: number }).kept++
+      continue
+    }
+    const engineName = engineVolumeName(volume.name)
+    report.volumes.push(engineName)
+    if (!options.dryRun) {
+      // Not forced: a sandbox that mounted it since the listing keeps it.
+      await remove(engineName, () => docker.getVolume(engineName).remove())
+      await volumes.removeUseRecords(volume.name, () => true)
+    }
+  }
+  const present = new Set(listed.map((volume) => volume.name))
+  if (!options.dryRun)
+    for (const [name] of await volumes.useRecords())
+      if (!present.has(name)) await volumes.removeUseRecords(name, () => true)
+  ;(report as unknown as { namedVolumes: typeof named }).namedVolumes = named
 }

@@ -347,7 +347,7 @@ for (const runtime of ['docker', 'runsc'] as const) {
       else expect(kernel.stdout).not.toMatch(/gVisor/i)
     })
 
-    it('applies the CPU limit: two busy loops get about one core', async () => {
+    it('applies the CPU limit: two busy loops get no more than one core', async () => {
       // The engine's CPU counter for the container (its cgroup on the host;
       // gVisor shows none inside), read before and after the loops: it is
       // cumulative, and this sandbox served the tests above.
@@ -365,8 +365,11 @@ for (const runtime of ['docker', 'runsc'] as const) {
         '(timeout 3 sh -c "while :; do :; done" &); (timeout 3 sh -c "while :; do :; done" &); sleep 3.2',
       ])
       const cpuSeconds = ((await cpuNanoseconds()) - before) / 1e9
-      // Two unconstrained loops on two cores would use ~6 s; one core allows ~3 s.
-      expect(cpuSeconds).toBeGreaterThan(1.5)
+      // Two unconstrained loops on two cores would use ~6 s; one core allows
+      // ~3 s. Only the ceiling is the limit's: how much of its one core the
+      // sandbox gets below it depends on what else the host runs (a loaded
+      // CI machine gave it 1.4 s), so the floor only says the loops ran.
+      expect(cpuSeconds).toBeGreaterThan(0.2)
       expect(cpuSeconds).toBeLessThan(4.5)
     })
   })

@@ -42,6 +42,8 @@ export const localBackend = defineBackend<LocalBackendConfig>({
     memorySnapshot: false,
     // Summed over the agent's own process tree and its workspace, never the host's.
     measuredUsage: ['cpuTimeMs', 'memoryBytes', 'processes', 'diskBytes'],
+    // Its workspace is a host directory; it keeps nothing named beyond a sandbox.
+    volumes: false,
   },
   load: async () => (await import('./local-backend.js')).createBackend,
 })

@@ -49,6 +49,8 @@ const dockerEnforcement = (gvisor: boolean): SandboxEnforcementDeclaration => ({
   // Processes: the engine's checkpoint (gVisor's own; CRIU under runc) where the engine allows it.
   memorySnapshot: false,
   measuredUsage: ALL_USAGE,
+  // Engine volumes labelled as cordon's, mounted with the agent's storage cap.
+  volumes: true,
 })
 
 /** Fields of the reference that describe a network path cordon never creates. */
@@ -133,6 +135,8 @@ export function builtinBackends(importPackage: BackendPackageImporter) {
         snapshot: false,
         memorySnapshot: false,
         measuredUsage: ALL_USAGE,
+        // A group's mounts are Azure file shares its profile names; cordon keeps no volumes there.
+        volumes: false,
       },
       egressRefusal: (config) =>
         config.subnetId
@@ -167,6 +171,8 @@ export function builtinBackends(importPackage: BackendPackageImporter) {
         snapshot: false,
         memorySnapshot: false,
         measuredUsage: ALL_USAGE,
+        // The control plane has no volume operations and a guest takes no layout.
+        volumes: false,
       },
       load: factoryOf(BUILTIN_BACKEND_PACKAGES.microvm),
     }),

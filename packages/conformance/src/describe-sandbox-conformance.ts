@@ -12,6 +12,7 @@ import { reconnectCases } from './reconnect-cases.js'
 import { useSandboxes } from './shared-sandbox.js'
 import { snapshotCases } from './snapshot-cases.js'
 import type { SandboxConformanceOptions } from './suite-options.js'
+import { volumeCases } from './volume-cases.js'
 import { workAndUsageCases } from './work-and-usage-cases.js'
 import { workingDirectoryCases } from './working-directory-cases.js'
 
@@ -48,6 +49,7 @@ export function describeSandboxConformance(options: SandboxConformanceOptions): 
     workAndUsageCases(options, sandboxes)
     pauseCases(options, sandboxes)
     snapshotCases(options, sandboxes)
+    volumeCases(options, sandboxes)
     reconnectCases(options, sandboxes)
   })
 }

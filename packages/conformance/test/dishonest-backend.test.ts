@@ -24,6 +24,7 @@ const SELECTED = [
   'openTerminal',
   'pause declared',
   'externalWatch declared',
+  'volumes:',
 ]
 
 /**
@@ -50,6 +51,7 @@ const FAILS: Readonly<Record<Exclude<Lie, 'honest'>, readonly string[]>> = {
   'hidden-terminal': ['terminal declared: openTerminal'],
   'hidden-pause': ['pause declared: pause freezes every process'],
   'hidden-external-watch': ['externalWatch declared'],
+  'volumes-accepted': ['volumes: declared'],
 }
 
 interface CaseResult {

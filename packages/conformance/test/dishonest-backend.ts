@@ -32,6 +32,8 @@ import { z } from 'zod'
  * - `hidden-terminal`: declares `terminal: false`, yet opens one.
  * - `hidden-pause`: declares `pause: false`, yet pauses.
  * - `hidden-external-watch`: declares `externalWatch: false`, yet watches.
+ * - `volumes-accepted`: declares `volumes: false`, yet its provider (hand-made)
+ *   answers `provider.volumes` as if it kept them.
  *
  * `honest` lies about nothing: the cases each lie fails pass against it.
  */
@@ -45,6 +47,7 @@ export const LIES = [
   'hidden-terminal',
   'hidden-pause',
   'hidden-external-watch',
+  'volumes-accepted',
 ] as const
 export type Lie = (typeof LIES)[number]
 
@@ -67,6 +70,7 @@ const HONEST: SandboxEnforcementDeclaration = {
   snapshot: false,
   memorySnapshot: false,
   measuredUsage: ['cpuTimeMs'],
+  volumes: false,
 }
 
 function declarationOf(lie: Lie): SandboxEnforcementDeclaration {
@@ -232,6 +236,30 @@ export function dishonestProvider(lie: Lie): CordonSandboxProvider {
     layout: undefined,
     loadBackend: async () => new StubBackend(lie),
   })
+  if (lie === 'volumes-accepted') {
+    // Accepts every call and keeps nothing anywhere a sandbox could mount.
+    const kept = new Map<string, number>()
+    const info = (name: string) => ({
+      name,
+      sizeMb: kept.get(name) ?? 0,
+      createdAt: 0,
+      lastUsedAt: 0,
+      usedBy: [],
+    })
+    return {
+      ...provider,
+      volumes: {
+        create: async ({ name, sizeMb }) => {
+          kept.set(name, sizeMb)
+          return info(name)
+        },
+        list: async () => [...kept.keys()].map(info),
+        remove: async (name) => {
+          kept.delete(name)
+        },
+      },
+    }
+  }
   if (lie !== 'memory-limit-accepted' && lie !== 'egress-accepted') return provider
   // A provider that is not composeProvider's: it takes what it cannot
   // enforce and drops it instead of refusing, as the reference's did.

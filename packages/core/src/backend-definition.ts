@@ -106,6 +106,7 @@ export function defineBackend<Config extends SandboxBackendConfigBase>(
     'externalWatch',
     'snapshot',
     'memorySnapshot',
+    'volumes',
   ]) {
     if (typeof declared?.[key] !== 'boolean')
       problems.push({ path: `enforcement.${key}`, message: 'expected true or false' })

@@ -110,3 +110,4 @@ export {
   SNAPSHOT_ID_PATTERN,
 } from './sandbox-id.js'
 export { resolveSandboxPath } from './sandbox-path.js'
+export { type SandboxBackendVolumes, volumesRefusal } from './volumes.js'

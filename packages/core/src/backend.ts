@@ -16,6 +16,7 @@ import type { SandboxEvent } from './events.js'
 import type { ResolvedContainerSandboxLayout } from './layout.js'
 import type { CordonBackendSandbox, Sandbox, SandboxSnapshotStore } from './sandbox.js'
 import { newSandboxId, type SandboxId } from './sandbox-id.js'
+import type { SandboxBackendVolumes } from './volumes.js'
 
 /**
  * What a backend's `create()` takes, with the reference's fields. cordon's
@@ -103,6 +104,12 @@ export interface CordonSandboxBackend extends SandboxBackend {
   close(): Promise<void>
   /** The snapshots the backend keeps; present where its definition declares `snapshot`. */
   readonly snapshots?: SandboxSnapshotStore
+  /**
+   * Named persistent volumes, on a backend whose definition declares
+   * `volumes: true` (the provider refuses them before asking otherwise).
+   * The provider has validated names and sizes.
+   */
+  readonly volumes?: SandboxBackendVolumes
 }
 
 /**

@@ -39,6 +39,13 @@ import type { CordonSandboxProvider, SandboxSnapshots } from './provider.js'
 import { prepareProviderConfig } from './provider-config.js'
 import type { CordonBackendSandbox, CordonSandbox, SandboxSnapshotStore } from './sandbox.js'
 import { isSandboxId, newSandboxId, type SandboxId } from './sandbox-id.js'
+import {
+  checkVolumeCreate,
+  checkVolumeName,
+  type SandboxBackendVolumes,
+  type SandboxVolumes,
+  volumesRefusal,
+} from './volumes.js'
 import { WarmPool } from './warm-pool.js'
 
 export interface ComposeProviderOptions<Config extends SandboxBackendConfigBase> {
@@ -378,6 +385,42 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
     if (backendPromise) await (await backendPromise.catch(() => undefined))?.close()
   }
 
+  /** The backend's volumes, once every check a host's call must pass has passed. */
+  const backendVolumes = async (
+    operation: string,
+    signal: AbortSignal | undefined,
+  ): Promise<SandboxBackendVolumes> => {
+    if (!enforcement.volumes) throw volumesRefusal(backendName)
+    throwIfAborted(signal, operation)
+    if (closed) throw new SandboxError('provider is closed')
+    const volumes = (await backend()).volumes
+    if (!volumes) throw volumesRefusal(backendName)
+    return volumes
+  }
+  const volumes: SandboxVolumes = {
+    async create(volumeOptions) {
+      if (!enforcement.volumes) throw volumesRefusal(backendName)
+      const { name, sizeMb } = checkVolumeCreate(volumeOptions)
+      const signal = volumeOptions.signal
+      return (await backendVolumes('volumes.create', signal)).create({
+        name,
+        sizeMb,
+        ...(signal ? { signal } : {}),
+      })
+    },
+    async list(listOptions = {}) {
+      return (await backendVolumes('volumes.list', listOptions.signal)).list(listOptions)
+    },
+    async remove(name, removeOptions = {}) {
+      if (!enforcement.volumes) throw volumesRefusal(backendName)
+      checkVolumeName(name)
+      return (await backendVolumes('volumes.remove', removeOptions.signal)).remove(
+        name,
+        removeOptions,
+      )
+    },
+  }
+
   return {
     id: `cordon-${backendName.replace(':', '-')}`,
     name: `@cordon/sandbox: ${backendName}`,
@@ -386,6 +429,7 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
     enforcement,
     instanceId,
     snapshots,
+    volumes,
     async create(callConfig: SandboxCreateConfig = {}): Promise<CordonSandbox> {
       const call = parseConfig(sandboxCreateConfigSchema, callConfig, 'sandbox create config')
       throwIfAborted(call.signal, 'create')

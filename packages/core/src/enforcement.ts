@@ -74,6 +74,13 @@ export interface SandboxEnforcementDeclaration {
   readonly memorySnapshot: boolean
   /** The fields of `stats()` the backend measures; the others are absent, never made up. */
   readonly measuredUsage: readonly MeasuredUsageField[]
+  /**
+   * Named persistent volumes: `provider.volumes` creates, lists and removes
+   * them, and a layout mount source `{ type: 'volume', name }` mounts one.
+   * When false every member of `provider.volumes` and a volume source are
+   * refused with `SandboxControlRefusedError` naming `volumes`.
+   */
+  readonly volumes: boolean
 }
 
 /** One limit as enforced for one sandbox. */

@@ -53,6 +53,9 @@ export type SandboxErrorCode =
   | 'IMAGE_PULL_FAILED'
   | 'OPERATION_FAILED'
   | 'SNAPSHOT_NOT_FOUND'
+  | 'VOLUME_NOT_FOUND'
+  | 'VOLUME_EXISTS'
+  | 'VOLUME_IN_USE'
 
 export interface SandboxErrorOptions {
   readonly cause?: unknown
@@ -625,4 +628,56 @@ export class SandboxOperationError extends SandboxError {
 /** Throws {@link SandboxAbortedError} if the signal has already fired. */
 export function throwIfAborted(signal: AbortSignal | undefined, operation: string): void {
   if (signal?.aborted) throw new SandboxAbortedError(operation, { cause: signal.reason })
+}
+
+const volumeMarker = markerFor('SandboxVolumeError')
+
+/** Why a volume operation or a mount of a volume was refused. */
+export type SandboxVolumeErrorReason = 'not-found' | 'exists' | 'in-use'
+
+const VOLUME_CODES: Record<SandboxVolumeErrorReason, SandboxErrorCode> = {
+  'not-found': 'VOLUME_NOT_FOUND',
+  exists: 'VOLUME_EXISTS',
+  'in-use': 'VOLUME_IN_USE',
+}
+
+/**
+ * A named volume cannot be used as asked: there is no cordon volume of that
+ * name (`not-found`: a layout names a volume nobody created, or it was
+ * removed), the name is taken (`exists`), or live sandboxes mount it in a
+ * way that excludes the operation (`in-use`: removal while mounted, a
+ * second read-write mount, a read-only mount beside a read-write one;
+ * `users` names them). Nothing was changed.
+ */
+export class SandboxVolumeError extends SandboxError {
+  protected readonly [volumeMarker] = true
+  readonly volume: string
+  readonly reason: SandboxVolumeErrorReason
+  /** For `in-use`: the live sandboxes that mount it, and how. */
+  readonly users: readonly {
+    readonly sandboxId: string
+    readonly access: 'read-write' | 'read-only'
+  }[]
+
+  constructor(
+    volume: string,
+    reason: SandboxVolumeErrorReason,
+    message: string,
+    options: SandboxErrorOptions & {
+      users?: readonly { sandboxId: string; access: 'read-write' | 'read-only' }[]
+    } = {},
+  ) {
+    super(`Volume ${JSON.stringify(volume)}: ${message}`, {
+      ...(options.cause === undefined ? {} : { cause: options.cause }),
+      code: VOLUME_CODES[reason],
+    })
+    this.name = 'SandboxVolumeError'
+    this.volume = volume
+    this.reason = reason
+    this.users = options.users ?? []
+  }
+
+  static override isInstance(value: unknown): value is SandboxVolumeError {
+    return hasMarker(value, volumeMarker)
+  }
 }

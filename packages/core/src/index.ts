@@ -66,6 +66,8 @@ export {
   SandboxReadinessError,
   SandboxSnapshotNotFoundError,
   SandboxTransportError,
+  SandboxVolumeError,
+  type SandboxVolumeErrorReason,
 } from './errors.js'
 export type {
   EgressReasonCode,
@@ -154,3 +156,11 @@ export type {
 export { isSandboxId, isSnapshotId, type SandboxId } from './sandbox-id.js'
 export { type SerializedSandboxError, serializeSandboxError } from './serialize-error.js'
 export { escapeTerminalControls } from './terminal-text.js'
+export {
+  type SandboxVolumeCreateOptions,
+  type SandboxVolumeInfo,
+  type SandboxVolumes,
+  type SandboxVolumeUser,
+  VOLUME_MAX_SIZE_MB,
+  VOLUME_NAME_PATTERN,
+} from './volumes.js'

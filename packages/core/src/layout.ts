@@ -1,6 +1,7 @@
 import { z } from 'zod'
 import type { SandboxEnforcedMount } from './enforcement.js'
 import { ContainerSandboxLayoutValidationError, type SandboxConfigIssue } from './errors.js'
+import { VOLUME_NAME_PATTERN } from './volumes.js'
 
 /** Default container paths, the reference's, so hosts and their prompts keep them. */
 export const SANDBOX_DEFAULT_OUTPUTS_PATH = '/mnt/user-data/outputs'
@@ -31,6 +32,14 @@ export const SKILL_ID_PATTERN = /^(?!.*\.\.)[A-Za-z0-9][A-Za-z0-9._-]{0,63}$/
  * - `inImage`: the path already exists in the image; nothing is mounted.
  * - `ephemeral` (cordon): storage the backend creates for this sandbox, capped
  *   at `sizeMb` (default 256), and removes with it.
+ * - `volume` (cordon): a named persistent volume made with
+ *   `provider.volumes.create()`, which outlives the sandbox. In a writable
+ *   role it is mounted read-write, capped at the volume's size and owned by
+ *   the sandbox's user, by one sandbox at a time; in a read-only role it is
+ *   mounted read-only, by any number at once. A volume that does not exist
+ *   is refused at `create()` (`SandboxVolumeError`, `not-found`): nothing
+ *   is created implicitly, so a misspelt name cannot become an empty
+ *   volume. A backend that declares `volumes: false` refuses the source.
  */
 export type ContainerSandboxMountSource =
   | {
@@ -47,6 +56,7 @@ export type ContainerSandboxMountSource =
     }
   | { readonly type: 'inImage' }
   | { readonly type: 'ephemeral'; readonly sizeMb?: number }
+  | { readonly type: 'volume'; readonly name: string }
 
 /** One mount of a layout: where its content comes from and where it appears (default: the role's path). */
 export interface ContainerSandboxLayoutMount {
@@ -152,6 +162,10 @@ const mountSourceSchema = z.discriminatedUnion('type', [
         .readonly()
         .optional(),
     })
+    .strict()
+    .readonly(),
+  z
+    .object({ type: z.literal('volume'), name: z.string() })
     .strict()
     .readonly(),
 ])
@@ -319,6 +333,7 @@ export function checkLayout(input: unknown): LayoutCheck {
 
   const result = resolved as unknown as ResolvedContainerSandboxLayout
   checkOverlaps(planLayoutMounts(result), problems)
+  checkVolumesMountedOnce(planLayoutMounts(result), problems)
   if (problems.length > 0 || !parsed.success)
     return { problems, layout: undefined, resolved: undefined }
   return { problems, layout: parsed.data, resolved: result }
@@ -414,6 +429,26 @@ function checkOverlaps(plans: readonly LayoutMountPlan[], problems: SandboxConfi
   }
 }
 
+/**
+ * A volume appears once in a layout: its single-writer claim and its cap
+ * are the sandbox's, and two views of one tree would make the cap count it twice.
+ */
+function checkVolumesMountedOnce(
+  plans: readonly LayoutMountPlan[],
+  problems: SandboxConfigIssue[],
+): void {
+  const seen = new Set<string>()
+  for (const plan of plans) {
+    if (plan.source.type !== 'volume') continue
+    if (seen.has(plan.source.name))
+      problems.push({
+        path: plan.role === 'skill' ? 'skills' : plan.role,
+        message: `volume ${JSON.stringify(plan.source.name)} is mounted more than once`,
+      })
+    seen.add(plan.source.name)
+  }
+}
+
 function checkContainerPath(path: string, at: string, problems: SandboxConfigIssue[]): string {
   if (!path.startsWith('/')) {
     problems.push({ path: at, message: `${JSON.stringify(path)} must be an absolute path` })
@@ -433,6 +468,12 @@ function checkSource(
   readOnly: boolean,
   problems: SandboxConfigIssue[],
 ): void {
+  if (source.type === 'volume' && !VOLUME_NAME_PATTERN.test(source.name)) {
+    problems.push({
+      path: `${at}.name`,
+      message: `volume name ${JSON.stringify(source.name)} must be 1 to 64 letters, digits, ".", "_" or "-", starting with a letter or digit, with no ".."`,
+    })
+  }
   if (source.type !== 'hostDir') return
   if (readOnly && source.sizeMb !== undefined) {
     // A cap on what the sandbox writes means nothing on a mount it cannot write;

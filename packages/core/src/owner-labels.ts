@@ -34,6 +34,10 @@ export type ResourceRole =
   | 'network'
   | 'egress-sockets'
   | 'snapshot'
+  /** A named persistent volume: outlives its owner; `cordon gc` removes it only past a retention. */
+  | 'volume'
+  /** When a named volume was last mounted or released (garbage-collect.ts reads it). */
+  | 'volume-use'
 
 /**
  * Identifies a process across pid reuse: its start time in clock ticks since

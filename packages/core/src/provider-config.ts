@@ -14,7 +14,7 @@ import {
   SandboxConfigValidationError,
   SandboxControlRefusedError,
 } from './errors.js'
-import { checkLayout, type ResolvedContainerSandboxLayout } from './layout.js'
+import { checkLayout, planLayoutMounts, type ResolvedContainerSandboxLayout } from './layout.js'
 
 export interface PreparedProviderConfig<
   Config extends SandboxBackendConfigBase = SandboxBackendConfigBase,
@@ -78,6 +78,7 @@ export function prepareProviderConfig<Config extends SandboxBackendConfigBase>(
     ...(checked?.layout ? { layout: checked.layout } : {}),
   } as SandboxProviderConfigFor<Config>
   const refusal =
+    volumeSourceRefusal(definition, checked?.resolved) ??
     configRefusal(definition, config.backend) ??
     requestRefusal(
       definition,
@@ -105,6 +106,22 @@ export function parseBackendConfig<Config extends SandboxBackendConfigBase>(
   const refusal = configRefusal(definition, config)
   if (refusal) throw refusal
   return config
+}
+
+/** A layout that mounts a named volume, on a backend that keeps none. */
+function volumeSourceRefusal(
+  definition: SandboxBackendDefinition<SandboxBackendConfigBase>,
+  layout: ResolvedContainerSandboxLayout | undefined,
+): SandboxControlRefusedError | undefined {
+  if (!layout || definition.enforcement.volumes) return undefined
+  const mount = planLayoutMounts(layout).find((plan) => plan.source.type === 'volume')
+  if (!mount) return undefined
+  const role = mount.role === 'skill' ? `skills.${mount.skillId}` : mount.role
+  return new SandboxControlRefusedError(
+    'volumes',
+    definition.name,
+    `layout.${role}.source is a named volume, and this backend keeps no named volumes; use a backend that declares volumes (container:docker, container:runsc)`,
+  )
 }
 
 function configRefusal<Config extends SandboxBackendConfigBase>(

@@ -8,6 +8,7 @@ import type {
   SandboxSnapshot,
   SandboxSnapshotListOptions,
 } from './sandbox.js'
+import type { SandboxVolumes } from './volumes.js'
 
 /**
  * What makes sandboxes, with the reference's members: `id` names the kind of
@@ -41,6 +42,13 @@ export interface CordonSandboxProvider extends SandboxProvider, AsyncDisposable 
    * with `SandboxControlRefusedError` naming `snapshot`.
    */
   readonly snapshots: SandboxSnapshots
+  /**
+   * Named persistent volumes on the backend's engine, which outlive every
+   * sandbox and this provider (see {@link SandboxVolumes}); refused with
+   * `SandboxControlRefusedError` naming `volumes` where the backend declares
+   * `volumes: false`.
+   */
+  readonly volumes: SandboxVolumes
   /** Fills the warm pool (if configured) and resolves when it is full. */
   warm(options?: { readonly signal?: AbortSignal }): Promise<void>
   /**

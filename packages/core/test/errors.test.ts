@@ -21,6 +21,7 @@ import {
   SandboxReadinessError,
   SandboxSnapshotNotFoundError,
   SandboxTransportError,
+  SandboxVolumeError,
 } from '../src/index.js'
 
 const cause = new Error('vendor said no')
@@ -184,6 +185,21 @@ const cases: Case[] = [
     parent: SandboxError,
     code: 'SNAPSHOT_NOT_FOUND',
     fields: { snapshotId: 'snp_aaaaaaaaaaaaaaaaaaaaaaaaaa', backend: 'container:docker' },
+  },
+  {
+    make: () =>
+      new SandboxVolumeError('work', 'in-use', 'mounted', {
+        cause,
+        users: [{ sandboxId: 'sbx_a', access: 'read-write' }],
+      }),
+    klass: SandboxVolumeError,
+    parent: SandboxError,
+    code: 'VOLUME_IN_USE',
+    fields: {
+      volume: 'work',
+      reason: 'in-use',
+      users: [{ sandboxId: 'sbx_a', access: 'read-write' }],
+    },
   },
 ]
 

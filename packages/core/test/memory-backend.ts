@@ -32,6 +32,7 @@ const FULL_ENFORCEMENT: SandboxEnforcementDeclaration = {
   snapshot: false,
   memorySnapshot: false,
   measuredUsage: ['cpuTimeMs'],
+  volumes: false,
 }
 
 /** The recording backend's definition; `enforcement` overrides what it declares. */

@@ -1,7 +1,11 @@
 import {
+  type CordonSandboxProvider,
   type Sandbox,
   SandboxConfigValidationError,
+  SandboxControlRefusedError,
   type SandboxCreateConfig,
+  SandboxCredentialRefusedError,
+  SandboxNotFoundError,
   type SandboxProvider,
 } from '@cordon/core'
 import {
@@ -51,11 +55,15 @@ const OPTION_KEYS = new Set(['sandbox'])
  * provider layout's outputs path) or a directory under it; anything else is
  * refused at create with the SDK's configuration error.
  *
- * Session state resumes within the process that created the sandbox: the
- * client keeps its live sandboxes by id. No cordon backend can find a
- * sandbox again from another process (a container ends with the channel
- * that drives it), so resuming a state this client does not hold is refused
- * with the SDK's lifecycle error and the runtime creates a fresh sandbox.
+ * Session state resumes within the process that created the sandbox (the
+ * client keeps its live sandboxes by id) and, for a sandbox created
+ * detached (`sandbox: { detached: true, lifetimeMs }`), from any other
+ * process: `resume` connects to it by id (`provider.connect`, with the
+ * credential the provider's credential store holds; the serialized state
+ * carries no credential). A state whose sandbox cannot be reached (not
+ * detached, ended, no credential here, or a provider without `connect`) is
+ * refused with the SDK's lifecycle error and the runtime creates a fresh
+ * sandbox.
  */
 export class CordonSandboxClient
   implements SandboxClient<CordonSandboxClientOptions, CordonSandboxSessionState>
@@ -125,15 +133,35 @@ export class CordonSandboxClient
   }
 
   async resume(state: CordonSandboxSessionState): Promise<CordonSandboxSession> {
-    const sandbox = this.#live.get(state.sandboxId)
-    if (!sandbox || sandbox.status === 'destroyed') {
-      this.#live.delete(state.sandboxId)
-      throw new SandboxLifecycleError(
-        `cordon (${state.providerId}) cannot resume sandbox ${state.sandboxId}: it is not live in this process, and no cordon backend finds a sandbox again from another process. Create a fresh sandbox.`,
-        { provider: 'cordon', sandboxId: state.sandboxId, feature: 'resume' },
-      )
-    }
+    const held = this.#live.get(state.sandboxId)
+    if (held && held.status !== 'destroyed') return new CordonSandboxSession(held, state)
+    this.#live.delete(state.sandboxId)
+    const sandbox = await this.#connect(state)
+    this.#forgetDestroyed()
+    this.#live.set(sandbox.id, sandbox)
     return new CordonSandboxSession(sandbox, state)
+  }
+
+  /** Reaches a detached sandbox another process made, or refuses in the SDK's lifecycle terms. */
+  async #connect(state: CordonSandboxSessionState): Promise<Sandbox> {
+    const connect = (this.provider as Partial<CordonSandboxProvider>).connect
+    const refuse = (reason: string, cause?: unknown) =>
+      new SandboxLifecycleError(
+        `cordon (${state.providerId}) cannot resume sandbox ${state.sandboxId}: it is not live in this process, and it cannot be reached from another process: ${reason}. Create a fresh sandbox.`,
+        { provider: 'cordon', sandboxId: state.sandboxId, feature: 'resume', cause },
+      )
+    if (typeof connect !== 'function') throw refuse('this provider has no connect()')
+    try {
+      return await connect.call(this.provider, state.sandboxId)
+    } catch (error) {
+      if (
+        SandboxNotFoundError.isInstance(error) ||
+        SandboxCredentialRefusedError.isInstance(error) ||
+        SandboxControlRefusedError.isInstance(error)
+      )
+        throw refuse(error.message, error)
+      throw error
+    }
   }
 
   /** A preserved session is reusable while its sandbox is live in this client. */

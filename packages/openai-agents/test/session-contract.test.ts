@@ -1,3 +1,9 @@
+import { execFile } from 'node:child_process'
+import { mkdtempSync, rmSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
 import { createDockerSandboxProvider } from '@cordon/backend-docker'
 import {
   containerTestBackend,
@@ -29,6 +35,7 @@ import { afterAll, describe, expect, it } from 'vitest'
 import { CordonSandboxClient } from '../src/index.js'
 import { testProvider } from './test-run.js'
 
+const run = promisify(execFile)
 const provider = testProvider()
 afterAll(async () => {
   await provider.close()
@@ -94,6 +101,44 @@ describe('CordonSandboxClient: session state', () => {
     // After delete, not even the creating client resumes it.
     await expect(first.resume(session.state)).rejects.toBeInstanceOf(SandboxLifecycleError)
   })
+})
+
+describe('CordonSandboxClient: resume across processes', () => {
+  it('resumes in this process a detached session another process created and serialized, and deletes it', async () => {
+    const store = mkdtempSync(join(tmpdir(), 'cordon-agents-credentials-'))
+    const here = createDockerSandboxProvider({
+      backend: containerTestBackend(),
+      layout: { outputs: { source: { type: 'ephemeral' }, containerPath: '/workspace' } },
+      credentialStore: store,
+    })
+    try {
+      const { stdout } = await run(
+        process.execPath,
+        [fileURLToPath(new URL('./fixtures/detached-session.mjs', import.meta.url))],
+        { env: { ...process.env, CORDON_TEST_STORE: store }, timeout: 120_000 },
+      )
+      // The first process has exited; its serialized state is all this one has.
+      const client = new CordonSandboxClient(here)
+      const state = await client.deserializeSessionState(JSON.parse(stdout))
+      expect(client.canReusePreservedOwnedSession(state)).toBe(false)
+      const resumed = await client.resume(state)
+      expect(resumed.sandbox.id).toBe(state.sandboxId)
+      expect((await resumed.exec({ cmd: 'cat progress.txt; echo "$KEPT"' })).output).toMatch(
+        /^written by process \d+\nfrom the first process\n$/,
+      )
+      expect(client.canReusePreservedOwnedSession(state)).toBe(true)
+      await client.delete(state)
+      expect(await resumed.running()).toBe(false)
+      // Gone for everyone: resuming again is refused, and the runtime would create afresh.
+      const again = await new CordonSandboxClient(here)
+        .resume(state)
+        .catch((error: unknown) => error)
+      expect(again).toBeInstanceOf(SandboxLifecycleError)
+    } finally {
+      await here.close()
+      rmSync(store, { recursive: true, force: true })
+    }
+  }, 180_000)
 })
 
 describe('CordonSandboxClient: what cordon refuses, in the SDK’s error terms', () => {

@@ -148,6 +148,12 @@ export {
   SandboxTransportError,
   type SandboxUnixSocketForward,
   type SandboxUnixSocketForwardOptions,
+  type SandboxVolumeCreateOptions,
+  SandboxVolumeError,
+  type SandboxVolumeErrorReason,
+  type SandboxVolumeInfo,
+  type SandboxVolumes,
+  type SandboxVolumeUser,
   type SandboxWatchOptions,
   type SandboxWriteFileOptions,
   type SerializedSandboxError,
@@ -155,6 +161,8 @@ export {
   sandboxCreateConfigSchema,
   serializeSandboxError,
   type TlsClientMaterial,
+  VOLUME_MAX_SIZE_MB,
+  VOLUME_NAME_PATTERN,
 } from '@cordon/core'
 export {
   EgressProxy,

@@ -33,6 +33,10 @@ describe('cordon usage errors exit 64 and name what to fix', () => {
     [['run', '--bogus', '--', 'true'], "cordon run: Unknown option '--bogus'"],
     [['gc', '--bogus'], "cordon gc: Unknown option '--bogus'"],
     [
+      ['gc', '--volume-retention', '3 weeks'],
+      'cordon gc: --volume-retention takes a whole number and a unit, s, m, h or d (e.g. 30d), not "3 weeks"',
+    ],
+    [
       ['prepare', 'extra'],
       'cordon prepare: cordon prepare takes no arguments, only flags (got "extra")',
     ],

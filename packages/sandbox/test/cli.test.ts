@@ -239,6 +239,34 @@ describe('the cordon command', () => {
     expect(result.stdout).toMatch(/would remove \d+ containers/)
   })
 
+  it('gc lists each named volume and keeps it, unless past --volume-retention', async () => {
+    const { createSandboxProvider } = await import('../src/index.js')
+    const provider = createSandboxProvider({
+      backend: { tier: 'container', runtime: 'docker', image: 'cordon-test/busybox:latest' },
+      layout: { outputs: { source: { type: 'ephemeral' } } },
+    })
+    const name = `cli-gc-${randomBytes(4).toString('hex')}`
+    await provider.volumes.create({ name, sizeMb: 8 })
+    try {
+      const kept = await cordon(['gc', '--dry-run'])
+      expect(kept.code).toBe(0)
+      expect(kept.stdout).toMatch(
+        new RegExp(
+          `volume ${name} \\(8 MiB, last used \\d+ s ago\\): kept \\(no --volume-retention\\)`,
+        ),
+      )
+      const past = await cordon(['gc', '--dry-run', '--volume-retention', '0s'])
+      expect(past.stdout).toContain(`volume ${name} (8 MiB, last used`)
+      expect(past.stdout).toMatch(new RegExp(`volume ${name} .*: would remove`))
+      const within = await cordon(['gc', '--dry-run', '--volume-retention', '30d'])
+      expect(within.stdout).toMatch(new RegExp(`volume ${name} .*: kept\n`))
+      expect((await provider.volumes.list()).map((volume) => volume.name)).toContain(name)
+    } finally {
+      await provider.volumes.remove(name)
+      await provider.close()
+    }
+  }, 120_000)
+
   it('gc keeps what an owner in another PID namespace made, and says why', async () => {
     // The owner labels of a host in a PID namespace of its own on this machine.
     const labels = JSON.parse(

@@ -8,6 +8,7 @@ export interface DockerBackendModule {
     engine?: string
     dryRun?: boolean
     snapshotRetentionMs?: number
+    volumeRetentionMs?: number
   }): Promise<{
     containers: string[]
     images: string[]
@@ -16,6 +17,13 @@ export interface DockerBackendModule {
     kept: number
     unjudged: ReadonlyArray<{ kind: string; id: string; reason: UnjudgedOwnerReason }>
     failed: Array<{ id: string; reason: string }>
+    namedVolumes: ReadonlyArray<{
+      name: string
+      sizeMb: number
+      lastUsedAt: number
+      usedBy: readonly unknown[]
+      removed: boolean
+    }>
     detachedKept: readonly string[]
   }>
   connectEngine(config: Record<string, never>): {

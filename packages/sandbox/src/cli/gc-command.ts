@@ -5,6 +5,7 @@ import {
 } from '@cordon/core/backend'
 import { parseFlags, UsageError } from './command-line.js'
 import { loadDockerBackend } from './docker-backend-module.js'
+import { parseDurationFlag } from './duration-flag.js'
 import type { RunIo } from './run-command.js'
 
 /** What each reason means to the person who ran gc, completing "kept N resources whose owner ...". */
@@ -19,7 +20,7 @@ const UNJUDGED_OWNER: Record<UnjudgedOwnerReason, string> = {
   'other-time-namespace': 'ran in another time namespace',
 }
 
-export const GC_USAGE = `usage: cordon gc [--dry-run] [--snapshot-retention DURATION] [--credential-store <dir>]
+export const GC_USAGE = `usage: cordon gc [--dry-run] [--snapshot-retention DURATION] [--credential-store <dir>] [--volume-retention <duration>]
 
 Removes what cordon left on the Docker Engine for owners that are gone
 (containers, volumes, networks) and agent runtimes nothing uses; never what
@@ -31,7 +32,12 @@ sandbox stays until its end time, whatever its owner, and goes past it.
 Credentials of detached sandboxes that have ended are removed from the
 credential store (default: $XDG_STATE_HOME/cordon/credentials, else
 ~/.local/state/cordon/credentials). --dry-run lists what would go and
-removes nothing.`
+removes nothing.
+
+Named volumes (provider.volumes) are the user's data: gc lists each one and
+keeps it, unless --volume-retention is given (a whole number and s, m, h or
+d, e.g. 30d); then a volume no sandbox mounts and none has used for longer
+than that is removed with everything in it.`
 
 /** A duration such as `90m`, `12h`, `7d` or `1500ms`, in ms. */
 export function parseDuration(flag: string, text: string): number {
@@ -57,13 +63,19 @@ export async function gcCommand(argv: readonly string[], io: RunIo): Promise<num
       'dry-run': { type: 'boolean', default: false },
       'snapshot-retention': { type: 'string' },
       'credential-store': { type: 'string' },
+      'volume-retention': { type: 'string' },
       help: { type: 'boolean', short: 'h' },
     },
     false,
   )
-  const retention = values['snapshot-retention']
+  const snapshotRetention = values['snapshot-retention']
   const snapshotRetentionMs =
-    retention === undefined ? undefined : parseDuration('snapshot-retention', retention)
+    snapshotRetention === undefined
+      ? undefined
+      : parseDuration('snapshot-retention', snapshotRetention)
+  const retention = values['volume-retention']
+  const volumeRetentionMs =
+    retention === undefined ? undefined : parseDurationFlag('volume-retention', retention)
   const backend = await loadDockerBackend()
   const { docker, endpoint, description } = backend.connectEngine({})
   const report = await backend.collectGarbage({
@@ -71,6 +83,7 @@ export async function gcCommand(argv: readonly string[], io: RunIo): Promise<num
     engine: description,
     dryRun: values['dry-run'],
     ...(snapshotRetentionMs !== undefined ? { snapshotRetentionMs } : {}),
+    ...(volumeRetentionMs === undefined ? {} : { volumeRetentionMs }),
   })
   const verb = values['dry-run'] ? 'would remove' : 'removed'
   const unjudged = report.unjudged.length
@@ -99,7 +112,27 @@ export async function gcCommand(argv: readonly string[], io: RunIo): Promise<num
   io.stdout(
     `cordon gc: ${verb} ${credentials.length} credentials of ended detached sandboxes from ${store.directory}\n`,
   )
+  const now = Date.now()
+  for (const volume of report.namedVolumes) {
+    const idle =
+      volume.usedBy.length > 0 ? 'in use' : `last used ${describeAge(now - volume.lastUsedAt)} ago`
+    const fate = volume.removed
+      ? verb
+      : volumeRetentionMs === undefined
+        ? 'kept (no --volume-retention)'
+        : 'kept'
+    io.stdout(`cordon gc: volume ${volume.name} (${volume.sizeMb} MiB, ${idle}): ${fate}\n`)
+  }
   for (const failure of report.failed)
     io.stderr(`cordon gc: could not remove ${failure.id}: ${failure.reason}\n`)
   return report.failed.length > 0 ? 1 : 0
+}
+
+/** An age as a person reads it: the largest whole unit. */
+function describeAge(ms: number): string {
+  const seconds = Math.max(0, Math.round(ms / 1000))
+  if (seconds < 120) return `${seconds} s`
+  if (seconds < 7_200) return `${Math.round(seconds / 60)} min`
+  if (seconds < 172_800) return `${Math.round(seconds / 3_600)} h`
+  return `${Math.round(seconds / 86_400)} d`
 }
