@@ -95,9 +95,14 @@ export interface ConnectDependencies {
   readonly emit: (event: SandboxEvent) => void
 }
 
-/** The sandboxes on this engine, from their containers' labels. */
+/**
+ * The sandboxes on this engine a provider may reach, from their containers'
+ * labels: every detached one (any process holding its credential may
+ * connect) and the provider's own (`providerId`).
+ */
 export async function listSandboxes(
   docker: Docker,
+  providerId: string,
   signal: AbortSignal | undefined,
 ): Promise<SandboxListing[]> {
   const containers = await docker.listContainers({
@@ -108,7 +113,8 @@ export async function listSandboxes(
   return containers.flatMap((info) => {
     const labels = info.Labels ?? {}
     const id = labels[LABEL.sandbox]
-    if (!id) return []
+    const reachable = labels[LABEL.detached] === '1' || labels[LABEL.provider] === providerId
+    if (!id || !reachable) return []
     const expires = Number(labels[LABEL.expires])
     return [
       {

@@ -743,9 +743,11 @@ export class DockerBackend implements CordonSandboxBackend {
   }
 
   async list(options: { readonly signal?: AbortSignal }): Promise<readonly SandboxListing[]> {
-    return listSandboxes(this.engine.docker, options.signal).catch((error: unknown) => {
-      throw translateEngineError(error, this.name, this.engine.description, 'list')
-    })
+    return listSandboxes(this.engine.docker, this.context.providerId, options.signal).catch(
+      (error: unknown) => {
+        throw translateEngineError(error, this.name, this.engine.description, 'list')
+      },
+    )
   }
 
   async close(): Promise<void> {

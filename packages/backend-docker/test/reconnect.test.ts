@@ -132,7 +132,20 @@ for (const runtime of ['docker', 'runsc'] as const) {
       expect((await sandbox.listProcesses()).some((entry) => entry.id === process.id)).toBe(true)
       await process.kill()
 
-      const listed = (await provider.list()).find((entry) => entry.id === id)
+      // Listed: the detached sandboxes of the engine and this provider's own, nobody else's.
+      const own = await provider.create()
+      const stranger = createDockerSandboxProvider({
+        backend: containerTestBackend({ runtime }),
+        layout: EPHEMERAL_OUTPUTS,
+        credentialStore: false,
+      })
+      const theirs = await stranger.create()
+      const everything = await provider.list()
+      expect(everything.map((entry) => entry.id)).toContain(own.id)
+      expect(everything.map((entry) => entry.id)).not.toContain(theirs.id)
+      expect(everything.find((entry) => entry.id === own.id)?.detached).toBe(false)
+      await Promise.all([own.destroy(), stranger.close()])
+      const listed = everything.find((entry) => entry.id === id)
       expect(listed).toMatchObject({ id, status: 'running', detached: true })
       expect(listed?.endsAt).toBe(sandbox.endsAt)
       expect(listed?.labels[LABEL.detached]).toBe('1')

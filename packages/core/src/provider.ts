@@ -64,9 +64,9 @@ export interface CordonSandboxProvider extends SandboxProvider, AsyncDisposable 
   connect(id: string, options?: SandboxConnectOptions): Promise<CordonSandbox>
   /**
    * The sandboxes this provider may reach: on a backend that declares
-   * `reconnect`, every cordon sandbox of its engine (detached ones from
-   * other processes included) with its status, labels, creation and end
-   * times; elsewhere this provider's own live sandboxes.
+   * `reconnect`, every detached sandbox of its engine (from any process)
+   * and this provider's own, with status, labels, creation and end times;
+   * elsewhere this provider's own live sandboxes.
    */
   list(options?: { readonly signal?: AbortSignal }): Promise<readonly SandboxListing[]>
   /**
