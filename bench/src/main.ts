@@ -34,6 +34,7 @@ const SCENARIOS: Record<string, () => Promise<Scenario>> = {
   'agent-sdk-task': async () => (await import('./agent-sdk-task.js')).agentSdkTask,
   'agent-start': async () => (await import('./agent-start.js')).agentStart,
   'pause-resume': async () => (await import('./pause-resume.js')).pauseResume,
+  'snapshot-fork': async () => (await import('./snapshot-fork.js')).snapshotFork,
   reconnect: async () => (await import('./reconnect.js')).reconnect,
   // Issue 30: the same scenarios, every container under gVisor (runtime 'runsc').
   'create-to-first-exec-gvisor': async () =>

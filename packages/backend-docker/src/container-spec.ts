@@ -413,6 +413,8 @@ export function containerSpec(options: {
   readonly name: string
   readonly config: ContainerBackendConfig
   readonly request: SandboxCreateRequest
+  /** The image to run (a snapshot's); default: the config's. */
+  readonly image?: string
   readonly runtime: AgentRuntime
   readonly mounts: MountSettings[]
   readonly tmpfs: Record<string, string>
@@ -432,7 +434,7 @@ export function containerSpec(options: {
   const limits = processLimits(config, request.maxProcesses, options.fileSizeBytes)
   return {
     name: options.name,
-    Image: config.image,
+    Image: options.image ?? config.image,
     Entrypoint: options.runtime.agentEntrypoint,
     Cmd: [],
     User: '0:0',

@@ -6,6 +6,8 @@ import {
   type CordonBackendSandbox,
   type SandboxBackendOptions,
   SandboxControlRefusedError,
+  type SandboxSnapshot,
+  type SandboxSnapshotStore,
 } from '@cordon/core'
 import {
   type ConnectedBackendSandbox,
@@ -77,6 +79,16 @@ import {
 } from './engine-errors.js'
 import { EngineEvents } from './engine-events.js'
 import { engineUsage } from './engine-usage.js'
+import {
+  findSnapshot,
+  listSnapshots,
+  releaseSnapshotImage,
+  removeSnapshot,
+  restoreFilesystemSnapshot,
+  type StoredSnapshot,
+  snapshotRoots,
+  takeFilesystemSnapshot,
+} from './filesystem-snapshot.js'
 import { collectGarbage } from './garbage-collect.js'
 import { forgetImageEnvironment, imageEnvironment } from './image-environment.js'
 import { ImagePuller } from './image-pull.js'
@@ -130,6 +142,8 @@ export class DockerBackend implements CordonSandboxBackend {
   /** Late removals scheduled by a failed create, by container name. */
   private readonly lateSweeps = new Map<string, NodeJS.Timeout[]>()
   private engineCpuCount: Promise<number> | undefined
+  /** The snapshots kept on this engine (filesystem-snapshot.ts). */
+  readonly snapshots: SandboxSnapshotStore
   /** Named persistent volumes on this engine (named-volumes.ts). */
   readonly volumes: DockerVolumes
 
@@ -154,6 +168,14 @@ export class DockerBackend implements CordonSandboxBackend {
       registryAuth: config.registryAuth,
       emit: context.emit,
     })
+    const docker = this.engine.docker
+    this.snapshots = {
+      get: async (id, options = {}) =>
+        publicSnapshot(await findSnapshot(docker, id, this.name, options.signal)),
+      list: async (options = {}) =>
+        (await listSnapshots(docker, options.signal)).map(publicSnapshot),
+      remove: (id, options = {}) => removeSnapshot(docker, id, this.name, options.signal),
+    }
   }
 
   /** The engine machine's CPU count, read once (0 if the engine does not say). */
@@ -190,7 +212,12 @@ export class DockerBackend implements CordonSandboxBackend {
   private sweepDeadOwners(): void {
     if (this.swept || this.config.sweepDeadOwners === false) return
     this.swept = true
-    void collectGarbage({ docker: this.engine.docker }).catch(() => {})
+    void collectGarbage({
+      docker: this.engine.docker,
+      ...(this.config.snapshotRetentionMs !== undefined
+        ? { snapshotRetentionMs: this.config.snapshotRetentionMs }
+        : {}),
+    }).catch(() => {})
   }
 
   async create(options: SandboxBackendOptions): Promise<CordonBackendSandbox> {
@@ -248,6 +275,20 @@ export class DockerBackend implements CordonSandboxBackend {
       )
     }
     this.sweepDeadOwners()
+    const captured = snapshotRoots(layout)
+    let snapshot: StoredSnapshot | undefined
+    if (request.snapshot !== undefined) {
+      snapshot = await findSnapshot(this.engine.docker, request.snapshot, this.name, request.signal)
+      const missing = snapshot.roots.filter((root) => !captured.includes(root))
+      if (missing.length > 0)
+        throw new SandboxControlRefusedError(
+          'snapshot',
+          this.name,
+          `${snapshot.id} holds files of ${missing.join(', ')}, which this provider's layout does not mount as writable ephemeral directories`,
+        )
+    }
+    const image = snapshot?.image ?? this.config.image
+    const baseImage = snapshot?.baseImage ?? this.config.image
     const workingDirectory = resolveSandboxPath(
       layout.outputs.containerPath,
       request.workingDirectory,
@@ -285,6 +326,8 @@ export class DockerBackend implements CordonSandboxBackend {
       // Released: gc's retention counts from here.
       if (volumesMounted) await this.volumes.recordUse(volumesWanted.map((volume) => volume.name))
       await (egress ?? (await registering?.catch(() => undefined)))?.close()
+      // The last sandbox made from a removed snapshot takes its image along.
+      if (snapshot) await releaseSnapshotImage(this.engine.docker, snapshot.imageId)
     }
     const removeAfterFailure = async (): Promise<void> => {
       await remove()
@@ -315,12 +358,10 @@ export class DockerBackend implements CordonSandboxBackend {
         // Everything after needs the image (the runtime's filler and the
         // gateway run from it too): a missing one is pulled before anything else starts.
         step('reading the image')
-        let imageEnv = await imageEnvironment(this.engine.docker, this.config.image).catch(
-          (error: unknown) => {
-            if (isNotFound(error)) return undefined
-            throw error
-          },
-        )
+        let imageEnv = await imageEnvironment(this.engine.docker, image).catch((error: unknown) => {
+          if (isNotFound(error) && !snapshot) return undefined
+          throw error
+        })
         if (!imageEnv) {
           step(`pulling the image ${this.config.image}`)
           await this.images.pull(this.config.image, signal)
@@ -362,6 +403,7 @@ export class DockerBackend implements CordonSandboxBackend {
             config: this.config,
             request,
             runtime,
+            image,
             mounts: layoutMounts(layout, runtime, this.name, this.engine.socketPath),
             tmpfs: {
               ...tmpfsMounts(this.config, layout, user),
@@ -388,7 +430,7 @@ export class DockerBackend implements CordonSandboxBackend {
         } as Docker.ContainerCreateOptions
         const container = await this.engine.docker.createContainer(spec).catch(async (error) => {
           // Removed from the engine since this backend last looked: pulled again, as docker run would.
-          if (!isMissingImage(error)) throw error
+          if (!isMissingImage(error) || snapshot) throw error
           forgetImageEnvironment(this.engine.docker, this.config.image)
           step(`pulling the image ${this.config.image}`)
           await this.images.pull(this.config.image, signal)
@@ -437,6 +479,16 @@ export class DockerBackend implements CordonSandboxBackend {
         ])
         egress = registered
         direct?.enable()
+        const inContainer = {
+          docker: this.engine.docker,
+          containerId: container.id,
+          runtime,
+          user,
+        }
+        if (snapshot) {
+          step('restoring the snapshot')
+          await restoreFilesystemSnapshot({ ...inContainer, signal }, snapshot)
+        }
         const sandboxEnv = {
           HOME: '/tmp',
           ...imageEnv,
@@ -515,6 +567,27 @@ export class DockerBackend implements CordonSandboxBackend {
               this.engineCall('resume', () =>
                 container.unpause(thawSignal ? { abortSignal: thawSignal } : {}),
               ),
+          },
+          snapshot: async (snapshotOptions) => {
+            if (snapshotOptions.memory)
+              throw new SandboxControlRefusedError(
+                'snapshot.memory',
+                this.name,
+                "this engine cannot checkpoint a sandbox's processes",
+              )
+            const taken = await takeFilesystemSnapshot({
+              ...inContainer,
+              backend: this.name,
+              sandboxId: request.id,
+              roots: captured,
+              baseImage,
+              enforcement: sandbox.enforcement,
+              ownerLabels: { ...this.config.labels, ...ownerLabels(this.context.providerId) },
+              signal: snapshotOptions.signal,
+            }).catch((error: unknown) => {
+              throw translateEngineError(error, this.name, this.engine.description, 'snapshot')
+            })
+            return publicSnapshot(taken)
           },
           ...(request.detached
             ? {
@@ -681,4 +754,10 @@ export class DockerBackend implements CordonSandboxBackend {
     this.events.close()
     await this.egressGateway?.stop()
   }
+}
+
+/** What a host sees of a stored snapshot: the engine's own details (image, roots) stay inside. */
+function publicSnapshot(stored: StoredSnapshot): SandboxSnapshot {
+  const { image: _image, baseImage: _base, roots: _roots, imageId: _id, ...snapshot } = stored
+  return snapshot
 }

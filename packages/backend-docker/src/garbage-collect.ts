@@ -2,6 +2,7 @@ import type { SandboxVolumeInfo } from '@cordon/core'
 import { judgeOwner, LABEL, type UnjudgedOwnerReason } from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import { isBeingRemoved, isNotFound, translateEngineError } from './engine-errors.js'
+import { SNAPSHOT_LABEL } from './filesystem-snapshot.js'
 import { DockerVolumes, engineVolumeName } from './named-volumes.js'
 import { findRuntimeGarbage } from './runtime-garbage.js'
 
@@ -13,8 +14,16 @@ export interface UnjudgedResource {
   readonly reason: UnjudgedOwnerReason
 }
 
+/** How long a snapshot is kept unless the host says otherwise: 7 days. */
+export const DEFAULT_SNAPSHOT_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
+
 export interface GarbageReport {
   readonly containers: string[]
+  /**
+   * Snapshot images removed: those older than the retention, and those
+   * removed by their host (untagged) that no sandbox runs any longer.
+   */
+  readonly images: string[]
   readonly volumes: string[]
   readonly networks: string[]
   /** Resources kept: those with a live owner, agent runtimes in use, and every one in `unjudged`. */
@@ -56,6 +65,12 @@ export interface CollectGarbageOptions {
    */
   readonly volumeRetentionMs?: number
   readonly now?: number
+  /**
+   * Snapshots older than this many ms are removed, whoever took them
+   * (default {@link DEFAULT_SNAPSHOT_RETENTION_MS}). A sandbox already
+   * started from one goes on; its image goes when the last such sandbox does.
+   */
+  readonly snapshotRetentionMs?: number
 }
 
 /**
@@ -97,6 +112,7 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
   const report: GarbageReport = {
     detachedKept,
     containers: [],
+    images: [],
     volumes: [],
     networks: [],
     kept: 0,
@@ -177,6 +193,34 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
     report.volumes.push(name)
     // Not forced: a container that mounted it meanwhile keeps it.
     if (!options.dryRun) await remove(name, () => docker.getVolume(name).remove())
+  }
+  // Snapshots outlive their owner by design: only their age (or their host's removal) decides.
+  const retentionMs = options.snapshotRetentionMs ?? DEFAULT_SNAPSHOT_RETENTION_MS
+  const snapshots = await docker.listImages({
+    filters: { label: [`${LABEL.managed}=1`, `${LABEL.role}=snapshot`] },
+  })
+  for (const image of snapshots) {
+    const tags = (image.RepoTags ?? []).filter((tag) => tag !== '<none>:<none>')
+    const createdAt = Number(image.Labels?.[SNAPSHOT_LABEL.createdAt])
+    const expired = !Number.isFinite(createdAt) || createdAt + retentionMs < now
+    if (tags.length > 0 && !expired) {
+      ;(report as { kept: number }).kept++
+      continue
+    }
+    if (options.dryRun) {
+      report.images.push(image.Id)
+      continue
+    }
+    try {
+      // Untagged first: no new sandbox starts from it, whatever happens next.
+      for (const tag of tags) await docker.getImage(tag).remove({ force: true })
+      await docker.getImage(image.Id).remove()
+      report.images.push(image.Id)
+    } catch (error) {
+      if (isNotFound(error)) report.images.push(image.Id)
+      // In use by a running sandbox made from it: that sandbox removes it as it goes.
+      else (report as { kept: number }).kept++
+    }
   }
   await collectNamedVolumes(options, now, report, remove)
   for (const network of await docker.listNetworks({ filters })) {

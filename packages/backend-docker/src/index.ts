@@ -21,7 +21,13 @@ export type { ContainerBackendConfig as DockerBackendConfig } from '@cordon/buil
 export { LABEL as CORDON_LABELS } from '@cordon/core/backend'
 export { dockerBackend, runscBackend } from './definition.js'
 export { connectEngine } from './engine-connection.js'
-export { collectGarbage, type GarbageReport, type UnjudgedResource } from './garbage-collect.js'
+export {
+  type CollectGarbageOptions,
+  collectGarbage,
+  DEFAULT_SNAPSHOT_RETENTION_MS,
+  type GarbageReport,
+  type UnjudgedResource,
+} from './garbage-collect.js'
 export {
   type BuiltImage,
   buildImage,

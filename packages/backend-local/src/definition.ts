@@ -37,6 +37,9 @@ export const localBackend = defineBackend<LocalBackendConfig>({
     pause: false,
     reconnect: false,
     externalWatch: false,
+    // A workspace of host files under the host's own user: nothing to capture as an image.
+    snapshot: false,
+    memorySnapshot: false,
     // Summed over the agent's own process tree and its workspace, never the host's.
     measuredUsage: ['cpuTimeMs', 'memoryBytes', 'processes', 'diskBytes'],
     // Its workspace is a host directory; it keeps nothing named beyond a sandbox.

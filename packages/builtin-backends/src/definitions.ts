@@ -44,6 +44,10 @@ const dockerEnforcement = (gvisor: boolean): SandboxEnforcementDeclaration => ({
   reconnect: true,
   // gVisor's inotify sees what the sandbox does, not what the host does to a shared directory.
   externalWatch: !gvisor,
+  // Files: the writable tmpfs mounts, captured into a local image (filesystem-snapshot.ts).
+  snapshot: true,
+  // Processes: the engine's checkpoint (gVisor's own; CRIU under runc) where the engine allows it.
+  memorySnapshot: false,
   measuredUsage: ALL_USAGE,
   // Engine volumes labelled as cordon's, mounted with the agent's storage cap.
   volumes: true,
@@ -128,6 +132,8 @@ export function builtinBackends(importPackage: BackendPackageImporter) {
         reconnect: false,
         // The mounts are remote shares: their changes do not reach the group's inotify.
         externalWatch: false,
+        snapshot: false,
+        memorySnapshot: false,
         measuredUsage: ALL_USAGE,
         // A group's mounts are Azure file shares its profile names; cordon keeps no volumes there.
         volumes: false,
@@ -162,6 +168,8 @@ export function builtinBackends(importPackage: BackendPackageImporter) {
         reconnect: false,
         // A guest's kernel is its own: it does not see what the host does to shared files.
         externalWatch: false,
+        snapshot: false,
+        memorySnapshot: false,
         measuredUsage: ALL_USAGE,
         // The control plane has no volume operations and a guest takes no layout.
         volumes: false,

@@ -91,6 +91,12 @@ export interface ContainerBackendConfig {
    * true; `cordon gc` does the same on demand.
    */
   readonly sweepDeadOwners?: boolean
+  /**
+   * How long a snapshot (`sandbox.snapshot()`) is kept, in ms: the sweep
+   * above and `cordon gc` remove snapshots older than this (default 7
+   * days, `DEFAULT_SNAPSHOT_RETENTION_MS` of `@cordon/backend-docker`), with no regard to who took them.
+   */
+  readonly snapshotRetentionMs?: number
 }
 
 const labelsSchema = z
@@ -179,6 +185,7 @@ export const containerBackendConfigSchema: z.ZodType<ContainerBackendConfig> = z
     gatewayAllowedPorts: z.array(tcpPortSchema()).readonly().optional(),
     gatewayUpstreamCa: z.string().min(1).optional(),
     sweepDeadOwners: z.boolean().optional(),
+    snapshotRetentionMs: z.number().int().positive().optional(),
   })
   .strict()
   .readonly()

@@ -10,6 +10,7 @@ import { pauseCases } from './pause-cases.js'
 import { processCases } from './process-cases.js'
 import { reconnectCases } from './reconnect-cases.js'
 import { useSandboxes } from './shared-sandbox.js'
+import { snapshotCases } from './snapshot-cases.js'
 import type { SandboxConformanceOptions } from './suite-options.js'
 import { volumeCases } from './volume-cases.js'
 import { workAndUsageCases } from './work-and-usage-cases.js'
@@ -47,6 +48,7 @@ export function describeSandboxConformance(options: SandboxConformanceOptions): 
     networkCases(options, sandboxes)
     workAndUsageCases(options, sandboxes)
     pauseCases(options, sandboxes)
+    snapshotCases(options, sandboxes)
     volumeCases(options, sandboxes)
     reconnectCases(options, sandboxes)
   })

@@ -67,6 +67,8 @@ const HONEST: SandboxEnforcementDeclaration = {
   pause: false,
   reconnect: false,
   externalWatch: false,
+  snapshot: false,
+  memorySnapshot: false,
   measuredUsage: ['cpuTimeMs'],
   volumes: false,
 }

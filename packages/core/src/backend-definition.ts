@@ -104,6 +104,8 @@ export function defineBackend<Config extends SandboxBackendConfigBase>(
     'pause',
     'reconnect',
     'externalWatch',
+    'snapshot',
+    'memorySnapshot',
     'volumes',
   ]) {
     if (typeof declared?.[key] !== 'boolean')

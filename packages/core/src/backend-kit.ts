@@ -103,6 +103,11 @@ export {
   type ResolverAnswer,
 } from './resolver-answer.js'
 export { resolverRefusedEvent } from './resolver-refused-event.js'
-export { newSandboxId, SANDBOX_ID_PATTERN } from './sandbox-id.js'
+export {
+  newSandboxId,
+  newSnapshotId,
+  SANDBOX_ID_PATTERN,
+  SNAPSHOT_ID_PATTERN,
+} from './sandbox-id.js'
 export { resolveSandboxPath } from './sandbox-path.js'
 export { type SandboxBackendVolumes, volumesRefusal } from './volumes.js'

@@ -14,7 +14,7 @@ import type {
 import { DENY_ALL, type EgressPolicy } from './egress-policy.js'
 import type { SandboxEvent } from './events.js'
 import type { ResolvedContainerSandboxLayout } from './layout.js'
-import type { CordonBackendSandbox, Sandbox } from './sandbox.js'
+import type { CordonBackendSandbox, Sandbox, SandboxSnapshotStore } from './sandbox.js'
 import { newSandboxId, type SandboxId } from './sandbox-id.js'
 import type { SandboxBackendVolumes } from './volumes.js'
 
@@ -49,6 +49,12 @@ export interface SandboxBackendOptions {
    * where the backend can (so it ends even if its host dies first).
    */
   readonly lifetimeMs?: number
+  /**
+   * The snapshot the sandbox starts from (`snp_…`), where the backend
+   * declares `snapshot`; its files (and processes) are in place before
+   * `create()` resolves.
+   */
+  readonly snapshot?: string
   /**
    * Told the name of each step of the create as it begins (cordon's
    * provider times them for the `create.ready` event); a backend passes it
@@ -96,6 +102,8 @@ export interface CordonSandboxBackend extends SandboxBackend {
   /** The sandboxes this backend may reach (what `provider.list()` shows). */
   list?(options: { readonly signal?: AbortSignal }): Promise<readonly SandboxListing[]>
   close(): Promise<void>
+  /** The snapshots the backend keeps; present where its definition declares `snapshot`. */
+  readonly snapshots?: SandboxSnapshotStore
   /**
    * Named persistent volumes, on a backend whose definition declares
    * `volumes: true` (the provider refuses them before asking otherwise).
@@ -120,6 +128,8 @@ export interface SandboxCreateRequest<Limit extends number | undefined = number>
   readonly workingDirectory: string
   readonly egress: EgressPolicy
   readonly signal: AbortSignal | undefined
+  /** The snapshot to start from, if any. */
+  readonly snapshot: string | undefined
   readonly onStep: ((name: string) => void) | undefined
   /** Outlives the host process; set only with a lifetime (see SandboxBackendOptions.detached). */
   readonly detached: boolean
@@ -153,6 +163,7 @@ export function resolveBackendOptions<Config extends SandboxBackendConfigBase>(
     workingDirectory: options.workingDirectory,
     egress: options.egress ?? DENY_ALL,
     signal: options.signal,
+    snapshot: options.snapshot,
     onStep: options.onStep,
     detached: options.detached === true,
   }

@@ -35,9 +35,9 @@ import { describeError } from './event-error.js'
 import type { SandboxEvent, SandboxEventListener } from './events.js'
 import type { ResolvedContainerSandboxLayout } from './layout.js'
 import { ManagedSandbox } from './managed-sandbox.js'
-import type { CordonSandboxProvider } from './provider.js'
+import type { CordonSandboxProvider, SandboxSnapshots } from './provider.js'
 import { prepareProviderConfig } from './provider-config.js'
-import type { CordonBackendSandbox, CordonSandbox } from './sandbox.js'
+import type { CordonBackendSandbox, CordonSandbox, SandboxSnapshotStore } from './sandbox.js'
 import { isSandboxId, newSandboxId, type SandboxId } from './sandbox-id.js'
 import {
   checkVolumeCreate,
@@ -217,11 +217,137 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
         // Ended: nothing is left to connect to.
         if (done.detached) credentials?.remove(done.id)
       },
+      snapshots: { files: enforcement.snapshot, memory: enforcement.memorySnapshot },
+      fork: (source, forkOptions) => fork(source, request, idleTimeoutMs, forkOptions),
       ...(detached ? { detached, onDisconnected: forget } : {}),
     })
     live.add(managed)
     liveById.set(managed.id, managed)
     return managed
+  }
+
+  /**
+   * Fork, for every backend that takes snapshots: one snapshot of the
+   * source, `count` sandboxes made from it with the source's settings (each
+   * its own id, and so its own user and egress client), then the snapshot
+   * removed. If one cannot be made, those made are destroyed.
+   */
+  const fork = async (
+    source: ManagedSandbox,
+    sourceRequest: SandboxBackendOptions,
+    idleTimeoutMs: number | undefined,
+    forkOptions: {
+      readonly count: number
+      readonly memory: boolean
+      readonly signal?: AbortSignal
+    },
+  ): Promise<CordonSandbox[]> => {
+    if (closed) throw new SandboxError('provider is closed')
+    const store = await snapshotStore('fork')
+    const { signal } = forkOptions
+    const taken = await source.snapshot({
+      memory: forkOptions.memory,
+      ...(signal ? { signal } : {}),
+    })
+    try {
+      const made = await Promise.allSettled(
+        Array.from({ length: forkOptions.count }, () => {
+          // Forks end with this host, whatever the source: a detached one's are not detached.
+          const { signal: _sourceSignal, detached: _detached, ...settings } = sourceRequest
+          return createFresh({
+            ...settings,
+            sandboxId: newSandboxId(),
+            snapshot: taken.id,
+            ...(signal ? { signal } : {}),
+          })
+        }),
+      )
+      const failure = made.find((result) => result.status === 'rejected')
+      if (failure) {
+        await Promise.allSettled(
+          made.map((result) =>
+            result.status === 'fulfilled' ? result.value.destroy() : undefined,
+          ),
+        )
+        throw failure.reason
+      }
+      return made.map((result) =>
+        adopt(
+          (result as PromiseFulfilledResult<CordonBackendSandbox>).value,
+          sourceRequest,
+          idleTimeoutMs,
+        ),
+      )
+    } finally {
+      // The forks keep what they run on; the snapshot itself is not the host's to keep.
+      await store.remove(taken.id).catch(() => {})
+    }
+  }
+
+  /** The backend's snapshots, or a refusal naming `control` where it declares none. */
+  const snapshotStore = async (control: string): Promise<SandboxSnapshotStore> => {
+    if (!enforcement.snapshot)
+      throw new SandboxControlRefusedError(control, backendName, 'this backend takes no snapshots')
+    const store = (await backend()).snapshots
+    if (!store)
+      throw new SandboxControlRefusedError(
+        control,
+        backendName,
+        'the backend declares snapshots but keeps no store of them',
+      )
+    return store
+  }
+
+  /**
+   * A create from a snapshot: the snapshot's limits and egress policy where
+   * the call names none (before the provider's defaults), and a memory
+   * snapshot only where the backend declares it can continue one.
+   */
+  const fromSnapshot = async (
+    call: SandboxCreateConfig,
+    request: SandboxBackendOptions,
+    snapshotId: string,
+  ): Promise<SandboxBackendOptions> => {
+    const store = await snapshotStore('snapshot')
+    const snapshot = await store.get(snapshotId, call.signal ? { signal: call.signal } : {})
+    if (snapshot.memory && !enforcement.memorySnapshot)
+      throw new SandboxControlRefusedError(
+        'snapshot.memory',
+        backendName,
+        `${snapshotId} holds running processes, and this backend cannot continue them`,
+      )
+    const { memoryLimitMb, maxProcesses } = snapshot.limits
+    let egress = call.egress
+    if (!egress) {
+      if (snapshot.egress.kind === 'resolver')
+        throw new SandboxControlRefusedError(
+          'egress',
+          backendName,
+          `${snapshotId} was taken of a sandbox with a resolver policy, whose function a snapshot cannot keep; pass the create call's egress`,
+        )
+      egress =
+        snapshot.egress.kind === 'static'
+          ? { kind: 'static', allowedHosts: [...(snapshot.egress.allowedHosts ?? [])] }
+          : { kind: snapshot.egress.kind }
+    }
+    return {
+      ...request,
+      ...(call.memoryLimitMb === undefined && memoryLimitMb !== undefined ? { memoryLimitMb } : {}),
+      ...(call.maxProcesses === undefined && maxProcesses !== undefined ? { maxProcesses } : {}),
+      egress,
+      snapshot: snapshotId,
+    }
+  }
+
+  const snapshots: SandboxSnapshots = {
+    async list(listOptions = {}) {
+      throwIfAborted(listOptions.signal, 'snapshots.list')
+      return (await snapshotStore('snapshot')).list(listOptions)
+    },
+    async remove(id, removeOptions = {}) {
+      throwIfAborted(removeOptions.signal, 'snapshots.remove')
+      return (await snapshotStore('snapshot')).remove(id, removeOptions)
+    },
   }
 
   /**
@@ -302,12 +428,18 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
     backend: backendName,
     enforcement,
     instanceId,
+    snapshots,
     volumes,
     async create(callConfig: SandboxCreateConfig = {}): Promise<CordonSandbox> {
       const call = parseConfig(sandboxCreateConfigSchema, callConfig, 'sandbox create config')
       throwIfAborted(call.signal, 'create')
       if (closed) throw new SandboxError('provider is closed')
-      const request = backendOptions(call)
+      let request = backendOptions(call)
+      if (call.snapshot !== undefined) {
+        const refusal = requestRefusal(definition, config.backend, { snapshot: call.snapshot })
+        if (refusal) throw refusal
+        request = await fromSnapshot(call, request, call.snapshot)
+      }
       const refusal =
         requestRefusal(definition, config.backend, request) ??
         (call.detached ? detachedRefusal(definition, request) : undefined)
@@ -411,6 +543,7 @@ function canUsePooled(call: SandboxCreateConfig): boolean {
     call.maxProcesses === undefined &&
     call.workingDirectory === undefined &&
     call.egress === undefined &&
+    call.snapshot === undefined &&
     call.detached !== true
   )
 }

@@ -5,6 +5,7 @@ import { type EgressPolicy, egressPolicySchema } from './egress-policy.js'
 import { type SandboxConfigIssue, SandboxConfigValidationError } from './errors.js'
 import type { SandboxEventListener } from './events.js'
 import type { ContainerSandboxLayout } from './layout.js'
+import { SNAPSHOT_ID_PATTERN } from './sandbox-id.js'
 
 /** Client certificate material for TLS (engine, control plane, agent relay): PEM text or bytes. */
 export interface TlsClientMaterial {
@@ -106,6 +107,14 @@ export interface SandboxCreateConfig {
   readonly lifetimeMs?: number
   /** Destroy the sandbox once it has been idle this many ms (default: the provider's `defaultIdleTimeoutMs`). */
   readonly idleTimeoutMs?: number
+  /**
+   * Start from this snapshot (`sandbox.snapshot()`'s id) instead of the
+   * image alone: its files, and its processes if it holds them. The limits
+   * and egress policy default to the snapshot's sandbox's, before the
+   * provider's defaults. Refused naming `snapshot` by a backend that takes
+   * no snapshots; an unknown id is `SandboxSnapshotNotFoundError`.
+   */
+  readonly snapshot?: string
   /**
    * The sandbox does not end with this host process: it runs until its
    * lifetime (this call's `lifetimeMs`, else the provider's
@@ -225,6 +234,10 @@ export const sandboxCreateConfigSchema: z.ZodType<SandboxCreateConfig> = z
     egress: egressPolicySchema.optional(),
     lifetimeMs: durationMs().optional(),
     idleTimeoutMs: durationMs().optional(),
+    snapshot: z
+      .string()
+      .regex(SNAPSHOT_ID_PATTERN, 'must be a snapshot id (snp_ and 26 base-32 characters)')
+      .optional(),
     detached: z.boolean().optional(),
   })
   .strict()

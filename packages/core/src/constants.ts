@@ -21,3 +21,6 @@ export const SANDBOX_MAX_OUTPUT_BYTES = 10 * 1024 * 1024
  * its host uses. Larger files are read with `readFileStream`.
  */
 export const SANDBOX_DEFAULT_MAX_READ_BYTES = 256 * 1024 * 1024
+
+/** The most sandboxes one `fork()` makes. */
+export const SANDBOX_FORK_MAX = 16

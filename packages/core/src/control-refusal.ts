@@ -7,6 +7,8 @@ export interface RequestedControls {
   readonly memoryLimitMb?: number | undefined
   readonly maxProcesses?: number | undefined
   readonly egress?: EgressPolicy | undefined
+  /** The id of the snapshot a sandbox is to start from. */
+  readonly snapshot?: string | undefined
 }
 
 /**
@@ -25,6 +27,13 @@ export function requestRefusal<Config extends SandboxBackendConfigBase>(
   names: { readonly memoryLimitMb?: string; readonly maxProcesses?: string } = {},
 ): SandboxControlRefusedError | undefined {
   const { enforcement, name } = definition
+  if (request.snapshot !== undefined && !enforcement.snapshot) {
+    return new SandboxControlRefusedError(
+      'snapshot',
+      name,
+      'this backend cannot start a sandbox from a snapshot (it takes none)',
+    )
+  }
   if (request.memoryLimitMb !== undefined && !enforcement.memoryLimit) {
     return new SandboxControlRefusedError(
       names.memoryLimitMb ?? 'memoryLimitMb',

@@ -59,6 +59,19 @@ export interface SandboxEnforcementDeclaration {
    * `watchDirectory.external`.
    */
   readonly externalWatch: boolean
+  /**
+   * `sandbox.snapshot()` captures the sandbox's files, `create({ snapshot })`
+   * starts a new sandbox from them and `sandbox.fork()` makes independent
+   * copies of a running one; when false all three are refused naming
+   * `snapshot` or `fork`.
+   */
+  readonly snapshot: boolean
+  /**
+   * `snapshot({ memory: true })` captures the running processes too, and a
+   * sandbox created from it continues them; when false it is refused naming
+   * `snapshot.memory`.
+   */
+  readonly memorySnapshot: boolean
   /** The fields of `stats()` the backend measures; the others are absent, never made up. */
   readonly measuredUsage: readonly MeasuredUsageField[]
   /**

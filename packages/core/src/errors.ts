@@ -52,6 +52,7 @@ export type SandboxErrorCode =
   | 'FILE_TOO_LARGE'
   | 'IMAGE_PULL_FAILED'
   | 'OPERATION_FAILED'
+  | 'SNAPSHOT_NOT_FOUND'
   | 'VOLUME_NOT_FOUND'
   | 'VOLUME_EXISTS'
   | 'VOLUME_IN_USE'
@@ -375,6 +376,32 @@ export class SandboxPausedError extends SandboxError {
 
   static override isInstance(value: unknown): value is SandboxPausedError {
     return hasMarker(value, pausedMarker)
+  }
+}
+
+const snapshotNotFoundMarker = markerFor('SandboxSnapshotNotFoundError')
+
+/**
+ * No snapshot of that id is kept where the backend looks (never taken,
+ * removed, or collected past its retention).
+ */
+export class SandboxSnapshotNotFoundError extends SandboxError {
+  protected readonly [snapshotNotFoundMarker] = true
+  readonly snapshotId: string
+  readonly backend: string
+
+  constructor(snapshotId: string, backend: string, options: SandboxErrorOptions = {}) {
+    super(`${backend} keeps no snapshot ${JSON.stringify(snapshotId)}`, {
+      ...options,
+      code: 'SNAPSHOT_NOT_FOUND',
+    })
+    this.name = 'SandboxSnapshotNotFoundError'
+    this.snapshotId = snapshotId
+    this.backend = backend
+  }
+
+  static override isInstance(value: unknown): value is SandboxSnapshotNotFoundError {
+    return hasMarker(value, snapshotNotFoundMarker)
   }
 }
 

@@ -38,6 +38,16 @@ export type SandboxLifecyclePhase =
    * `pausedMs`: how long it was paused), or failed to (`error`).
    */
   | 'resume'
+  /**
+   * `snapshot()` stored a snapshot (`snapshotId`, `durationMs`), or failed
+   * to (`error`).
+   */
+  | 'snapshot'
+  /**
+   * `fork()` made its sandboxes (`forkedSandboxIds`, `durationMs`), or
+   * failed to (`error`; none was handed out).
+   */
+  | 'fork'
   /** A `resolver` policy's answer was refused (an invalid entry, an error, a timeout): everything is denied. */
   | 'egress.resolver-refused'
   /**
@@ -69,6 +79,10 @@ export interface SandboxLifecycleEvent {
   readonly error?: { readonly name: string; readonly code?: string; readonly message: string }
   /** On `resume`: how long the sandbox was paused, in ms. */
   readonly pausedMs?: number
+  /** On `snapshot`: the snapshot taken. */
+  readonly snapshotId?: string
+  /** On `fork`: the sandboxes made. */
+  readonly forkedSandboxIds?: readonly string[]
   /** On `destroy.end` and `ended`: why the sandbox ended. */
   readonly endReason?: SandboxEndReason
   /** On `image.pull.*`: the image, as the config names it. */

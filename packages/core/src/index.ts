@@ -28,6 +28,7 @@ export {
   SANDBOX_DEFAULT_MAX_READ_BYTES,
   SANDBOX_DEFAULT_MEMORY_LIMIT_MB,
   SANDBOX_DEFAULT_TIMEOUT_MS,
+  SANDBOX_FORK_MAX,
   SANDBOX_MAX_OUTPUT_BYTES,
 } from './constants.js'
 export type { SandboxListing } from './detached-sandbox.js'
@@ -63,6 +64,7 @@ export {
   SandboxPathError,
   SandboxPausedError,
   SandboxReadinessError,
+  SandboxSnapshotNotFoundError,
   SandboxTransportError,
   SandboxVolumeError,
   type SandboxVolumeErrorReason,
@@ -96,7 +98,11 @@ export {
   SANDBOX_DEFAULT_UPLOADS_PATH,
   SKILL_ID_PATTERN,
 } from './layout.js'
-export type { CordonSandboxProvider, SandboxProvider } from './provider.js'
+export type {
+  CordonSandboxProvider,
+  SandboxProvider,
+  SandboxSnapshots,
+} from './provider.js'
 export type {
   CordonBackendSandbox,
   CordonProcess,
@@ -118,6 +124,7 @@ export type {
   SandboxFileOptions,
   SandboxFileType,
   SandboxFileWrite,
+  SandboxForkOptions,
   SandboxForward,
   SandboxForwardOptions,
   SandboxForwardPort,
@@ -131,6 +138,10 @@ export type {
   SandboxProcessInfo,
   SandboxReadFileOptions,
   SandboxRemoveOptions,
+  SandboxSnapshot,
+  SandboxSnapshotListOptions,
+  SandboxSnapshotOptions,
+  SandboxSnapshotStore,
   SandboxStartOptions,
   SandboxStatOptions,
   SandboxStatus,
@@ -142,7 +153,7 @@ export type {
   SandboxWatchOptions,
   SandboxWriteFileOptions,
 } from './sandbox.js'
-export { isSandboxId, type SandboxId } from './sandbox-id.js'
+export { isSandboxId, isSnapshotId, type SandboxId } from './sandbox-id.js'
 export { type SerializedSandboxError, serializeSandboxError } from './serialize-error.js'
 export { escapeTerminalControls } from './terminal-text.js'
 export {

@@ -1,6 +1,8 @@
 import type { Buffer } from 'node:buffer'
+import { SANDBOX_FORK_MAX } from './constants.js'
 import type { MeasuredUsageField, SandboxEnforcementReport } from './enforcement.js'
 import {
+  SandboxConfigValidationError,
   SandboxControlRefusedError,
   SandboxDestroyedError,
   SandboxError,
@@ -27,6 +29,7 @@ import type {
   SandboxFileInfo,
   SandboxFileOptions,
   SandboxFileWrite,
+  SandboxForkOptions,
   SandboxForward,
   SandboxForwardOptions,
   SandboxForwardPort,
@@ -37,6 +40,8 @@ import type {
   SandboxProcessInfo,
   SandboxReadFileOptions,
   SandboxRemoveOptions,
+  SandboxSnapshot,
+  SandboxSnapshotOptions,
   SandboxStartOptions,
   SandboxStatOptions,
   SandboxStatus,
@@ -60,6 +65,16 @@ export interface ManagedSandboxHooks {
   readonly execTimeoutMs: number
   readonly emit: (event: SandboxEvent) => void
   readonly onDestroyed: (sandbox: ManagedSandbox) => void
+  /** What the backend declares of snapshots: files, processes. */
+  readonly snapshots: { readonly files: boolean; readonly memory: boolean }
+  /**
+   * Makes `count` sandboxes from a snapshot of this one (the provider's,
+   * which knows how this sandbox was made).
+   */
+  readonly fork: (
+    source: ManagedSandbox,
+    options: { readonly count: number; readonly memory: boolean; readonly signal?: AbortSignal },
+  ) => Promise<CordonSandbox[]>
   /**
    * A detached sandbox (made `detached`, or reached with `connect`): when its
    * lifetime ends it, and the credential a host needs to connect to it.
@@ -553,6 +568,91 @@ export class ManagedSandbox implements CordonSandbox {
     })
   }
 
+  async snapshot(options: SandboxSnapshotOptions = {}): Promise<SandboxSnapshot> {
+    throwIfAborted(options.signal, 'snapshot')
+    const memory = options.memory === true
+    const take = this.inner.snapshot
+    if (!this.hooks.snapshots.files || !take)
+      throw new SandboxControlRefusedError(
+        'snapshot',
+        this.hooks.backend,
+        'this backend cannot capture a sandbox; keep what you need with readFile or readFiles',
+      )
+    if (memory && !this.hooks.snapshots.memory)
+      throw new SandboxControlRefusedError(
+        'snapshot.memory',
+        this.hooks.backend,
+        "this backend cannot capture a sandbox's running processes; snapshot({ memory: false }) keeps its files",
+      )
+    if (this.destroying || this.ended) throw new SandboxDestroyedError(this.id)
+    this.refuseWhilePaused('snapshot')
+    const started = performance.now()
+    try {
+      const taken = await this.track(() => take.call(this.inner, { ...options, memory }))
+      this.hooks.emit({
+        ...this.lifecycle('snapshot'),
+        durationMs: performance.now() - started,
+        snapshotId: taken.id,
+      })
+      return taken
+    } catch (error) {
+      this.hooks.emit({
+        ...this.lifecycle('snapshot'),
+        durationMs: performance.now() - started,
+        error: describeError(error),
+      })
+      throw error
+    }
+  }
+
+  async fork(options: SandboxForkOptions): Promise<CordonSandbox[]> {
+    throwIfAborted(options?.signal, 'fork')
+    const count = options?.count
+    if (!Number.isInteger(count) || count < 1 || count > SANDBOX_FORK_MAX)
+      throw new SandboxConfigValidationError('fork options', [
+        {
+          path: 'count',
+          message: `must be a whole number from 1 to ${SANDBOX_FORK_MAX}, got ${String(count)}`,
+        },
+      ])
+    if (!this.hooks.snapshots.files || !this.inner.snapshot)
+      throw new SandboxControlRefusedError(
+        'fork',
+        this.hooks.backend,
+        'this backend cannot capture a sandbox, so it cannot copy one; create new sandboxes instead',
+      )
+    if (options.memory === true && !this.hooks.snapshots.memory)
+      throw new SandboxControlRefusedError(
+        'fork',
+        this.hooks.backend,
+        "this backend cannot capture a sandbox's running processes; fork({ memory: false }) copies its files",
+      )
+    const memory = options.memory ?? this.hooks.snapshots.memory
+    if (this.destroying || this.ended) throw new SandboxDestroyedError(this.id)
+    this.refuseWhilePaused('fork')
+    const started = performance.now()
+    try {
+      const forks = await this.hooks.fork(this, {
+        count,
+        memory,
+        ...(options.signal ? { signal: options.signal } : {}),
+      })
+      this.hooks.emit({
+        ...this.lifecycle('fork'),
+        durationMs: performance.now() - started,
+        forkedSandboxIds: forks.map((fork) => fork.id),
+      })
+      return forks
+    } catch (error) {
+      this.hooks.emit({
+        ...this.lifecycle('fork'),
+        durationMs: performance.now() - started,
+        error: describeError(error),
+      })
+      throw error
+    }
+  }
+
   private cannotFreeze(control: 'pause' | 'resume'): SandboxControlRefusedError {
     return new SandboxControlRefusedError(
       control,
@@ -651,7 +751,16 @@ export class ManagedSandbox implements CordonSandbox {
   }
 
   private lifecycle(
-    phase: 'expired' | 'idle' | 'ended' | 'destroy.start' | 'destroy.end' | 'pause' | 'resume',
+    phase:
+      | 'expired'
+      | 'idle'
+      | 'ended'
+      | 'destroy.start'
+      | 'destroy.end'
+      | 'pause'
+      | 'resume'
+      | 'snapshot'
+      | 'fork',
   ) {
     return {
       type: 'lifecycle' as const,

@@ -33,6 +33,7 @@ export type ResourceRole =
   | 'relay'
   | 'network'
   | 'egress-sockets'
+  | 'snapshot'
   /** A named persistent volume: outlives its owner; `cordon gc` removes it only past a retention. */
   | 'volume'
   /** When a named volume was last mounted or released (garbage-collect.ts reads it). */

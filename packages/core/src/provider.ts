@@ -1,7 +1,13 @@
 import type { SandboxConnectOptions, SandboxCreateConfig } from './config.js'
 import type { SandboxListing } from './detached-sandbox.js'
 import type { SandboxEnforcementDeclaration } from './enforcement.js'
-import type { CordonSandbox, Sandbox, SandboxEnvironment } from './sandbox.js'
+import type {
+  CordonSandbox,
+  Sandbox,
+  SandboxEnvironment,
+  SandboxSnapshot,
+  SandboxSnapshotListOptions,
+} from './sandbox.js'
 import type { SandboxVolumes } from './volumes.js'
 
 /**
@@ -30,6 +36,12 @@ export interface CordonSandboxProvider extends SandboxProvider, AsyncDisposable 
   /** Unique per provider instance; every resource it creates carries it as the owner. */
   readonly instanceId: string
   create(config?: SandboxCreateConfig): Promise<CordonSandbox>
+  /**
+   * The snapshots this provider's backend keeps (`sandbox.snapshot()`), on
+   * its engine, whoever took them. A backend that takes none refuses both
+   * with `SandboxControlRefusedError` naming `snapshot`.
+   */
+  readonly snapshots: SandboxSnapshots
   /**
    * Named persistent volumes on the backend's engine, which outlive every
    * sandbox and this provider (see {@link SandboxVolumes}); refused with
@@ -63,4 +75,16 @@ export interface CordonSandboxProvider extends SandboxProvider, AsyncDisposable 
    * it), releases the backend.
    */
   close(): Promise<void>
+}
+
+/** `provider.snapshots`: what a host sees of the snapshots its backend keeps. */
+export interface SandboxSnapshots {
+  /** Every snapshot the backend keeps, oldest first. */
+  list(options?: SandboxSnapshotListOptions): Promise<readonly SandboxSnapshot[]>
+  /**
+   * Removes a snapshot: no new sandbox can start from it, and its storage
+   * goes once no sandbox started from it still runs. An unknown id is
+   * `SandboxSnapshotNotFoundError`.
+   */
+  remove(id: string, options?: SandboxSnapshotListOptions): Promise<void>
 }

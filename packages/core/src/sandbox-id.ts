@@ -26,3 +26,15 @@ export function newSandboxId(): SandboxId {
 export function isSandboxId(value: unknown): value is SandboxId {
   return typeof value === 'string' && SANDBOX_ID_PATTERN.test(value)
 }
+
+/** A snapshot id: `snp_` followed by 26 lowercase base-32 characters (128 random bits). */
+export const SNAPSHOT_ID_PATTERN = /^snp_[a-z2-7]{26}$/
+
+/** Mints a new snapshot id, as random as a sandbox id. */
+export function newSnapshotId(): string {
+  return `snp_${newSandboxId().slice(4)}`
+}
+
+export function isSnapshotId(value: unknown): value is string {
+  return typeof value === 'string' && SNAPSHOT_ID_PATTERN.test(value)
+}

@@ -1,4 +1,5 @@
 import type { Buffer } from 'node:buffer'
+import type { EgressPolicyKind } from './egress-policy.js'
 import type { SandboxBackendEnforcement, SandboxEnforcementReport } from './enforcement.js'
 import type { SandboxId } from './sandbox-id.js'
 
@@ -492,6 +493,84 @@ export interface SandboxPauseOptions {
   readonly signal?: AbortSignal
 }
 
+/** Options of `snapshot()`. */
+export interface SandboxSnapshotOptions {
+  /**
+   * Capture the running processes too, so that a sandbox created from the
+   * snapshot continues them (default false: files only). A backend that
+   * cannot refuses with `SandboxControlRefusedError` naming `snapshot.memory`.
+   */
+  readonly memory?: boolean
+  readonly signal?: AbortSignal
+}
+
+/** Options of `fork()`. */
+export interface SandboxForkOptions {
+  /** How many sandboxes to make (1 to `SANDBOX_FORK_MAX`, 16). */
+  readonly count: number
+  /**
+   * Continue the running processes in every fork (default: whether the
+   * backend declares `memorySnapshot`). `true` on a backend that cannot is
+   * refused naming `fork`.
+   */
+  readonly memory?: boolean
+  readonly signal?: AbortSignal
+}
+
+/**
+ * A snapshot of a sandbox: what `snapshot()` resolves with and what
+ * `provider.snapshots.list()` lists. `create({ snapshot: id })` starts a
+ * new sandbox from it; the snapshot stays until it is removed
+ * (`provider.snapshots.remove(id)`) or the host's garbage collection finds
+ * it past its retention.
+ */
+export interface SandboxSnapshot {
+  /** `snp_…`; what `create({ snapshot })` takes. */
+  readonly id: string
+  /** When it was taken, in ms since the epoch. */
+  readonly createdAt: number
+  /** What it stores beyond the image the sandbox ran: the captured files (and processes). */
+  readonly sizeBytes: number
+  /** Whether it holds the running processes too. */
+  readonly memory: boolean
+  /** The backend that took it, as `tier:runtime`. */
+  readonly backend: string
+  /** The sandbox it was taken of. */
+  readonly sourceSandboxId: string
+  /**
+   * The limits and egress policy of the sandbox it was taken of: a sandbox
+   * created from it gets them unless its create call names its own. A
+   * `resolver` policy's function is not kept: such a snapshot needs the
+   * call's `egress`.
+   */
+  readonly limits: { readonly memoryLimitMb?: number; readonly maxProcesses?: number }
+  readonly egress: {
+    readonly kind: EgressPolicyKind
+    readonly allowedHosts?: readonly string[]
+  }
+}
+
+/** Options of `provider.snapshots.list()` and `remove()`. */
+export interface SandboxSnapshotListOptions {
+  readonly signal?: AbortSignal
+}
+
+/**
+ * The snapshots a backend keeps: a backend that declares `snapshot` has
+ * these; the provider hands them out as `provider.snapshots`.
+ */
+export interface SandboxSnapshotStore {
+  /** One snapshot; an unknown id is `SandboxSnapshotNotFoundError`. */
+  get(id: string, options?: SandboxSnapshotListOptions): Promise<SandboxSnapshot>
+  /** Every snapshot on the backend's engine, oldest first. */
+  list(options?: SandboxSnapshotListOptions): Promise<readonly SandboxSnapshot[]>
+  /**
+   * Removes a snapshot: no new sandbox can start from it. Sandboxes already
+   * started from it go on. An unknown id is `SandboxSnapshotNotFoundError`.
+   */
+  remove(id: string, options?: SandboxSnapshotListOptions): Promise<void>
+}
+
 /**
  * The run-time egress change `Sandbox.setNetworkPolicy` accepts: the host
  * allowlist that replaces the sandbox's current one (an empty list denies
@@ -676,6 +755,11 @@ export interface CordonBackendSandbox extends Sandbox, AsyncDisposable {
   /** Continues the processes `pause()` froze; resolves once they run again. */
   resume?(options?: SandboxPauseOptions): Promise<void>
   /**
+   * Captures the sandbox (its files; with `memory`, its processes too) as a
+   * snapshot a new sandbox can start from; absent where the backend cannot.
+   */
+  snapshot?(options?: SandboxSnapshotOptions): Promise<SandboxSnapshot>
+  /**
    * Resolves when the sandbox ends underneath its host (its container died,
    * its agent or VM was lost, the platform removed it), with why. Never
    * resolves for a sandbox the host destroys.
@@ -715,6 +799,7 @@ export interface CordonSandbox
     | 'enforcement'
     | 'pause'
     | 'resume'
+    | 'snapshot'
     | 'reconnectSecret'
     | 'disconnect'
   > {
@@ -780,6 +865,29 @@ export interface CordonSandbox
    * `SandboxControlRefusedError` naming `resume`.
    */
   resume(options?: SandboxPauseOptions): Promise<void>
+  /**
+   * Captures the sandbox as a snapshot that `provider.create({ snapshot:
+   * id })` starts new sandboxes from, and resolves once it is stored: its
+   * files, and with `memory: true` its running processes. What a backend
+   * captures is in its README. A snapshot never holds the provider's
+   * brokered credentials or the secret the host reaches the sandbox with.
+   * A backend that cannot refuses with `SandboxControlRefusedError` naming
+   * `snapshot` (`snapshot.memory` for processes); a paused sandbox refuses
+   * with `SandboxPausedError`.
+   */
+  snapshot(options?: SandboxSnapshotOptions): Promise<SandboxSnapshot>
+  /**
+   * Makes `count` new sandboxes from the state this one is in now (its
+   * files, and its processes where `memory`), each with its own id, user,
+   * egress client and clocks, with this sandbox's limits, egress policy,
+   * environment and timeouts. They share nothing writable with this one or
+   * with each other; this sandbox goes on. Forks end with this host, even
+   * those of a detached sandbox. The snapshot taken for them is
+   * removed once they run. If one cannot be made, none is handed out: those
+   * made are destroyed and the error is thrown. A backend that cannot
+   * refuses with `SandboxControlRefusedError` naming `fork`.
+   */
+  fork(options: SandboxForkOptions): Promise<CordonSandbox[]>
   /**
    * Made with `create({ detached: true })` or reached with
    * `provider.connect(id)`: the sandbox outlives this host process and ends

@@ -19,6 +19,7 @@ import {
   SandboxPathError,
   SandboxPausedError,
   SandboxReadinessError,
+  SandboxSnapshotNotFoundError,
   SandboxTransportError,
   SandboxVolumeError,
 } from '../src/index.js'
@@ -174,6 +175,16 @@ const cases: Case[] = [
     parent: SandboxError,
     code: 'OPERATION_FAILED',
     fields: { operation: 'readFile' },
+  },
+  {
+    make: () =>
+      new SandboxSnapshotNotFoundError('snp_aaaaaaaaaaaaaaaaaaaaaaaaaa', 'container:docker', {
+        cause,
+      }),
+    klass: SandboxSnapshotNotFoundError,
+    parent: SandboxError,
+    code: 'SNAPSHOT_NOT_FOUND',
+    fields: { snapshotId: 'snp_aaaaaaaaaaaaaaaaaaaaaaaaaa', backend: 'container:docker' },
   },
   {
     make: () =>

@@ -29,6 +29,8 @@ const FULL_ENFORCEMENT: SandboxEnforcementDeclaration = {
   pause: false,
   reconnect: false,
   externalWatch: false,
+  snapshot: false,
+  memorySnapshot: false,
   measuredUsage: ['cpuTimeMs'],
   volumes: false,
 }

@@ -36,6 +36,8 @@ import {
   type SandboxProcessInfo,
   type SandboxReadFileOptions,
   type SandboxRemoveOptions,
+  type SandboxSnapshot,
+  type SandboxSnapshotOptions,
   type SandboxStartOptions,
   type SandboxStatOptions,
   type SandboxStatus,
@@ -89,6 +91,11 @@ export interface AgentSandboxInit {
    * freezer); without it the sandbox has no `pause` and `resume`.
    */
   readonly freezer?: SandboxFreezer
+  /**
+   * Captures the sandbox as a snapshot (the backend's own way); without it
+   * the sandbox has no `snapshot`.
+   */
+  readonly snapshot?: (options: SandboxSnapshotOptions) => Promise<SandboxSnapshot>
   /** Changes egress at run time; without it the sandbox has no `setNetworkPolicy`. */
   readonly setNetworkPolicy?: (policy: SandboxNetworkPolicy, signal?: AbortSignal) => Promise<void>
   /**
@@ -194,6 +201,7 @@ export class AgentSandbox implements CordonBackendSandbox {
   readonly openTerminal?: (options: SandboxTerminalOptions) => Promise<SandboxTerminal>
   readonly pause?: (options?: SandboxPauseOptions) => Promise<void>
   readonly resume?: (options?: SandboxPauseOptions) => Promise<void>
+  readonly snapshot?: (options?: SandboxSnapshotOptions) => Promise<SandboxSnapshot>
   readonly reconnectSecret?: string
   readonly disconnect?: () => Promise<void>
 
@@ -232,6 +240,13 @@ export class AgentSandbox implements CordonBackendSandbox {
     if (freezer) {
       this.pause = (options) => this.freeze(freezer, options?.signal)
       this.resume = (options) => this.thaw(freezer, options?.signal)
+    }
+    const capture = init.snapshot
+    if (capture) {
+      this.snapshot = async (options = {}) => {
+        this.assertUsable('snapshot', options.signal)
+        return capture(options)
+      }
     }
     const change = init.setNetworkPolicy
     if (change) {

@@ -7,9 +7,11 @@ export interface DockerBackendModule {
     docker: unknown
     engine?: string
     dryRun?: boolean
+    snapshotRetentionMs?: number
     volumeRetentionMs?: number
   }): Promise<{
     containers: string[]
+    images: string[]
     volumes: string[]
     networks: string[]
     kept: number

@@ -1,0 +1,383 @@
+import { PassThrough, type Readable } from 'node:stream'
+import {
+  isSnapshotId,
+  type ResolvedContainerSandboxLayout,
+  type SandboxBackendEnforcement,
+  SandboxOperationError,
+  type SandboxSnapshot,
+  SandboxSnapshotNotFoundError,
+} from '@cordon/core'
+import { LABEL, newSnapshotId, planLayoutMounts } from '@cordon/core/backend'
+import type Docker from 'dockerode'
+import type { AgentRuntime } from './agent-runtime.js'
+import { isNotFound } from './engine-errors.js'
+import { CAPTURE_SCRIPT, RESTORE_SCRIPT } from './snapshot-scripts.js'
+
+/** The repository of every snapshot image; its tag is the snapshot's id. */
+export const SNAPSHOT_REPOSITORY = 'cordon-snapshot'
+/** Where a snapshot's files sit in its image: `/.cordon-snapshot/<id>`. */
+export const SNAPSHOT_DIRECTORY = '/.cordon-snapshot'
+
+/** The labels a snapshot image (and the helper container that makes it) carries, beside the owner's. */
+export const SNAPSHOT_LABEL = {
+  id: 'cordon.snapshot',
+  createdAt: 'cordon.snapshot.created',
+  bytes: 'cordon.snapshot.bytes',
+  memory: 'cordon.snapshot.memory',
+  backend: 'cordon.snapshot.backend',
+  base: 'cordon.snapshot.base',
+  roots: 'cordon.snapshot.roots',
+  limits: 'cordon.snapshot.limits',
+  egress: 'cordon.snapshot.egress',
+} as const
+
+/** A snapshot as the engine keeps it. */
+export interface StoredSnapshot extends SandboxSnapshot {
+  /** The image a sandbox made from it runs: `cordon-snapshot:<id>`. */
+  readonly image: string
+  /** The image the snapshot's first sandbox ran, which every later snapshot of its line builds on. */
+  readonly baseImage: string
+  /** The directories whose files it holds, as the sandbox saw them. */
+  readonly roots: readonly string[]
+  /** The image's id (it outlives its tag while a sandbox made from it runs). */
+  readonly imageId: string
+}
+
+/**
+ * The directories a snapshot captures: the writable tmpfs ones, `/tmp` and
+ * every writable `ephemeral` layout mount. A host directory is the host's
+ * and is not copied; a read-only mount holds nothing the sandbox wrote.
+ */
+export function snapshotRoots(layout: ResolvedContainerSandboxLayout): string[] {
+  return [
+    '/tmp',
+    ...planLayoutMounts(layout)
+      .filter((mount) => !mount.readOnly && mount.source.type === 'ephemeral')
+      .map((mount) => mount.containerPath),
+  ]
+}
+
+export function snapshotImage(id: string): string {
+  return `${SNAPSHOT_REPOSITORY}:${id}`
+}
+
+/** What a running sandbox's snapshot needs to know about it. */
+export interface SnapshotSource {
+  readonly docker: Docker
+  readonly backend: string
+  readonly containerId: string
+  readonly sandboxId: string
+  readonly runtime: AgentRuntime
+  readonly user: { readonly uid: number; readonly gid: number }
+  /** The writable tmpfs directories to capture (`/tmp` and the ephemeral layout mounts). */
+  readonly roots: readonly string[]
+  readonly baseImage: string
+  readonly enforcement: SandboxBackendEnforcement
+  /** The owner labels every resource carries. */
+  readonly ownerLabels: Readonly<Record<string, string>>
+  readonly signal?: AbortSignal | undefined
+}
+
+/**
+ * Captures the sandbox's writable tmpfs directories into a new local image:
+ * the capture program (snapshot-scripts.ts) streams them as a tar, which is
+ * written into a container made (never started) from the sandbox's base
+ * image, and that container is committed as `cordon-snapshot:<id>`. The
+ * helper container goes whatever happens; the image exists only if every
+ * step succeeded.
+ */
+export async function takeFilesystemSnapshot(source: SnapshotSource): Promise<StoredSnapshot> {
+  const { docker } = source
+  const id = newSnapshotId()
+  const createdAt = Date.now()
+  const limits = {
+    ...(source.enforcement.limits.memoryLimitMb !== undefined
+      ? { memoryLimitMb: source.enforcement.limits.memoryLimitMb }
+      : {}),
+    ...(source.enforcement.limits.maxProcesses !== undefined
+      ? { maxProcesses: source.enforcement.limits.maxProcesses }
+      : {}),
+  }
+  const egress = {
+    kind: source.enforcement.egress.kind,
+    ...(source.enforcement.egress.allowedHosts
+      ? { allowedHosts: [...source.enforcement.egress.allowedHosts] }
+      : {}),
+  }
+  const labels: Record<string, string> = {
+    ...source.ownerLabels,
+    [LABEL.role]: 'snapshot',
+    [LABEL.sandbox]: source.sandboxId,
+    [SNAPSHOT_LABEL.id]: id,
+    [SNAPSHOT_LABEL.createdAt]: String(createdAt),
+    [SNAPSHOT_LABEL.memory]: '0',
+    [SNAPSHOT_LABEL.backend]: source.backend,
+    [SNAPSHOT_LABEL.base]: source.baseImage,
+    [SNAPSHOT_LABEL.roots]: JSON.stringify(source.roots),
+    [SNAPSHOT_LABEL.limits]: JSON.stringify(limits),
+    [SNAPSHOT_LABEL.egress]: JSON.stringify(egress),
+  }
+  const abort = source.signal ? { abortSignal: source.signal } : {}
+  const helperName = `cordon-snapshot-${id}`
+  // By name, not by handle: a call cut off by the signal may still have landed on the engine.
+  const removeHelper = () =>
+    docker
+      .getContainer(helperName)
+      .remove({ force: true })
+      .catch(() => {})
+  const removeImage = () =>
+    docker
+      .getImage(snapshotImage(id))
+      .remove({ force: true })
+      .catch(() => {})
+  try {
+    return await capture()
+  } catch (error) {
+    await removeImage()
+    // A create or commit the signal cut off can land on a busy engine a moment later.
+    for (const delay of LATE_SWEEPS_MS)
+      setTimeout(() => void removeHelper().then(removeImage), delay).unref()
+    throw error
+  } finally {
+    await removeHelper()
+  }
+
+  async function capture(): Promise<StoredSnapshot> {
+    const helper = await docker.createContainer({
+      name: helperName,
+      Image: source.baseImage,
+      Entrypoint: ['/.cordon-snapshot-is-never-run'],
+      Cmd: [],
+      Labels: labels,
+      NetworkDisabled: true,
+      HostConfig: { NetworkMode: 'none', LogConfig: { Type: 'none', Config: {} } },
+      ...abort,
+    })
+    try {
+      const tar = new PassThrough()
+      const captured = runInContainer(
+        source,
+        ['-e', CAPTURE_SCRIPT, `.cordon-snapshot/${id}`, ...source.roots],
+        tar,
+      )
+      const [result] = await Promise.all([
+        captured,
+        helper.putArchive(tar as unknown as string, { path: '/', ...abort }),
+      ]).catch((error: unknown) => {
+        // Whichever side failed, the other stops: the capture's stream closes.
+        tar.destroy()
+        throw error
+      })
+      if (result.exitCode !== 0)
+        throw new SandboxOperationError(
+          'snapshot',
+          `capturing the sandbox's files failed (exit ${result.exitCode}): ${result.stderr.trim().slice(0, 500)}`,
+        )
+      const bytes = Number(/cordon-snapshot-bytes=(\d+)/.exec(result.stderr)?.[1] ?? 0)
+      const committed = await helper.commit({
+        repo: SNAPSHOT_REPOSITORY,
+        tag: id,
+        pause: false,
+        changes: `LABEL ${SNAPSHOT_LABEL.bytes}=${bytes}`,
+        ...abort,
+      })
+      return {
+        id,
+        createdAt,
+        sizeBytes: bytes,
+        memory: false,
+        backend: source.backend,
+        sourceSandboxId: source.sandboxId,
+        limits,
+        egress,
+        image: snapshotImage(id),
+        baseImage: source.baseImage,
+        roots: [...source.roots],
+        imageId: (committed as { Id?: string }).Id ?? '',
+      }
+    } finally {
+      await removeHelper()
+    }
+  }
+}
+
+/** When to look again for a helper or image a cut-off engine call made late. */
+const LATE_SWEEPS_MS = [1000, 3000, 8000]
+
+/**
+ * Runs the runtime's Node inside the container as the sandbox's user,
+ * its stdout into `stdout`, and resolves with its exit code and stderr.
+ */
+export async function runInContainer(
+  source: Pick<SnapshotSource, 'docker' | 'containerId' | 'runtime' | 'user' | 'signal'>,
+  nodeArgs: readonly string[],
+  stdout: PassThrough,
+): Promise<{ exitCode: number; stderr: string }> {
+  const container = source.docker.getContainer(source.containerId)
+  const [program, ...rest] = source.runtime.node(nodeArgs[0]!, ...nodeArgs.slice(1))
+  const exec = await container.exec({
+    Cmd: [program!, ...rest],
+    User: `${source.user.uid}:${source.user.gid}`,
+    WorkingDir: '/',
+    AttachStdin: false,
+    AttachStdout: true,
+    AttachStderr: true,
+    Tty: false,
+    ...(source.signal ? { abortSignal: source.signal } : {}),
+  })
+  const stream = (await exec.start({ hijack: true, stdin: false })) as Readable
+  const stop = (): void => {
+    stream.destroy()
+  }
+  source.signal?.addEventListener('abort', stop, { once: true })
+  stdout.once('close', stop)
+  const stderr = new PassThrough()
+  let errorText = ''
+  stderr.on('data', (chunk: Buffer) => {
+    if (errorText.length < 64 * 1024) errorText += chunk.toString('utf8')
+  })
+  source.docker.modem.demuxStream(stream, stdout, stderr)
+  try {
+    await new Promise<void>((resolve, reject) => {
+      stream.once('end', resolve)
+      stream.once('close', resolve)
+      stream.once('error', reject)
+    })
+  } finally {
+    source.signal?.removeEventListener('abort', stop)
+  }
+  source.signal?.throwIfAborted()
+  stdout.end()
+  const inspected = await exec.inspect()
+  return { exitCode: inspected.ExitCode ?? -1, stderr: errorText }
+}
+
+/**
+ * Lays a snapshot's files out again in a new sandbox, as its user, before
+ * it is handed out.
+ */
+export async function restoreFilesystemSnapshot(
+  target: Pick<SnapshotSource, 'docker' | 'containerId' | 'runtime' | 'user' | 'signal'>,
+  snapshot: StoredSnapshot,
+): Promise<void> {
+  const sink = new PassThrough()
+  sink.resume()
+  const result = await runInContainer(
+    target,
+    ['-e', RESTORE_SCRIPT, `${SNAPSHOT_DIRECTORY}/${snapshot.id}`],
+    sink,
+  )
+  if (result.exitCode !== 0)
+    throw new SandboxOperationError(
+      'create',
+      `restoring snapshot ${snapshot.id} failed (exit ${result.exitCode}): ${result.stderr.trim().slice(0, 500)}`,
+    )
+}
+
+/** A snapshot image's labels as a {@link StoredSnapshot}, or undefined for an image that is not one. */
+export function storedSnapshot(
+  labels: Readonly<Record<string, string>> | undefined | null,
+  imageId: string,
+): StoredSnapshot | undefined {
+  if (labels?.[LABEL.role] !== 'snapshot' || labels[LABEL.managed] !== '1') return undefined
+  const id = labels[SNAPSHOT_LABEL.id]
+  if (!isSnapshotId(id)) return undefined
+  const parse = <T>(text: string | undefined, fallback: T): T => {
+    try {
+      return text === undefined ? fallback : (JSON.parse(text) as T)
+    } catch {
+      return fallback
+    }
+  }
+  return {
+    id,
+    createdAt: Number(labels[SNAPSHOT_LABEL.createdAt] ?? 0),
+    sizeBytes: Number(labels[SNAPSHOT_LABEL.bytes] ?? 0),
+    memory: labels[SNAPSHOT_LABEL.memory] === '1',
+    backend: labels[SNAPSHOT_LABEL.backend] ?? '',
+    sourceSandboxId: labels[LABEL.sandbox] ?? '',
+    limits: parse(labels[SNAPSHOT_LABEL.limits], {}),
+    egress: parse(labels[SNAPSHOT_LABEL.egress], { kind: 'deny-all' as const }),
+    image: snapshotImage(id),
+    baseImage: labels[SNAPSHOT_LABEL.base] ?? '',
+    roots: parse(labels[SNAPSHOT_LABEL.roots], [] as string[]),
+    imageId,
+  }
+}
+
+/** The snapshot `id` as the engine keeps it; `SandboxSnapshotNotFoundError` if it keeps none. */
+export async function findSnapshot(
+  docker: Docker,
+  id: string,
+  backend: string,
+  signal?: AbortSignal,
+): Promise<StoredSnapshot> {
+  if (!isSnapshotId(id)) throw new SandboxSnapshotNotFoundError(id, backend)
+  try {
+    signal?.throwIfAborted()
+    const image = await docker.getImage(snapshotImage(id)).inspect()
+    const found = storedSnapshot(image.Config?.Labels, image.Id)
+    if (!found || found.id !== id) throw new SandboxSnapshotNotFoundError(id, backend)
+    return found
+  } catch (error) {
+    if (isNotFound(error)) throw new SandboxSnapshotNotFoundError(id, backend, { cause: error })
+    throw error
+  }
+}
+
+/** Every snapshot the engine keeps (tagged: not yet removed), oldest first. */
+export async function listSnapshots(
+  docker: Docker,
+  signal?: AbortSignal,
+): Promise<StoredSnapshot[]> {
+  const images = await docker.listImages({
+    filters: { label: [`${LABEL.managed}=1`, `${LABEL.role}=snapshot`] },
+    ...(signal ? { abortSignal: signal } : {}),
+  })
+  return images
+    .filter((image) =>
+      (image.RepoTags ?? []).some((tag) => tag.startsWith(`${SNAPSHOT_REPOSITORY}:`)),
+    )
+    .flatMap((image) => {
+      const found = storedSnapshot(image.Labels, image.Id)
+      return found ? [found] : []
+    })
+    .sort((a, b) => a.createdAt - b.createdAt)
+}
+
+/**
+ * Removes a snapshot's tag, so that no new sandbox starts from it; its
+ * image goes now if no container uses it, else with the last sandbox that
+ * does ({@link releaseSnapshotImage}) or at the next garbage collection.
+ */
+export async function removeSnapshot(
+  docker: Docker,
+  id: string,
+  backend: string,
+  signal?: AbortSignal,
+): Promise<void> {
+  const found = await findSnapshot(docker, id, backend, signal)
+  try {
+    await docker.getImage(found.image).remove({ force: true })
+  } catch (error) {
+    if (isNotFound(error)) throw new SandboxSnapshotNotFoundError(id, backend, { cause: error })
+    throw error
+  }
+  await releaseSnapshotImage(docker, found.imageId)
+}
+
+/**
+ * Removes an untagged snapshot image that no container uses any longer
+ * (the last sandbox made from a removed snapshot calls it as it goes); an
+ * image still tagged or still in use stays.
+ */
+export async function releaseSnapshotImage(docker: Docker, imageId: string): Promise<void> {
+  try {
+    const image = await docker.getImage(imageId).inspect()
+    if ((image.RepoTags ?? []).length > 0) return
+    if (!storedSnapshot(image.Config?.Labels, imageId)) return
+    await docker.getImage(imageId).remove()
+  } catch {
+    // In use by another sandbox made from it, or gone already: the last one, or gc, removes it.
+  }
+}
