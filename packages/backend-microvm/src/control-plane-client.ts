@@ -145,6 +145,19 @@ export class ControlPlaneClient {
     return listed.map((entry) => parseSnapshot(entry, this.http.urlFor('')))
   }
 
+  /** One snapshot, or undefined when the control plane has none by that reference. */
+  async getSnapshot(
+    ref: AgentSnapshotReference,
+    signal?: AbortSignal,
+  ): Promise<SnapshotBody | undefined> {
+    const response = await this.http.send('GET', this.snapshotUrl(ref), {
+      ...(signal ? { signal } : {}),
+    })
+    if (response.status === 404) return undefined
+    if (response.status !== 200) throw this.failure('describe snapshot', response)
+    return parseSnapshot(response.body, this.http.urlFor(''))
+  }
+
   /** Removes a snapshot. One the control plane does not know is already gone. */
   async deleteSnapshot(ref: AgentSnapshotReference, signal?: AbortSignal): Promise<void> {
     const response = await this.http.send('DELETE', this.snapshotUrl(ref), {
@@ -198,6 +211,7 @@ export class ControlPlaneClient {
       | 'resume'
       | 'snapshot'
       | 'list snapshots'
+      | 'describe snapshot'
       | 'delete snapshot',
     response: JsonHttpResponse,
     describeRefusedControl: (control: string) => string = (control) => control,

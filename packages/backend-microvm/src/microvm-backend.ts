@@ -1,9 +1,10 @@
 import { newAgentSecret } from '@cordon/agent/protocol'
 import { AgentSandbox, waitForAgent } from '@cordon/agent/sandbox'
 import type { MicroVMBackendConfig } from '@cordon/builtin-backends'
-import type { SandboxBackendOptions } from '@cordon/core'
+import { type SandboxBackendOptions, SandboxTransportError } from '@cordon/core'
 import {
   type CordonSandboxBackend,
+  newSnapshotId,
   parseBackendConfig,
   resolveBackendOptions,
   resolverRefusedEvent,
@@ -15,6 +16,13 @@ import {
 import { BACKEND_NAME, ControlPlaneClient } from './control-plane-client.js'
 import { microVMBackend } from './definition.js'
 import { encodeEgressAllowlist } from './egress-allowlist.js'
+import {
+  asSandboxSnapshot,
+  ControlPlaneSnapshotStore,
+  DEFAULT_SNAPSHOT_RETENTION_MS,
+  snapshotLabels,
+  snapshotReference,
+} from './snapshot-store.js'
 import {
   DEFAULT_AGENT_VSOCK_PORT,
   VsockAgentTransport,
@@ -57,11 +65,27 @@ export function createMicroVMBackend(
     getToken: config.getToken,
     ...(config.controlPlaneMtls ? { tls: config.controlPlaneMtls } : {}),
   })
+  const snapshotScope = config.agentSnapshot
+  const snapshots = new ControlPlaneSnapshotStore(controlPlane, snapshotScope)
+  const snapshotRetentionMs = config.snapshotRetentionMs ?? DEFAULT_SNAPSHOT_RETENTION_MS
+  // Once per backend, on its first create: snapshots past their retention go.
+  let retentionSweep: Promise<void> | undefined
+  const sweepExpiredSnapshots = (): Promise<void> => {
+    retentionSweep ??= snapshots
+      .removeOlderThan(snapshotRetentionMs, AbortSignal.timeout(10_000))
+      .then(
+        () => {},
+        // A control plane without snapshots, or one that is down, must not stop creates.
+        () => {},
+      )
+    return retentionSweep
+  }
 
   const create = async (backendOptions: SandboxBackendOptions): Promise<AgentSandbox> => {
     const request = withEnforcedLimits(
       resolveBackendOptions(backendOptions, microVMBackend, config),
     )
+    await sweepExpiredSnapshots()
     return runCreateSequence(
       {
         sandboxId: request.id,
@@ -83,8 +107,15 @@ export function createMicroVMBackend(
         const created = await controlPlane.createSandbox(
           {
             sandboxId: request.id,
-            ...(config.template === undefined ? {} : { template: config.template }),
-            ...(config.agentSnapshot === undefined ? {} : { agentSnapshot: config.agentSnapshot }),
+            // A cordon snapshot names its own template and replaces the configured agentSnapshot.
+            ...(request.snapshot !== undefined
+              ? { agentSnapshot: snapshotReference(request.snapshot, snapshotScope) }
+              : {
+                  ...(config.template === undefined ? {} : { template: config.template }),
+                  ...(config.agentSnapshot === undefined
+                    ? {}
+                    : { agentSnapshot: config.agentSnapshot }),
+                }),
             memoryLimitMb: request.memoryLimitMb,
             maxProcesses: request.maxProcesses,
             ...(request.lifetimeMs === undefined ? {} : { timeoutMs: request.lifetimeMs }),
@@ -149,6 +180,35 @@ export function createMicroVMBackend(
             pause: (freezeSignal) => controlPlane.pauseSandbox(request.id, freezeSignal),
             resume: (thawSignal) => controlPlane.resumeSandbox(request.id, thawSignal),
           },
+          // The control plane's snapshot of the guest, named by a new snapshot id.
+          snapshot: async (snapshotOptions) => {
+            const snapshotId = newSnapshotId()
+            const taken = await controlPlane.snapshotSandbox(
+              request.id,
+              {
+                agentSnapshot: snapshotReference(snapshotId, snapshotScope),
+                ...(snapshotOptions.memory ? { memory: true } : {}),
+                labels: snapshotLabels(snapshotId, {
+                  sandboxId: request.id,
+                  providerId: context.providerId,
+                  limits: {
+                    memoryLimitMb: request.memoryLimitMb,
+                    maxProcesses: request.maxProcesses,
+                  },
+                  egress: request.egress,
+                }),
+              },
+              snapshotOptions.signal,
+            )
+            const snapshot = asSandboxSnapshot(taken)
+            if (!snapshot)
+              throw new SandboxTransportError(
+                `the control plane answered a snapshot without the labels it was given`,
+                config.orchestratorEndpoint,
+                { cause: taken },
+              )
+            return snapshot
+          },
           explainLoss: () => controlPlane.whyGone(request.id, AbortSignal.timeout(10_000)),
         })
         mark('agent.working-directory')
@@ -163,6 +223,7 @@ export function createMicroVMBackend(
     tier: 'microvm',
     name: BACKEND_NAME,
     create,
+    snapshots,
     async close() {
       await controlPlane.close()
     },

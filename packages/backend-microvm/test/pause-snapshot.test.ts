@@ -4,6 +4,8 @@ import {
   SandboxControlRefusedError,
   SandboxDestroyedError,
   SandboxOperationError,
+  SandboxPausedError,
+  SandboxSnapshotNotFoundError,
   SandboxTransportError,
 } from '@cordon/core'
 import type { CordonSandboxBackend } from '@cordon/core/backend'
@@ -283,6 +285,106 @@ describe('an orchestrator without a freezer', () => {
       await client.close()
       server.closeAllConnections()
       await new Promise((resolve) => server.close(resolve))
+    }
+  })
+})
+
+describe("cordon's snapshots on the microVM backend (orchestrator stand-in)", () => {
+  let standin: TestOrchestratorStandin
+  beforeAll(async () => {
+    standin = await startTestOrchestrator()
+  })
+  afterAll(async () => {
+    await standin?.close()
+  })
+
+  it("snapshot() is the control plane's snapshot under a snp_ id; create({ snapshot }) starts from it with the source's limits; snapshots are listed and removed", async () => {
+    const provider = createMicroVMSandboxProvider({ backend: standin.backendConfig() })
+    try {
+      const source = await provider.create({ memoryLimitMb: 200, maxProcesses: 40 })
+      await source.writeFile('kept.txt', 'from the source')
+      const snapshot = await source.snapshot()
+      expect(snapshot).toMatchObject({
+        backend: 'microvm:self-hosted',
+        sourceSandboxId: source.id,
+        memory: false,
+        limits: { memoryLimitMb: 200, maxProcesses: 40 },
+        egress: { kind: 'deny-all' },
+      })
+      expect(snapshot.id).toMatch(/^snp_[a-z2-7]{26}$/)
+      // On the control plane: the reference a create's agentSnapshot names, with the owner's labels.
+      expect(standin.snapshots()).toEqual([`cordon/cordon/${snapshot.id}`])
+
+      const restored = await provider.create({ snapshot: snapshot.id })
+      expect((await restored.readFile('kept.txt')).toString()).toBe('from the source')
+      const guest = await guestContainer(restored.id)
+      expect(guest.HostConfig.Memory).toBe(200 * 1024 * 1024)
+      expect(guest.HostConfig.PidsLimit).toBe(40)
+      expect(restored.enforced.limits).toMatchObject({ memoryLimitMb: 200, maxProcesses: 40 })
+
+      expect((await provider.snapshots.list()).map((listed) => listed.id)).toEqual([snapshot.id])
+      await provider.snapshots.remove(snapshot.id)
+      expect(standin.snapshots()).toEqual([])
+      const again = await errorOf(provider.snapshots.remove(snapshot.id))
+      expect(SandboxSnapshotNotFoundError.isInstance(again)).toBe(true)
+      // Sandboxes made from it go on.
+      expect((await restored.exec('cat', ['kept.txt'])).stdout).toBe('from the source')
+
+      await source.pause()
+      const paused = await errorOf(source.snapshot())
+      expect(SandboxPausedError.isInstance(paused)).toBe(true)
+      await source.resume()
+      const memory = await errorOf(source.snapshot({ memory: true }))
+      expect(memory).toMatchObject({ control: 'snapshot.memory', backend: 'microvm:self-hosted' })
+    } finally {
+      await provider.close()
+    }
+    expect(standin.guests()).toEqual([])
+  })
+})
+
+describe('snapshot retention on the control plane (orchestrator stand-in)', () => {
+  let standin: TestOrchestratorStandin
+  beforeAll(async () => {
+    standin = await startTestOrchestrator()
+  })
+  afterAll(async () => {
+    await standin?.close()
+  })
+
+  it("a provider's first create removes cordon's snapshots older than snapshotRetentionMs, and nobody else's", async () => {
+    const taker = createMicroVMSandboxProvider({ backend: standin.backendConfig() })
+    const client = new ControlPlaneClient({
+      endpoint: standin.url,
+      getToken: async () => standin.token,
+    })
+    const foreign = newRef()
+    try {
+      const source = await taker.create()
+      const snapshot = await source.snapshot()
+      // A snapshot someone else took through the control plane, of the same guest.
+      await client.snapshotSandbox(source.id, { agentSnapshot: foreign, labels: {} })
+      await source.destroy()
+      // A second provider whose retention the snapshot has outlived.
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      const sweeper = createMicroVMSandboxProvider({
+        backend: { ...standin.backendConfig(), snapshotRetentionMs: 10 },
+      })
+      try {
+        const sandbox = await sweeper.create()
+        await sandbox.destroy()
+      } finally {
+        await sweeper.close()
+      }
+      expect(standin.snapshots()).toEqual([
+        `${foreign.orgId}/${foreign.agentId}/${foreign.version}`,
+      ])
+      const gone = await errorOf(taker.snapshots.remove(snapshot.id))
+      expect(SandboxSnapshotNotFoundError.isInstance(gone)).toBe(true)
+    } finally {
+      await client.deleteSnapshot(foreign)
+      await client.close()
+      await taker.close()
     }
   })
 })

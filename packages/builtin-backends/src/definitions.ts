@@ -168,7 +168,9 @@ export function builtinBackends(importPackage: BackendPackageImporter) {
         reconnect: false,
         // A guest's kernel is its own: it does not see what the host does to shared files.
         externalWatch: false,
-        snapshot: false,
+        // The control plane's snapshots operation; a create names one as its agentSnapshot.
+        snapshot: true,
+        // Files only: the stand-in this backend is proved against cannot capture a guest's memory.
         memorySnapshot: false,
         measuredUsage: ALL_USAGE,
         // The control plane has no volume operations and a guest takes no layout.

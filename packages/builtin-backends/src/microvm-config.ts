@@ -29,6 +29,14 @@ export interface MicroVMBackendConfig {
   readonly mtls?: TlsClientMaterial
   /** Client certificate for the control plane itself. */
   readonly controlPlaneMtls?: TlsClientMaterial
+  /**
+   * How long the orchestrator keeps a snapshot cordon took
+   * (`sandbox.snapshot()`), in ms: each provider's first create removes
+   * cordon's snapshots on the control plane older than this, whoever took
+   * them (default 7 days, `DEFAULT_SNAPSHOT_RETENTION_MS` of
+   * `@cordon/backend-microvm`).
+   */
+  readonly snapshotRetentionMs?: number
 }
 
 export const agentSnapshotRefSchema: z.ZodType<AgentSnapshotRef> = z
@@ -51,6 +59,7 @@ export const microVMBackendConfigSchema: z.ZodType<MicroVMBackendConfig> = z
     readyPollIntervalMs: durationMsSchema().optional(),
     mtls: tlsClientSchema.optional(),
     controlPlaneMtls: tlsClientSchema.optional(),
+    snapshotRetentionMs: z.number().int().positive().optional(),
   })
   .strict()
   .readonly()
