@@ -85,7 +85,8 @@ export function createMicroVMBackend(
     const request = withEnforcedLimits(
       resolveBackendOptions(backendOptions, microVMBackend, config),
     )
-    await sweepExpiredSnapshots()
+    // In the background: an orchestrator that is slow or down must not hold up (or fail) the create.
+    void sweepExpiredSnapshots()
     return runCreateSequence(
       {
         sandboxId: request.id,
