@@ -216,8 +216,24 @@ for (const runtime of ['docker', 'runsc'] as const) {
           HostConfig: { NetworkMode: 'none', ...(runtime === 'runsc' ? { Runtime: 'runsc' } : {}) },
         })
         made.push(container)
-        await container.start()
-        await container.pause()
+        try {
+          await container.start()
+          await container.pause()
+        } catch (error) {
+          // A dead owner's sandbox by its labels: a sweep of another test's
+          // provider on this engine may remove it between these calls.
+          for (let waited = 0; waited < 10_000; waited += 250) {
+            if (
+              await container.inspect().then(
+                () => false,
+                () => true,
+              )
+            )
+              return container
+            await sleep(250)
+          }
+          throw error
+        }
         return container
       }
       try {
