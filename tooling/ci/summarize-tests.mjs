@@ -40,12 +40,31 @@ for (const dir of packageDirs) {
     )
     failed += 1
   }
+  // Errors outside any test fail vitest's run but are not in its JSON report.
+  const runEndPath = join(dir, 'test-results', 'run-end.json')
+  if (existsSync(runEndPath)) {
+    const runEnd = JSON.parse(readFileSync(runEndPath, 'utf8'))
+    for (const error of runEnd.unhandledErrors ?? []) {
+      console.error(
+        `summary: ${manifest.name} had an error outside any test, counted as 1 failure: ${error.name}: ${error.message}\n${error.stack ?? ''}`,
+      )
+      failed += 1
+    }
+  }
 }
 // Checks that ran outside vitest (lint, type check) and failed count as one
 // failure each, named on stderr, so the line never reads green over them.
 // biome-ignore lint/suspicious/noUndeclaredEnvVars: set by .ci/run itself, not an input of a turbo task
 for (const check of (process.env.CORDON_FAILED_CHECKS ?? '').split(',').filter(Boolean)) {
   console.error(`summary: ${check} failed; counted as 1 failure`)
+  failed += 1
+}
+// The test command's own exit status has the last word: a red run with no
+// failure found above is still one failure, never a green line.
+// biome-ignore lint/suspicious/noUndeclaredEnvVars: set by .ci/run itself, not an input of a turbo task
+const testStatus = Number(process.env.CORDON_TEST_STATUS ?? '0')
+if (testStatus !== 0 && failed === 0) {
+  console.error(`summary: the test command exited ${testStatus} with no failure in any report; counted as 1 failure`)
   failed += 1
 }
 console.log(`${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ''}`)

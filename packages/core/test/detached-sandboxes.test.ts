@@ -1,4 +1,4 @@
-import { chmodSync, chownSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs'
+import { chownSync, mkdtempSync, readdirSync, rmSync, statSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
