@@ -104,6 +104,64 @@ cordon_engine_setup() {
       "$here/daemon.runsc.json"
   }
 
+  # ---- 2b. experimental mode (memory snapshots) -----------------------------
+  # `docker checkpoint` and `docker start --checkpoint`, which a memory snapshot
+  # is made of, exist only in the engine's experimental mode. Unlike runtimes it
+  # is not reloadable: an engine already running without it must restart.
+  _ce_configure_experimental() {
+    if [[ -f "$daemon_json" ]] && node -e '
+        const cur = JSON.parse(require("fs").readFileSync(process.argv[1], "utf8"));
+        process.exit(cur.experimental === true ? 0 : 1);' "$daemon_json" 2>/dev/null; then
+      return 0
+    fi
+    _ce_is_root || { _ce_say "$daemon_json lacks \"experimental\": true and this is not root: memory snapshots will be refused"; return 0; }
+    mkdir -p "$(dirname "$daemon_json")"
+    node -e '
+      const fs = require("fs");
+      const file = process.argv[1];
+      let cur = {};
+      if (fs.existsSync(file)) {
+        const text = fs.readFileSync(file, "utf8").trim();
+        if (text) cur = JSON.parse(text);
+      }
+      cur.experimental = true;
+      fs.writeFileSync(file + ".tmp", JSON.stringify(cur, null, 2) + "\n");
+      fs.renameSync(file + ".tmp", file);' "$daemon_json" \
+      || _ce_die "could not set experimental mode in $daemon_json"
+    _ce_say "turned on experimental mode in $daemon_json (memory snapshots)"
+  }
+
+  _ce_experimental_live() { [[ "$(docker version -f '{{.Server.Experimental}}' 2>/dev/null)" == true ]]; }
+
+  # Restarting stops every container on the engine, so it happens only when
+  # nothing but cordon's own runtime keepers runs (they are recreated on
+  # demand), or when CORDON_ENGINE_RESTART=1 says the operator accepts it.
+  _ce_restart_for_experimental() {
+    _ce_experimental_live && return 0
+    grep -q '"experimental": true' "$daemon_json" 2>/dev/null || return 0
+    local others
+    others="$(docker ps -q --filter status=running | while read -r id; do
+      [[ "$(docker inspect -f '{{index .Config.Labels "cordon.runtime.part"}}' "$id" 2>/dev/null)" == keeper ]] || echo "$id"
+    done)"
+    if [[ -n "$others" && "${CORDON_ENGINE_RESTART:-0}" != 1 ]]; then
+      _ce_say "dockerd runs without experimental mode and has running containers: memory snapshots are refused until it restarts (CORDON_ENGINE_RESTART=1 restarts it now)"
+      return 0
+    fi
+    _ce_is_root || { _ce_say "dockerd runs without experimental mode; restarting it needs root (memory snapshots are refused until then)"; return 0; }
+    local pid
+    pid="$(cat /var/run/docker.pid 2>/dev/null || true)"
+    [[ -n "$pid" ]] || _ce_die "dockerd must restart for experimental mode but /var/run/docker.pid is missing"
+    _ce_say "restarting dockerd (pid $pid) for experimental mode"
+    kill -TERM "$pid" 2>/dev/null || _ce_die "could not stop dockerd (pid $pid)"
+    local deadline=$((SECONDS + 60))
+    while kill -0 "$pid" 2>/dev/null; do
+      ((SECONDS < deadline)) || _ce_die "dockerd (pid $pid) did not stop within 60 s"
+      sleep 0.2
+    done
+    _ce_start_engine ""
+    _ce_experimental_live || _ce_die "dockerd restarted but does not report experimental mode (check $daemon_json, $dockerd_log)"
+  }
+
   # ---- 3. dockerd ------------------------------------------------------------
   _ce_engine_up() { docker info >/dev/null 2>&1; }
 
@@ -291,7 +349,7 @@ cordon_engine_setup() {
   # ---- 5. summary -----------------------------------------------------------
   _ce_summary() {
     local version runtimes
-    version="$(docker version -f 'engine {{.Server.Version}}, API {{.Server.APIVersion}}' 2>/dev/null || echo unknown)"
+    version="$(docker version -f 'engine {{.Server.Version}}, API {{.Server.APIVersion}}, experimental {{.Server.Experimental}}' 2>/dev/null || echo unknown)"
     runtimes="$(docker info -f '{{range $k, $v := .Runtimes}}{{$k}} {{end}}' 2>/dev/null || echo unknown)"
     _ce_say "ready: $version; runtimes: $runtimes(default $(docker info -f '{{.DefaultRuntime}}' 2>/dev/null))"
     docker image ls --filter label=cordon.test-image=1 --filter dangling=false \
@@ -315,6 +373,7 @@ cordon_engine_setup() {
     else
       changed="$(_ce_configure_runtime)"
     fi
+    _ce_configure_experimental
     _ce_start_engine "$changed"
     # A reload is asynchronous: wait until the engine reports the runtimes we want.
     local deadline=$((SECONDS + 10))
@@ -322,6 +381,7 @@ cordon_engine_setup() {
       ((SECONDS < deadline)) || _ce_die "dockerd does not report the runtimes of $here/daemon.runsc.json (check $daemon_json, $dockerd_log)"
       sleep 0.1
     done
+    _ce_restart_for_experimental
     _ce_build_images
     # After a (re)start or reconfiguration, prove both runtimes can run a container.
     if [[ -n "$changed" || "${_ce_started:-0}" == 1 ]]; then
