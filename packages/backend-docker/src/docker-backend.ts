@@ -1,11 +1,12 @@
 import { Socket } from 'node:net'
-import { newAgentSecret } from '@cordon/agent/protocol'
+import { formatResumeLine, newAgentSecret } from '@cordon/agent/protocol'
 import { AgentClient, AgentSandbox, type StdioChannel } from '@cordon/agent/sandbox'
 import type { ContainerBackendConfig } from '@cordon/builtin-backends'
 import {
   type CordonBackendSandbox,
   type SandboxBackendOptions,
   SandboxControlRefusedError,
+  SandboxOperationError,
   type SandboxSnapshot,
   type SandboxSnapshotStore,
 } from '@cordon/core'
@@ -14,6 +15,7 @@ import {
   type CordonSandboxBackend,
   enforcedLayoutMounts,
   LABEL,
+  newSnapshotId,
   ownerLabels,
   type ResourceRole,
   resolveBackendOptions,
@@ -92,6 +94,15 @@ import {
 import { collectGarbage } from './garbage-collect.js'
 import { forgetImageEnvironment, imageEnvironment } from './image-environment.js'
 import { ImagePuller } from './image-pull.js'
+import {
+  type CheckpointEngine,
+  checkMemorySnapshot,
+  checkpointContainer,
+  recordMemorySnapshot,
+  removeCheckpointOf,
+  removeMemoryCheckpoint,
+  startFromCheckpoint,
+} from './memory-snapshot.js'
 import { DockerVolumes } from './named-volumes.js'
 import { SandboxEgress } from './sandbox-egress.js'
 
@@ -174,7 +185,11 @@ export class DockerBackend implements CordonSandboxBackend {
         publicSnapshot(await findSnapshot(docker, id, this.name, options.signal)),
       list: async (options = {}) =>
         (await listSnapshots(docker, options.signal)).map(publicSnapshot),
-      remove: (id, options = {}) => removeSnapshot(docker, id, this.name, options.signal),
+      remove: async (id, options = {}) => {
+        await removeSnapshot(docker, id, this.name, options.signal)
+        // A memory snapshot's checkpoint goes with its record; a sandbox started from it has its own copy.
+        await removeCheckpointOf(docker, id)
+      },
     }
   }
 
@@ -287,6 +302,31 @@ export class DockerBackend implements CordonSandboxBackend {
           `${snapshot.id} holds files of ${missing.join(', ')}, which this provider's layout does not mount as writable ephemeral directories`,
         )
     }
+    // A memory snapshot continues processes that were set up for one container's
+    // shape: the same mounts, the same user, an egress port or none.
+    let checkpointEngine: CheckpointEngine | undefined
+    if (snapshot?.memory) {
+      checkpointEngine = await checkMemorySnapshot(this.engine.docker, {
+        backend: this.name,
+        runtime: this.config.runtime === 'runsc' ? 'runsc' : 'runc',
+        detached: request.detached === true,
+        layout,
+        engineIsLocal: this.engine.socketPath !== undefined,
+      })
+      const extra = captured.filter((root) => !snapshot!.roots.includes(root))
+      if (extra.length > 0)
+        throw new SandboxControlRefusedError(
+          'snapshot',
+          this.name,
+          `${snapshot.id} holds running processes of a sandbox without ${extra.join(', ')}, which this provider's layout mounts: its processes continue only in a sandbox of the same shape`,
+        )
+      if ((snapshot.egress.kind === 'deny-all') !== (request.egress.kind === 'deny-all'))
+        throw new SandboxControlRefusedError(
+          'egress',
+          this.name,
+          `${snapshot.id} holds running processes of a sandbox with egress "${snapshot.egress.kind}"; a sandbox continuing them keeps ${snapshot.egress.kind === 'deny-all' ? 'no network' : 'its egress port'}, so its egress must be ${snapshot.egress.kind === 'deny-all' ? '"deny-all"' : 'a "static", "resolver" or "allow-all" policy'}`,
+        )
+    }
     const image = snapshot?.image ?? this.config.image
     const baseImage = snapshot?.baseImage ?? this.config.image
     const workingDirectory = resolveSandboxPath(
@@ -383,8 +423,9 @@ export class DockerBackend implements CordonSandboxBackend {
           step('checking the volumes')
           volumeSizes = await this.volumes.checkMounts(volumesWanted)
         }
-        const user = sandboxUser(this.config, request.id)
-        const secret = newAgentSecret()
+        // Processes restored from a memory snapshot keep the uid they ran as (see the README).
+        const user = snapshot?.user ?? sandboxUser(this.config, request.id)
+        let secret = newAgentSecret()
         if (proxied) {
           step('registering at the egress gateway')
           registering = SandboxEgress.register(
@@ -428,7 +469,7 @@ export class DockerBackend implements CordonSandboxBackend {
           }),
           abortSignal: signal,
         } as Docker.ContainerCreateOptions
-        const container = await this.engine.docker.createContainer(spec).catch(async (error) => {
+        let container = await this.engine.docker.createContainer(spec).catch(async (error) => {
           // Removed from the engine since this backend last looked: pulled again, as docker run would.
           if (!isMissingImage(error) || snapshot) throw error
           forgetImageEnvironment(this.engine.docker, this.config.image)
@@ -446,18 +487,33 @@ export class DockerBackend implements CordonSandboxBackend {
           await this.volumes.recordUse(volumesWanted.map((volume) => volume.name))
         }
         step('attaching to the container')
-        channel = await attachChannel(container, this.engine.docker, (stream, opening) => {
-          // Connections the sandbox made to its proxy port go to its gateway client.
-          if (opening.kind === 'egress' && proxied && egress) {
-            this.egressGateway?.connect(request.id, stream)
-          } else stream.destroy()
-        })
-        step('starting the container')
-        await container.start()
+        const attach = (to: Docker.Container) =>
+          attachChannel(to, this.engine.docker, (stream, opening) => {
+            // Connections the sandbox made to its proxy port go to its gateway client.
+            if (opening.kind === 'egress' && proxied && egress) {
+              this.egressGateway?.connect(request.id, stream)
+            } else stream.destroy()
+          })
+        channel = await attach(container)
+        if (snapshot?.memory && checkpointEngine) {
+          step('starting the container from the memory snapshot')
+          await startFromCheckpoint(
+            this.engine.docker,
+            checkpointEngine,
+            container.id,
+            snapshot.id,
+            signal,
+          )
+          // The restored agent waits for this line: its own secret, and its own lifetime from now.
+          channel.sendPreface(formatResumeLine(secret, request.lifetimeMs ?? null))
+        } else {
+          step('starting the container')
+          await container.start()
+          channel.sendPreface(`${secret}\n`)
+        }
         // Found while the agent boots; used once it has answered.
         if (directWanted)
           direct = new DirectRoute(DirectSocket.find(this.engine.docker, container.id))
-        channel.sendPreface(`${secret}\n`)
         step('waiting for the agent')
         const client = new AgentClient({
           secret,
@@ -485,9 +541,99 @@ export class DockerBackend implements CordonSandboxBackend {
           runtime,
           user,
         }
-        if (snapshot) {
+        if (snapshot && !snapshot.memory) {
           step('restoring the snapshot')
           await restoreFilesystemSnapshot({ ...inContainer, signal }, snapshot)
+        }
+        /**
+         * A memory snapshot of this sandbox: its agent ends its channel's
+         * session, the engine checkpoints the container (which stops it, and
+         * removes it: this runsc cannot leave it running), and the sandbox goes
+         * on in a container of the same name and spec started from that
+         * checkpoint, its agent given a new secret. What the checkpoint keeps
+         * is a session that is over and a secret that opens nothing.
+         */
+        let checkpointing = false
+        const takeMemorySnapshot = async (
+          snapshotSignal: AbortSignal | undefined,
+        ): Promise<StoredSnapshot> => {
+          const docker = this.engine.docker
+          const engine = await checkMemorySnapshot(docker, {
+            backend: this.name,
+            runtime: this.config.runtime === 'runsc' ? 'runsc' : 'runc',
+            detached: request.detached === true,
+            layout,
+            engineIsLocal: this.engine.socketPath !== undefined,
+          })
+          snapshotSignal?.throwIfAborted()
+          const id = newSnapshotId()
+          const createdAt = Date.now()
+          const suspendedChannel = channel!
+          checkpointing = true
+          try {
+            await client.suspendChannel(snapshotSignal)
+            try {
+              // Not cut off by the signal: a checkpoint stopped half-way leaves the container in no known state.
+              await checkpointContainer(docker, engine, container.id, id)
+            } catch (error) {
+              removeMemoryCheckpoint(engine.rootDir, id)
+              // Still running, its agent waiting: the same session's channel carries a resume line, same secret.
+              suspendedChannel.sendPreface(formatResumeLine(secret))
+              throw error
+            }
+            const recording = recordMemorySnapshot(
+              {
+                ...inContainer,
+                backend: this.name,
+                sandboxId: request.id,
+                roots: captured,
+                baseImage,
+                enforcement: sandbox.enforcement,
+                ownerLabels: { ...this.config.labels, ...ownerLabels(this.context.providerId) },
+              },
+              engine,
+              id,
+              createdAt,
+            )
+            recording.catch(() => {})
+            try {
+              // The source goes on: the engine removes its stopped container, and one of the same spec continues it.
+              await this.removeContainer(name)
+              const next = await docker.createContainer(spec)
+              container = next
+              inContainer.containerId = next.id
+              channel = await attach(next)
+              watchChannel(channel)
+              checkpointing = false
+              await startFromCheckpoint(docker, engine, next.id, id)
+              const fresh = newAgentSecret()
+              channel.sendPreface(formatResumeLine(fresh))
+              secret = fresh
+              client.rekey(fresh)
+              await waitForAgent(
+                client,
+                request.id,
+                snapshotSignal ?? AbortSignal.timeout(timeoutMs),
+                channel,
+                undefined,
+              )
+            } catch (error) {
+              checkpointing = false
+              sandbox.markLost('lost')
+              void remove().catch(() => {})
+              const stored = await recording.catch(() => undefined)
+              if (stored) await removeSnapshot(docker, id, this.name).catch(() => {})
+              removeMemoryCheckpoint(engine.rootDir, id)
+              throw new SandboxOperationError(
+                'snapshot',
+                `the sandbox's processes were checkpointed, but the sandbox could not go on from its checkpoint, and has ended: ${(error as Error).message}`,
+                { cause: error },
+              )
+            }
+            return await recording
+          } finally {
+            checkpointing = false
+          }
         }
         const sandboxEnv = {
           HOME: '/tmp',
@@ -570,11 +716,7 @@ export class DockerBackend implements CordonSandboxBackend {
           },
           snapshot: async (snapshotOptions) => {
             if (snapshotOptions.memory)
-              throw new SandboxControlRefusedError(
-                'snapshot.memory',
-                this.name,
-                "this engine cannot checkpoint a sandbox's processes",
-              )
+              return publicSnapshot(await takeMemorySnapshot(snapshotOptions.signal))
             const taken = await takeFilesystemSnapshot({
               ...inContainer,
               backend: this.name,
@@ -620,20 +762,24 @@ export class DockerBackend implements CordonSandboxBackend {
         // The container ending underneath leaves a sandbox that can run nothing more;
         // the engine's events tell an out-of-memory kill (gVisor: the whole sandbox)
         // and the agent ending it for a storage cap (its exit status) from its own
-        // lifetime ending it and from the engine going away.
+        // lifetime ending it and from the engine going away. A memory snapshot
+        // ends the container on purpose and goes on in another (takeMemorySnapshot).
         const startedAt = Date.now()
-        channel.onClose(() => {
-          closeDirect()
-          if (sandbox.status === 'destroyed' || disconnected) return
-          const closedAt = Date.now()
-          sandbox.markLost(
-            endReason(this.events, container.id, {
-              startedAt,
-              closedAt,
-              lifetimeMs: request.lifetimeMs,
-            }),
-          )
-        })
+        const watchChannel = (watched: StdioChannel): void =>
+          watched.onClose(() => {
+            if (watched !== channel || checkpointing) return
+            closeDirect()
+            if (sandbox.status === 'destroyed' || disconnected) return
+            const closedAt = Date.now()
+            sandbox.markLost(
+              endReason(this.events, container.id, {
+                startedAt,
+                closedAt,
+                lifetimeMs: request.lifetimeMs,
+              }),
+            )
+          })
+        watchChannel(channel)
         step('making the working directory')
         await sandbox.prepareWorkingDirectory(signal)
         return sandbox
@@ -758,6 +904,13 @@ export class DockerBackend implements CordonSandboxBackend {
 
 /** What a host sees of a stored snapshot: the engine's own details (image, roots) stay inside. */
 function publicSnapshot(stored: StoredSnapshot): SandboxSnapshot {
-  const { image: _image, baseImage: _base, roots: _roots, imageId: _id, ...snapshot } = stored
+  const {
+    image: _image,
+    baseImage: _base,
+    roots: _roots,
+    imageId: _id,
+    user: _user,
+    ...snapshot
+  } = stored
   return snapshot
 }
