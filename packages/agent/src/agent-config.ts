@@ -519,6 +519,7 @@ export interface ResumeLine {
  */
 export function readResumeLine(
   input: NodeJS.ReadableStream & { unshift(chunk: Buffer): void },
+  signal?: AbortSignal,
 ): Promise<ResumeLine> {
   const mark = Buffer.from(RESUME_LINE_MARK, 'utf8')
   // 'data' events rather than 'readable': process.stdin paused after
@@ -527,6 +528,7 @@ export function readResumeLine(
   return new Promise((resolve, reject) => {
     let buffered = Buffer.alloc(0)
     const finish = (error: Error | undefined, line?: ResumeLine, rest?: Buffer) => {
+      signal?.removeEventListener('abort', onAbort)
       input.off('data', onData)
       input.off('end', onEnd)
       input.off('error', onError)
@@ -535,7 +537,9 @@ export function readResumeLine(
       if (error) reject(error)
       else resolve(line!)
     }
-    const onEnd = () => finish(new AgentConfigError('stdin ended before the resume line'))
+    const onEnd = () => finish(new AgentConfigError('the input ended before the resume line'))
+    const onAbort = () => finish(new AgentConfigError('no longer waiting for a resume line here'))
+    signal?.addEventListener('abort', onAbort, { once: true })
     const onError = (error: Error) => finish(error)
     const onData = (chunk: Buffer) => {
       buffered = Buffer.concat([buffered, chunk])

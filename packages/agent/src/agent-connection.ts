@@ -1,3 +1,4 @@
+import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import type { AgentConfig } from './agent-config.js'
 import type { DeadlineClock } from './deadline-clock.js'
@@ -89,6 +90,11 @@ export interface ConnectionContext {
    * snapshot, see `SuspendChannelRequest`); set only by an agent serving stdio.
    */
   suspendChannel?: (() => void) | undefined
+  /**
+   * Takes a new direct-socket connection before it is served (true: taken),
+   * while a suspended agent waits for its resume line there.
+   */
+  takeConnection?: ((socket: Socket) => boolean) | undefined
 }
 
 /**

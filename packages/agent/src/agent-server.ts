@@ -18,6 +18,7 @@ import { killProcessesOf, sealOutputs } from './output-seal.js'
 import { PathJail } from './path-jail.js'
 import { nodeLauncher } from './process-launcher.js'
 import { killAgentCommands } from './process-tree.js'
+import { RESUMED_ACK } from './protocol/resume-line.js'
 import { type MuxStream, pipeBothWays, StreamMux } from './protocol/stream-mux.js'
 import { listenOnPath } from './unix-listener.js'
 import { actAsItself, actAsUser } from './user-identity.js'
@@ -254,7 +255,12 @@ async function startStdioAgent(
     })
   // A memory snapshot: the session ends here, and what the checkpoint keeps
   // waits for a resume line with a new secret (in this container, or in a new
-  // one restored from the checkpoint) before it serves anything again.
+  // one restored from the checkpoint) before it serves anything again. The
+  // line comes on stdin, or as the first bytes of a connection to the direct
+  // socket (root's: only the host's relay reaches it). The second route is
+  // the one that works in a container restored by gVisor, whose stdin pipe
+  // is not woken again after a restore: that connection then stands for the
+  // host, and its end ends the agent as the end of stdin would.
   context.suspendChannel = () => {
     if (suspended || closing) return
     suspended = true
@@ -269,17 +275,48 @@ async function startStdioAgent(
     )
     mux.release()
     config.log('info', 'channel suspended; waiting for a resume line')
-    readResumeLine(process.stdin).then(
-      (line) => {
-        context.nonces.reseed(Buffer.from(`${process.pid}:${Date.now()}:resume`))
-        resumeWith(line.secret)
+    const stopReadingStdin = new AbortController()
+    let resumed = false
+    const resume = (line: ResumeLine, lifeline: Socket | undefined): void => {
+      if (resumed) return
+      resumed = true
+      context.takeConnection = undefined
+      stopReadingStdin.abort()
+      context.nonces.reseed(Buffer.from(`${process.pid}:${Date.now()}:resume`))
+      resumeWith(line.secret)
+      if (lifeline) {
+        // Read on (and dropped), so that its end is seen.
+        lifeline.on('data', () => {})
+        lifeline.write(RESUMED_ACK)
+        lifeline.once('close', () => {
+          if (config.detached || closing) return
+          config.log('info', 'the host closed the resume connection; stopping')
+          void close().finally(() => process.exit())
+        })
+      } else {
         mux = newSession()
         watchSession()
-        suspended = false
-        config.log('info', 'channel resumed with a new secret')
-        running?.onChannelResumed?.(line)
-      },
+      }
+      suspended = false
+      config.log('info', 'channel resumed with a new secret', {
+        on: lifeline ? 'direct socket' : 'stdin',
+      })
+      running?.onChannelResumed?.(line)
+    }
+    context.takeConnection = (socket) => {
+      readResumeLine(socket).then(
+        (line) => {
+          if (resumed) socket.destroy()
+          else resume(line, socket)
+        },
+        () => socket.destroy(),
+      )
+      return true
+    }
+    readResumeLine(process.stdin, stopReadingStdin.signal).then(
+      (line) => resume(line, undefined),
       (error: unknown) => {
+        if (resumed) return
         refuse(error as Error)
         // The host went away (stdin ended) before resuming: the sandbox ends as with any host.
         config.log('info', 'no resume line; stopping', { reason: (error as Error).message })
@@ -334,6 +371,7 @@ async function listen(
     sockets.add(socket)
     socket.on('close', () => sockets.delete(socket))
     socket.on('error', () => {})
+    if (context.takeConnection?.(socket)) return
     void serveConnection(socket, context)
   })
   if (address.kind === 'stdio') throw new Error('stdio is served by startStdioAgent')

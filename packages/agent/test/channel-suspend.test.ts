@@ -7,10 +7,11 @@
 import { type ChildProcess, spawn } from 'node:child_process'
 import { once } from 'node:events'
 import { chmod, mkdtemp, rm } from 'node:fs/promises'
+import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
-import { formatResumeLine, StreamMux } from '../src/protocol/index.js'
+import { formatResumeLine, RESUMED_ACK, StreamMux } from '../src/protocol/index.js'
 import { AgentClient } from '../src/sandbox/index.js'
 import { AGENT_PROGRAM } from './agent-harness.js'
 
@@ -22,7 +23,7 @@ interface Running {
 
 const started: Running[] = []
 
-async function startAgent(secret: string): Promise<Running> {
+async function startAgent(secret: string, directSocket?: string): Promise<Running> {
   const dir = await mkdtemp(join(tmpdir(), 'cordon-suspend-'))
   await chmod(dir, 0o755)
   const child = spawn(process.execPath, [AGENT_PROGRAM], {
@@ -31,6 +32,7 @@ async function startAgent(secret: string): Promise<Running> {
       CORDON_AGENT_LISTEN: 'stdio',
       CORDON_AGENT_SECRET_STDIN: '1',
       CORDON_AGENT_WRITE_ROOTS: dir,
+      ...(directSocket ? { CORDON_AGENT_DIRECT_SOCKET: directSocket } : {}),
     },
     stdio: ['pipe', 'pipe', 'pipe'],
   })
@@ -108,5 +110,47 @@ describe('suspend-channel and the resume line', () => {
     agent.child.stdin!.end()
     await exited
     expect(agent.stderr()).toMatch(/no resume line/)
+  })
+
+  it('takes the resume line on the direct socket too (the route a gVisor-restored agent uses), and ends when that connection does', async () => {
+    const oldSecret = `old-secret-${Date.now()}-0123456789abcdef`
+    const newSecret = `new-secret-${Date.now()}-0123456789abcdef`
+    const socketDir = await mkdtemp(join(tmpdir(), 'cordon-suspend-socket-'))
+    const socketPath = join(socketDir, 'agent.sock')
+    try {
+      const agent = await startAgent(oldSecret, socketPath)
+      const first = session(agent, oldSecret)
+      expect(await echo(first.client, 'before')).toBe('before\n')
+      await first.client.suspendChannel()
+      first.mux.release()
+      const lifeline = connect(socketPath)
+      await once(lifeline, 'connect')
+      lifeline.write(formatResumeLine(newSecret, null))
+      const [ack] = await once(lifeline, 'data')
+      expect(String(ack)).toBe(RESUMED_ACK)
+      const over = (secret: string) =>
+        new AgentClient({
+          secret,
+          description: 'direct',
+          dial: async () => {
+            const socket = connect(socketPath)
+            await once(socket, 'connect')
+            return socket
+          },
+          maxConnectAttempts: 1,
+        })
+      expect(await echo(over(newSecret), 'after')).toBe('after\n')
+      expect(
+        await over(oldSecret)
+          .health()
+          .catch((error: unknown) => error),
+      ).toBeInstanceOf(Error)
+      const exited = once(agent.child, 'close')
+      lifeline.destroy()
+      await exited
+      expect(agent.stderr()).toMatch(/closed the resume connection/)
+    } finally {
+      await rm(socketDir, { recursive: true, force: true })
+    }
   })
 })

@@ -160,8 +160,13 @@ export async function startFromCheckpoint(
     mode: 0o700,
   })
   cpSync(source, target, { recursive: true, preserveTimestamps: true })
-  // The engine's start from a checkpoint (`?checkpoint=`), which dockerode's types leave out.
-  const start = { checkpoint: id, ...(signal ? { abortSignal: signal } : {}) }
+  // `?checkpoint=` with an empty body (the engine refuses a start with a body),
+  // which dockerode's types leave out.
+  const start = {
+    _query: { checkpoint: id },
+    _body: {},
+    ...(signal ? { abortSignal: signal } : {}),
+  }
   await docker.getContainer(containerId).start(start as Docker.ContainerStartOptions)
 }
 

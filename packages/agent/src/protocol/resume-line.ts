@@ -11,3 +11,10 @@ export const RESUME_LINE_MARK = 'cordon-resume:'
 export function formatResumeLine(secret: string, lifetimeMs?: number | null): string {
   return `${RESUME_LINE_MARK}${JSON.stringify({ secret, ...(lifetimeMs !== undefined ? { lifetimeMs } : {}) })}\n`
 }
+
+/**
+ * What the agent answers on a direct-socket connection that brought it a
+ * resume line, once the new secret is in force: the host dials its other
+ * connections only then (one made earlier would be read as a resume line).
+ */
+export const RESUMED_ACK = 'cordon-resumed\n'
