@@ -261,9 +261,15 @@ async function startStdioAgent(
   // the one that works in a container restored by gVisor, whose stdin pipe
   // is not woken again after a restore: that connection then stands for the
   // host, and its end ends the agent as the end of stdin would.
+  let hostConnection: Socket | undefined
   context.suspendChannel = () => {
     if (suspended || closing) return
     suspended = true
+    // The connection a resume came on stood for the host until now; the next resume brings another.
+    const before = hostConnection
+    hostConnection = undefined
+    before?.removeAllListeners('close')
+    before?.destroy()
     let resumeWith!: (secret: string) => void
     let refuse!: (error: Error) => void
     // Connections on the direct socket wait here: the old secret opens nothing more.
@@ -288,8 +294,9 @@ async function startStdioAgent(
         // Read on (and dropped), so that its end is seen.
         lifeline.on('data', () => {})
         lifeline.write(RESUMED_ACK)
+        hostConnection = lifeline
         lifeline.once('close', () => {
-          if (config.detached || closing) return
+          if (config.detached || closing || hostConnection !== lifeline) return
           config.log('info', 'the host closed the resume connection; stopping')
           void close().finally(() => process.exit())
         })

@@ -58,8 +58,10 @@ import { cpuSet } from './cpu-placement.js'
 import { dockerBackend, runscBackend } from './definition.js'
 import {
   connectDetached,
+  DeferredStream,
   encodeReconnectState,
   listSandboxes,
+  RelayChannel,
   stopAgent,
 } from './detached-connect.js'
 import {
@@ -102,6 +104,7 @@ import {
   removeCheckpointOf,
   removeMemoryCheckpoint,
   startFromCheckpoint,
+  waitForResumed,
 } from './memory-snapshot.js'
 import { DockerVolumes } from './named-volumes.js'
 import { SandboxEgress } from './sandbox-egress.js'
@@ -310,6 +313,7 @@ export class DockerBackend implements CordonSandboxBackend {
         backend: this.name,
         runtime: this.config.runtime === 'runsc' ? 'runsc' : 'runc',
         detached: request.detached === true,
+        egress: request.egress.kind,
         layout,
         engineIsLocal: this.engine.socketPath !== undefined,
       })
@@ -345,10 +349,17 @@ export class DockerBackend implements CordonSandboxBackend {
     // Command and file streams go over the direct socket once the agent is up (direct-socket.ts).
     const directWanted = wantsDirectSocket(this.config, this.engine.socketPath)
     // A detached agent always listens there: it is how a host reaches it again (detached-connect.ts).
-    const listensDirect = directWanted || request.detached
+    // Under gVisor every agent listens there too: after a memory snapshot's
+    // restore it is reached through a relay on it (memory-snapshot.ts).
+    const listensDirect = directWanted || request.detached || this.config.runtime === 'runsc'
     let disconnected = false
     let direct: DirectRoute | undefined
-    const closeDirect = (): void => direct?.close()
+    /** The relay a sandbox continued from a checkpoint is reached through (see resumeOverRelay). */
+    let relay: RelayChannel | undefined
+    const closeDirect = (): void => {
+      direct?.close()
+      relay?.close()
+    }
 
     const sealsOutputs = sealedOutputPaths(layout).length > 0
     const volumesWanted = volumeMounts(layout)
@@ -486,6 +497,30 @@ export class DockerBackend implements CordonSandboxBackend {
           volumesMounted = true
           await this.volumes.recordUse(volumesWanted.map((volume) => volume.name))
         }
+        /**
+         * Resumes a suspended agent in `target` (a container started from a
+         * checkpoint, or the one a checkpoint failed on) with `fresh` as its
+         * secret: over a relay (`agent --relay`) to its direct socket, since
+         * gVisor does not wake a restored stdin pipe. The connection that
+         * carries the resume line stays open and stands for this host: the
+         * agent ends when it does. Every later stream goes through the relay.
+         */
+        const resumeOverRelay = async (
+          target: Docker.Container,
+          fresh: string,
+          lifetimeMs: number | null | undefined,
+          resumeSignal: AbortSignal,
+        ): Promise<void> => {
+          const previous = relay
+          relay = new RelayChannel(this.engine.docker, await target.inspect())
+          previous?.close()
+          const lifeline = (await relay.channel()).open({ kind: 'agent' })
+          lifeline.on('error', () => {})
+          // Not work: an idle sandbox keeps no host process alive.
+          relay.setSpare(lifeline, true)
+          lifeline.write(formatResumeLine(fresh, lifetimeMs))
+          await waitForResumed(lifeline, resumeSignal)
+        }
         step('attaching to the container')
         const attach = (to: Docker.Container) =>
           attachChannel(to, this.engine.docker, (stream, opening) => {
@@ -504,8 +539,9 @@ export class DockerBackend implements CordonSandboxBackend {
             snapshot.id,
             signal,
           )
-          // The restored agent waits for this line: its own secret, and its own lifetime from now.
-          channel.sendPreface(formatResumeLine(secret, request.lifetimeMs ?? null))
+          // The restored agent waits for its own secret, and its own lifetime from now.
+          step('resuming the restored agent')
+          await resumeOverRelay(container, secret, request.lifetimeMs ?? null, signal)
         } else {
           step('starting the container')
           await container.start()
@@ -520,13 +556,18 @@ export class DockerBackend implements CordonSandboxBackend {
           description: `container ${name}`,
           // Both kinds; port forwards stay on the attach.
           dial: async (attempt, kind) =>
-            direct ? direct.dial(attempt, () => channel!.open({ kind })) : channel!.open({ kind }),
+            relay
+              ? (await relay.channel()).open({ kind })
+              : direct
+                ? direct.dial(attempt, () => channel!.open({ kind }))
+                : channel!.open({ kind }),
           onSpare: (stream, spare) => {
             // A waiting spare keeps no host process alive, whichever way it goes.
             if (stream instanceof Socket) {
               if (spare) stream.unref()
               else stream.ref()
-            } else channel?.setSpare(stream, spare)
+            } else if (relay) relay.setSpare(stream, spare)
+            else channel?.setSpare(stream, spare)
           },
         })
         const [registered] = await Promise.all([
@@ -562,23 +603,28 @@ export class DockerBackend implements CordonSandboxBackend {
             backend: this.name,
             runtime: this.config.runtime === 'runsc' ? 'runsc' : 'runc',
             detached: request.detached === true,
+            egress: request.egress.kind,
             layout,
             engineIsLocal: this.engine.socketPath !== undefined,
           })
           snapshotSignal?.throwIfAborted()
           const id = newSnapshotId()
           const createdAt = Date.now()
-          const suspendedChannel = channel!
           checkpointing = true
           try {
             await client.suspendChannel(snapshotSignal)
+            // A relay's process would be caught in the checkpoint, holding a pipe no restored sandbox has.
+            await relay?.closeAndWait()
+            relay = undefined
             try {
               // Not cut off by the signal: a checkpoint stopped half-way leaves the container in no known state.
               await checkpointContainer(docker, engine, container.id, id)
             } catch (error) {
               removeMemoryCheckpoint(engine.rootDir, id)
-              // Still running, its agent waiting: the same session's channel carries a resume line, same secret.
-              suspendedChannel.sendPreface(formatResumeLine(secret))
+              // Still running, its agent waiting: resumed with the secret it had.
+              await resumeOverRelay(container, secret, undefined, AbortSignal.timeout(timeoutMs))
+                .then(() => client.rekey(secret))
+                .catch(() => sandbox.markLost('lost'))
               throw error
             }
             const recording = recordMemorySnapshot(
@@ -607,16 +653,11 @@ export class DockerBackend implements CordonSandboxBackend {
               checkpointing = false
               await startFromCheckpoint(docker, engine, next.id, id)
               const fresh = newAgentSecret()
-              channel.sendPreface(formatResumeLine(fresh))
+              const resumeSignal = AbortSignal.timeout(timeoutMs)
+              await resumeOverRelay(next, fresh, undefined, resumeSignal)
               secret = fresh
               client.rekey(fresh)
-              await waitForAgent(
-                client,
-                request.id,
-                snapshotSignal ?? AbortSignal.timeout(timeoutMs),
-                channel,
-                undefined,
-              )
+              await waitForAgent(client, request.id, resumeSignal, channel, undefined)
             } catch (error) {
               checkpointing = false
               sandbox.markLost('lost')
@@ -645,7 +686,12 @@ export class DockerBackend implements CordonSandboxBackend {
           id: request.id,
           rootDir: layout.outputs.containerPath,
           writeRoots: writableRoots(layout),
-          connectPort: (port) => channel!.open({ kind: 'connect', port }),
+          connectPort: (port) =>
+            relay
+              ? new DeferredStream(
+                  relay.channel().then((opened) => opened.open({ kind: 'connect', port })),
+                )
+              : channel!.open({ kind: 'connect', port }),
           measureUsage: (usageSignal) => engineUsage(this.engine.docker, container.id, usageSignal),
           env: sandboxEnv,
           openTerminal: (terminalOptions) =>

@@ -9,6 +9,8 @@ import {
   statSync,
 } from 'node:fs'
 import { join } from 'node:path'
+import type { Duplex } from 'node:stream'
+import { RESUMED_ACK } from '@cordon/agent/protocol'
 import type { ResolvedContainerSandboxLayout } from '@cordon/core'
 import { SandboxControlRefusedError, SandboxOperationError } from '@cordon/core'
 import { planLayoutMounts } from '@cordon/core/backend'
@@ -60,6 +62,8 @@ export async function checkMemorySnapshot(
     readonly backend: string
     readonly runtime: 'runc' | 'runsc'
     readonly detached: boolean
+    /** The sandbox's egress policy kind. */
+    readonly egress: string
     readonly layout: ResolvedContainerSandboxLayout
     readonly engineIsLocal: boolean
   },
@@ -71,6 +75,10 @@ export async function checkMemorySnapshot(
   if (sandbox.detached)
     refuse(
       'a detached sandbox is not checkpointed: its agent outlives its host by its own settings, which a sandbox restored from it would keep',
+    )
+  if (sandbox.egress !== 'deny-all')
+    refuse(
+      `a sandbox with egress "${sandbox.egress}" reaches its gateway through its container's stdin and stdout, which gVisor does not wake again in a restored sandbox; only "deny-all" sandboxes are checkpointed`,
     )
   const shared = planLayoutMounts(sandbox.layout).filter(
     (mount) => !mount.readOnly && mount.source.type !== 'ephemeral',
@@ -167,8 +175,32 @@ export async function startFromCheckpoint(
     _body: {},
     ...(signal ? { abortSignal: signal } : {}),
   }
-  await docker.getContainer(containerId).start(start as Docker.ContainerStartOptions)
+  // The engine uploads the checkpoint into containerd's content store on each
+  // start; two starts of one checkpoint at once (a fork) collide there
+  // ("already exists"), so this process starts them one at a time, and one
+  // that collides with another process's is tried again.
+  const before = startsInFlight.get(id) ?? Promise.resolve()
+  const starting = before.then(async () => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await docker.getContainer(containerId).start(start as Docker.ContainerStartOptions)
+        return
+      } catch (error) {
+        if (attempt >= 5 || !/already exists/i.test(String((error as Error).message))) throw error
+        await new Promise((resolve) => setTimeout(resolve, 100 * attempt))
+      }
+    }
+  })
+  const settled = starting.catch(() => {})
+  startsInFlight.set(id, settled)
+  void settled.then(() => {
+    if (startsInFlight.get(id) === settled) startsInFlight.delete(id)
+  })
+  await starting
 }
+
+/** The last start from each checkpoint this process has under way. */
+const startsInFlight = new Map<string, Promise<void>>()
 
 /** The bytes a checkpoint takes on the engine's disk. */
 export function checkpointBytes(engine: CheckpointEngine, id: string): number {
@@ -292,4 +324,38 @@ export async function recordMemorySnapshot(
   } finally {
     await removeHelper()
   }
+}
+
+/** Resolves once the agent has answered a resume line on `stream` (it holds the new secret then). */
+export function waitForResumed(stream: Duplex, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let seen = ''
+    const done = (error?: Error): void => {
+      stream.off('data', onData)
+      stream.off('close', onClose)
+      signal.removeEventListener('abort', onAbort)
+      if (error) reject(error)
+      else resolve()
+    }
+    const onData = (chunk: Buffer): void => {
+      seen = (seen + chunk.toString('utf8')).slice(-256)
+      if (seen.includes(RESUMED_ACK)) done()
+    }
+    const onClose = (): void =>
+      done(new SandboxOperationError('resume', 'the restored agent closed the resume connection'))
+    const onAbort = (): void =>
+      done(
+        new SandboxOperationError(
+          'resume',
+          'the restored agent did not take its resume line in time',
+          {
+            cause: signal.reason,
+          },
+        ),
+      )
+    if (signal.aborted) return onAbort()
+    stream.on('data', onData)
+    stream.once('close', onClose)
+    signal.addEventListener('abort', onAbort, { once: true })
+  })
 }
