@@ -140,6 +140,13 @@ describe('memory snapshots under gVisor', () => {
       } finally {
         await Promise.all(forks.map((fork) => fork.destroy()))
       }
+      const left = await docker.listImages({
+        filters: { label: [`cordon.sandbox=${source.id}`, 'cordon.role=snapshot'] },
+      })
+      expect(left).toHaveLength(0)
+      expect(listMemoryCheckpoints(root).sort()).toEqual(checkpointsBefore.sort())
+      // The source goes on after the fork.
+      await countsPast(source, await count(source))
     } finally {
       await source.destroy()
     }
