@@ -109,11 +109,15 @@ export async function checkMemorySnapshot(
 }
 
 /**
- * Under runc a checkpoint needs CRIU, and CRIU fails on cordon's hardened
- * containers here (see the README: what was tried and what it failed on).
+ * Under runc a checkpoint needs CRIU. Tried on this project's machines
+ * (Debian's criu 3.17.1): `criu check` cannot start ("vdso: Failed to fill
+ * self vdso symtable", kernel feature detection fails), and the engine's
+ * checkpoint of a plain, unhardened runc container fails the same way, so
+ * cordon's hardened ones (seccomp, no capabilities, read-only root, tmpfs
+ * mounts) were never reached. Refused rather than tried on every call.
  */
 export const RUNC_MEMORY_SNAPSHOT_REFUSAL =
-  "runc checkpoints a container with CRIU, which cannot dump cordon's hardened containers on this engine; use runtime 'runsc' (gVisor), which checkpoints the whole sandbox itself"
+  "runc checkpoints a container with CRIU, and CRIU cannot checkpoint on this engine's kernel (criu 3.17: \"vdso: Failed to fill self vdso symtable\", even for an unhardened container); use runtime 'runsc' (gVisor), which checkpoints the whole sandbox itself"
 
 /** Where the engine keeps snapshot `id`'s checkpoint. */
 export function checkpointPath(engine: CheckpointEngine, id: string): string {
