@@ -516,10 +516,10 @@ export class DockerBackend implements CordonSandboxBackend {
           previous?.close()
           const lifeline = (await relay.channel()).open({ kind: 'agent' })
           lifeline.on('error', () => {})
-          // Not work: an idle sandbox keeps no host process alive.
-          relay.setSpare(lifeline, true)
           lifeline.write(formatResumeLine(fresh, lifetimeMs))
           await waitForResumed(lifeline, resumeSignal)
+          // Work until the agent has answered; then not: an idle sandbox keeps no host process alive.
+          relay.setSpare(lifeline, true)
         }
         step('attaching to the container')
         const attach = (to: Docker.Container) =>
