@@ -128,8 +128,8 @@ export function builtinBackends(importPackage: BackendPackageImporter) {
         terminal: false,
         // ARM has no operation that freezes a container group's processes.
         pause: false,
-        // Not built yet: a claimed group ends with the host that claimed it.
-        reconnect: false,
+        // A detached claim is found again by name through ARM; its agent ends itself at its lifetime.
+        reconnect: true,
         // The mounts are remote shares: their changes do not reach the group's inotify.
         externalWatch: false,
         snapshot: false,
