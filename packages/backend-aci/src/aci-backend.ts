@@ -306,7 +306,8 @@ export function createAciStandbyPoolBackend(
     })
 
   /**
-   * Once per backend, in the background: deletes the detached groups of the
+   * Once per backend, in the background of its first successful create, or
+   * of its first connect or list: deletes the detached groups of the
    * resource group whose end time has passed. Their agents ended themselves
    * then (the group stopped); what is left is the group's record, which
    * nothing else would remove if their hosts never come back. A group that
@@ -392,8 +393,10 @@ export function createAciStandbyPoolBackend(
     tier: 'container',
     name: BACKEND_NAME,
     create: async (options) => {
+      const sandbox = await create(options)
+      // After the create: a refused or failed one asks Azure for nothing more than it needed.
       sweepEndedDetached()
-      return create(options)
+      return sandbox
     },
     connect,
     list,
