@@ -317,6 +317,8 @@ export function createMicroVMBackend(
     try {
       // The first authenticated request proves the credential.
       writeRoots = (await transport.client.health(signal)).writeRoots
+      // A pause held the agent's deadlines (AgentSandbox pauses its clocks first): they run again now.
+      if (guest.state === 'paused') await transport.client.clocks('resume-clocks', signal)
     } catch (error) {
       transport.client.close()
       if (refusedTheSecret(error))
