@@ -218,6 +218,12 @@ async function fakeControlPlane(
         res.writeHead(204).end()
         return
       }
+      // Reads (the first create's snapshot sweep) find nothing.
+      if (req.method === 'GET') {
+        res.writeHead(404, { 'content-type': 'application/json' })
+        res.end(JSON.stringify({ error: { code: 'not-found', message: 'nothing here' } }))
+        return
+      }
       onCreate(JSON.parse(Buffer.concat(chunks).toString()), res)
     })
   })
