@@ -107,12 +107,39 @@ export function createMicroVMBackend(
     return retentionSweep
   }
 
+  /**
+   * Once per backend, in the background of its first create, connect or
+   * list: deletes the detached guests past their end
+   * time (`cordon.expires`). The orchestrator deletes a guest when its
+   * `timeoutMs` runs out, but paused time does not count, so a detached
+   * guest a host paused and let go of would otherwise never end. A guest
+   * that is not detached is never touched: it is its creator's.
+   */
+  let detachedSweep: Promise<void> | undefined
+  const stopSweep = new AbortController()
+  const sweepEndedDetached = (): void => {
+    detachedSweep ??= (async () => {
+      const signal = AbortSignal.any([stopSweep.signal, AbortSignal.timeout(60_000)])
+      const guests = await controlPlane.listSandboxes(
+        { [LABEL.managed]: '1', [LABEL.detached]: '1' },
+        signal,
+      )
+      const now = Date.now()
+      for (const guest of guests) {
+        const endsAt = Number(guest.labels[LABEL.expires])
+        if (Number.isFinite(endsAt) && endsAt > 0 && now >= endsAt)
+          await controlPlane.deleteSandbox(guest.sandboxId, signal)
+      }
+    })().catch(() => {})
+  }
+
   const create = async (backendOptions: SandboxBackendOptions): Promise<AgentSandbox> => {
     const request = withEnforcedLimits(
       resolveBackendOptions(backendOptions, microVMBackend, config),
     )
     // In the background: an orchestrator that is slow or down must not hold up (or fail) the create.
     void sweepExpiredSnapshots()
+    sweepEndedDetached()
     return runCreateSequence(
       {
         sandboxId: request.id,
@@ -292,6 +319,7 @@ export function createMicroVMBackend(
   ): Promise<ConnectedBackendSandbox> => {
     const id = request.sandboxId
     const state = decodeReconnectState(request.secret, id)
+    sweepEndedDetached()
     const signal = request.signal ?? AbortSignal.timeout(readyTimeoutMs)
     const guest = await controlPlane.describeSandbox(id, signal)
     if (guest?.labels[LABEL.managed] !== '1' || guest.labels[LABEL.sandbox] !== id)
@@ -342,6 +370,7 @@ export function createMicroVMBackend(
   const list = async (listOptions: {
     readonly signal?: AbortSignal
   }): Promise<readonly SandboxListing[]> => {
+    sweepEndedDetached()
     const guests = await controlPlane.listSandboxes({ [LABEL.managed]: '1' }, listOptions.signal)
     return guests.flatMap((guest) => listingOf(guest, context.providerId))
   }
@@ -354,6 +383,8 @@ export function createMicroVMBackend(
     list,
     snapshots,
     async close() {
+      stopSweep.abort()
+      await detachedSweep
       await controlPlane.close()
     },
   }

@@ -218,4 +218,28 @@ describe('reconnect on the orchestrator stand-in', () => {
       .catch((error: unknown) => error)
     expect(SandboxNotFoundError.isInstance(ended)).toBe(true)
   }, 180_000)
+  it("a detached guest left paused (whose lifetime the orchestrator does not count) is deleted past its end time by the next backend's sweep", async () => {
+    const other = makeProvider(false)
+    const sandbox = await other.create({ detached: true, lifetimeMs: 6_000 })
+    await sandbox.pause()
+    await sandbox.disconnect()
+    await other.close()
+    const endsAt = Number((await describeGuest(standin, sandbox.id))!.labels[LABEL.expires])
+    while (Date.now() < endsAt + 500) await sleep(250)
+    // Past its end time, still there: paused time does not count toward timeoutMs.
+    expect((await describeGuest(standin, sandbox.id))?.state).toBe('paused')
+    const next = makeProvider(false)
+    try {
+      await next.list()
+      expect(
+        await eventually(
+          async () => (await describeGuest(standin, sandbox.id)) === undefined,
+          60_000,
+        ),
+        "the new backend's sweep deleted the guest",
+      ).toBe(true)
+    } finally {
+      await next.close()
+    }
+  }, 120_000)
 })
