@@ -218,6 +218,12 @@ async function fakeControlPlane(
         res.writeHead(204).end()
         return
       }
+      // A backend's first create also lists its snapshots, in the background,
+      // for the retention sweep: this control plane has none.
+      if (req.method === 'GET' && req.url!.startsWith('/v1/snapshots')) {
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{"snapshots":[]}')
+        return
+      }
       onCreate(JSON.parse(Buffer.concat(chunks).toString()), res)
     })
   })
