@@ -146,11 +146,15 @@ for (const runtime of ['docker', 'runsc'] as const) {
       let mostPids = 0
       for (let second = 0; second < 10; second++) {
         await new Promise((resolve) => setTimeout(resolve, 1_000))
-        const stats = (await container.stats({ stream: false })) as { pids_stats?: { current?: number } }
+        const stats = (await container.stats({ stream: false })) as {
+          pids_stats?: { current?: number }
+        }
         mostPids = Math.max(mostPids, stats.pids_stats?.current ?? 0)
       }
       const count = Number((await sandbox.exec('cat', ['/tmp/churn'])).stdout.trim())
-      console.log(`${runtime}: ${count} commands in 10 s, at most ${mostPids} host pids of ${HostConfig.PidsLimit}`)
+      console.log(
+        `${runtime}: ${count} commands in 10 s, at most ${mostPids} host pids of ${HostConfig.PidsLimit}`,
+      )
       expect(count).toBeGreaterThan(100)
       expect(sandbox.endReason).toBeUndefined()
       expect(mostPids).toBeGreaterThan(0)
