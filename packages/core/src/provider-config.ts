@@ -139,7 +139,7 @@ function checkPooledVolumes(
   const writable = planLayoutMounts(layout).find(
     (plan) => plan.source.type === 'volume' && !plan.readOnly,
   )
-  if (!writable || writable.source.type !== 'volume') return
+  if (writable?.source.type !== 'volume') return
   const role = writable.role === 'skill' ? `skills.${writable.skillId}` : writable.role
   throw new SandboxConfigValidationError('sandbox provider config', [
     {
