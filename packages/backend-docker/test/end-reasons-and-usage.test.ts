@@ -1,25 +1,14 @@
 import type { CordonSandboxProvider, SandboxEvent } from '@cordon/core'
-import { BUSYBOX_IMAGE, endReasonOf, testRunLabels } from '@cordon/test-support'
+import { endReasonOf } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createDockerSandboxProvider } from '../src/index.js'
-import { docker } from './test-run.js'
+import { docker, testProvider } from './test-run.js'
 
 for (const runtime of ['docker', 'runsc'] as const) {
   describe(`lifetime that follows work, end reasons and usage (${runtime})`, () => {
     let provider: CordonSandboxProvider
     const events: SandboxEvent[] = []
     beforeAll(() => {
-      provider = createDockerSandboxProvider({
-        backend: {
-          tier: 'container',
-          runtime,
-          image: BUSYBOX_IMAGE,
-          cpus: 1,
-          labels: testRunLabels(),
-        },
-        layout: { outputs: { source: { type: 'ephemeral' } } },
-        onEvent: (event) => events.push(event),
-      })
+      provider = testProvider({ runtime, cpus: 1 }, { onEvent: (event) => events.push(event) })
     })
     afterAll(async () => {
       await provider.close()
