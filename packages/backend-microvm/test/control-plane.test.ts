@@ -218,10 +218,14 @@ async function fakeControlPlane(
         res.writeHead(204).end()
         return
       }
-      // Reads (the first create's snapshot sweep) find nothing.
-      if (req.method === 'GET') {
-        res.writeHead(404, { 'content-type': 'application/json' })
-        res.end(JSON.stringify({ error: { code: 'not-found', message: 'nothing here' } }))
+      // A backend's first create also lists, in the background, its snapshots
+      // (retention sweep) and its detached guests (their sweep): this control plane has none.
+      if (req.method === 'GET' && req.url!.startsWith('/v1/snapshots')) {
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{"snapshots":[]}')
+        return
+      }
+      if (req.method === 'GET' && req.url!.startsWith('/v1/sandboxes?')) {
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{"sandboxes":[]}')
         return
       }
       onCreate(JSON.parse(Buffer.concat(chunks).toString()), res)
