@@ -169,7 +169,7 @@ export const snapshotFork: Scenario = async ({ quick, log }) => {
   }
   return {
     id: 'snapshot-fork',
-    title: '13. Snapshots and fork',
+    title: '14. Snapshots and fork',
     method: `Per runtime (runc, then gVisor): one source sandbox holding 200 small files and a 2 MiB blob in its outputs. ${warmup} warm-up + ${iterations} measured rounds per arm, round-robin: \`sandbox.snapshot()\`; \`create({ snapshot })\` then \`exec('true')\` (the sandbox destroyed inside the timed run, in both arms alike) against a cold \`create()\` then \`exec('true')\`. Then ${forkRounds} rounds of \`fork({ count: ${FORKS} })\` with an exec in each fork, against ${FORKS} cold creates at once with an exec in each (both destroy what they made inside the timed run).`,
     tables,
     comparisons,

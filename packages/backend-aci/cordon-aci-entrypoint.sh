@@ -33,6 +33,16 @@ fi
 while [ ! -s "$secret_file" ]; do sleep 0.1; done
 
 export CORDON_AGENT_SECRET_FILE="$secret_file"
+# A detached sandbox's claim also sets its lifetime (config-map key
+# cordon-agent-lifetime-ms, applied with the secret): the agent ends itself
+# then, whether or not any host is left to destroy the group. The agent
+# reports it in its health answer, and the backend refuses a detached create
+# whose agent does not.
+lifetime_file="${secret_file%/*}/cordon-agent-lifetime-ms"
+if [ -s "$lifetime_file" ]; then
+  CORDON_AGENT_LIFETIME_MS="$(cat "$lifetime_file")"
+  export CORDON_AGENT_LIFETIME_MS
+fi
 unset CORDON_ACI_SECRET_FILE CORDON_MAX_PROCESSES CORDON_AGENT_PROGRAM
 
 node "$agent" &

@@ -64,7 +64,9 @@ for (const check of (process.env.CORDON_FAILED_CHECKS ?? '').split(',').filter(B
 // biome-ignore lint/suspicious/noUndeclaredEnvVars: set by .ci/run itself, not an input of a turbo task
 const testStatus = Number(process.env.CORDON_TEST_STATUS ?? '0')
 if (testStatus !== 0 && failed === 0) {
-  console.error(`summary: the test command exited ${testStatus} with no failure in any report; counted as 1 failure`)
+  console.error(
+    `summary: the test command exited ${testStatus} with no failure in any report; counted as 1 failure`,
+  )
   failed += 1
 }
 console.log(`${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ''}`)

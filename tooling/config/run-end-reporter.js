@@ -24,6 +24,9 @@ export default class RunEndReporter {
       message: error?.message ?? String(error),
       stack: error?.stack,
     }))
-    writeFileSync(this.outputFile, `${JSON.stringify({ reason, unhandledErrors: errors }, null, 2)}\n`)
+    writeFileSync(
+      this.outputFile,
+      `${JSON.stringify({ reason, unhandledErrors: errors }, null, 2)}\n`,
+    )
   }
 }

@@ -61,6 +61,26 @@ cordon_engine_setup() {
     [[ -z "$missing" ]] || _ce_die "still missing after install: $missing"
   }
 
+  # Merges the JSON object $1 into daemon.json, keeping every other key; an
+  # object value (runtimes) is merged one level deep, so other runtimes stay.
+  _ce_merge_daemon_json() {
+    mkdir -p "$(dirname "$daemon_json")"
+    node -e '
+      const fs = require("fs");
+      const file = process.argv[1];
+      let cur = {};
+      if (fs.existsSync(file)) {
+        const text = fs.readFileSync(file, "utf8").trim();
+        if (text) cur = JSON.parse(text);
+      }
+      for (const [key, value] of Object.entries(JSON.parse(process.argv[2]))) {
+        const nested = value && typeof value === "object" && !Array.isArray(value);
+        cur[key] = nested ? Object.assign({}, cur[key], value) : value;
+      }
+      fs.writeFileSync(file + ".tmp", JSON.stringify(cur, null, 2) + "\n");
+      fs.renameSync(file + ".tmp", file);' "$daemon_json" "$1"
+  }
+
   # ---- 2. runsc as a runtime of dockerd ------------------------------------
   # Returns 0 and prints "changed" when the file was written.
   _ce_configure_runtime() {
@@ -76,20 +96,7 @@ cordon_engine_setup() {
       return 0
     fi
     _ce_is_root || _ce_die "$daemon_json lacks the runsc runtime; run this script as root once"
-    mkdir -p "$(dirname "$daemon_json")"
-    node -e '
-      const fs = require("fs");
-      const file = process.argv[1];
-      let cur = {};
-      if (fs.existsSync(file)) {
-        const text = fs.readFileSync(file, "utf8").trim();
-        if (text) cur = JSON.parse(text);
-      }
-      const want = JSON.parse(process.argv[2]);
-      cur.runtimes = Object.assign({}, cur.runtimes, want.runtimes);
-      fs.writeFileSync(file + ".tmp", JSON.stringify(cur, null, 2) + "\n");
-      fs.renameSync(file + ".tmp", file);' "$daemon_json" "$desired" \
-      || _ce_die "could not merge the runsc runtime into $daemon_json"
+    _ce_merge_daemon_json "$desired" || _ce_die "could not merge the runsc runtime into $daemon_json"
     _ce_say "registered runsc in $daemon_json"
     echo changed
   }
@@ -115,19 +122,7 @@ cordon_engine_setup() {
       return 0
     fi
     _ce_is_root || { _ce_say "$daemon_json lacks \"experimental\": true and this is not root: memory snapshots will be refused"; return 0; }
-    mkdir -p "$(dirname "$daemon_json")"
-    node -e '
-      const fs = require("fs");
-      const file = process.argv[1];
-      let cur = {};
-      if (fs.existsSync(file)) {
-        const text = fs.readFileSync(file, "utf8").trim();
-        if (text) cur = JSON.parse(text);
-      }
-      cur.experimental = true;
-      fs.writeFileSync(file + ".tmp", JSON.stringify(cur, null, 2) + "\n");
-      fs.renameSync(file + ".tmp", file);' "$daemon_json" \
-      || _ce_die "could not set experimental mode in $daemon_json"
+    _ce_merge_daemon_json '{"experimental": true}' || _ce_die "could not set experimental mode in $daemon_json"
     _ce_say "turned on experimental mode in $daemon_json (memory snapshots)"
   }
 

@@ -132,6 +132,9 @@ export async function serveConnection(socket: Duplex, context: ConnectionContext
           agentVersion: AGENT_VERSION,
           writeRoots: context.jail.writeRoots,
           readRoots: context.jail.readRoots,
+          ...(context.config.lifetimeMs === undefined
+            ? {}
+            : { lifetimeMs: context.config.lifetimeMs }),
         })
         break
       case 'usage':

@@ -6,30 +6,18 @@ import {
   SandboxOperationError,
   SandboxPathError,
 } from '@cordon/core'
-import { newSandboxId } from '@cordon/core/backend'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { AgentClient, AgentSandbox, dialTcp } from '../src/sandbox/index.js'
+import type { AgentSandbox } from '../src/sandbox/index.js'
 import { type AgentUnderTest, startAgentProcess, tcpPortOf } from './agent-harness.js'
-import { UNISOLATED } from './unisolated.js'
+import { tcpAgentSandbox } from './tcp-agent-sandbox.js'
 
 /** The file API (stat, remove, rename, makeDirectory, watchDirectory) through the real bundled agent. */
 
 function sandboxOn(agent: AgentUnderTest): AgentSandbox {
-  const port = tcpPortOf(agent)
-  return new AgentSandbox({
-    id: newSandboxId(),
-    rootDir: agent.outputs,
-    env: {},
-    workingDirectory: undefined,
-    client: new AgentClient({
-      secret: agent.secret,
-      dial: dialTcp('127.0.0.1', port),
-      description: `tcp:127.0.0.1:${port}`,
-    }),
-    backend: 'test:agent',
-    ...UNISOLATED,
-    emit: () => {},
-    release: async () => {},
+  return tcpAgentSandbox({
+    port: tcpPortOf(agent),
+    secret: agent.secret,
+    init: { rootDir: agent.outputs },
   })
 }
 

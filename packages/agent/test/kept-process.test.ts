@@ -6,7 +6,6 @@ import {
   type SandboxExecResult,
   SandboxOperationError,
 } from '@cordon/core'
-import { newSandboxId } from '@cordon/core/backend'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import {
   computeAgentProof,
@@ -15,7 +14,7 @@ import {
   parseClientMessage,
   verifyAuthProof,
 } from '../src/protocol/index.js'
-import { AgentClient, AgentSandbox, dialTcp } from '../src/sandbox/index.js'
+import type { AgentSandbox } from '../src/sandbox/index.js'
 import {
   type AgentUnderTest,
   delay,
@@ -23,28 +22,12 @@ import {
   startAgentProcess,
   tcpPortOf,
 } from './agent-harness.js'
-import { UNISOLATED } from './unisolated.js'
+import { tcpAgentSandbox } from './tcp-agent-sandbox.js'
 
 /** Processes started with `start`: listed, detached from and attached to again, through the real bundled agent. */
 
 function sandboxOn(port: number, secret: string): AgentSandbox {
-  return new AgentSandbox({
-    id: newSandboxId(),
-    rootDir: '/tmp',
-    env: {},
-    workingDirectory: undefined,
-    client: new AgentClient({
-      secret,
-      dial: dialTcp('127.0.0.1', port),
-      description: `tcp:127.0.0.1:${port}`,
-      maxConnectAttempts: 2,
-      retryDelayMs: 20,
-    }),
-    backend: 'test:agent',
-    ...UNISOLATED,
-    emit: () => {},
-    release: async () => {},
-  })
+  return tcpAgentSandbox({ port, secret, tuning: { maxConnectAttempts: 2, retryDelayMs: 20 } })
 }
 
 async function until(check: () => Promise<boolean>, timeoutMs = 5_000): Promise<void> {
@@ -60,20 +43,10 @@ describe('kept processes through the agent', () => {
   let sandbox: AgentSandbox
   beforeAll(async () => {
     agent = await startAgentProcess({ listen: 'tcp:127.0.0.1:0', secretVia: 'env' })
-    sandbox = new AgentSandbox({
-      id: newSandboxId(),
-      rootDir: agent.outputs,
-      env: {},
-      workingDirectory: undefined,
-      client: new AgentClient({
-        secret: agent.secret,
-        dial: dialTcp('127.0.0.1', tcpPortOf(agent)),
-        description: 'tcp',
-      }),
-      backend: 'test:agent',
-      ...UNISOLATED,
-      emit: () => {},
-      release: async () => {},
+    sandbox = tcpAgentSandbox({
+      port: tcpPortOf(agent),
+      secret: agent.secret,
+      init: { rootDir: agent.outputs },
     })
   })
   afterAll(async () => {

@@ -107,6 +107,21 @@ describe('message validation', () => {
     expect(
       parseAgentMessage({ type: 'hello', protocol: 2, nonce: 'ab'.repeat(32), agentVersion: 'v' }),
     ).not.toHaveProperty('revision')
+    // A health answer says the lifetime the agent took, when it took one (ACI's detached claims check it).
+    const health = {
+      type: 'health-ok',
+      pid: 7,
+      uptimeMs: 3,
+      resumes: 0,
+      agentVersion: 'v',
+      writeRoots: ['/out'],
+      readRoots: ['/out'],
+    }
+    expect(parseAgentMessage({ ...health, lifetimeMs: 60_000 })).toMatchObject({
+      lifetimeMs: 60_000,
+    })
+    expect(parseAgentMessage(health)).not.toHaveProperty('lifetimeMs')
+    expect(() => parseAgentMessage({ ...health, lifetimeMs: 0 })).toThrow(ProtocolError)
     expect(
       parseAgentMessage({
         type: 'fs-events',

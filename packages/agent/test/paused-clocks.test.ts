@@ -1,7 +1,6 @@
 import { once } from 'node:events'
 import { createServer, type Socket } from 'node:net'
 import { SandboxControlRefusedError } from '@cordon/core'
-import { newSandboxId } from '@cordon/core/backend'
 import { afterEach, describe, expect, it } from 'vitest'
 import { DeadlineClock } from '../src/deadline-clock.js'
 import {
@@ -15,9 +14,8 @@ import {
   requestHealth,
   verifyAuthProof,
 } from '../src/protocol/index.js'
-import { AgentClient, AgentSandbox, dialTcp } from '../src/sandbox/index.js'
 import { type AgentUnderTest, delay, startAgentProcess } from './agent-harness.js'
-import { UNISOLATED } from './unisolated.js'
+import { tcpAgentSandbox } from './tcp-agent-sandbox.js'
 
 /**
  * What keeps an agent whole across a pause of its sandbox: its deadlines
@@ -148,28 +146,18 @@ describe('pause on an agent of an earlier revision', () => {
     const port = (server.address() as { port: number }).port
     const frozen: string[] = []
     try {
-      const sandbox = new AgentSandbox({
-        ...UNISOLATED,
-        id: newSandboxId(),
-        rootDir: '/tmp',
-        env: {},
-        workingDirectory: undefined,
-        client: new AgentClient({
-          secret,
-          dial: dialTcp('127.0.0.1', port),
-          description: `tcp:127.0.0.1:${port}`,
-          maxConnectAttempts: 2,
-          retryDelayMs: 20,
-        }),
-        backend: 'test:agent',
-        emit: () => {},
-        release: async () => {},
-        freezer: {
-          pause: async () => {
-            frozen.push('pause')
-          },
-          resume: async () => {
-            frozen.push('resume')
+      const sandbox = tcpAgentSandbox({
+        port,
+        secret,
+        tuning: { maxConnectAttempts: 2, retryDelayMs: 20 },
+        init: {
+          freezer: {
+            pause: async () => {
+              frozen.push('pause')
+            },
+            resume: async () => {
+              frozen.push('resume')
+            },
           },
         },
       })

@@ -1,20 +1,34 @@
 import { newAgentSecret } from '@cordon/agent/protocol'
-import { AgentClient, AgentSandbox, dialTcp, waitForAgent } from '@cordon/agent/sandbox'
+import {
+  AgentClient,
+  AgentSandbox,
+  dialTcp,
+  refusedTheSecret,
+  waitForAgent,
+} from '@cordon/agent/sandbox'
 import type { ACIStandbyPoolBackendConfig } from '@cordon/builtin-backends'
 import {
   type SandboxBackendOptions,
   SandboxConfigValidationError,
   SandboxControlRefusedError,
+  SandboxCredentialRefusedError,
+  type SandboxId,
+  SandboxNotFoundError,
   SandboxReadinessError,
 } from '@cordon/core'
 import {
+  type ConnectedBackendSandbox,
   type CordonSandboxBackend,
   enforcedLayoutMounts,
+  LABEL,
   parseBackendConfig,
   resolveBackendOptions,
+  resolveSandboxPath,
   runCreateSequence,
+  type SandboxBackendConnectRequest,
   type SandboxBackendContext,
   type SandboxBackendFactory,
+  type SandboxListing,
   writableRoots,
 } from '@cordon/core/backend'
 import {
@@ -24,20 +38,33 @@ import {
   DEFAULT_ARM_ENDPOINT,
   DEFAULT_NAME_PREFIX,
   DEFAULT_READINESS_TIMEOUT_MS,
+  LIFETIME_CONFIG_MAP_KEY,
 } from './aci-defaults.js'
 import { ArmClient } from './arm-client.js'
 import { refuseLayoutProfileMismatch, refuseUnmountableLayout } from './claim-refusals.js'
 import { aciStandbyPoolBackend } from './definition.js'
+import {
+  claimTags,
+  decodeReconnectState,
+  encodeReconnectState,
+  groupFacts,
+  hasEnded,
+  isExpiredDetached,
+  listingOf,
+} from './detached-groups.js'
 import { groupNameFor, namePrefixProblems } from './group-name.js'
+import { placementRefusal } from './group-placement.js'
 import type { ProfileFacts } from './profile-facts.js'
 import { SharedRead } from './shared-read.js'
-import { StandbyPoolClaims } from './standby-pool-claims.js'
+import { addressOf, StandbyPoolClaims } from './standby-pool-claims.js'
 import { readSubnetEgress, type SubnetEgressVerdict } from './subnet-egress-read.js'
 
 /** How long a read of the profile, or of the subnet's security group, is trusted. */
 const REMOTE_FACTS_TTL_MS = 60_000
 /** How long asking ARM whether a group is gone may take. */
 const EXPLAIN_LOSS_TIMEOUT_MS = 10_000
+/** How long the background sweep of ended detached groups may take. */
+const SWEEP_TIMEOUT_MS = 120_000
 
 /**
  * The `container:aci-standby-pool` backend: each sandbox is a container group
@@ -88,19 +115,7 @@ export function createAciStandbyPoolBackend(
     endpoint: config.armEndpoint ?? DEFAULT_ARM_ENDPOINT,
     getToken: config.getArmToken,
   })
-  const claims = new StandbyPoolClaims({
-    client,
-    subscriptionId: config.subscriptionId,
-    resourceGroup: config.resourceGroup,
-    location: config.location,
-    standbyPoolResourceId: config.standbyPoolResourceId,
-    containerGroupProfileResourceId: config.containerGroupProfileResourceId,
-    containerGroupProfileRevision: config.containerGroupProfileRevision,
-    subnetId: config.subnetId,
-    apiVersion: config.armApiVersion ?? DEFAULT_ARM_API_VERSION,
-    agentPort,
-    tags: { 'cordon.managed': '1', 'cordon.provider': context.providerId },
-  })
+  const claims = standbyPoolClaimsFor(config, client, context.providerId)
 
   // One read of the profile, and one of the subnet's security group, serve
   // every create for a while (the first create after the provider starts
@@ -174,6 +189,8 @@ export function createAciStandbyPoolBackend(
           groupName,
           sandboxId: request.id,
           secret,
+          tags: claimTags(request, Date.now()),
+          lifetimeMs: request.detached ? request.lifetimeMs : undefined,
           profile: facts,
           signal,
           onPut: (attempt) => {
@@ -198,31 +215,34 @@ export function createAciStandbyPoolBackend(
             request.id,
           )
         }
-        const sandbox = new AgentSandbox({
+        if (request.detached && health.lifetimeMs !== request.lifetimeMs) {
+          // Nothing would end the group's processes if no host came back.
+          throw new SandboxControlRefusedError(
+            'detached',
+            BACKEND_NAME,
+            `the agent in the claimed group did not take the lifetime the claim set (config-map key ${LIFETIME_CONFIG_MAP_KEY}): the profile's image runs an entrypoint without it; copy this version's cordon-aci-entrypoint.sh (aciEntrypointPath()) into the image`,
+          )
+        }
+        const sandbox = sandboxOf({
           id: request.id,
-          rootDir: layout.outputs.containerPath,
-          writeRoots: writableRoots(layout),
+          groupName,
+          agent,
+          facts,
           env: request.env,
           workingDirectory: request.workingDirectory,
           execTimeoutMs: request.execTimeoutMs,
-          client: agent,
-          backend: BACKEND_NAME,
-          environment: aciStandbyPoolBackend.enforcement.environment,
-          // The profile's limits hold for every group; a claim cannot change them.
-          enforcement: {
-            backend: BACKEND_NAME,
-            isolation: aciStandbyPoolBackend.enforcement.isolation,
-            egress: { kind: request.egress.kind },
-            limits: {
-              memoryLimitMb: facts.memoryLimitMb,
-              ...(facts.maxProcesses !== undefined ? { maxProcesses: facts.maxProcesses } : {}),
-            },
-            mounts: enforcedLayoutMounts(layout),
-          },
-          emit: context.emit,
-          release: (releaseSignal) => claims.release(groupName, releaseSignal),
-          explainLoss: () =>
-            claims.whyGone(groupName, AbortSignal.timeout(EXPLAIN_LOSS_TIMEOUT_MS)),
+          ...(request.detached
+            ? {
+                reconnectSecret: encodeReconnectState({
+                  secret,
+                  env: request.env,
+                  workingDirectory: resolveSandboxPath(
+                    layout.outputs.containerPath,
+                    request.workingDirectory ?? layout.outputs.containerPath,
+                  ),
+                }),
+              }
+            : {}),
         })
         step('agent.working-directory')
         await sandbox.prepareWorkingDirectory(signal)
@@ -232,12 +252,227 @@ export function createAciStandbyPoolBackend(
     )
   }
 
+  /**
+   * The sandbox over an authenticated client of a claimed group's agent, for
+   * `create()` and for `connect()`. With a `reconnectSecret` (a detached
+   * sandbox) it can be let go of: `disconnect()` closes this host's
+   * connections and leaves the group running until its lifetime.
+   */
+  const sandboxOf = (parts: {
+    readonly id: SandboxId
+    readonly groupName: string
+    readonly agent: AgentClient
+    readonly facts: ProfileFacts
+    readonly env: Readonly<Record<string, string>>
+    readonly workingDirectory: string | undefined
+    readonly execTimeoutMs: number
+    readonly reconnectSecret?: string
+  }): AgentSandbox =>
+    new AgentSandbox({
+      id: parts.id,
+      rootDir: layout.outputs.containerPath,
+      writeRoots: writableRoots(layout),
+      env: parts.env,
+      workingDirectory: parts.workingDirectory,
+      execTimeoutMs: parts.execTimeoutMs,
+      client: parts.agent,
+      backend: BACKEND_NAME,
+      environment: aciStandbyPoolBackend.enforcement.environment,
+      // The profile's limits hold for every group; a claim cannot change them.
+      enforcement: {
+        backend: BACKEND_NAME,
+        isolation: aciStandbyPoolBackend.enforcement.isolation,
+        // The only policy a claim can have (egressRefusal refuses every other).
+        egress: { kind: 'deny-all' },
+        limits: {
+          memoryLimitMb: parts.facts.memoryLimitMb,
+          ...(parts.facts.maxProcesses !== undefined
+            ? { maxProcesses: parts.facts.maxProcesses }
+            : {}),
+        },
+        mounts: enforcedLayoutMounts(layout),
+      },
+      emit: context.emit,
+      release: (releaseSignal) => claims.release(parts.groupName, releaseSignal),
+      explainLoss: () =>
+        claims.whyGone(parts.groupName, AbortSignal.timeout(EXPLAIN_LOSS_TIMEOUT_MS)),
+      ...(parts.reconnectSecret === undefined
+        ? {}
+        : {
+            reconnectSecret: parts.reconnectSecret,
+            // The group and its agent go on; AgentSandbox has closed this host's connections.
+            disconnect: async () => {},
+          }),
+    })
+
+  /**
+   * Once per backend, in the background of its first successful create, or
+   * of its first connect or list: deletes the detached groups of the
+   * resource group whose end time has passed. Their agents ended themselves
+   * then (the group stopped); what is left is the group's record, which
+   * nothing else would remove if their hosts never come back. A group that
+   * is not detached is never touched: it belongs to the host that claimed it.
+   */
+  let swept: Promise<string[]> | undefined
+  const stopSweep = new AbortController()
+  const sweepEndedDetached = (): void => {
+    swept ??= removeEndedDetachedGroups(
+      claims,
+      AbortSignal.any([stopSweep.signal, AbortSignal.timeout(SWEEP_TIMEOUT_MS)]),
+    ).catch(() => [])
+  }
+
+  const connect = async (
+    request: SandboxBackendConnectRequest,
+  ): Promise<ConnectedBackendSandbox> => {
+    const id = request.sandboxId
+    const state = decodeReconnectState(request.secret, id)
+    sweepEndedDetached()
+    const groupName = groupNameFor(prefix, id)
+    const signal = request.signal ?? AbortSignal.timeout(readyTimeoutMs)
+    const document = await claims.readGroup(groupName, signal)
+    const group = document === undefined ? undefined : groupFacts(document)
+    if (!group?.managed || group.sandboxId !== id)
+      throw new SandboxNotFoundError(
+        id,
+        `resource group ${config.resourceGroup} has no container group ${groupName} of cordon's (a provider finds groups named with its containerNamePrefix)`,
+      )
+    if (!group.detached)
+      throw new SandboxNotFoundError(id, 'it was not created detached: it ends with its creator')
+    const address = addressOf(document)
+    if (hasEnded(group, Date.now()) || address === undefined)
+      throw new SandboxNotFoundError(
+        id,
+        'it has ended (its lifetime ran out, or it was destroyed or stopped)',
+      )
+    const refusal =
+      config.subnetId === undefined
+        ? undefined
+        : placementRefusal(groupName, document, config.subnetId)
+    if (refusal) throw refusal
+    const facts = await profile.get(signal, 'connect')
+    const agent = new AgentClient({
+      secret: state.secret,
+      dial: dialTcp(address, agentPort),
+      description: `tcp:${address}:${agentPort}`,
+    })
+    try {
+      // The first authenticated connection proves the credential; it serves the first operation.
+      await agent.openSpareConnection(signal)
+    } catch (error) {
+      agent.close()
+      if (refusedTheSecret(error))
+        throw new SandboxCredentialRefusedError(id, "the sandbox's agent refused the credential", {
+          cause: error,
+        })
+      throw error
+    }
+    const sandbox = sandboxOf({
+      id,
+      groupName,
+      agent,
+      facts,
+      env: state.env,
+      workingDirectory: state.workingDirectory,
+      execTimeoutMs: request.execTimeoutMs,
+      reconnectSecret: request.secret,
+    })
+    return { sandbox, endsAt: group.endsAt ?? Date.now() }
+  }
+
+  const list = async (options: {
+    readonly signal?: AbortSignal
+  }): Promise<readonly SandboxListing[]> => {
+    sweepEndedDetached()
+    const now = Date.now()
+    const groups = await claims.listGroups(options.signal)
+    return groups.flatMap((document) => listingOf(groupFacts(document), context.providerId, now))
+  }
+
   return {
     tier: 'container',
     name: BACKEND_NAME,
-    create,
+    create: async (options) => {
+      const sandbox = await create(options)
+      // After the create: a refused or failed one asks Azure for nothing more than it needed.
+      sweepEndedDetached()
+      return sandbox
+    },
+    connect,
+    list,
     async close() {
+      stopSweep.abort()
+      await swept
       await client.close()
     },
   }
+}
+
+function standbyPoolClaimsFor(
+  config: ACIStandbyPoolBackendConfig,
+  client: ArmClient,
+  providerId: string,
+): StandbyPoolClaims {
+  return new StandbyPoolClaims({
+    client,
+    subscriptionId: config.subscriptionId,
+    resourceGroup: config.resourceGroup,
+    location: config.location,
+    standbyPoolResourceId: config.standbyPoolResourceId,
+    containerGroupProfileResourceId: config.containerGroupProfileResourceId,
+    containerGroupProfileRevision: config.containerGroupProfileRevision,
+    subnetId: config.subnetId,
+    apiVersion: config.armApiVersion ?? DEFAULT_ARM_API_VERSION,
+    agentPort: config.workerPort ?? DEFAULT_AGENT_PORT,
+    tags: { [LABEL.managed]: '1', [LABEL.provider]: providerId },
+  })
+}
+
+/**
+ * `cordon gc` for ACI, for a host's own schedule (a timer job, a cron): deletes
+ * the detached sandboxes' container groups of the configured resource group
+ * whose end time has passed, and resolves with their names. Their agents
+ * ended themselves at that time; each backend also does this once, in the
+ * background, when it first creates, connects or lists. Nothing else is
+ * touched.
+ */
+export async function removeEndedDetachedAciGroups(
+  input: ACIStandbyPoolBackendConfig,
+  options: { readonly signal?: AbortSignal } = {},
+): Promise<string[]> {
+  const config = parseBackendConfig(aciStandbyPoolBackend, input)
+  const client = new ArmClient({
+    endpoint: config.armEndpoint ?? DEFAULT_ARM_ENDPOINT,
+    getToken: config.getArmToken,
+  })
+  try {
+    return await removeEndedDetachedGroups(
+      standbyPoolClaimsFor(config, client, 'gc'),
+      options.signal ?? AbortSignal.timeout(SWEEP_TIMEOUT_MS),
+    )
+  } finally {
+    await client.close()
+  }
+}
+
+/**
+ * Deletes every detached cordon group of the claims' resource group whose
+ * end time has passed, and resolves with their names: the sweep each
+ * backend runs once, and what a host's own schedule can call
+ * ({@link removeEndedDetachedAciGroups}).
+ */
+async function removeEndedDetachedGroups(
+  claims: StandbyPoolClaims,
+  signal: AbortSignal,
+): Promise<string[]> {
+  const now = Date.now()
+  const ended = (await claims.listGroups(signal))
+    .map(groupFacts)
+    .filter((facts) => isExpiredDetached(facts, now))
+  const removed: string[] = []
+  for (const facts of ended) {
+    await claims.release(facts.name, signal)
+    removed.push(facts.name)
+  }
+  return removed
 }

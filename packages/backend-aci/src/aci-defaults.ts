@@ -22,3 +22,8 @@ export const DEFAULT_AGENT_PORT = 2024
 export const DEFAULT_NAME_PREFIX = 'cordon'
 /** The config-map key a claim delivers the agent secret under. */
 export const SECRET_CONFIG_MAP_KEY = 'cordon-agent-secret'
+/**
+ * The config-map key a detached sandbox's claim delivers its lifetime under
+ * (ms); `cordon-aci-entrypoint.sh` hands it to the agent, which ends itself then.
+ */
+export const LIFETIME_CONFIG_MAP_KEY = 'cordon-agent-lifetime-ms'

@@ -11,7 +11,11 @@ import { createBackend } from './aci-backend.js'
 import { aciStandbyPoolBackend } from './definition.js'
 
 export type { ACIStandbyPoolBackendConfig } from '@cordon/builtin-backends'
-export { createAciStandbyPoolBackend, createBackend } from './aci-backend.js'
+export {
+  createAciStandbyPoolBackend,
+  createBackend,
+  removeEndedDetachedAciGroups,
+} from './aci-backend.js'
 export {
   BACKEND_NAME,
   DEFAULT_AGENT_PORT,
@@ -19,6 +23,7 @@ export {
   DEFAULT_ARM_ENDPOINT,
   DEFAULT_NAME_PREFIX,
   DEFAULT_READINESS_TIMEOUT_MS,
+  LIFETIME_CONFIG_MAP_KEY,
   NETWORK_API_VERSION,
   SECRET_CONFIG_MAP_KEY,
   STANDBY_POOL_API_VERSION,

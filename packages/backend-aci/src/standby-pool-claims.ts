@@ -1,6 +1,11 @@
 import { SandboxBackendUnavailableError, SandboxOperationError } from '@cordon/core'
 import { sleep } from '@cordon/core/backend'
-import { BACKEND_NAME, SECRET_CONFIG_MAP_KEY, STANDBY_POOL_API_VERSION } from './aci-defaults.js'
+import {
+  BACKEND_NAME,
+  LIFETIME_CONFIG_MAP_KEY,
+  SECRET_CONFIG_MAP_KEY,
+  STANDBY_POOL_API_VERSION,
+} from './aci-defaults.js'
 import type { ArmClient, ArmResponse } from './arm-client.js'
 import { followLongRunningOperation, provisioningStateOf } from './arm-long-running.js'
 import { placementRefusal } from './group-placement.js'
@@ -26,6 +31,10 @@ export interface ClaimRequest {
   readonly groupName: string
   readonly sandboxId: string
   readonly secret: string
+  /** Tags of this group beyond the provider's (a detached sandbox's end time). */
+  readonly tags: Readonly<Record<string, string>>
+  /** Given, the agent ends itself this long after it starts (a detached sandbox). */
+  readonly lifetimeMs: number | undefined
   readonly profile: ProfileFacts
   readonly signal: AbortSignal
   /** Each PUT attempt, so a failed create can wait for one still on the wire before deleting. */
@@ -61,6 +70,43 @@ export class StandbyPoolClaims {
       `/subscriptions/${encodeURIComponent(subscriptionId)}/resourceGroups/${encodeURIComponent(resourceGroup)}/providers/Microsoft.ContainerInstance/containerGroups/${encodeURIComponent(groupName)}`,
       apiVersion,
     )
+  }
+
+  /** URL of the resource group's container groups (ARM's List By Resource Group). */
+  groupsUrl(): string {
+    const { subscriptionId, resourceGroup, apiVersion } = this.options
+    return this.options.client.resourceUrl(
+      `/subscriptions/${encodeURIComponent(subscriptionId)}/resourceGroups/${encodeURIComponent(resourceGroup)}/providers/Microsoft.ContainerInstance/containerGroups`,
+      apiVersion,
+    )
+  }
+
+  /** One group's document (with its instance view), or undefined when ARM has no such group. */
+  async readGroup(groupName: string, signal?: AbortSignal): Promise<unknown> {
+    const { client } = this.options
+    const response = await client.send('GET', this.groupUrl(groupName), signal ? { signal } : {})
+    if (response.status === 404) return undefined
+    if (response.status !== 200) throw client.failure('connect', response)
+    return response.body
+  }
+
+  /**
+   * Every container group of the resource group, cordon's or not, following
+   * ARM's `nextLink` pages. Lists carry no instance views.
+   */
+  async listGroups(signal?: AbortSignal): Promise<unknown[]> {
+    const { client } = this.options
+    const groups: unknown[] = []
+    let url: string | undefined = this.groupsUrl()
+    while (url !== undefined) {
+      const response = await client.send('GET', url, signal ? { signal } : {})
+      if (response.status !== 200) throw client.failure('list', response)
+      const page = response.body as { value?: unknown; nextLink?: unknown } | undefined
+      if (Array.isArray(page?.value)) groups.push(...page.value)
+      url =
+        typeof page?.nextLink === 'string' && page.nextLink.length > 0 ? page.nextLink : undefined
+    }
+    return groups
   }
 
   /** Reads the profile (at the pinned revision, if one is configured). */
@@ -205,7 +251,7 @@ export class StandbyPoolClaims {
     const o = this.options
     return {
       location: o.location,
-      tags: { ...o.tags, 'cordon.sandbox': request.sandboxId },
+      tags: { ...o.tags, ...request.tags, 'cordon.sandbox': request.sandboxId },
       properties: {
         containerGroupProfile: {
           id: o.containerGroupProfileResourceId,
@@ -222,7 +268,15 @@ export class StandbyPoolClaims {
           {
             name: request.profile.containerName,
             properties: {
-              configMap: { keyValuePairs: { [SECRET_CONFIG_MAP_KEY]: request.secret } },
+              // The lifetime first: the entrypoint starts the agent once the secret is there.
+              configMap: {
+                keyValuePairs: {
+                  ...(request.lifetimeMs === undefined
+                    ? {}
+                    : { [LIFETIME_CONFIG_MAP_KEY]: String(request.lifetimeMs) }),
+                  [SECRET_CONFIG_MAP_KEY]: request.secret,
+                },
+              },
             },
           },
         ],
@@ -255,7 +309,7 @@ export class StandbyPoolClaims {
   }
 }
 
-function addressOf(group: unknown): string | undefined {
+export function addressOf(group: unknown): string | undefined {
   const ip = (group as { properties?: { ipAddress?: { ip?: unknown } } } | undefined)?.properties
     ?.ipAddress?.ip
   return typeof ip === 'string' && ip.length > 0 ? ip : undefined

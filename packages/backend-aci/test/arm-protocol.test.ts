@@ -78,10 +78,12 @@ describe('ARM protocol (Azure-AsyncOperation)', () => {
         tags: Record<string, string>
         properties: Record<string, unknown>
       }
+      // A group that is not detached has no end time: it belongs to the host that claimed it.
       expect(group.tags).toEqual({
         'cordon.managed': '1',
         'cordon.provider': 'prv_acitest',
         'cordon.sandbox': request.id,
+        'cordon.created': expect.stringMatching(/^\d+$/),
       })
       expect(group.properties.isCreatedFromStandbyPool).toBe(true)
       expect(name).toBe(`cordon-${request.id.slice(4)}`)

@@ -1,6 +1,6 @@
 import { Socket } from 'node:net'
 import { Duplex, PassThrough } from 'node:stream'
-import { AgentClient, AgentSandbox, StdioChannel } from '@cordon/agent/sandbox'
+import { AgentClient, AgentSandbox, refusedTheSecret, StdioChannel } from '@cordon/agent/sandbox'
 import type { ContainerBackendConfig } from '@cordon/builtin-backends'
 import type { ResolvedContainerSandboxLayout } from '@cordon/core'
 import {
@@ -216,7 +216,7 @@ export async function connectDetached(
     if (info.State.Paused) await client.clocks('resume-clocks', request.signal)
   } catch (error) {
     close()
-    if (refusedSecret(error))
+    if (refusedTheSecret(error))
       throw new SandboxCredentialRefusedError(id, "the sandbox's agent refused the credential", {
         cause: error,
       })
@@ -318,13 +318,6 @@ function launcherOf(info: Docker.ContainerInspectInfo): string | undefined {
 function entrypointOf(info: Docker.ContainerInspectInfo): string[] {
   const entry = info.Config?.Entrypoint
   return Array.isArray(entry) ? entry : typeof entry === 'string' ? [entry] : []
-}
-
-/** The agent refused the secret, or what answered could not prove it holds it. */
-function refusedSecret(error: unknown): boolean {
-  if (!SandboxTransportError.isInstance(error)) return false
-  const name = ((error as { cause?: unknown }).cause as { name?: string } | undefined)?.name
-  return name === 'AgentRemoteError' || name === 'AgentImpostorError'
 }
 
 /**

@@ -465,7 +465,14 @@ export class DockerBackend implements CordonSandboxBackend {
             handsOverOutputs: sealsOutputs,
             ownsVolumes,
             labels: this.labels(request, 'sandbox'),
-            cpuSet: cpuSet(this.config.cpus ?? DEFAULT_CPUS, engineCpus, request.id),
+            // Not under gVisor: pinned to fewer cores, its ptrace platform leaves
+            // the stubs of exited processes unreaped, and a loop of short
+            // commands grew the sandbox past 5,000 host pids in 25 s (the pids
+            // limit then ends it). `--cpu-num-from-quota` sizes what it reports.
+            cpuSet:
+              this.config.runtime === 'runsc'
+                ? undefined
+                : cpuSet(this.config.cpus ?? DEFAULT_CPUS, engineCpus, request.id),
             env: agentEnvironment({
               layout,
               workingDirectory,

@@ -1,25 +1,14 @@
 import type { CordonSandboxProvider, SandboxEvent } from '@cordon/core'
-import { BUSYBOX_IMAGE, endReasonOf, testRunLabels } from '@cordon/test-support'
+import { endReasonOf } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createDockerSandboxProvider } from '../src/index.js'
-import { docker } from './test-run.js'
+import { docker, testProvider } from './test-run.js'
 
 for (const runtime of ['docker', 'runsc'] as const) {
   describe(`lifetime that follows work, end reasons and usage (${runtime})`, () => {
     let provider: CordonSandboxProvider
     const events: SandboxEvent[] = []
     beforeAll(() => {
-      provider = createDockerSandboxProvider({
-        backend: {
-          tier: 'container',
-          runtime,
-          image: BUSYBOX_IMAGE,
-          cpus: 1,
-          labels: testRunLabels(),
-        },
-        layout: { outputs: { source: { type: 'ephemeral' } } },
-        onEvent: (event) => events.push(event),
-      })
+      provider = testProvider({ runtime, cpus: 1 }, { onEvent: (event) => events.push(event) })
     })
     afterAll(async () => {
       await provider.close()
@@ -125,10 +114,42 @@ for (const runtime of ['docker', 'runsc'] as const) {
       expect(usage.memoryPeakBytes).toBeGreaterThanOrEqual(usage.memoryBytes!)
       expect(usage).toMatchObject({ egressBytesOut: 0, egressBytesIn: 0 })
       await sleeper.kill('SIGKILL')
-      // One CPU allowed, one CPU seen (the engine machine has more).
+      // One CPU allowed, one CPU seen (the engine machine has more). gVisor
+      // reports its quota rounded up but never fewer than 2 (its floor), and
+      // is never pinned to cores (see the next test).
       const cores = await sandbox.exec('nproc')
-      expect(cores.stdout.trim()).toBe('1')
+      expect(cores.stdout.trim()).toBe(runtime === 'runsc' ? '2' : '1')
       await sandbox.destroy()
     })
+
+    it('a loop of short commands runs for 10 s and the sandbox lives on, its host pids far below the engine limit', async () => {
+      // Under gVisor pinned to one core, this loop grew the container past
+      // 1,100 host pids in 4 s and the pids limit ended the sandbox.
+      const sandbox = await provider.create()
+      const loop = await sandbox.start('sh', [
+        '-c',
+        'i=0; while :; do i=$((i+1)); echo $i > /tmp/churn.new; mv /tmp/churn.new /tmp/churn; done',
+      ])
+      const container = docker.getContainer(`cordon-${sandbox.id}`)
+      const { HostConfig } = await container.inspect()
+      let mostPids = 0
+      for (let second = 0; second < 10; second++) {
+        await new Promise((resolve) => setTimeout(resolve, 1_000))
+        const stats = (await container.stats({ stream: false })) as {
+          pids_stats?: { current?: number }
+        }
+        mostPids = Math.max(mostPids, stats.pids_stats?.current ?? 0)
+      }
+      const count = Number((await sandbox.exec('cat', ['/tmp/churn'])).stdout.trim())
+      console.log(
+        `${runtime}: ${count} commands in 10 s, at most ${mostPids} host pids of ${HostConfig.PidsLimit}`,
+      )
+      expect(count).toBeGreaterThan(100)
+      expect(sandbox.endReason).toBeUndefined()
+      expect(mostPids).toBeGreaterThan(0)
+      expect(mostPids).toBeLessThan(HostConfig.PidsLimit! / 2)
+      await loop.kill()
+      await sandbox.destroy()
+    }, 60_000)
   })
 }

@@ -8,8 +8,8 @@ import { LABEL, ownerLabels } from '@cordon/core/backend'
 import { BUSYBOX_IMAGE, endReasonOf, testRunLabels } from '@cordon/test-support'
 import type Docker from 'dockerode'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
-import { docker } from './test-run.js'
+import { collectGarbage } from '../src/index.js'
+import { docker, testProvider } from './test-run.js'
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
@@ -40,17 +40,7 @@ for (const runtime of ['docker', 'runsc'] as const) {
     let provider: CordonSandboxProvider
     const events: SandboxEvent[] = []
     beforeAll(() => {
-      provider = createDockerSandboxProvider({
-        backend: {
-          tier: 'container',
-          runtime,
-          image: BUSYBOX_IMAGE,
-          cpus: 1,
-          labels: testRunLabels(),
-        },
-        layout: { outputs: { source: { type: 'ephemeral' } } },
-        onEvent: (event) => events.push(event),
-      })
+      provider = testProvider({ runtime, cpus: 1 }, { onEvent: (event) => events.push(event) })
     })
     afterAll(async () => {
       await provider.close()

@@ -1,5 +1,5 @@
 import type { ContainerBackendConfig } from '@cordon/builtin-backends'
-import type { ContainerSandboxLayout, CordonSandboxProvider } from '@cordon/core'
+import type { ContainerSandboxLayout, CordonSandboxProvider, SandboxEvent } from '@cordon/core'
 import { containerTestBackend, EPHEMERAL_OUTPUTS } from '@cordon/test-support'
 import Docker from 'dockerode'
 import { createDockerSandboxProvider } from '../src/index.js'
@@ -13,6 +13,7 @@ export function testProvider(
     layout?: ContainerSandboxLayout
     pool?: { size: number }
     defaultMemoryLimitMb?: number
+    onEvent?: (event: SandboxEvent) => void
   } = {},
 ): CordonSandboxProvider {
   return createDockerSandboxProvider({
@@ -20,5 +21,6 @@ export function testProvider(
     layout: extra.layout ?? EPHEMERAL_OUTPUTS,
     ...(extra.pool ? { pool: extra.pool } : {}),
     ...(extra.defaultMemoryLimitMb ? { defaultMemoryLimitMb: extra.defaultMemoryLimitMb } : {}),
+    ...(extra.onEvent ? { onEvent: extra.onEvent } : {}),
   })
 }

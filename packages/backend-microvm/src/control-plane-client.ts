@@ -13,6 +13,7 @@ import type {
   CreateSandboxResponseBody,
   CreateSnapshotRequestBody,
   SandboxAgentEndpoint,
+  SandboxDescriptionBody,
   SnapshotBody,
 } from './control-plane-types.js'
 
@@ -123,6 +124,40 @@ export class ControlPlaneClient {
     return parseSnapshot(response.body, this.http.urlFor(''))
   }
 
+  /** A guest as the control plane describes it, or undefined when it has none by that id. */
+  async describeSandbox(
+    sandboxId: string,
+    signal?: AbortSignal,
+  ): Promise<SandboxDescriptionBody | undefined> {
+    const response = await this.http.send('GET', this.sandboxUrl(sandboxId), {
+      ...(signal ? { signal } : {}),
+    })
+    if (response.status === 404) return undefined
+    if (response.status !== 200) throw this.failure('describe', response)
+    return parseDescription(response.body, this.http.urlFor(''))
+  }
+
+  /** The guests carrying every label given. */
+  async listSandboxes(
+    labels: Readonly<Record<string, string>>,
+    signal?: AbortSignal,
+  ): Promise<SandboxDescriptionBody[]> {
+    const query = new URLSearchParams()
+    for (const [key, value] of Object.entries(labels)) query.append('label', `${key}=${value}`)
+    const response = await this.http.send('GET', this.http.urlFor(`/v1/sandboxes?${query}`), {
+      ...(signal ? { signal } : {}),
+    })
+    if (response.status !== 200) throw this.failure('list', response)
+    const listed = (response.body as { sandboxes?: unknown } | undefined)?.sandboxes
+    if (!Array.isArray(listed))
+      throw new SandboxTransportError(
+        'control plane returned an unusable sandbox list: sandboxes must be an array',
+        this.http.urlFor(''),
+        { cause: response.body },
+      )
+    return listed.map((entry) => parseDescription(entry, this.http.urlFor('')))
+  }
+
   /** The snapshots carrying every label given (all of them without). */
   async listSnapshots(
     labels: Readonly<Record<string, string>> = {},
@@ -207,6 +242,7 @@ export class ControlPlaneClient {
       | 'create'
       | 'delete'
       | 'describe'
+      | 'list'
       | 'pause'
       | 'resume'
       | 'snapshot'
@@ -250,6 +286,38 @@ function parseCreateResponse(
   if (typeof body.rootDir !== 'string' || !body.rootDir.startsWith('/'))
     bad('rootDir must be an absolute path')
   return { sandboxId, rootDir: body.rootDir as string, agent: parseAgentEndpoint(body.agent, bad) }
+}
+
+function parseDescription(payload: unknown, endpoint: string): SandboxDescriptionBody {
+  const bad = (problem: string): never => {
+    throw new SandboxTransportError(
+      `control plane returned an unusable sandbox description: ${problem}`,
+      endpoint,
+      { cause: payload },
+    )
+  }
+  if (typeof payload !== 'object' || payload === null) return bad('not a JSON object')
+  const body = payload as Record<string, unknown>
+  if (typeof body.sandboxId !== 'string') bad('sandboxId must be a string')
+  if (body.state !== 'creating' && body.state !== 'running' && body.state !== 'paused')
+    bad('state must be creating, running or paused')
+  const labels: Record<string, string> = {}
+  if (typeof body.labels === 'object' && body.labels !== null)
+    for (const [key, value] of Object.entries(body.labels))
+      if (typeof value === 'string') labels[key] = value
+  const createdAt = typeof body.createdAt === 'string' ? Date.parse(body.createdAt) : Number.NaN
+  return {
+    sandboxId: body.sandboxId as string,
+    state: body.state as SandboxDescriptionBody['state'],
+    labels,
+    ...(typeof body.rootDir === 'string' && body.rootDir.startsWith('/')
+      ? { rootDir: body.rootDir }
+      : {}),
+    ...(body.agent === undefined || body.agent === null
+      ? {}
+      : { agent: parseAgentEndpoint(body.agent, bad) }),
+    ...(Number.isFinite(createdAt) ? { createdAt } : {}),
+  }
 }
 
 function parseAgentEndpoint(value: unknown, bad: (problem: string) => never): SandboxAgentEndpoint {

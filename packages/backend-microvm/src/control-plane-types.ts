@@ -74,6 +74,18 @@ export interface CreateSandboxResponseBody {
   readonly agent: SandboxAgentEndpoint
 }
 
+/** A guest as `GET /v1/sandboxes/{sandboxId}` and `GET /v1/sandboxes` describe it. */
+export interface SandboxDescriptionBody {
+  readonly sandboxId: string
+  readonly state: 'creating' | 'running' | 'paused'
+  readonly labels: Readonly<Record<string, string>>
+  /** As the create answered them; present once the guest runs. */
+  readonly rootDir?: string
+  readonly agent?: SandboxAgentEndpoint
+  /** ms since the epoch, when the control plane says. */
+  readonly createdAt?: number
+}
+
 /** Error body of every non-2xx response. */
 export interface ControlPlaneErrorBody {
   readonly error: {

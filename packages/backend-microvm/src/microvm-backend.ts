@@ -1,21 +1,47 @@
 import { newAgentSecret } from '@cordon/agent/protocol'
-import { AgentSandbox, waitForAgent } from '@cordon/agent/sandbox'
-import type { MicroVMBackendConfig } from '@cordon/builtin-backends'
-import { type SandboxBackendOptions, SandboxTransportError } from '@cordon/core'
 import {
+  type AgentClient,
+  AgentSandbox,
+  refusedTheSecret,
+  waitForAgent,
+} from '@cordon/agent/sandbox'
+import type { MicroVMBackendConfig } from '@cordon/builtin-backends'
+import {
+  type EgressPolicy,
+  type SandboxBackendOptions,
+  SandboxControlRefusedError,
+  SandboxCredentialRefusedError,
+  type SandboxId,
+  SandboxNotFoundError,
+  SandboxTransportError,
+} from '@cordon/core'
+import {
+  type ConnectedBackendSandbox,
   type CordonSandboxBackend,
+  LABEL,
   newSnapshotId,
   parseBackendConfig,
   resolveBackendOptions,
   resolverRefusedEvent,
   runCreateSequence,
+  type SandboxBackendConnectRequest,
   type SandboxBackendContext,
   type SandboxBackendFactory,
+  type SandboxListing,
   withEnforcedLimits,
 } from '@cordon/core/backend'
 import { BACKEND_NAME, ControlPlaneClient } from './control-plane-client.js'
+import type { SandboxAgentEndpoint } from './control-plane-types.js'
 import { microVMBackend } from './definition.js'
 import { encodeEgressAllowlist } from './egress-allowlist.js'
+import {
+  decodeReconnectState,
+  detachedLabels,
+  encodeReconnectState,
+  listingOf,
+  type MicroVMReconnectState,
+  type ReportedEgress,
+} from './reconnect-state.js'
 import {
   asSandboxSnapshot,
   ControlPlaneSnapshotStore,
@@ -81,12 +107,39 @@ export function createMicroVMBackend(
     return retentionSweep
   }
 
+  /**
+   * Once per backend, in the background of its first create, connect or
+   * list: deletes the detached guests past their end
+   * time (`cordon.expires`). The orchestrator deletes a guest when its
+   * `timeoutMs` runs out, but paused time does not count, so a detached
+   * guest a host paused and let go of would otherwise never end. A guest
+   * that is not detached is never touched: it is its creator's.
+   */
+  let detachedSweep: Promise<void> | undefined
+  const stopSweep = new AbortController()
+  const sweepEndedDetached = (): void => {
+    detachedSweep ??= (async () => {
+      const signal = AbortSignal.any([stopSweep.signal, AbortSignal.timeout(60_000)])
+      const guests = await controlPlane.listSandboxes(
+        { [LABEL.managed]: '1', [LABEL.detached]: '1' },
+        signal,
+      )
+      const now = Date.now()
+      for (const guest of guests) {
+        const endsAt = Number(guest.labels[LABEL.expires])
+        if (Number.isFinite(endsAt) && endsAt > 0 && now >= endsAt)
+          await controlPlane.deleteSandbox(guest.sandboxId, signal)
+      }
+    })().catch(() => {})
+  }
+
   const create = async (backendOptions: SandboxBackendOptions): Promise<AgentSandbox> => {
     const request = withEnforcedLimits(
       resolveBackendOptions(backendOptions, microVMBackend, config),
     )
     // In the background: an orchestrator that is slow or down must not hold up (or fail) the create.
     void sweepExpiredSnapshots()
+    sweepEndedDetached()
     return runCreateSequence(
       {
         sandboxId: request.id,
@@ -127,6 +180,9 @@ export function createMicroVMBackend(
               'cordon.managed': '1',
               'cordon.provider': context.providerId,
               'cordon.sandbox': request.id,
+              ...(request.detached && request.lifetimeMs !== undefined
+                ? detachedLabels(Date.now() + request.lifetimeMs)
+                : {}),
             },
           },
           signal,
@@ -136,81 +192,29 @@ export function createMicroVMBackend(
               : control,
         )
         mark('agent.health')
-        const transport = new VsockAgentTransport(created.agent, {
-          ...options.transport,
-          secret,
-          vsockPort,
-          ...(config.mtls ? { tls: config.mtls } : {}),
-        })
+        const transport = transportFor(created.agent, secret)
         const health = await waitForAgent(
           transport.client,
           request.id,
           signal,
           config.readyPollIntervalMs,
         )
-        const sandbox = new AgentSandbox({
+        const state: MicroVMReconnectState = {
+          secret,
+          env: request.env,
+          workingDirectory: request.workingDirectory ?? created.rootDir,
+          memoryLimitMb: request.memoryLimitMb,
+          maxProcesses: request.maxProcesses,
+          egress: publicEgress(request.egress),
+        }
+        const sandbox = sandboxOf({
           id: request.id,
           rootDir: created.rootDir,
           writeRoots: health.writeRoots,
-          env: request.env,
-          workingDirectory: request.workingDirectory,
-          execTimeoutMs: request.execTimeoutMs,
           client: transport.client,
-          backend: BACKEND_NAME,
-          environment: microVMBackend.enforcement.environment,
-          enforcement: {
-            backend: BACKEND_NAME,
-            isolation: microVMBackend.enforcement.isolation,
-            egress: {
-              kind: request.egress.kind,
-              ...(request.egress.kind === 'static'
-                ? { allowedHosts: request.egress.allowedHosts }
-                : {}),
-            },
-            limits: { memoryLimitMb: request.memoryLimitMb, maxProcesses: request.maxProcesses },
-            mounts: health.writeRoots.map((path) => ({
-              path,
-              access: 'read-write' as const,
-              noexec: false,
-            })),
-          },
-          emit: context.emit,
-          release: (releaseSignal) => controlPlane.deleteSandbox(request.id, releaseSignal),
-          // The control plane's freezer: the hypervisor stops the guest's vCPUs.
-          freezer: {
-            pause: (freezeSignal) => controlPlane.pauseSandbox(request.id, freezeSignal),
-            resume: (thawSignal) => controlPlane.resumeSandbox(request.id, thawSignal),
-          },
-          // The control plane's snapshot of the guest, named by a new snapshot id.
-          snapshot: async (snapshotOptions) => {
-            const snapshotId = newSnapshotId()
-            const taken = await controlPlane.snapshotSandbox(
-              request.id,
-              {
-                agentSnapshot: snapshotReference(snapshotId, snapshotScope),
-                ...(snapshotOptions.memory ? { memory: true } : {}),
-                labels: snapshotLabels(snapshotId, {
-                  sandboxId: request.id,
-                  providerId: context.providerId,
-                  limits: {
-                    memoryLimitMb: request.memoryLimitMb,
-                    maxProcesses: request.maxProcesses,
-                  },
-                  egress: request.egress,
-                }),
-              },
-              snapshotOptions.signal,
-            )
-            const snapshot = asSandboxSnapshot(taken)
-            if (!snapshot)
-              throw new SandboxTransportError(
-                `the control plane answered a snapshot without the labels it was given`,
-                config.orchestratorEndpoint,
-                { cause: taken },
-              )
-            return snapshot
-          },
-          explainLoss: () => controlPlane.whyGone(request.id, AbortSignal.timeout(10_000)),
+          state,
+          execTimeoutMs: request.execTimeoutMs,
+          detached: request.detached,
         })
         mark('agent.working-directory')
         await sandbox.prepareWorkingDirectory(signal)
@@ -220,13 +224,175 @@ export function createMicroVMBackend(
     )
   }
 
+  /**
+   * The sandbox over an authenticated client of a guest's agent, for
+   * `create()` and `connect()`. A detached one carries its reconnect state
+   * as its secret and can be let go of (`disconnect()`): the guest runs on
+   * until its `timeoutMs`, which the orchestrator counts.
+   */
+  function sandboxOf(parts: {
+    readonly id: SandboxId
+    readonly rootDir: string
+    readonly writeRoots: readonly string[]
+    readonly client: AgentClient
+    readonly state: MicroVMReconnectState
+    readonly execTimeoutMs: number
+    readonly detached: boolean
+  }): AgentSandbox {
+    const { id, state } = parts
+    const limits = { memoryLimitMb: state.memoryLimitMb, maxProcesses: state.maxProcesses }
+    return new AgentSandbox({
+      id,
+      rootDir: parts.rootDir,
+      writeRoots: parts.writeRoots,
+      env: state.env,
+      workingDirectory: state.workingDirectory,
+      execTimeoutMs: parts.execTimeoutMs,
+      client: parts.client,
+      backend: BACKEND_NAME,
+      environment: microVMBackend.enforcement.environment,
+      enforcement: {
+        backend: BACKEND_NAME,
+        isolation: microVMBackend.enforcement.isolation,
+        egress: state.egress,
+        limits,
+        mounts: parts.writeRoots.map((path) => ({
+          path,
+          access: 'read-write' as const,
+          noexec: false,
+        })),
+      },
+      emit: context.emit,
+      release: (releaseSignal) => controlPlane.deleteSandbox(id, releaseSignal),
+      // The control plane's freezer: the hypervisor stops the guest's vCPUs.
+      freezer: {
+        pause: (freezeSignal) => controlPlane.pauseSandbox(id, freezeSignal),
+        resume: (thawSignal) => controlPlane.resumeSandbox(id, thawSignal),
+      },
+      // The control plane's snapshot of the guest, named by a new snapshot id.
+      snapshot: async (snapshotOptions) => {
+        const snapshotId = newSnapshotId()
+        const taken = await controlPlane.snapshotSandbox(
+          id,
+          {
+            agentSnapshot: snapshotReference(snapshotId, snapshotScope),
+            ...(snapshotOptions.memory ? { memory: true } : {}),
+            labels: snapshotLabels(snapshotId, {
+              sandboxId: id,
+              providerId: context.providerId,
+              limits,
+              egress: state.egress,
+            }),
+          },
+          snapshotOptions.signal,
+        )
+        const snapshot = asSandboxSnapshot(taken)
+        if (!snapshot)
+          throw new SandboxTransportError(
+            `the control plane answered a snapshot without the labels it was given`,
+            config.orchestratorEndpoint,
+            { cause: taken },
+          )
+        return snapshot
+      },
+      explainLoss: () => controlPlane.whyGone(id, AbortSignal.timeout(10_000)),
+      ...(parts.detached
+        ? {
+            reconnectSecret: encodeReconnectState(state),
+            // The guest goes on; AgentSandbox has closed this host's connections.
+            disconnect: async () => {},
+          }
+        : {}),
+    })
+  }
+
+  const transportFor = (agent: SandboxAgentEndpoint, secret: string): VsockAgentTransport =>
+    new VsockAgentTransport(agent, {
+      ...options.transport,
+      secret,
+      vsockPort,
+      ...(config.mtls ? { tls: config.mtls } : {}),
+    })
+
+  const connect = async (
+    request: SandboxBackendConnectRequest,
+  ): Promise<ConnectedBackendSandbox> => {
+    const id = request.sandboxId
+    const state = decodeReconnectState(request.secret, id)
+    sweepEndedDetached()
+    const signal = request.signal ?? AbortSignal.timeout(readyTimeoutMs)
+    const guest = await controlPlane.describeSandbox(id, signal)
+    if (guest?.labels[LABEL.managed] !== '1' || guest.labels[LABEL.sandbox] !== id)
+      throw new SandboxNotFoundError(
+        id,
+        `the control plane at ${config.orchestratorEndpoint} has no guest for it (it was destroyed, or its lifetime ran out)`,
+      )
+    if (guest.labels[LABEL.detached] !== '1')
+      throw new SandboxNotFoundError(id, 'it was not created detached: it ends with its creator')
+    if (guest.state === 'creating')
+      throw new SandboxNotFoundError(id, 'its guest is still being created')
+    if (guest.agent === undefined || guest.rootDir === undefined)
+      throw new SandboxControlRefusedError(
+        'connect',
+        BACKEND_NAME,
+        "the control plane's description of the guest names no agent endpoint or rootDir (openapi.yaml: Reconnect)",
+      )
+    const endsAt = Number(guest.labels[LABEL.expires])
+    // A guest a host paused answers nothing: connecting continues it.
+    if (guest.state === 'paused') await controlPlane.resumeSandbox(id, signal)
+    const transport = transportFor(guest.agent, state.secret)
+    let writeRoots: readonly string[]
+    try {
+      // The first authenticated request proves the credential.
+      writeRoots = (await transport.client.health(signal)).writeRoots
+      // A pause held the agent's deadlines (AgentSandbox pauses its clocks first): they run again now.
+      if (guest.state === 'paused') await transport.client.clocks('resume-clocks', signal)
+    } catch (error) {
+      transport.client.close()
+      if (refusedTheSecret(error))
+        throw new SandboxCredentialRefusedError(id, "the sandbox's agent refused the credential", {
+          cause: error,
+        })
+      throw error
+    }
+    const sandbox = sandboxOf({
+      id,
+      rootDir: guest.rootDir,
+      writeRoots,
+      client: transport.client,
+      state,
+      execTimeoutMs: request.execTimeoutMs,
+      detached: true,
+    })
+    return { sandbox, endsAt: Number.isFinite(endsAt) && endsAt > 0 ? endsAt : Date.now() }
+  }
+
+  const list = async (listOptions: {
+    readonly signal?: AbortSignal
+  }): Promise<readonly SandboxListing[]> => {
+    sweepEndedDetached()
+    const guests = await controlPlane.listSandboxes({ [LABEL.managed]: '1' }, listOptions.signal)
+    return guests.flatMap((guest) => listingOf(guest, context.providerId))
+  }
+
   return {
     tier: 'microvm',
     name: BACKEND_NAME,
     create,
+    connect,
+    list,
     snapshots,
     async close() {
+      stopSweep.abort()
+      await detachedSweep
       await controlPlane.close()
     },
   }
+}
+
+/** The egress policy as the sandbox reports it (a resolver's function is not kept). */
+function publicEgress(egress: EgressPolicy): ReportedEgress {
+  return egress.kind === 'static'
+    ? { kind: 'static', allowedHosts: egress.allowedHosts }
+    : { kind: egress.kind }
 }

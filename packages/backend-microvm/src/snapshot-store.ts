@@ -1,5 +1,4 @@
 import {
-  type EgressPolicy,
   isSnapshotId,
   type SandboxSnapshot,
   type SandboxSnapshotListOptions,
@@ -9,6 +8,7 @@ import {
 import { LABEL } from '@cordon/core/backend'
 import { BACKEND_NAME, type ControlPlaneClient } from './control-plane-client.js'
 import type { AgentSnapshotReference, SnapshotBody } from './control-plane-types.js'
+import type { ReportedEgress } from './reconnect-state.js'
 
 /** How long a snapshot cordon took is kept on the orchestrator unless the config says otherwise: 7 days. */
 export const DEFAULT_SNAPSHOT_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
@@ -42,7 +42,7 @@ export interface SnapshotSource {
   readonly sandboxId: string
   readonly providerId: string
   readonly limits: { readonly memoryLimitMb?: number; readonly maxProcesses?: number }
-  readonly egress: EgressPolicy
+  readonly egress: ReportedEgress
 }
 
 /** The labels of a new snapshot: the owner's, its id, and the source's limits and egress. */

@@ -77,9 +77,9 @@ describe('control plane through the orchestrator stand-in', () => {
     try {
       const wanted = request({ env: { FROM_HOST: 'yes' } })
       const sandbox = await backend.create(wanted)
-      // Two calls: a backend's first create lists its snapshots for the
-      // retention sweep, then creates the guest.
-      expect(tokenCalls).toBe(2)
+      // Three calls: a backend's first create lists its snapshots for the
+      // retention sweep and its detached guests for theirs, then creates the guest.
+      expect(tokenCalls).toBe(3)
       expect(sandbox.status).toBe('ready')
       expect(await containersOf(wanted.id)).toBe(1)
       expect((await sandbox.exec('sh', ['-c', 'echo $FROM_HOST; id -u'])).stdout).toBe(
@@ -87,7 +87,7 @@ describe('control plane through the orchestrator stand-in', () => {
       )
       await sandbox.destroy()
       await sandbox.destroy()
-      expect(tokenCalls).toBe(3)
+      expect(tokenCalls).toBe(4)
       expect(await containersOf(wanted.id)).toBe(0)
       expect(
         SandboxDestroyedError.isInstance(
@@ -216,6 +216,16 @@ async function fakeControlPlane(
       if (req.method === 'DELETE') {
         deletes.push(decodeURIComponent(req.url!.split('/').pop()!))
         res.writeHead(204).end()
+        return
+      }
+      // A backend's first create also lists, in the background, its snapshots
+      // (retention sweep) and its detached guests (their sweep): this control plane has none.
+      if (req.method === 'GET' && req.url!.startsWith('/v1/snapshots')) {
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{"snapshots":[]}')
+        return
+      }
+      if (req.method === 'GET' && req.url!.startsWith('/v1/sandboxes?')) {
+        res.writeHead(200, { 'content-type': 'application/json' }).end('{"sandboxes":[]}')
         return
       }
       onCreate(JSON.parse(Buffer.concat(chunks).toString()), res)

@@ -90,6 +90,7 @@ describe('openapi.yaml', () => {
       ['pauseSandbox', 'post', '/v1/sandboxes/{sandboxId}/pause', '200'],
       ['resumeSandbox', 'post', '/v1/sandboxes/{sandboxId}/resume', '200'],
       ['snapshotSandbox', 'post', '/v1/sandboxes/{sandboxId}/snapshots', '201'],
+      ['listSandboxes', 'get', '/v1/sandboxes', '200'],
       ['listSnapshots', 'get', '/v1/snapshots', '200'],
       ['deleteSnapshot', 'delete', '/v1/snapshots/{orgId}/{agentId}/{version}', '204'],
     ]
@@ -125,14 +126,35 @@ describe('openapi.yaml', () => {
       expect.arrayContaining(['agentSnapshot', 'memory', 'sizeBytes', 'createdAt', 'labels']),
     )
     // The guest's states include the paused one.
-    const getSandbox = spec.paths['/v1/sandboxes/{sandboxId}']!.get as {
-      responses: Record<
-        string,
-        { content: Record<string, { schema: { properties: Record<string, { enum?: string[] }> } }> }
-      >
+    const description = schemas.SandboxDescription!.properties as Record<
+      string,
+      { enum?: string[]; $ref?: string }
+    >
+    expect(description.state!.enum).toContain('paused')
+  })
+
+  it('describes a guest (one, and a list by label) with what a second client needs to reach its agent again', () => {
+    const answer = (path: string) =>
+      (
+        spec.paths[path]!.get as {
+          responses: Record<string, { content: Record<string, { schema: unknown }> }>
+        }
+      ).responses['200']!.content['application/json']!.schema
+    const reference = '#/components/schemas/SandboxDescription'
+    expect(answer('/v1/sandboxes/{sandboxId}')).toEqual({ $ref: reference })
+    const list = answer('/v1/sandboxes') as {
+      properties: { sandboxes: { items: { $ref: string } } }
     }
-    expect(
-      getSandbox.responses['200']!.content['application/json']!.schema.properties.state!.enum,
-    ).toContain('paused')
+    expect(list.properties.sandboxes.items.$ref).toBe(reference)
+    const description = spec.components.schemas.SandboxDescription!.properties as Record<
+      string,
+      { $ref?: string }
+    >
+    expect(description.agent?.$ref).toBe('#/components/schemas/AgentEndpoint')
+    expect(Object.keys(description)).toEqual(
+      expect.arrayContaining(['sandboxId', 'state', 'labels', 'rootDir', 'createdAt']),
+    )
+    // It never returns the agent secret.
+    expect(Object.keys(description)).not.toContain('agentSecret')
   })
 })

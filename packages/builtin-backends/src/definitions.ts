@@ -130,8 +130,8 @@ export function builtinBackends(importPackage: BackendPackageImporter) {
         terminal: false,
         // ARM has no operation that freezes a container group's processes.
         pause: false,
-        // Not built yet: a claimed group ends with the host that claimed it.
-        reconnect: false,
+        // A detached claim is found again by name through ARM; its agent ends itself at its lifetime.
+        reconnect: true,
         // The mounts are remote shares: their changes do not reach the group's inotify.
         externalWatch: false,
         snapshot: false,
@@ -166,8 +166,8 @@ export function builtinBackends(importPackage: BackendPackageImporter) {
         terminal: false,
         // The control plane's pause and resume operations (openapi.yaml).
         pause: true,
-        // Not built yet: a guest ends with the host that created it.
-        reconnect: false,
+        // A detached guest is described again by the control plane; the orchestrator ends it at its timeoutMs.
+        reconnect: true,
         // A guest's kernel is its own: it does not see what the host does to shared files.
         externalWatch: false,
         // The control plane's snapshots operation; a create names one as its agentSnapshot.

@@ -14,6 +14,12 @@ export interface AgentHealthReport {
   readonly agentVersion: string
   readonly writeRoots: readonly string[]
   readonly readRoots: readonly string[]
+  /**
+   * The lifetime the agent ends itself at, in ms of running time from its
+   * start, when it was given one: a backend whose lifetime reaches the agent
+   * indirectly (ACI's config map) checks here that it arrived.
+   */
+  readonly lifetimeMs?: number
 }
 
 /**

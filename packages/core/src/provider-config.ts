@@ -77,6 +77,7 @@ export function prepareProviderConfig<Config extends SandboxBackendConfigBase>(
     ...fields.data,
     ...(checked?.layout ? { layout: checked.layout } : {}),
   } as SandboxProviderConfigFor<Config>
+  checkPooledVolumes(config.pool, checked?.resolved)
   const refusal =
     volumeSourceRefusal(definition, checked?.resolved) ??
     configRefusal(definition, config.backend) ??
@@ -122,6 +123,30 @@ function volumeSourceRefusal(
     definition.name,
     `layout.${role}.source is a named volume, and this backend keeps no named volumes; use a backend that declares volumes (container:docker, container:runsc)`,
   )
+}
+
+/**
+ * A warm pool of more than one sandbox cannot share a read-write volume: one
+ * sandbox at a time may write it, so every pooled sandbox after the first
+ * would fail to start, and the pool would retry it for as long as it lives.
+ * Refused when the provider is made, naming both fields.
+ */
+function checkPooledVolumes(
+  pool: { readonly size: number } | undefined,
+  layout: ResolvedContainerSandboxLayout | undefined,
+): void {
+  if (!layout || !pool || pool.size <= 1) return
+  const writable = planLayoutMounts(layout).find(
+    (plan) => plan.source.type === 'volume' && !plan.readOnly,
+  )
+  if (writable?.source.type !== 'volume') return
+  const role = writable.role === 'skill' ? `skills.${writable.skillId}` : writable.role
+  throw new SandboxConfigValidationError('sandbox provider config', [
+    {
+      path: 'pool.size',
+      message: `a pool of ${pool.size} sandboxes would each mount volume ${JSON.stringify(writable.source.name)} read-write (layout.${role}), and only one sandbox at a time may write a volume; use a pool of 1, or mount the volume read-only`,
+    },
+  ])
 }
 
 function configRefusal<Config extends SandboxBackendConfigBase>(

@@ -57,6 +57,37 @@ describe('provider.volumes and the volume mount source', () => {
     )
   })
 
+  it('a warm pool of more than one sandbox cannot share a read-write volume: refused when the provider is made', async () => {
+    const made = (() => {
+      try {
+        return providerDeclaring({ volumes: true }, {
+          layout: VOLUME_LAYOUT,
+          pool: { size: 2 },
+        } as never)
+      } catch (error) {
+        return error
+      }
+    })()
+    expect(SandboxConfigValidationError.isInstance(made)).toBe(true)
+    expect((made as SandboxConfigValidationError).issues).toEqual([
+      expect.objectContaining({ path: 'pool.size', message: expect.stringContaining('"work"') }),
+    ])
+    // One pooled sandbox may hold it; many may mount it read-only.
+    for (const extra of [
+      { layout: VOLUME_LAYOUT, pool: { size: 1 } },
+      {
+        layout: {
+          outputs: { source: { type: 'ephemeral' } },
+          uploads: { source: { type: 'volume', name: 'work' } },
+        },
+        pool: { size: 3 },
+      },
+    ]) {
+      const provider = providerDeclaring({ volumes: true }, extra as never)
+      await provider.close()
+    }
+  })
+
   it('declared true: names and sizes are checked before the backend is asked', async () => {
     const asked: string[] = []
     const info: SandboxVolumeInfo = {

@@ -2,6 +2,8 @@ import type { ArmRequestKind } from './fault-plan.js'
 
 export type ArmRoute =
   | { readonly kind: 'containerGroup'; readonly name: string }
+  /** The resource group's container groups (ARM's List By Resource Group). */
+  | { readonly kind: 'containerGroups' }
   | { readonly kind: 'profile'; readonly name: string; readonly revision: number | undefined }
   | { readonly kind: 'operation'; readonly id: string; readonly style: 'status' | 'result' }
   | { readonly kind: 'runtimeView'; readonly pool: string }
@@ -24,7 +26,7 @@ export function providerOf(
 }
 
 export function requestKindOf(route: ArmRoute): ArmRequestKind {
-  return route.kind
+  return route.kind === 'containerGroups' ? 'containerGroup' : route.kind
 }
 
 const segment = '([^/]+)'
@@ -52,6 +54,7 @@ export function parseArmPath(
       new RegExp(`^${aci}/containerGroups/${segment}$`, 'i'),
       (m) => ({ kind: 'containerGroup', name: m[1]! }),
     ],
+    [new RegExp(`^${aci}/containerGroups/?$`, 'i'), () => ({ kind: 'containerGroups' })],
     [
       new RegExp(`^${aci}/containerGroupProfiles/${segment}(?:/revisions/(\\d+))?$`, 'i'),
       (m) => ({

@@ -214,6 +214,9 @@ export async function startArmStandin(options: ArmStandinOptions): Promise<ArmSt
         if (method === 'GET') return groups.get(route.name)
         if (method === 'DELETE') return groups.delete(route.name, apiVersion)
         break
+      case 'containerGroups':
+        if (method === 'GET') return groups.list()
+        break
       case 'profile':
         if (method !== 'GET') break
         if (

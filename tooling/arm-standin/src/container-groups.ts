@@ -82,7 +82,7 @@ export class ContainerGroups {
     return [...this.groups.keys()]
   }
 
-  claim(name: string, body: unknown, apiVersion: string): ArmAnswer {
+  async claim(name: string, body: unknown, apiVersion: string): Promise<ArmAnswer> {
     const claim = this.parseClaim(body)
     const key = name.toLowerCase()
     if (this.groups.has(key)) {
@@ -140,7 +140,7 @@ export class ContainerGroups {
           }
         : {
             status: 201,
-            body: this.document(record),
+            body: await this.document(record),
             headers: {
               ...retryAfter,
               'azure-asyncoperation': this.operationUrl(createOperation, 'status', apiVersion),
@@ -156,8 +156,20 @@ export class ContainerGroups {
     return answer
   }
 
-  get(name: string): ArmAnswer {
-    return { status: 200, body: this.document(this.require(name)) }
+  async get(name: string): Promise<ArmAnswer> {
+    return { status: 200, body: await this.document(this.require(name)) }
+  }
+
+  /**
+   * ARM's List By Resource Group: every group, without the instance views
+   * (ARM leaves them out of lists; a GET of one group has them). One page:
+   * a real list may answer with a `nextLink` to follow.
+   */
+  async list(): Promise<ArmAnswer> {
+    const documents = await Promise.all(
+      [...this.groups.values()].map((record) => this.document(record, { listed: true })),
+    )
+    return { status: 200, body: { value: documents } }
   }
 
   delete(name: string, apiVersion: string): ArmAnswer {
@@ -179,7 +191,7 @@ export class ContainerGroups {
     }
   }
 
-  operation(id: string, style: 'status' | 'result', apiVersion: string): ArmAnswer {
+  async operation(id: string, style: 'status' | 'result', apiVersion: string): Promise<ArmAnswer> {
     const operation = this.operations.get(id)
     if (!operation)
       throw new ArmHttpError(404, 'OperationNotFound', `The operation '${id}' was not found.`)
@@ -213,7 +225,7 @@ export class ContainerGroups {
     }
     if (operation.kind === 'delete') return { status: 204 }
     const record = this.groups.get(operation.groupName)
-    return record ? { status: 200, body: this.document(record) } : { status: 204 }
+    return record ? { status: 200, body: await this.document(record) } : { status: 204 }
   }
 
   /** Removes every group's container (the stand-in is closing). */
@@ -319,9 +331,16 @@ export class ContainerGroups {
     return `${this.options.baseUrl()}/subscriptions/${subscriptionId}/providers/Microsoft.ContainerInstance/locations/${location}/${segment}/${operation.id}?api-version=${encodeURIComponent(apiVersion)}`
   }
 
-  private document(record: GroupRecord): Record<string, unknown> {
+  private async document(
+    record: GroupRecord,
+    options: { listed?: boolean } = {},
+  ): Promise<Record<string, unknown>> {
     const { ids, profile } = this.options
-    const running = record.state === 'Succeeded'
+    const provisioned = record.state === 'Succeeded'
+    // A provisioned group whose container's process ended (restartPolicy Never) is Stopped.
+    const running = provisioned && (await record.container?.isRunning()) === true
+    const instanceState = running ? 'Running' : provisioned ? 'Stopped' : 'Pending'
+    const containerState = running ? 'Running' : provisioned ? 'Terminated' : 'Waiting'
     const inherited = profileGroupProperties(profile)
     return {
       id: `/subscriptions/${ids.subscriptionId}/resourceGroups/${ids.resourceGroup}/providers/Microsoft.ContainerInstance/containerGroups/${record.name}`,
@@ -347,7 +366,9 @@ export class ContainerGroups {
             ...container.properties,
             // ARM returns config maps as they were set: they are not secure values.
             configMap: { keyValuePairs: record.configMap },
-            instanceView: { currentState: { state: running ? 'Running' : 'Waiting' } },
+            ...(options.listed
+              ? {}
+              : { instanceView: { currentState: { state: containerState } } }),
           },
         })),
         ipAddress: {
@@ -355,7 +376,7 @@ export class ContainerGroups {
           ...(running && record.container ? { ip: record.container.ip } : {}),
         },
         ...(profile.ipAddressType === 'Private' ? { subnetIds: [{ id: ids.subnetId }] } : {}),
-        instanceView: { state: running ? 'Running' : 'Pending' },
+        ...(options.listed ? {} : { instanceView: { state: instanceState } }),
       },
     }
   }

@@ -29,6 +29,8 @@ export interface SandboxContainer {
   readonly ip: string
   /** Writes a config-map value the way ACI applies one: the file appears whole, without a restart. */
   setConfigMapValue(key: string, value: string): Promise<void>
+  /** Whether its process still runs (an entrypoint that exited leaves the group Stopped, as in ACI). */
+  isRunning(): Promise<boolean>
   remove(): Promise<void>
 }
 
@@ -108,6 +110,10 @@ export async function startSandboxContainer(
         const staged = join(spec.configMapDir, `.${key}.staged`)
         await writeFile(staged, value, { mode: 0o444 })
         await rename(staged, join(spec.configMapDir, key))
+      },
+      async isRunning() {
+        const now = await container.inspect().catch(() => undefined)
+        return now?.State?.Running === true
       },
       remove,
     }

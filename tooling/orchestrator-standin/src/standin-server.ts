@@ -68,6 +68,9 @@ interface GuestRecord {
   readonly template: string | undefined
   readonly image: string
   readonly ready: Promise<void>
+  readonly createdAt: number
+  /** The create's answer (agent endpoint and rootDir), which a GET repeats while the guest runs. */
+  answer?: { readonly rootDir: string; readonly agent: Record<string, unknown> }
   guest?: Guest
   relays: Array<{ close(): Promise<void> }>
   lifetime?: ReturnType<typeof setTimeout>
@@ -201,6 +204,7 @@ export async function startOrchestratorStandin(
         resolveReady = resolve
         rejectReady = reject
       }),
+      createdAt: Date.now(),
       relays: [],
       paused: false,
       operations: Promise.resolve(),
@@ -257,6 +261,7 @@ export async function startOrchestratorStandin(
       }
       if (request.timeoutMs !== undefined)
         armLifetime(request.sandboxId, record, request.timeoutMs + 5_000)
+      record.answer = { rootDir: GUEST_OUTPUTS_DIR, agent }
       resolveReady()
       return { record, body: { sandboxId: request.sandboxId, rootDir: GUEST_OUTPUTS_DIR, agent } }
     } catch (error) {
@@ -410,6 +415,14 @@ export async function startOrchestratorStandin(
       send(res, 201, body)
       return
     }
+    if (req.method === 'GET' && id === undefined) {
+      const wanted = labelFilter(url)
+      const listed = [...records.entries()].filter(([, record]) =>
+        wanted.every(([key, value]) => record.request.labels[key] === value),
+      )
+      send(res, 200, { sandboxes: listed.map(([guestId, record]) => describe(guestId, record)) })
+      return
+    }
     if (id === undefined)
       throw new HttpError(405, 'invalid-request', `${req.method} is not allowed here`)
     const record = records.get(id)
@@ -422,13 +435,7 @@ export async function startOrchestratorStandin(
     }
     if (req.method === 'GET') {
       if (!record) throw new HttpError(404, 'not-found', `no sandbox ${id}`)
-      send(res, 200, {
-        sandboxId: id,
-        state: !record.guest ? 'creating' : record.paused ? 'paused' : 'running',
-        labels: record.request.labels,
-        template: record.request.template ?? null,
-        agentSnapshot: record.request.agentSnapshot ?? null,
-      })
+      send(res, 200, describe(id, record))
       return
     }
     throw new HttpError(405, 'invalid-request', `${req.method} is not allowed here`)
@@ -442,12 +449,7 @@ export async function startOrchestratorStandin(
     if (url.pathname === '/v1/snapshots') {
       if (req.method !== 'GET')
         throw new HttpError(405, 'invalid-request', `${req.method} is not allowed here`)
-      const wanted = url.searchParams.getAll('label').map((pair) => {
-        const equals = pair.indexOf('=')
-        if (equals < 1)
-          throw new HttpError(400, 'invalid-request', `label ${pair} is not key=value`)
-        return [pair.slice(0, equals), pair.slice(equals + 1)] as const
-      })
+      const wanted = labelFilter(url)
       const listed = [...snapshots.values()].filter((snapshot) =>
         wanted.every(([key, value]) => snapshot.labels[key] === value),
       )
@@ -576,4 +578,30 @@ async function readJson(req: IncomingMessage): Promise<unknown> {
   } catch {
     throw new HttpError(400, 'invalid-request', 'the body is not valid JSON')
   }
+}
+
+/** A guest as `GET /v1/sandboxes/{id}` and the list describe it (openapi.yaml's SandboxDescription). */
+function describe(id: string, record: GuestRecord): Record<string, unknown> {
+  const running = record.guest !== undefined && record.answer !== undefined
+  return {
+    sandboxId: id,
+    state: !running ? 'creating' : record.paused ? 'paused' : 'running',
+    labels: record.request.labels,
+    template: record.request.template ?? null,
+    agentSnapshot: record.request.agentSnapshot ?? null,
+    createdAt: new Date(record.createdAt).toISOString(),
+    ...(record.lifetimeEndsAt !== undefined && record.lifetime !== undefined
+      ? { expiresAt: new Date(record.lifetimeEndsAt).toISOString() }
+      : {}),
+    ...(running ? record.answer : {}),
+  }
+}
+
+/** The `label=key=value` query parameters of a list, every one of which must match. */
+function labelFilter(url: URL): Array<readonly [string, string]> {
+  return url.searchParams.getAll('label').map((pair) => {
+    const equals = pair.indexOf('=')
+    if (equals < 1) throw new HttpError(400, 'invalid-request', `label ${pair} is not key=value`)
+    return [pair.slice(0, equals), pair.slice(equals + 1)] as const
+  })
 }

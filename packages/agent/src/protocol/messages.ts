@@ -691,7 +691,8 @@ export function parseAgentMessage(raw: Raw): AgentMessage {
     case 'end':
     case 'heartbeat':
       return { type: raw.type }
-    case 'health-ok':
+    case 'health-ok': {
+      const lifetimeMs = int(raw, 'lifetimeMs', { optional: true, min: 1 })
       return {
         type: 'health-ok',
         pid: int(raw, 'pid', { min: 0 })!,
@@ -700,7 +701,9 @@ export function parseAgentMessage(raw: Raw): AgentMessage {
         agentVersion: str(raw, 'agentVersion')!,
         writeRoots: stringList(raw, 'writeRoots'),
         readRoots: stringList(raw, 'readRoots'),
+        ...(lifetimeMs === undefined ? {} : { lifetimeMs }),
       }
+    }
     case 'signal-ok':
       return { type: 'signal-ok', signalled: int(raw, 'signalled', { min: 0 })! }
     case 'clocks-ok':

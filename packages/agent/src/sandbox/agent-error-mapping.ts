@@ -85,3 +85,16 @@ export function toSandboxError(
     cause: error,
   })
 }
+
+/**
+ * Whether `error` (as an operation's translation, {@link toSandboxError},
+ * left it) says the agent refused the host's secret, or that what answered
+ * could not prove it holds the secret: what a backend's `connect()` reports
+ * as `SandboxCredentialRefusedError`.
+ */
+export function refusedTheSecret(error: unknown): boolean {
+  if (!SandboxTransportError.isInstance(error)) return false
+  // By name: a backend may hold another copy of this package than the client that threw.
+  const name = ((error as { cause?: unknown }).cause as { name?: string } | undefined)?.name
+  return name === 'AgentRemoteError' || name === 'AgentImpostorError'
+}

@@ -16,7 +16,7 @@ export {
   type AgentStreamKind,
   RetryableDialError,
 } from './agent-client.js'
-export { toSandboxError } from './agent-error-mapping.js'
+export { refusedTheSecret, toSandboxError } from './agent-error-mapping.js'
 export { AgentProcess, type AgentProcessHooks } from './agent-process.js'
 export {
   AgentSandbox,
