@@ -166,7 +166,7 @@ export const memoryRestore: Scenario = async ({ quick, log }) => {
     comparisons,
     notes: [
       ...notes,
-      "A restored sandbox is a container created with the source's spec, its checkpoint copied into the container's directory, the engine's start from that checkpoint (its upload to containerd, then gVisor's restore, which reads the whole checkpoint back into memory), and the agent resumed with a new secret over a relay. Its cost grows with the memory the sandbox held: with tens of MB of heap it gains little or nothing than doing the work again.",
+      "A restored sandbox is a container created with the source's spec, its checkpoint copied into the container's directory, the engine's start from that checkpoint (its upload to containerd, then gVisor's restore, which reads the whole checkpoint back into memory), and the agent resumed with a new secret over a relay. Its cost grows with the memory the sandbox held: with tens of MB of heap it gains little or nothing over doing the work again.",
     ],
     sections: [],
   }
