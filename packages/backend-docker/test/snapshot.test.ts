@@ -1,6 +1,5 @@
 import {
   type CordonSandboxProvider,
-  SandboxControlRefusedError,
   type SandboxEvent,
   SandboxSnapshotNotFoundError,
 } from '@cordon/core'
