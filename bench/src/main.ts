@@ -36,6 +36,7 @@ const SCENARIOS: Record<string, () => Promise<Scenario>> = {
   'pause-resume': async () => (await import('./pause-resume.js')).pauseResume,
   'snapshot-fork': async () => (await import('./snapshot-fork.js')).snapshotFork,
   reconnect: async () => (await import('./reconnect.js')).reconnect,
+  'memory-restore': async () => (await import('./memory-restore.js')).memoryRestore,
   // Issue 30: the same scenarios, every container under gVisor (runtime 'runsc').
   'create-to-first-exec-gvisor': async () =>
     (await import('./create-to-first-exec.js')).createToFirstExecScenario(GVISOR),

@@ -2,6 +2,7 @@ import { readFileSync, unlinkSync, writeSync } from 'node:fs'
 import { isAbsolute } from 'node:path'
 import { MIN_AGENT_SECRET_LENGTH } from '@cordon/core/backend'
 import type { SealRoot } from './output-seal.js'
+import { RESUME_LINE_MARK } from './protocol/resume-line.js'
 
 /**
  * The agent is configured only through `CORDON_AGENT_*` environment variables.
@@ -499,5 +500,88 @@ export function readSecretLine(
     input.on('end', onEnd)
     input.on('error', onError)
     onReadable()
+  })
+}
+
+/** What the host sends on stdin to continue a suspended stdio agent. */
+export interface ResumeLine {
+  /** The secret in force from now on; the one before is refused. */
+  readonly secret: string
+  /** The lifetime counted from now (`null`: none), replacing the running one; undefined keeps it. */
+  readonly lifetimeMs: number | null | undefined
+}
+
+/**
+ * Reads the resume line (`cordon-resume:{"secret":…,"lifetimeMs":…}\n`)
+ * from `input` and leaves the bytes after it unread, for the new session.
+ * Anything before the mark is what the old session's peer wrote after the
+ * agent stopped reading it, and is dropped.
+ */
+export function readResumeLine(
+  input: NodeJS.ReadableStream & { unshift(chunk: Buffer): void },
+  signal?: AbortSignal,
+): Promise<ResumeLine> {
+  const mark = Buffer.from(RESUME_LINE_MARK, 'utf8')
+  // 'data' events rather than 'readable': process.stdin paused after
+  // flowing (the session before) stops reading its pipe, and a 'readable'
+  // listener added then is not always woken again.
+  return new Promise((resolve, reject) => {
+    let buffered = Buffer.alloc(0)
+    const finish = (error: Error | undefined, line?: ResumeLine, rest?: Buffer) => {
+      signal?.removeEventListener('abort', onAbort)
+      input.off('data', onData)
+      input.off('end', onEnd)
+      input.off('error', onError)
+      input.pause()
+      if (rest && rest.length > 0) input.unshift(rest)
+      if (error) reject(error)
+      else resolve(line!)
+    }
+    const onEnd = () => finish(new AgentConfigError('the input ended before the resume line'))
+    const onAbort = () => finish(new AgentConfigError('no longer waiting for a resume line here'))
+    signal?.addEventListener('abort', onAbort, { once: true })
+    const onError = (error: Error) => finish(error)
+    const onData = (chunk: Buffer) => {
+      buffered = Buffer.concat([buffered, chunk])
+      const start = buffered.indexOf(mark)
+      if (start === -1) {
+        // Keep only what could be the start of a mark split across reads.
+        buffered = buffered.subarray(Math.max(0, buffered.length - mark.length))
+        return
+      }
+      const newline = buffered.indexOf(0x0a, start)
+      if (newline === -1) {
+        if (buffered.length - start > MAX_SECRET_LINE)
+          finish(new AgentConfigError('the resume line on stdin is too long'))
+        return
+      }
+      const rest = buffered.subarray(newline + 1)
+      let parsed: { secret?: unknown; lifetimeMs?: unknown }
+      try {
+        parsed = JSON.parse(buffered.subarray(start + mark.length, newline).toString('utf8'))
+      } catch {
+        return finish(new AgentConfigError('the resume line is not JSON'))
+      }
+      const { secret, lifetimeMs } = parsed
+      if (typeof secret !== 'string' || secret.length < MIN_AGENT_SECRET_LENGTH)
+        return finish(
+          new AgentConfigError(
+            `the resume line's secret holds fewer than ${MIN_AGENT_SECRET_LENGTH} characters`,
+          ),
+        )
+      if (
+        lifetimeMs !== undefined &&
+        lifetimeMs !== null &&
+        (typeof lifetimeMs !== 'number' || !Number.isInteger(lifetimeMs) || lifetimeMs < 1)
+      )
+        return finish(
+          new AgentConfigError("the resume line's lifetimeMs is not a positive integer"),
+        )
+      finish(undefined, { secret, lifetimeMs }, rest)
+    }
+    input.on('data', onData)
+    input.on('end', onEnd)
+    input.on('error', onError)
+    input.resume()
   })
 }

@@ -1,3 +1,4 @@
+import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import type { AgentConfig } from './agent-config.js'
 import type { DeadlineClock } from './deadline-clock.js'
@@ -55,6 +56,7 @@ export const ALL_OPERATIONS: ReadonlySet<AgentOperation> = new Set<AgentOperatio
   'make-directory',
   'pause-clocks',
   'resume-clocks',
+  'suspend-channel',
   'stat',
   'remove',
   'rename',
@@ -83,6 +85,16 @@ export interface ConnectionContext {
    */
   secret(): Promise<string>
   resumes(): number
+  /**
+   * Drops the stdio session and waits for a resume line (a memory
+   * snapshot, see `SuspendChannelRequest`); set only by an agent serving stdio.
+   */
+  suspendChannel?: (() => void) | undefined
+  /**
+   * Takes a new direct-socket connection before it is served (true: taken),
+   * while a suspended agent waits for its resume line there.
+   */
+  takeConnection?: ((socket: Socket) => boolean) | undefined
 }
 
 /**
@@ -152,6 +164,18 @@ export async function serveConnection(socket: Duplex, context: ConnectionContext
       case 'resume-clocks':
         await connection.send({ type: 'clocks-ok', heldMs: Math.round(context.clock.release()) })
         break
+      case 'suspend-channel': {
+        const suspend = context.suspendChannel
+        if (!suspend)
+          throw new AgentOperationError(
+            'bad-request',
+            'this agent serves no stdio channel to suspend',
+          )
+        // The answer is the last frame of the session: written before the session is dropped.
+        await connection.send({ type: 'channel-suspended' })
+        suspend()
+        break
+      }
       case 'exec':
         await serveExec(connection, request, {
           defaultCwd: context.config.writeRoots[0] ?? '/',

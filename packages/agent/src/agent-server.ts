@@ -5,6 +5,8 @@ import {
   type AgentConfig,
   type AgentListenAddress,
   loadSecret,
+  type ResumeLine,
+  readResumeLine,
   readSecretLine,
 } from './agent-config.js'
 import { ALL_OPERATIONS, type ConnectionContext, serveConnection } from './agent-connection.js'
@@ -16,6 +18,7 @@ import { killProcessesOf, sealOutputs } from './output-seal.js'
 import { PathJail } from './path-jail.js'
 import { nodeLauncher } from './process-launcher.js'
 import { killAgentCommands } from './process-tree.js'
+import { RESUMED_ACK } from './protocol/resume-line.js'
 import { type MuxStream, pipeBothWays, StreamMux } from './protocol/stream-mux.js'
 import { listenOnPath } from './unix-listener.js'
 import { actAsItself, actAsUser } from './user-identity.js'
@@ -35,6 +38,12 @@ export interface RunningAgent {
    */
   resume(): Promise<void>
   close(): Promise<void>
+  /**
+   * Told when a suspended stdio channel has been resumed (`suspend-channel`,
+   * then a resume line on stdin): in the container suspended or in one
+   * restored from its checkpoint.
+   */
+  onChannelResumed?: ((line: ResumeLine) => void) | undefined
 }
 
 /** Starts serving. Resolves once the agent is listening. */
@@ -84,7 +93,12 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
     secret: () => secret,
     resumes: () => resumes,
   }
-  if (config.listen.kind === 'stdio') return startStdioAgent(config, context, native, secret)
+  if (config.listen.kind === 'stdio')
+    return startStdioAgent(config, context, native, secret, (next) => {
+      secret = next
+      secret.catch(() => {})
+      resumes++
+    })
   await secret
   const sockets = new Set<Socket>()
   let server = await listen(config.listen, context, sockets)
@@ -158,6 +172,7 @@ async function startStdioAgent(
   context: ConnectionContext,
   native: NativeLauncher | undefined,
   secret: Promise<string>,
+  replaceSecret: (next: Promise<string>) => void,
 ): Promise<RunningAgent> {
   // Listening before the attach is served: the host takes an answer on the
   // attach to mean this socket is up too. And before the secret has come in
@@ -186,26 +201,29 @@ async function startStdioAgent(
   }
   // fd 1 as a socket: writes to a pipe through process.stdout would block the event loop.
   const output = new Socket({ fd: 1, readable: false, writable: true })
-  const mux = new StreamMux(process.stdin, output, {
-    initiator: false,
-    maxStreams: MAX_CONNECTIONS,
-    onStream: (stream, opening) => {
-      stream.on('error', () => {})
-      if (opening.kind === 'agent' || opening.kind === 'file') {
-        void serveConnection(stream, context)
-      } else if (opening.kind === 'connect') {
-        connectToSandboxPort(stream, opening.port)
-      } else {
-        stream.destroy()
-      }
-    },
-  })
+  const newSession = (): StreamMux =>
+    new StreamMux(process.stdin, output, {
+      initiator: false,
+      maxStreams: MAX_CONNECTIONS,
+      onStream: (stream, opening) => {
+        stream.on('error', () => {})
+        if (opening.kind === 'agent' || opening.kind === 'file') {
+          void serveConnection(stream, context)
+        } else if (opening.kind === 'connect') {
+          connectToSandboxPort(stream, opening.port)
+        } else {
+          stream.destroy()
+        }
+      },
+    })
+  let mux = newSession()
+  let suspended = false
   let egress: Server | undefined
   if (config.egressPort !== undefined) {
     // Half-open on: a client that shuts its write side still gets the answer.
     egress = createServer({ allowHalfOpen: true }, (socket) => {
       socket.on('error', () => {})
-      if (mux.isClosed) {
+      if (mux.isClosed || suspended) {
         socket.destroy()
         return
       }
@@ -217,6 +235,102 @@ async function startStdioAgent(
     })
   }
   let closing: Promise<void> | undefined
+  let running: RunningAgent | undefined
+  const watchSession = (): void =>
+    mux.onClose((reason) => {
+      if (config.detached && !closing) {
+        // A detached sandbox outlives its creator: hosts reach it again on the direct socket.
+        config.log(
+          'info',
+          'the host closed the channel; serving the direct socket until the lifetime ends',
+          {
+            reason: reason.message,
+          },
+        )
+        return
+      }
+      config.log('info', 'the host closed the channel; stopping', { reason: reason.message })
+      // process.exitCode: the status a deliberate end (a storage cap) set, 0 otherwise.
+      void close().finally(() => process.exit())
+    })
+  // A memory snapshot: the session ends here, and what the checkpoint keeps
+  // waits for a resume line with a new secret (in this container, or in a new
+  // one restored from the checkpoint) before it serves anything again. The
+  // line comes on stdin, or as the first bytes of a connection to the direct
+  // socket (root's: only the host's relay reaches it). The second route is
+  // the one that works in a container restored by gVisor, whose stdin pipe
+  // is not woken again after a restore: that connection then stands for the
+  // host, and its end ends the agent as the end of stdin would.
+  let hostConnection: Socket | undefined
+  context.suspendChannel = () => {
+    if (suspended || closing) return
+    suspended = true
+    // The connection a resume came on stood for the host until now; the next resume brings another.
+    const before = hostConnection
+    hostConnection = undefined
+    before?.removeAllListeners('close')
+    before?.destroy()
+    let resumeWith!: (secret: string) => void
+    let refuse!: (error: Error) => void
+    // Connections on the direct socket wait here: the old secret opens nothing more.
+    replaceSecret(
+      new Promise<string>((resolve, reject) => {
+        resumeWith = resolve
+        refuse = reject
+      }),
+    )
+    mux.release()
+    config.log('info', 'channel suspended; waiting for a resume line')
+    const stopReadingStdin = new AbortController()
+    let resumed = false
+    const resume = (line: ResumeLine, lifeline: Socket | undefined): void => {
+      if (resumed) return
+      resumed = true
+      context.takeConnection = undefined
+      stopReadingStdin.abort()
+      context.nonces.reseed(Buffer.from(`${process.pid}:${Date.now()}:resume`))
+      resumeWith(line.secret)
+      if (lifeline) {
+        // Read on (and dropped), so that its end is seen.
+        lifeline.on('data', () => {})
+        lifeline.write(RESUMED_ACK)
+        hostConnection = lifeline
+        lifeline.once('close', () => {
+          if (config.detached || closing || hostConnection !== lifeline) return
+          config.log('info', 'the host closed the resume connection; stopping')
+          void close().finally(() => process.exit())
+        })
+      } else {
+        mux = newSession()
+        watchSession()
+      }
+      suspended = false
+      config.log('info', 'channel resumed with a new secret', {
+        on: lifeline ? 'direct socket' : 'stdin',
+      })
+      running?.onChannelResumed?.(line)
+    }
+    context.takeConnection = (socket) => {
+      readResumeLine(socket).then(
+        (line) => {
+          if (resumed) socket.destroy()
+          else resume(line, socket)
+        },
+        () => socket.destroy(),
+      )
+      return true
+    }
+    readResumeLine(process.stdin, stopReadingStdin.signal).then(
+      (line) => resume(line, undefined),
+      (error: unknown) => {
+        if (resumed) return
+        refuse(error as Error)
+        // The host went away (stdin ended) before resuming: the sandbox ends as with any host.
+        config.log('info', 'no resume line; stopping', { reason: (error as Error).message })
+        void close().finally(() => process.exit())
+      },
+    )
+  }
   const close = (): Promise<void> =>
     (closing ??= (async () => {
       context.processes.endAll()
@@ -232,22 +346,7 @@ async function startStdioAgent(
       native?.close()
       if (egress) await closeServer(egress)
     })())
-  mux.onClose((reason) => {
-    if (config.detached && !closing) {
-      // A detached sandbox outlives its creator: hosts reach it again on the direct socket.
-      config.log(
-        'info',
-        'the host closed the channel; serving the direct socket until the lifetime ends',
-        {
-          reason: reason.message,
-        },
-      )
-      return
-    }
-    config.log('info', 'the host closed the channel; stopping', { reason: reason.message })
-    // process.exitCode: the status a deliberate end (a storage cap) set, 0 otherwise.
-    void close().finally(() => process.exit())
-  })
+  watchSession()
   const egressAddress = egress?.address()
   config.log('info', 'agent serving on stdio', {
     ...(egressAddress && typeof egressAddress === 'object'
@@ -255,14 +354,15 @@ async function startStdioAgent(
       : {}),
     ...(config.runAs ? { runAs: `${config.runAs.uid}:${config.runAs.gid}` } : {}),
   })
-  return {
+  running = {
     address: 'stdio',
     clock: context.clock,
     async resume() {
-      // A container is not snapshotted and resumed; the channel outlives nothing.
+      // A stdio agent resumes through `suspend-channel` and a resume line, not a signal.
     },
     close,
   }
+  return running
 }
 
 async function listen(
@@ -278,6 +378,7 @@ async function listen(
     sockets.add(socket)
     socket.on('close', () => sockets.delete(socket))
     socket.on('error', () => {})
+    if (context.takeConnection?.(socket)) return
     void serveConnection(socket, context)
   })
   if (address.kind === 'stdio') throw new Error('stdio is served by startStdioAgent')

@@ -86,12 +86,20 @@ async function main(): Promise<void> {
   process.on('SIGINT', stop)
   const agent = await starting
   if (runAs && config.storageCaps.length > 0) watchCaps(config, runAs, agent)
-  if (config.lifetimeMs !== undefined) {
-    // In running time: a pause of the sandbox does not count (deadline-clock.ts).
-    agent.clock.after(config.lifetimeMs, () => {
-      config.log('info', 'lifetime reached; stopping', { lifetimeMs: config.lifetimeMs })
-      void agent.close().finally(() => process.exit(AGENT_EXIT_CODES.stopped))
-    })
+  const endAfter = (lifetimeMs: number | undefined) =>
+    lifetimeMs === undefined
+      ? undefined
+      : // In running time: a pause of the sandbox does not count (deadline-clock.ts).
+        agent.clock.after(lifetimeMs, () => {
+          config.log('info', 'lifetime reached; stopping', { lifetimeMs })
+          void agent.close().finally(() => process.exit(AGENT_EXIT_CODES.stopped))
+        })
+  let lifetime = endAfter(config.lifetimeMs)
+  // A sandbox restored from a memory snapshot has a lifetime of its own, counted from its restore.
+  agent.onChannelResumed = (line) => {
+    if (line.lifetimeMs === undefined) return
+    lifetime?.cancel()
+    lifetime = endAfter(line.lifetimeMs ?? undefined)
   }
 }
 

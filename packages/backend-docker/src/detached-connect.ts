@@ -325,10 +325,11 @@ function entrypointOf(info: Docker.ContainerInspectInfo): string[] {
  * with the engine's exec from the container's own runtime (its Node and
  * agent: the relay speaks the same protocol version as the agent), as root.
  */
-class RelayChannel {
+export class RelayChannel {
   private started: Promise<StdioChannel> | undefined
   private current: StdioChannel | undefined
   private closed = false
+  private readonly execs = new Set<Docker.Exec>()
 
   constructor(
     private readonly docker: Docker,
@@ -354,6 +355,26 @@ class RelayChannel {
     this.current?.close()
   }
 
+  /**
+   * Closes the relay and resolves once its process has ended (or after
+   * `timeoutMs`): a memory snapshot must not catch it half-way, holding a
+   * pipe of an exec the restored sandbox will not have.
+   */
+  async closeAndWait(timeoutMs = 5_000): Promise<void> {
+    this.close()
+    const until = Date.now() + timeoutMs
+    for (const exec of this.execs) {
+      while (Date.now() < until) {
+        const running = await exec.inspect().then(
+          (info) => info.Running,
+          () => false,
+        )
+        if (!running) break
+        await new Promise((resolve) => setTimeout(resolve, 25))
+      }
+    }
+  }
+
   private async start(): Promise<StdioChannel> {
     const entry = entrypointOf(this.info)
     const program = entry[1] === '--agent' ? entry.slice(2) : entry
@@ -365,6 +386,7 @@ class RelayChannel {
       AttachStderr: true,
       Tty: false,
     })
+    this.execs.add(exec)
     const socket = (await exec.start({ hijack: true, stdin: true })) as Duplex
     const stdout = new PassThrough({ highWaterMark: 256 * 1024 })
     const stderr = new PassThrough()
@@ -395,7 +417,7 @@ class RelayChannel {
 }
 
 /** A stream whose far end is still being opened (a port forward waiting for the relay to start). */
-class DeferredStream extends Duplex {
+export class DeferredStream extends Duplex {
   private target: Duplex | undefined
   private readonly waiting: Array<{ chunk: Buffer; done: (error?: Error | null) => void }> = []
   private ended = false

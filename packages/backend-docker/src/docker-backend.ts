@@ -1,11 +1,12 @@
 import { Socket } from 'node:net'
-import { newAgentSecret } from '@cordon/agent/protocol'
+import { formatResumeLine, newAgentSecret } from '@cordon/agent/protocol'
 import { AgentClient, AgentSandbox, type StdioChannel } from '@cordon/agent/sandbox'
 import type { ContainerBackendConfig } from '@cordon/builtin-backends'
 import {
   type CordonBackendSandbox,
   type SandboxBackendOptions,
   SandboxControlRefusedError,
+  SandboxOperationError,
   type SandboxSnapshot,
   type SandboxSnapshotStore,
 } from '@cordon/core'
@@ -14,6 +15,7 @@ import {
   type CordonSandboxBackend,
   enforcedLayoutMounts,
   LABEL,
+  newSnapshotId,
   ownerLabels,
   type ResourceRole,
   resolveBackendOptions,
@@ -56,8 +58,10 @@ import { cpuSet } from './cpu-placement.js'
 import { dockerBackend, runscBackend } from './definition.js'
 import {
   connectDetached,
+  DeferredStream,
   encodeReconnectState,
   listSandboxes,
+  RelayChannel,
   stopAgent,
 } from './detached-connect.js'
 import {
@@ -92,6 +96,16 @@ import {
 import { collectGarbage } from './garbage-collect.js'
 import { forgetImageEnvironment, imageEnvironment } from './image-environment.js'
 import { ImagePuller } from './image-pull.js'
+import {
+  type CheckpointEngine,
+  checkMemorySnapshot,
+  checkpointContainer,
+  recordMemorySnapshot,
+  removeCheckpointOf,
+  removeMemoryCheckpoint,
+  startFromCheckpoint,
+  waitForResumed,
+} from './memory-snapshot.js'
 import { DockerVolumes } from './named-volumes.js'
 import { SandboxEgress } from './sandbox-egress.js'
 
@@ -174,7 +188,11 @@ export class DockerBackend implements CordonSandboxBackend {
         publicSnapshot(await findSnapshot(docker, id, this.name, options.signal)),
       list: async (options = {}) =>
         (await listSnapshots(docker, options.signal)).map(publicSnapshot),
-      remove: (id, options = {}) => removeSnapshot(docker, id, this.name, options.signal),
+      remove: async (id, options = {}) => {
+        await removeSnapshot(docker, id, this.name, options.signal)
+        // A memory snapshot's checkpoint goes with its record; a sandbox started from it has its own copy.
+        await removeCheckpointOf(docker, id)
+      },
     }
   }
 
@@ -287,6 +305,32 @@ export class DockerBackend implements CordonSandboxBackend {
           `${snapshot.id} holds files of ${missing.join(', ')}, which this provider's layout does not mount as writable ephemeral directories`,
         )
     }
+    // A memory snapshot continues processes that were set up for one container's
+    // shape: the same mounts, the same user, an egress port or none.
+    let checkpointEngine: CheckpointEngine | undefined
+    if (snapshot?.memory) {
+      checkpointEngine = await checkMemorySnapshot(this.engine.docker, {
+        backend: this.name,
+        runtime: this.config.runtime === 'runsc' ? 'runsc' : 'runc',
+        detached: request.detached === true,
+        egress: request.egress.kind,
+        layout,
+        engineIsLocal: this.engine.socketPath !== undefined,
+      })
+      const extra = captured.filter((root) => !snapshot!.roots.includes(root))
+      if (extra.length > 0)
+        throw new SandboxControlRefusedError(
+          'snapshot',
+          this.name,
+          `${snapshot.id} holds running processes of a sandbox without ${extra.join(', ')}, which this provider's layout mounts: its processes continue only in a sandbox of the same shape`,
+        )
+      if ((snapshot.egress.kind === 'deny-all') !== (request.egress.kind === 'deny-all'))
+        throw new SandboxControlRefusedError(
+          'egress',
+          this.name,
+          `${snapshot.id} holds running processes of a sandbox with egress "${snapshot.egress.kind}"; a sandbox continuing them keeps ${snapshot.egress.kind === 'deny-all' ? 'no network' : 'its egress port'}, so its egress must be ${snapshot.egress.kind === 'deny-all' ? '"deny-all"' : 'a "static", "resolver" or "allow-all" policy'}`,
+        )
+    }
     const image = snapshot?.image ?? this.config.image
     const baseImage = snapshot?.baseImage ?? this.config.image
     const workingDirectory = resolveSandboxPath(
@@ -305,10 +349,17 @@ export class DockerBackend implements CordonSandboxBackend {
     // Command and file streams go over the direct socket once the agent is up (direct-socket.ts).
     const directWanted = wantsDirectSocket(this.config, this.engine.socketPath)
     // A detached agent always listens there: it is how a host reaches it again (detached-connect.ts).
-    const listensDirect = directWanted || request.detached
+    // Under gVisor every agent listens there too: after a memory snapshot's
+    // restore it is reached through a relay on it (memory-snapshot.ts).
+    const listensDirect = directWanted || request.detached || this.config.runtime === 'runsc'
     let disconnected = false
     let direct: DirectRoute | undefined
-    const closeDirect = (): void => direct?.close()
+    /** The relay a sandbox continued from a checkpoint is reached through (see resumeOverRelay). */
+    let relay: RelayChannel | undefined
+    const closeDirect = (): void => {
+      direct?.close()
+      relay?.close()
+    }
 
     const sealsOutputs = sealedOutputPaths(layout).length > 0
     const volumesWanted = volumeMounts(layout)
@@ -383,8 +434,9 @@ export class DockerBackend implements CordonSandboxBackend {
           step('checking the volumes')
           volumeSizes = await this.volumes.checkMounts(volumesWanted)
         }
-        const user = sandboxUser(this.config, request.id)
-        const secret = newAgentSecret()
+        // Processes restored from a memory snapshot keep the uid they ran as (see the README).
+        const user = snapshot?.user ?? sandboxUser(this.config, request.id)
+        let secret = newAgentSecret()
         if (proxied) {
           step('registering at the egress gateway')
           registering = SandboxEgress.register(
@@ -435,7 +487,7 @@ export class DockerBackend implements CordonSandboxBackend {
           }),
           abortSignal: signal,
         } as Docker.ContainerCreateOptions
-        const container = await this.engine.docker.createContainer(spec).catch(async (error) => {
+        let container = await this.engine.docker.createContainer(spec).catch(async (error) => {
           // Removed from the engine since this backend last looked: pulled again, as docker run would.
           if (!isMissingImage(error) || snapshot) throw error
           forgetImageEnvironment(this.engine.docker, this.config.image)
@@ -452,32 +504,77 @@ export class DockerBackend implements CordonSandboxBackend {
           volumesMounted = true
           await this.volumes.recordUse(volumesWanted.map((volume) => volume.name))
         }
+        /**
+         * Resumes a suspended agent in `target` (a container started from a
+         * checkpoint, or the one a checkpoint failed on) with `fresh` as its
+         * secret: over a relay (`agent --relay`) to its direct socket, since
+         * gVisor does not wake a restored stdin pipe. The connection that
+         * carries the resume line stays open and stands for this host: the
+         * agent ends when it does. Every later stream goes through the relay.
+         */
+        const resumeOverRelay = async (
+          target: Docker.Container,
+          fresh: string,
+          lifetimeMs: number | null | undefined,
+          resumeSignal: AbortSignal,
+        ): Promise<void> => {
+          const previous = relay
+          relay = new RelayChannel(this.engine.docker, await target.inspect())
+          previous?.close()
+          const lifeline = (await relay.channel()).open({ kind: 'agent' })
+          lifeline.on('error', () => {})
+          lifeline.write(formatResumeLine(fresh, lifetimeMs))
+          await waitForResumed(lifeline, resumeSignal)
+          // Work until the agent has answered; then not: an idle sandbox keeps no host process alive.
+          relay.setSpare(lifeline, true)
+        }
         step('attaching to the container')
-        channel = await attachChannel(container, this.engine.docker, (stream, opening) => {
-          // Connections the sandbox made to its proxy port go to its gateway client.
-          if (opening.kind === 'egress' && proxied && egress) {
-            this.egressGateway?.connect(request.id, stream)
-          } else stream.destroy()
-        })
-        step('starting the container')
-        await container.start()
+        const attach = (to: Docker.Container) =>
+          attachChannel(to, this.engine.docker, (stream, opening) => {
+            // Connections the sandbox made to its proxy port go to its gateway client.
+            if (opening.kind === 'egress' && proxied && egress) {
+              this.egressGateway?.connect(request.id, stream)
+            } else stream.destroy()
+          })
+        channel = await attach(container)
+        if (snapshot?.memory && checkpointEngine) {
+          step('starting the container from the memory snapshot')
+          await startFromCheckpoint(
+            this.engine.docker,
+            checkpointEngine,
+            container.id,
+            snapshot.id,
+            signal,
+          )
+          // The restored agent waits for its own secret, and its own lifetime from now.
+          step('resuming the restored agent')
+          await resumeOverRelay(container, secret, request.lifetimeMs ?? null, signal)
+        } else {
+          step('starting the container')
+          await container.start()
+          channel.sendPreface(`${secret}\n`)
+        }
         // Found while the agent boots; used once it has answered.
         if (directWanted)
           direct = new DirectRoute(DirectSocket.find(this.engine.docker, container.id))
-        channel.sendPreface(`${secret}\n`)
         step('waiting for the agent')
         const client = new AgentClient({
           secret,
           description: `container ${name}`,
           // Both kinds; port forwards stay on the attach.
           dial: async (attempt, kind) =>
-            direct ? direct.dial(attempt, () => channel!.open({ kind })) : channel!.open({ kind }),
+            relay
+              ? (await relay.channel()).open({ kind })
+              : direct
+                ? direct.dial(attempt, () => channel!.open({ kind }))
+                : channel!.open({ kind }),
           onSpare: (stream, spare) => {
             // A waiting spare keeps no host process alive, whichever way it goes.
             if (stream instanceof Socket) {
               if (spare) stream.unref()
               else stream.ref()
-            } else channel?.setSpare(stream, spare)
+            } else if (relay) relay.setSpare(stream, spare)
+            else channel?.setSpare(stream, spare)
           },
         })
         const [registered] = await Promise.all([
@@ -492,9 +589,99 @@ export class DockerBackend implements CordonSandboxBackend {
           runtime,
           user,
         }
-        if (snapshot) {
+        if (snapshot && !snapshot.memory) {
           step('restoring the snapshot')
           await restoreFilesystemSnapshot({ ...inContainer, signal }, snapshot)
+        }
+        /**
+         * A memory snapshot of this sandbox: its agent ends its channel's
+         * session, the engine checkpoints the container (which stops it, and
+         * removes it: this runsc cannot leave it running), and the sandbox goes
+         * on in a container of the same name and spec started from that
+         * checkpoint, its agent given a new secret. What the checkpoint keeps
+         * is a session that is over and a secret that opens nothing.
+         */
+        let checkpointing = false
+        const takeMemorySnapshot = async (
+          snapshotSignal: AbortSignal | undefined,
+        ): Promise<StoredSnapshot> => {
+          const docker = this.engine.docker
+          const engine = await checkMemorySnapshot(docker, {
+            backend: this.name,
+            runtime: this.config.runtime === 'runsc' ? 'runsc' : 'runc',
+            detached: request.detached === true,
+            egress: request.egress.kind,
+            layout,
+            engineIsLocal: this.engine.socketPath !== undefined,
+          })
+          snapshotSignal?.throwIfAborted()
+          const id = newSnapshotId()
+          const createdAt = Date.now()
+          checkpointing = true
+          try {
+            await client.suspendChannel(snapshotSignal)
+            // A relay's process would be caught in the checkpoint, holding a pipe no restored sandbox has.
+            await relay?.closeAndWait()
+            relay = undefined
+            try {
+              // Not cut off by the signal: a checkpoint stopped half-way leaves the container in no known state.
+              await checkpointContainer(docker, engine, container.id, id)
+            } catch (error) {
+              removeMemoryCheckpoint(engine.rootDir, id)
+              // Still running, its agent waiting: resumed with the secret it had.
+              await resumeOverRelay(container, secret, undefined, AbortSignal.timeout(timeoutMs))
+                .then(() => client.rekey(secret))
+                .catch(() => sandbox.markLost('lost'))
+              throw error
+            }
+            const recording = recordMemorySnapshot(
+              {
+                ...inContainer,
+                backend: this.name,
+                sandboxId: request.id,
+                roots: captured,
+                baseImage,
+                enforcement: sandbox.enforcement,
+                ownerLabels: { ...this.config.labels, ...ownerLabels(this.context.providerId) },
+              },
+              engine,
+              id,
+              createdAt,
+            )
+            recording.catch(() => {})
+            try {
+              // The source goes on: the engine removes its stopped container, and one of the same spec continues it.
+              await this.removeContainer(name)
+              const next = await docker.createContainer(spec)
+              container = next
+              inContainer.containerId = next.id
+              channel = await attach(next)
+              watchChannel(channel)
+              checkpointing = false
+              await startFromCheckpoint(docker, engine, next.id, id)
+              const fresh = newAgentSecret()
+              const resumeSignal = AbortSignal.timeout(timeoutMs)
+              await resumeOverRelay(next, fresh, undefined, resumeSignal)
+              secret = fresh
+              client.rekey(fresh)
+              await waitForAgent(client, request.id, resumeSignal, channel, undefined)
+            } catch (error) {
+              checkpointing = false
+              sandbox.markLost('lost')
+              void remove().catch(() => {})
+              const stored = await recording.catch(() => undefined)
+              if (stored) await removeSnapshot(docker, id, this.name).catch(() => {})
+              removeMemoryCheckpoint(engine.rootDir, id)
+              throw new SandboxOperationError(
+                'snapshot',
+                `the sandbox's processes were checkpointed, but the sandbox could not go on from its checkpoint, and has ended: ${(error as Error).message}`,
+                { cause: error },
+              )
+            }
+            return await recording
+          } finally {
+            checkpointing = false
+          }
         }
         const sandboxEnv = {
           HOME: '/tmp',
@@ -506,7 +693,12 @@ export class DockerBackend implements CordonSandboxBackend {
           id: request.id,
           rootDir: layout.outputs.containerPath,
           writeRoots: writableRoots(layout),
-          connectPort: (port) => channel!.open({ kind: 'connect', port }),
+          connectPort: (port) =>
+            relay
+              ? new DeferredStream(
+                  relay.channel().then((opened) => opened.open({ kind: 'connect', port })),
+                )
+              : channel!.open({ kind: 'connect', port }),
           measureUsage: (usageSignal) => engineUsage(this.engine.docker, container.id, usageSignal),
           env: sandboxEnv,
           openTerminal: (terminalOptions) =>
@@ -577,11 +769,7 @@ export class DockerBackend implements CordonSandboxBackend {
           },
           snapshot: async (snapshotOptions) => {
             if (snapshotOptions.memory)
-              throw new SandboxControlRefusedError(
-                'snapshot.memory',
-                this.name,
-                "this engine cannot checkpoint a sandbox's processes",
-              )
+              return publicSnapshot(await takeMemorySnapshot(snapshotOptions.signal))
             const taken = await takeFilesystemSnapshot({
               ...inContainer,
               backend: this.name,
@@ -627,20 +815,24 @@ export class DockerBackend implements CordonSandboxBackend {
         // The container ending underneath leaves a sandbox that can run nothing more;
         // the engine's events tell an out-of-memory kill (gVisor: the whole sandbox)
         // and the agent ending it for a storage cap (its exit status) from its own
-        // lifetime ending it and from the engine going away.
+        // lifetime ending it and from the engine going away. A memory snapshot
+        // ends the container on purpose and goes on in another (takeMemorySnapshot).
         const startedAt = Date.now()
-        channel.onClose(() => {
-          closeDirect()
-          if (sandbox.status === 'destroyed' || disconnected) return
-          const closedAt = Date.now()
-          sandbox.markLost(
-            endReason(this.events, container.id, {
-              startedAt,
-              closedAt,
-              lifetimeMs: request.lifetimeMs,
-            }),
-          )
-        })
+        const watchChannel = (watched: StdioChannel): void =>
+          watched.onClose(() => {
+            if (watched !== channel || checkpointing) return
+            closeDirect()
+            if (sandbox.status === 'destroyed' || disconnected) return
+            const closedAt = Date.now()
+            sandbox.markLost(
+              endReason(this.events, container.id, {
+                startedAt,
+                closedAt,
+                lifetimeMs: request.lifetimeMs,
+              }),
+            )
+          })
+        watchChannel(channel)
         step('making the working directory')
         await sandbox.prepareWorkingDirectory(signal)
         return sandbox
@@ -765,6 +957,13 @@ export class DockerBackend implements CordonSandboxBackend {
 
 /** What a host sees of a stored snapshot: the engine's own details (image, roots) stay inside. */
 function publicSnapshot(stored: StoredSnapshot): SandboxSnapshot {
-  const { image: _image, baseImage: _base, roots: _roots, imageId: _id, ...snapshot } = stored
+  const {
+    image: _image,
+    baseImage: _base,
+    roots: _roots,
+    imageId: _id,
+    user: _user,
+    ...snapshot
+  } = stored
   return snapshot
 }

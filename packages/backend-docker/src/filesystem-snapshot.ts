@@ -29,6 +29,8 @@ export const SNAPSHOT_LABEL = {
   roots: 'cordon.snapshot.roots',
   limits: 'cordon.snapshot.limits',
   egress: 'cordon.snapshot.egress',
+  /** A memory snapshot's user (`uid:gid`): its processes keep it in every sandbox restored from it. */
+  user: 'cordon.snapshot.user',
 } as const
 
 /** A snapshot as the engine keeps it. */
@@ -41,6 +43,8 @@ export interface StoredSnapshot extends SandboxSnapshot {
   readonly roots: readonly string[]
   /** The image's id (it outlives its tag while a sandbox made from it runs). */
   readonly imageId: string
+  /** A memory snapshot's user: the one its processes run as. */
+  readonly user?: { readonly uid: number; readonly gid: number }
 }
 
 /**
@@ -79,17 +83,23 @@ export interface SnapshotSource {
 }
 
 /**
- * Captures the sandbox's writable tmpfs directories into a new local image:
- * the capture program (snapshot-scripts.ts) streams them as a tar, which is
- * written into a container made (never started) from the sandbox's base
- * image, and that container is committed as `cordon-snapshot:<id>`. The
- * helper container goes whatever happens; the image exists only if every
- * step succeeded.
+ * The labels a snapshot's image carries: its owner's, its id and time, and
+ * what a sandbox made from it takes over (limits, egress policy, roots and,
+ * for a memory snapshot, the user its processes run as).
  */
-export async function takeFilesystemSnapshot(source: SnapshotSource): Promise<StoredSnapshot> {
-  const { docker } = source
-  const id = newSnapshotId()
-  const createdAt = Date.now()
+export function snapshotLabels(
+  source: Pick<
+    SnapshotSource,
+    'ownerLabels' | 'sandboxId' | 'backend' | 'baseImage' | 'roots' | 'enforcement' | 'user'
+  >,
+  id: string,
+  createdAt: number,
+  memory: boolean,
+): {
+  labels: Record<string, string>
+  limits: StoredSnapshot['limits']
+  egress: StoredSnapshot['egress']
+} {
   const limits = {
     ...(source.enforcement.limits.memoryLimitMb !== undefined
       ? { memoryLimitMb: source.enforcement.limits.memoryLimitMb }
@@ -110,13 +120,30 @@ export async function takeFilesystemSnapshot(source: SnapshotSource): Promise<St
     [LABEL.sandbox]: source.sandboxId,
     [SNAPSHOT_LABEL.id]: id,
     [SNAPSHOT_LABEL.createdAt]: String(createdAt),
-    [SNAPSHOT_LABEL.memory]: '0',
+    [SNAPSHOT_LABEL.memory]: memory ? '1' : '0',
     [SNAPSHOT_LABEL.backend]: source.backend,
     [SNAPSHOT_LABEL.base]: source.baseImage,
     [SNAPSHOT_LABEL.roots]: JSON.stringify(source.roots),
     [SNAPSHOT_LABEL.limits]: JSON.stringify(limits),
     [SNAPSHOT_LABEL.egress]: JSON.stringify(egress),
+    ...(memory ? { [SNAPSHOT_LABEL.user]: `${source.user.uid}:${source.user.gid}` } : {}),
   }
+  return { labels, limits, egress }
+}
+
+/**
+ * Captures the sandbox's writable tmpfs directories into a new local image:
+ * the capture program (snapshot-scripts.ts) streams them as a tar, which is
+ * written into a container made (never started) from the sandbox's base
+ * image, and that container is committed as `cordon-snapshot:<id>`. The
+ * helper container goes whatever happens; the image exists only if every
+ * step succeeded.
+ */
+export async function takeFilesystemSnapshot(source: SnapshotSource): Promise<StoredSnapshot> {
+  const { docker } = source
+  const id = newSnapshotId()
+  const createdAt = Date.now()
+  const { labels, limits, egress } = snapshotLabels(source, id, createdAt, false)
   const abort = source.signal ? { abortSignal: source.signal } : {}
   const helperName = `cordon-snapshot-${id}`
   // By name, not by handle: a call cut off by the signal may still have landed on the engine.
@@ -282,6 +309,7 @@ export function storedSnapshot(
   if (labels?.[LABEL.role] !== 'snapshot' || labels[LABEL.managed] !== '1') return undefined
   const id = labels[SNAPSHOT_LABEL.id]
   if (!isSnapshotId(id)) return undefined
+  const user = /^(\d+):(\d+)$/.exec(labels[SNAPSHOT_LABEL.user] ?? '')
   const parse = <T>(text: string | undefined, fallback: T): T => {
     try {
       return text === undefined ? fallback : (JSON.parse(text) as T)
@@ -302,6 +330,7 @@ export function storedSnapshot(
     baseImage: labels[SNAPSHOT_LABEL.base] ?? '',
     roots: parse(labels[SNAPSHOT_LABEL.roots], [] as string[]),
     imageId,
+    ...(user ? { user: { uid: Number(user[1]), gid: Number(user[2]) } } : {}),
   }
 }
 

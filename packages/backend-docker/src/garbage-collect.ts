@@ -2,7 +2,13 @@ import type { SandboxVolumeInfo } from '@cordon/core'
 import { judgeOwner, LABEL, type UnjudgedOwnerReason } from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import { isBeingRemoved, isNotFound, translateEngineError } from './engine-errors.js'
-import { SNAPSHOT_LABEL } from './filesystem-snapshot.js'
+import { listSnapshots, SNAPSHOT_LABEL } from './filesystem-snapshot.js'
+import {
+  checkpointAgeMs,
+  engineRootDir,
+  listMemoryCheckpoints,
+  removeMemoryCheckpoint,
+} from './memory-snapshot.js'
 import { DockerVolumes, engineVolumeName } from './named-volumes.js'
 import { findRuntimeGarbage } from './runtime-garbage.js'
 
@@ -24,6 +30,13 @@ export interface GarbageReport {
    * removed by their host (untagged) that no sandbox runs any longer.
    */
   readonly images: string[]
+  /**
+   * Memory snapshots' checkpoints removed from the engine's disk (by snapshot
+   * id): those whose snapshot image is gone, or went in this run. Checkpoints
+   * are files, not engine objects: only a host that can write the engine's
+   * data directory sees them (otherwise this stays empty).
+   */
+  readonly checkpoints: string[]
   readonly volumes: string[]
   readonly networks: string[]
   /** Resources kept: those with a live owner, agent runtimes in use, and every one in `unjudged`. */
@@ -113,6 +126,7 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
     detachedKept,
     containers: [],
     images: [],
+    checkpoints: [],
     volumes: [],
     networks: [],
     kept: 0,
@@ -199,6 +213,8 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
   const snapshots = await docker.listImages({
     filters: { label: [`${LABEL.managed}=1`, `${LABEL.role}=snapshot`] },
   })
+  /** The snapshots whose records go in this run: their checkpoints go too, however recent. */
+  const goneSnapshots = new Set<string>()
   for (const image of snapshots) {
     const tags = (image.RepoTags ?? []).filter((tag) => tag !== '<none>:<none>')
     const createdAt = Number(image.Labels?.[SNAPSHOT_LABEL.createdAt])
@@ -207,6 +223,8 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
       ;(report as { kept: number }).kept++
       continue
     }
+    const snapshotId = image.Labels?.[SNAPSHOT_LABEL.id]
+    if (snapshotId) goneSnapshots.add(snapshotId)
     if (options.dryRun) {
       report.images.push(image.Id)
       continue
@@ -222,6 +240,7 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
       else (report as { kept: number }).kept++
     }
   }
+  await collectCheckpoints(docker, options, report, goneSnapshots, now)
   await collectNamedVolumes(options, now, report, remove)
   for (const network of await docker.listNetworks({ filters })) {
     if (!isGarbage('network', network.Id, network.Labels)) {
@@ -276,4 +295,33 @@ async function collectNamedVolumes(
     for (const [name] of await volumes.useRecords())
       if (!present.has(name)) await volumes.removeUseRecords(name, () => true)
   ;(report as unknown as { namedVolumes: typeof named }).namedVolumes = named
+}
+
+/** How old a checkpoint without a record must be before it is taken for garbage: 10 minutes. */
+const CHECKPOINT_GRACE_MS = 10 * 60 * 1000
+
+/**
+ * A memory snapshot's checkpoint lives as long as its record (a snapshot
+ * image, collected above): a checkpoint whose snapshot has no tagged image
+ * left, or whose image is past the retention, goes. A sandbox started from
+ * it has its own copy in its container's directory.
+ */
+async function collectCheckpoints(
+  docker: Docker,
+  options: CollectGarbageOptions,
+  report: GarbageReport,
+  goneSnapshots: ReadonlySet<string>,
+  now: number,
+): Promise<void> {
+  const rootDir = await engineRootDir(docker)
+  if (!rootDir) return
+  const recorded = new Set((await listSnapshots(docker)).map((snapshot) => snapshot.id))
+  for (const id of listMemoryCheckpoints(rootDir)) {
+    const gone = goneSnapshots.has(id)
+    if (!gone && recorded.has(id)) continue
+    // One being taken now has no record yet: a recent one without a record is left to a later run.
+    if (!gone && checkpointAgeMs(rootDir, id, now) < CHECKPOINT_GRACE_MS) continue
+    report.checkpoints.push(id)
+    if (!options.dryRun) removeMemoryCheckpoint(rootDir, id)
+  }
 }

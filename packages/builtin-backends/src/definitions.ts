@@ -46,8 +46,10 @@ const dockerEnforcement = (gvisor: boolean): SandboxEnforcementDeclaration => ({
   externalWatch: !gvisor,
   // Files: the writable tmpfs mounts, captured into a local image (filesystem-snapshot.ts).
   snapshot: true,
-  // Processes: the engine's checkpoint (gVisor's own; CRIU under runc) where the engine allows it.
-  memorySnapshot: false,
+  // Processes: the engine's checkpoint API (experimental mode) under gVisor, which
+  // checkpoints the whole sandbox itself; runc's needs CRIU, which fails on
+  // cordon's hardened containers (backend-docker memory-snapshot.ts).
+  memorySnapshot: gvisor,
   measuredUsage: ALL_USAGE,
   // Engine volumes labelled as cordon's, mounted with the agent's storage cap.
   volumes: true,

@@ -632,10 +632,24 @@ export class ManagedSandbox implements CordonSandbox {
     this.refuseWhilePaused('fork')
     const started = performance.now()
     try {
-      const forks = await this.hooks.fork(this, {
-        count,
-        memory,
-        ...(options.signal ? { signal: options.signal } : {}),
+      const forkWith = (withMemory: boolean) =>
+        this.hooks.fork(this, {
+          count,
+          memory: withMemory,
+          ...(options.signal ? { signal: options.signal } : {}),
+        })
+      const forks = await forkWith(memory).catch((error: unknown) => {
+        // Memory where it can be had: a fork that did not ask for it copies the
+        // files of a sandbox whose processes this backend refuses to capture
+        // (refused before the sandbox is touched). One that asked is refused.
+        if (
+          options.memory === undefined &&
+          memory &&
+          SandboxControlRefusedError.isInstance(error) &&
+          error.control === 'snapshot.memory'
+        )
+          return forkWith(false)
+        throw error
       })
       this.hooks.emit({
         ...this.lifecycle('fork'),

@@ -509,9 +509,11 @@ export interface SandboxForkOptions {
   /** How many sandboxes to make (1 to `SANDBOX_FORK_MAX`, 16). */
   readonly count: number
   /**
-   * Continue the running processes in every fork (default: whether the
-   * backend declares `memorySnapshot`). `true` on a backend that cannot is
-   * refused naming `fork`.
+   * Continue the running processes in every fork. `true` on a backend that
+   * cannot is refused naming `fork`, and on a sandbox the backend cannot
+   * checkpoint, naming `snapshot.memory`. Omitted: with memory where the
+   * backend declares `memorySnapshot` and can checkpoint this sandbox, else
+   * the files only.
    */
   readonly memory?: boolean
   readonly signal?: AbortSignal

@@ -16,7 +16,10 @@ import {
 const UNKNOWN = 'snp_aaaaaaaaaaaaaaaaaaaaaaaaaa'
 
 /** The provider side of snapshots and fork, over a backend whose snapshots only record. */
-function makeProvider(declared: { snapshot: boolean; memorySnapshot: boolean }) {
+function makeProvider(
+  declared: { snapshot: boolean; memorySnapshot: boolean },
+  refusesMemory = false,
+) {
   const definition = recordingDefinition(declared)
   const backend = new RecordingBackend(definition)
   const kept = new Map<string, SandboxSnapshot>()
@@ -26,6 +29,8 @@ function makeProvider(declared: { snapshot: boolean; memorySnapshot: boolean }) 
     const made: CordonBackendSandbox = await create(options)
     return Object.assign(made, {
       snapshot: async (snapshotOptions: { memory?: boolean } = {}) => {
+        if (refusesMemory && snapshotOptions.memory)
+          throw new SandboxControlRefusedError('snapshot.memory', backend.name, 'not this sandbox')
         const taken: SandboxSnapshot = {
           id: `snp_${'b'.repeat(25)}${kept.size + 2}`,
           createdAt: Date.now(),
@@ -134,6 +139,18 @@ describe('snapshots and fork (the provider side)', () => {
     const forks = await source.fork({ count: 2 })
     expect(new Set(forks.map((fork) => fork.id)).size).toBe(2)
     expect(removed).toHaveLength(2)
+    await provider.close()
+  })
+
+  it('fork without memory named takes memory where the backend can checkpoint the sandbox, and files where it refuses; one that names memory is refused', async () => {
+    const { provider, kept } = makeProvider({ snapshot: true, memorySnapshot: true }, true)
+    const source = await provider.create()
+    const forks = await source.fork({ count: 1 })
+    expect(forks).toHaveLength(1)
+    const refused = await source.fork({ count: 1, memory: true }).catch((error: unknown) => error)
+    expect(SandboxControlRefusedError.isInstance(refused)).toBe(true)
+    expect((refused as SandboxControlRefusedError).control).toBe('snapshot.memory')
+    expect(kept.size).toBe(0)
     await provider.close()
   })
 })

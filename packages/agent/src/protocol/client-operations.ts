@@ -175,6 +175,19 @@ export async function requestClocks(
   return reply.heldMs
 }
 
+/**
+ * Asks a stdio agent to drop its channel's session and wait for a resume
+ * line (see `SuspendChannelRequest`); resolves once it has answered, which
+ * is the last frame it sends on that session.
+ */
+export async function requestSuspendChannel(connection: FramedConnection): Promise<void> {
+  requireRevision(connection, 'suspend-channel', 3)
+  await connection.send({ type: 'suspend-channel' })
+  const reply = await nextMessage(connection)
+  if (reply.type !== 'channel-suspended') throw remoteOrUnexpected(reply, 'channel-suspended')
+  connection.close()
+}
+
 export async function requestUsage(connection: FramedConnection): Promise<UsageOkMessage> {
   await connection.send({ type: 'usage' })
   const reply = await nextMessage(connection)

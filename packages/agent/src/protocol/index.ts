@@ -36,6 +36,7 @@ export {
   requestRename,
   requestSignalMarked,
   requestStat,
+  requestSuspendChannel,
   requestUsage,
   requestWatch,
   requestWriteFile,
@@ -75,6 +76,7 @@ export {
   type AuthOkMessage,
   type CancelAckMessage,
   type CancelMessage,
+  type ChannelSuspendedMessage,
   type ClientMessage,
   type ClocksOkMessage,
   type DirectoryOkMessage,
@@ -120,6 +122,7 @@ export {
   type StatRequest,
   type StdinAckMessage,
   type StdinEndMessage,
+  type SuspendChannelRequest,
   type UsageOkMessage,
   type UsageRequest,
   type WatchingMessage,
@@ -129,6 +132,7 @@ export {
   type WriteFilesRequest,
   type WriteReadyMessage,
 } from './messages.js'
+export { formatResumeLine, RESUME_LINE_MARK, RESUMED_ACK } from './resume-line.js'
 export {
   MAX_DATA_PAYLOAD,
   MuxProtocolError,

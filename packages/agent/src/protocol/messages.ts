@@ -33,8 +33,9 @@ export const PROTOCOL_VERSION = 2
  * Requests this agent serves beyond protocol 2's first set. 1: `stat`,
  * `remove`, `rename`, `make-directory` with `strict`, `watch`, `exec` with
  * `keep`, `list-processes`, `attach`. 2: `pause-clocks`, `resume-clocks`.
+ * 3: `suspend-channel`.
  */
-export const PROTOCOL_REVISION = 2
+export const PROTOCOL_REVISION = 3
 
 export type AgentErrorCode =
   | 'unauthorized'
@@ -224,6 +225,17 @@ export interface PauseClocksRequest {
 export interface ResumeClocksRequest {
   readonly type: 'resume-clocks'
 }
+/**
+ * The host is about to checkpoint the sandbox's memory (a memory snapshot):
+ * the agent of a stdio channel answers, drops that channel's streams and
+ * reads nothing more from it until a resume line (a new secret, see
+ * `readResumeLine`) comes on stdin, in this container or in one restored
+ * from the checkpoint. Whatever the checkpoint keeps is then a session that
+ * is over and a secret that no longer opens anything.
+ */
+export interface SuspendChannelRequest {
+  readonly type: 'suspend-channel'
+}
 
 export type AgentRequest =
   | HealthRequest
@@ -238,6 +250,7 @@ export type AgentRequest =
   | MakeDirectoryRequest
   | PauseClocksRequest
   | ResumeClocksRequest
+  | SuspendChannelRequest
   | StatRequest
   | RemoveRequest
   | RenameRequest
@@ -361,6 +374,10 @@ export interface StdinAckMessage {
 export interface CancelAckMessage {
   readonly type: 'cancel-ack'
 }
+/** The answer to `suspend-channel`, the last thing the agent writes on that session. */
+export interface ChannelSuspendedMessage {
+  readonly type: 'channel-suspended'
+}
 /** The answer to `pause-clocks` and `resume-clocks`. */
 export interface ClocksOkMessage {
   readonly type: 'clocks-ok'
@@ -422,6 +439,7 @@ export type AgentMessage =
   | StdinAckMessage
   | CancelAckMessage
   | ClocksOkMessage
+  | ChannelSuspendedMessage
   | ExitMessage
   | FileInfoMessage
   | WriteReadyMessage
@@ -543,6 +561,7 @@ export function parseClientMessage(raw: Raw): ClientMessage {
     case 'usage':
     case 'pause-clocks':
     case 'resume-clocks':
+    case 'suspend-channel':
     case 'list-processes':
     case 'write-files':
     case 'proceed':
@@ -689,6 +708,8 @@ export function parseAgentMessage(raw: Raw): AgentMessage {
       return { type: 'signal-ok', signalled: int(raw, 'signalled', { min: 0 })! }
     case 'clocks-ok':
       return { type: 'clocks-ok', heldMs: int(raw, 'heldMs', { min: 0 })! }
+    case 'channel-suspended':
+      return { type: 'channel-suspended' }
     case 'directory-ok':
       return { type: 'directory-ok', created: bool(raw, 'created') }
     case 'usage-ok': {

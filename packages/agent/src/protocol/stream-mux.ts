@@ -213,16 +213,46 @@ export class StreamMux {
   ) {
     this.nextId = options.initiator ? 1 : 2
     this.maxStreams = options.maxStreams ?? 1024
-    input.on('data', (chunk: Buffer) => this.onData(chunk))
-    // An input handed over paused (after a first line was read from it) must flow.
-    input.resume()
-    input.on('end', () => this.close(new MuxProtocolError('the channel ended')))
-    input.on('error', (error: Error) => this.close(error))
-    output.on('error', (error: Error) => this.close(error))
-    output.on('drain', () => {
+    const onData = (chunk: Buffer): void => this.onData(chunk)
+    const onEnd = (): void => this.close(new MuxProtocolError('the channel ended'))
+    const onError = (error: Error): void => this.close(error)
+    const onDrain = (): void => {
       this.outputBlocked = false
       for (const stream of [...this.streams.values()]) stream.flushWrite()
-    })
+    }
+    input.on('data', onData)
+    // An input handed over paused (after a first line was read from it) must flow.
+    input.resume()
+    input.on('end', onEnd)
+    input.on('error', onError)
+    output.on('error', onError)
+    output.on('drain', onDrain)
+    this.detach = () => {
+      input.off('data', onData)
+      input.off('end', onEnd)
+      input.off('error', onError)
+      output.off('error', onError)
+      output.off('drain', onDrain)
+      input.pause()
+    }
+  }
+
+  private readonly detach: () => void
+
+  /**
+   * Ends the session without ending the pipes: every stream is dropped
+   * (nothing more is written, not even a reset), `input` is left paused at
+   * the byte after the last frame read, and the close listeners are not
+   * told (the session did not fail; its owner chose to leave it). What
+   * comes next on the pipes is the owner's to read: a resume line, then a
+   * new session.
+   */
+  release(): void {
+    if (this.closedWith) return
+    this.closedWith = new MuxProtocolError('the session was released')
+    this.detach()
+    for (const stream of [...this.streams.values()]) stream.destroy()
+    this.streams.clear()
   }
 
   /** Number of streams open now. */

@@ -29,6 +29,7 @@ import {
   requestRename,
   requestSignalMarked,
   requestStat,
+  requestSuspendChannel,
   requestUsage,
   requestWatch,
   requestWriteFile,
@@ -120,10 +121,40 @@ export class AgentClient {
   /** Every authenticated connection still open (spares, commands, downloads). */
   private readonly live = new Set<FramedConnection>()
   private idleHeld = false
+  /** The secret proved on every new connection (see {@link rekey}). */
+  private secret: string
 
   constructor(private readonly options: AgentClientOptions) {
     this.description = options.description
     this.keepsSpares = options.keepSpareConnection ?? false
+    this.secret = options.secret
+  }
+
+  /**
+   * Asks a stdio agent to end its channel's session and wait for a resume
+   * line (before a memory snapshot); the spare connections, which were on
+   * that session, are dropped. Later operations need {@link rekey} and a
+   * new channel.
+   */
+  async suspendChannel(signal?: AbortSignal): Promise<void> {
+    await this.withConnection('suspend-channel', undefined, signal, (connection) =>
+      requestSuspendChannel(connection),
+    )
+    this.dropSpares()
+  }
+
+  /**
+   * From now on proves `secret` (the one a resume line gave the agent);
+   * every connection kept so far is dropped.
+   */
+  rekey(secret: string): void {
+    this.secret = secret
+    this.dropSpares()
+  }
+
+  private dropSpares(): void {
+    for (const spare of this.spares.values()) void spare.then((connection) => connection?.destroy())
+    this.spares.clear()
   }
 
   /**
@@ -282,7 +313,7 @@ export class AgentClient {
       connection.destroy(new SandboxAbortedError('agent connect', { cause: signal?.reason }))
     signal?.addEventListener('abort', onAbort, { once: true })
     try {
-      await authenticateToAgent(connection, this.options.secret, {
+      await authenticateToAgent(connection, this.secret, {
         heartbeatMs: this.options.heartbeatMs ?? 5_000,
       })
     } catch (error) {

@@ -12,6 +12,8 @@ export interface DockerBackendModule {
   }): Promise<{
     containers: string[]
     images: string[]
+    /** Memory snapshots' checkpoints removed (by snapshot id). */
+    checkpoints?: string[]
     volumes: string[]
     networks: string[]
     kept: number

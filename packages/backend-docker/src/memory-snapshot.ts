@@ -1,0 +1,365 @@
+import {
+  accessSync,
+  constants,
+  cpSync,
+  existsSync,
+  mkdirSync,
+  readdirSync,
+  rmSync,
+  statSync,
+} from 'node:fs'
+import { join } from 'node:path'
+import type { Duplex } from 'node:stream'
+import { RESUMED_ACK } from '@cordon/agent/protocol'
+import type { ResolvedContainerSandboxLayout } from '@cordon/core'
+import { SandboxControlRefusedError, SandboxOperationError } from '@cordon/core'
+import { planLayoutMounts } from '@cordon/core/backend'
+import type Docker from 'dockerode'
+import {
+  SNAPSHOT_REPOSITORY,
+  type SnapshotSource,
+  type StoredSnapshot,
+  snapshotImage,
+  snapshotLabels,
+} from './filesystem-snapshot.js'
+
+/**
+ * Memory snapshots on the Docker Engine: the engine's checkpoint API
+ * (experimental mode), under gVisor, which checkpoints a whole sandbox
+ * (every process, its own kernel's state, the tmpfs directories) into a
+ * directory of files.
+ *
+ * Where the data lives: the engine writes the checkpoint to
+ * `<engine data directory>/cordon-checkpoints/<snapshot id>/` (root's, on
+ * the engine's machine); a sandbox starts from it once it is copied into
+ * that sandbox's container directory (`containers/<id>/checkpoints/<snapshot
+ * id>`), because this engine takes no checkpoint directory on start. The
+ * snapshot's record is an image labelled as cordon's like a filesystem
+ * snapshot's (`cordon.snapshot.memory=1`): it is listed, removed and
+ * collected past its retention the same way, and the checkpoint directory
+ * goes with it (removeMemoryCheckpoint, and `cordon gc` for one whose
+ * record is gone).
+ */
+
+/** The directory under the engine's data directory that holds every checkpoint cordon keeps. */
+export const CHECKPOINT_DIRECTORY = 'cordon-checkpoints'
+
+/** What the engine says about itself that a memory snapshot depends on. */
+export interface CheckpointEngine {
+  /** The engine's data directory (`docker info`'s `DockerRootDir`). */
+  readonly rootDir: string
+}
+
+/**
+ * Why a memory snapshot of this sandbox cannot be taken here, as a
+ * `SandboxControlRefusedError` naming `snapshot.memory`; undefined with the
+ * engine's details when it can. Checked before the sandbox is touched, so a
+ * refusal leaves it running as it was.
+ */
+export async function checkMemorySnapshot(
+  docker: Pick<Docker, 'version' | 'info'>,
+  sandbox: {
+    readonly backend: string
+    readonly runtime: 'runc' | 'runsc'
+    readonly detached: boolean
+    /** The sandbox's egress policy kind. */
+    readonly egress: string
+    readonly layout: ResolvedContainerSandboxLayout
+    readonly engineIsLocal: boolean
+  },
+): Promise<CheckpointEngine> {
+  const refuse = (reason: string): never => {
+    throw new SandboxControlRefusedError('snapshot.memory', sandbox.backend, reason)
+  }
+  if (sandbox.runtime !== 'runsc') refuse(RUNC_MEMORY_SNAPSHOT_REFUSAL)
+  if (sandbox.detached)
+    refuse(
+      'a detached sandbox is not checkpointed: its agent outlives its host by its own settings, which a sandbox restored from it would keep',
+    )
+  if (sandbox.egress !== 'deny-all')
+    refuse(
+      `a sandbox with egress "${sandbox.egress}" reaches its gateway through its container's stdin and stdout, which gVisor does not wake again in a restored sandbox; only "deny-all" sandboxes are checkpointed`,
+    )
+  const shared = planLayoutMounts(sandbox.layout).filter(
+    (mount) => !mount.readOnly && mount.source.type !== 'ephemeral',
+  )
+  if (shared.length > 0)
+    refuse(
+      `${shared.map((mount) => mount.containerPath).join(', ')} ${shared.length === 1 ? 'is a' : 'are'} writable host directory or volume mount${shared.length === 1 ? '' : 's'}: a checkpoint holds the sandbox's memory, not those files, and sandboxes restored from it would share them writable`,
+    )
+  if (!sandbox.engineIsLocal)
+    refuse(
+      "the engine is not on this machine: a checkpoint is placed in the new sandbox's container directory on the engine's own disk",
+    )
+  const version = (await docker.version()) as { Experimental?: boolean }
+  if (version.Experimental !== true)
+    refuse(
+      'the engine\'s experimental mode is off, and its checkpoint API (checkpoint create, start from a checkpoint) exists only in experimental mode; set "experimental": true in the engine\'s daemon.json (tooling/engine/setup.sh does) and restart it',
+    )
+  const rootDir = ((await docker.info()) as { DockerRootDir?: string }).DockerRootDir
+  if (!rootDir) return refuse('the engine does not say where its data directory is')
+  try {
+    accessSync(join(rootDir, 'containers'), constants.W_OK)
+  } catch {
+    refuse(
+      `the engine's data directory ${rootDir} is not writable by this host process: a checkpoint is copied into the new sandbox's container directory there (run the host as root on the engine's machine)`,
+    )
+  }
+  return { rootDir }
+}
+
+/**
+ * Under runc a checkpoint needs CRIU. Tried on this project's machines
+ * (Debian's criu 3.17.1): `criu check` cannot start ("vdso: Failed to fill
+ * self vdso symtable", kernel feature detection fails), and the engine's
+ * checkpoint of a plain, unhardened runc container fails the same way, so
+ * cordon's hardened ones (seccomp, no capabilities, read-only root, tmpfs
+ * mounts) were never reached. Refused rather than tried on every call.
+ */
+export const RUNC_MEMORY_SNAPSHOT_REFUSAL =
+  "runc checkpoints a container with CRIU, and CRIU cannot checkpoint on this engine's kernel (criu 3.17: \"vdso: Failed to fill self vdso symtable\", even for an unhardened container); use runtime 'runsc' (gVisor), which checkpoints the whole sandbox itself"
+
+/** Where the engine keeps snapshot `id`'s checkpoint. */
+export function checkpointPath(engine: CheckpointEngine, id: string): string {
+  return join(engine.rootDir, CHECKPOINT_DIRECTORY, id)
+}
+
+/**
+ * Checkpoints the container's processes into the snapshot's directory; the
+ * container stops (this runsc cannot leave it running), and its engine
+ * removes it (it is `AutoRemove`).
+ */
+export async function checkpointContainer(
+  docker: Docker,
+  engine: CheckpointEngine,
+  containerId: string,
+  id: string,
+  signal?: AbortSignal,
+): Promise<void> {
+  mkdirSync(join(engine.rootDir, CHECKPOINT_DIRECTORY), { recursive: true, mode: 0o700 })
+  const container = docker.getContainer(containerId) as Docker.Container & {
+    createCheckpoint(options: Record<string, unknown>): Promise<unknown>
+  }
+  await container.createCheckpoint({
+    CheckpointID: id,
+    CheckpointDir: join(engine.rootDir, CHECKPOINT_DIRECTORY),
+    Exit: true,
+    ...(signal ? { abortSignal: signal } : {}),
+  })
+}
+
+/**
+ * Places the checkpoint where the engine looks for it when `containerId`
+ * starts from it (its own container directory), and starts it so: the
+ * processes go on from where they were.
+ */
+export async function startFromCheckpoint(
+  docker: Docker,
+  engine: CheckpointEngine,
+  containerId: string,
+  id: string,
+  signal?: AbortSignal,
+): Promise<void> {
+  const source = checkpointPath(engine, id)
+  if (!existsSync(source))
+    throw new SandboxOperationError(
+      'create',
+      `the checkpoint of ${id} is gone from ${source} (removed, or collected past its retention)`,
+    )
+  const target = join(engine.rootDir, 'containers', containerId, 'checkpoints', id)
+  mkdirSync(join(engine.rootDir, 'containers', containerId, 'checkpoints'), {
+    recursive: true,
+    mode: 0o700,
+  })
+  cpSync(source, target, { recursive: true, preserveTimestamps: true })
+  // `?checkpoint=` with an empty body (the engine refuses a start with a body),
+  // which dockerode's types leave out.
+  const start = {
+    _query: { checkpoint: id },
+    _body: {},
+    ...(signal ? { abortSignal: signal } : {}),
+  }
+  // The engine uploads the checkpoint into containerd's content store on each
+  // start; two starts of one checkpoint at once (a fork) collide there
+  // ("already exists"), so this process starts them one at a time, and one
+  // that collides with another process's is tried again.
+  const before = startsInFlight.get(id) ?? Promise.resolve()
+  const starting = before.then(async () => {
+    for (let attempt = 1; ; attempt++) {
+      try {
+        await docker.getContainer(containerId).start(start as Docker.ContainerStartOptions)
+        return
+      } catch (error) {
+        if (attempt >= 5 || !/already exists/i.test(String((error as Error).message))) throw error
+        await new Promise((resolve) => setTimeout(resolve, 100 * attempt))
+      }
+    }
+  })
+  const settled = starting.catch(() => {})
+  startsInFlight.set(id, settled)
+  void settled.then(() => {
+    if (startsInFlight.get(id) === settled) startsInFlight.delete(id)
+  })
+  await starting
+}
+
+/** The last start from each checkpoint this process has under way. */
+const startsInFlight = new Map<string, Promise<void>>()
+
+/** The bytes a checkpoint takes on the engine's disk. */
+export function checkpointBytes(engine: CheckpointEngine, id: string): number {
+  let total = 0
+  const walk = (dir: string): void => {
+    for (const entry of readdirSync(dir, { withFileTypes: true })) {
+      const path = join(dir, entry.name)
+      if (entry.isDirectory()) walk(path)
+      else if (entry.isFile()) total += statSync(path).size
+    }
+  }
+  try {
+    walk(checkpointPath(engine, id))
+  } catch {
+    return total
+  }
+  return total
+}
+
+/** Removes a snapshot's checkpoint from the engine's disk (nothing if there is none). */
+export function removeMemoryCheckpoint(rootDir: string, id: string): void {
+  if (!/^snp_[0-9A-Za-z_-]+$/.test(id)) return
+  rmSync(join(rootDir, CHECKPOINT_DIRECTORY, id), { recursive: true, force: true })
+}
+
+/** Removes snapshot `id`'s checkpoint from the engine's disk, where this host can reach it. */
+export async function removeCheckpointOf(docker: Pick<Docker, 'info'>, id: string): Promise<void> {
+  const rootDir = await engineRootDir(docker)
+  if (rootDir) removeMemoryCheckpoint(rootDir, id)
+}
+
+/** The engine's data directory, if this host can write there (then checkpoints are this host's to manage). */
+export async function engineRootDir(docker: Pick<Docker, 'info'>): Promise<string | undefined> {
+  const rootDir = ((await docker.info().catch(() => ({}))) as { DockerRootDir?: string })
+    .DockerRootDir
+  if (!rootDir) return undefined
+  try {
+    accessSync(join(rootDir, 'containers'), constants.W_OK)
+    return rootDir
+  } catch {
+    return undefined
+  }
+}
+
+/** How long ago the checkpoint of `id` was written (Infinity if it cannot be read). */
+export function checkpointAgeMs(rootDir: string, id: string, now: number): number {
+  try {
+    return now - statSync(join(rootDir, CHECKPOINT_DIRECTORY, id)).mtimeMs
+  } catch {
+    return Number.POSITIVE_INFINITY
+  }
+}
+
+/** The snapshot ids whose checkpoints the engine's disk holds. */
+export function listMemoryCheckpoints(rootDir: string): string[] {
+  try {
+    return readdirSync(join(rootDir, CHECKPOINT_DIRECTORY)).filter((name) =>
+      /^snp_[0-9A-Za-z_-]+$/.test(name),
+    )
+  } catch {
+    return []
+  }
+}
+
+/**
+ * Records a memory snapshot whose checkpoint is on disk as an image labelled
+ * like every snapshot (made from a helper container that is never started,
+ * on the sandbox's base image: a sandbox restored from it runs that image's
+ * files). Without its record a checkpoint is garbage: removed here if the
+ * record cannot be made.
+ */
+export async function recordMemorySnapshot(
+  source: Omit<SnapshotSource, 'containerId' | 'runtime'>,
+  engine: CheckpointEngine,
+  id: string,
+  createdAt: number,
+): Promise<StoredSnapshot> {
+  const { docker } = source
+  const sizeBytes = checkpointBytes(engine, id)
+  const { labels, limits, egress } = snapshotLabels(source, id, createdAt, true)
+  const helperName = `cordon-snapshot-${id}`
+  const removeHelper = () =>
+    docker
+      .getContainer(helperName)
+      .remove({ force: true })
+      .catch(() => {})
+  try {
+    const helper = await docker.createContainer({
+      name: helperName,
+      Image: source.baseImage,
+      Entrypoint: ['/.cordon-snapshot-is-never-run'],
+      Cmd: [],
+      Labels: labels,
+      NetworkDisabled: true,
+      HostConfig: { NetworkMode: 'none', LogConfig: { Type: 'none', Config: {} } },
+    })
+    const committed = await helper.commit({
+      repo: SNAPSHOT_REPOSITORY,
+      tag: id,
+      pause: false,
+      changes: `LABEL cordon.snapshot.bytes=${sizeBytes}`,
+    })
+    return {
+      id,
+      createdAt,
+      sizeBytes,
+      memory: true,
+      backend: source.backend,
+      sourceSandboxId: source.sandboxId,
+      limits,
+      egress,
+      image: snapshotImage(id),
+      baseImage: source.baseImage,
+      roots: [...source.roots],
+      imageId: (committed as { Id?: string }).Id ?? '',
+      user: source.user,
+    }
+  } catch (error) {
+    removeMemoryCheckpoint(engine.rootDir, id)
+    throw error
+  } finally {
+    await removeHelper()
+  }
+}
+
+/** Resolves once the agent has answered a resume line on `stream` (it holds the new secret then). */
+export function waitForResumed(stream: Duplex, signal: AbortSignal): Promise<void> {
+  return new Promise((resolve, reject) => {
+    let seen = ''
+    const done = (error?: Error): void => {
+      stream.off('data', onData)
+      stream.off('close', onClose)
+      signal.removeEventListener('abort', onAbort)
+      if (error) reject(error)
+      else resolve()
+    }
+    const onData = (chunk: Buffer): void => {
+      seen = (seen + chunk.toString('utf8')).slice(-256)
+      if (seen.includes(RESUMED_ACK)) done()
+    }
+    const onClose = (): void =>
+      done(new SandboxOperationError('resume', 'the restored agent closed the resume connection'))
+    const onAbort = (): void =>
+      done(
+        new SandboxOperationError(
+          'resume',
+          'the restored agent did not take its resume line in time',
+          {
+            cause: signal.reason,
+          },
+        ),
+      )
+    if (signal.aborted) return onAbort()
+    stream.on('data', onData)
+    stream.once('close', onClose)
+    signal.addEventListener('abort', onAbort, { once: true })
+  })
+}

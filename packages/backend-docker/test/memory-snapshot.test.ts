@@ -1,0 +1,226 @@
+/**
+ * Memory snapshots: under gVisor through the engine's checkpoint API (the
+ * engine in experimental mode), refused under runc and on an engine that
+ * cannot checkpoint. The counters are read from inside the sandboxes.
+ */
+import { existsSync, utimesSync } from 'node:fs'
+import { join } from 'node:path'
+import {
+  type CordonSandbox,
+  type CordonSandboxProvider,
+  SandboxControlRefusedError,
+} from '@cordon/core'
+import { BUSYBOX_IMAGE, EPHEMERAL_OUTPUTS, testRunLabels } from '@cordon/test-support'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
+import {
+  CHECKPOINT_DIRECTORY,
+  checkMemorySnapshot,
+  listMemoryCheckpoints,
+} from '../src/memory-snapshot.js'
+import { docker } from './test-run.js'
+
+const COUNTER_LOOP = [
+  '-c',
+  'i=0; while :; do i=$((i+1)); echo $i > counter.new; mv counter.new counter; sleep 0.01; done',
+]
+
+async function count(sandbox: CordonSandbox): Promise<number> {
+  return Number((await sandbox.exec('cat', ['counter'])).stdout.trim())
+}
+
+/** Polls until `read` gives more than `than` (a loaded machine runs the loop slowly). */
+async function countsPast(sandbox: CordonSandbox, than: number): Promise<number> {
+  for (let attempt = 0; attempt < 200; attempt++) {
+    const now = await count(sandbox)
+    if (now > than) return now
+    await new Promise((resolve) => setTimeout(resolve, 100))
+  }
+  throw new Error(`the counter stayed at ${than}`)
+}
+
+async function engineRoot(): Promise<string> {
+  return ((await docker.info()) as { DockerRootDir: string }).DockerRootDir
+}
+
+function provider(runtime: 'docker' | 'runsc'): CordonSandboxProvider {
+  return createDockerSandboxProvider({
+    backend: {
+      tier: 'container',
+      runtime,
+      image: BUSYBOX_IMAGE,
+      cpus: 1,
+      labels: testRunLabels(),
+    },
+    layout: EPHEMERAL_OUTPUTS,
+    defaultMemoryLimitMb: 96,
+    defaultMaxProcesses: 40,
+  })
+}
+
+describe('memory snapshots under gVisor', () => {
+  let gvisor: CordonSandboxProvider
+  beforeAll(() => {
+    gvisor = provider('runsc')
+  })
+  afterAll(async () => {
+    await gvisor.close()
+  })
+
+  it('continues a counting loop in a new sandbox and in the source, each under its own secret, and keeps the checkpoint until the snapshot is removed', async () => {
+    const source = await gvisor.create()
+    let snapshotId: string | undefined
+    try {
+      await source.start('sh', COUNTER_LOOP)
+      const before = await countsPast(source, 0)
+      const taken = await source.snapshot({ memory: true })
+      snapshotId = taken.id
+      expect(taken.memory).toBe(true)
+      expect(taken.sizeBytes).toBeGreaterThan(0)
+      expect(taken.limits).toEqual({ memoryLimitMb: 96, maxProcesses: 40 })
+      expect(taken.egress).toEqual({ kind: 'deny-all' })
+      expect((await gvisor.snapshots.list()).map((listed) => listed.id)).toContain(taken.id)
+      const checkpoint = join(await engineRoot(), CHECKPOINT_DIRECTORY, taken.id)
+      expect(existsSync(checkpoint)).toBe(true)
+      const [image] = await docker.listImages({
+        filters: { label: [`cordon.snapshot=${taken.id}`] },
+      })
+      expect(image?.Labels?.['cordon.managed']).toBe('1')
+      expect(image?.Labels?.['cordon.snapshot.memory']).toBe('1')
+
+      // The source goes on from where it was (same processes, not a new start).
+      const sourceAfter = await count(source)
+      expect(sourceAfter).toBeGreaterThanOrEqual(before)
+      await countsPast(source, sourceAfter)
+
+      const restored = await gvisor.create({ snapshot: taken.id })
+      try {
+        expect(restored.id).not.toBe(source.id)
+        const atRestore = await count(restored)
+        expect(atRestore).toBeGreaterThanOrEqual(before)
+        await countsPast(restored, atRestore)
+        // Hardening and limits as the source had them; the loop is the source's process, its uid the source's.
+        expect(restored.enforced.limits.memoryLimitMb).toBe(96)
+        expect(restored.enforced.user).toEqual(source.enforced.user)
+        const id = await restored.exec('id', ['-u'])
+        expect(id.stdout.trim()).toBe(String(source.enforced.user!.uid))
+        // What one writes the other does not see.
+        await restored.writeFile('mine.txt', 'restored')
+        expect((await source.exec('ls', ['mine.txt'])).exitCode).not.toBe(0)
+      } finally {
+        await restored.destroy()
+      }
+      await gvisor.snapshots.remove(taken.id)
+      snapshotId = undefined
+      expect(existsSync(checkpoint)).toBe(false)
+      expect((await gvisor.snapshots.list()).map((listed) => listed.id)).not.toContain(taken.id)
+      // The source still runs after all of it.
+      await countsPast(source, await count(source))
+    } finally {
+      if (snapshotId) await gvisor.snapshots.remove(snapshotId).catch(() => {})
+      await source.destroy()
+    }
+  })
+
+  it('forks with memory into sandboxes that each go on counting, and leaves no snapshot or checkpoint behind', async () => {
+    const source = await gvisor.create()
+    try {
+      await source.start('sh', COUNTER_LOOP)
+      const before = await countsPast(source, 0)
+      const root = await engineRoot()
+      const checkpointsBefore = listMemoryCheckpoints(root)
+      const forks = await source.fork({ count: 2 })
+      try {
+        expect(new Set([source.id, ...forks.map((fork) => fork.id)]).size).toBe(3)
+        for (const fork of forks) {
+          const at = await count(fork)
+          expect(at).toBeGreaterThanOrEqual(before)
+          await countsPast(fork, at)
+        }
+      } finally {
+        await Promise.all(forks.map((fork) => fork.destroy()))
+      }
+      const left = await docker.listImages({
+        filters: { label: [`cordon.sandbox=${source.id}`, 'cordon.role=snapshot'] },
+      })
+      expect(left).toHaveLength(0)
+      expect(listMemoryCheckpoints(root).sort()).toEqual(checkpointsBefore.sort())
+      // The source goes on after the fork.
+      await countsPast(source, await count(source))
+    } finally {
+      await source.destroy()
+    }
+  })
+
+  it('gc removes a checkpoint whose snapshot is past its retention or gone', async () => {
+    const source = await gvisor.create()
+    try {
+      await source.start('sh', COUNTER_LOOP)
+      await countsPast(source, 0)
+      const taken = await source.snapshot({ memory: true })
+      const checkpoint = join(await engineRoot(), CHECKPOINT_DIRECTORY, taken.id)
+      try {
+        const young = await collectGarbage({ docker, dryRun: true })
+        expect(young.checkpoints).not.toContain(taken.id)
+        await new Promise((resolve) => setTimeout(resolve, 50))
+        const past = await collectGarbage({ docker, dryRun: true, snapshotRetentionMs: 10 })
+        expect(past.checkpoints).toContain(taken.id)
+        // Its record removed by hand (as a person's `docker rmi` would), and an hour old: gc removes it.
+        await docker.getImage(`cordon-snapshot:${taken.id}`).remove({ force: true })
+        const hourAgo = new Date(Date.now() - 3_600_000)
+        utimesSync(checkpoint, hourAgo, hourAgo)
+        const collected = await collectGarbage({ docker })
+        expect(collected.checkpoints).toContain(taken.id)
+        expect(existsSync(checkpoint)).toBe(false)
+      } finally {
+        await gvisor.snapshots.remove(taken.id).catch(() => {})
+      }
+    } finally {
+      await source.destroy()
+    }
+  })
+})
+
+describe('memory snapshots refused', () => {
+  let runc: CordonSandboxProvider
+  beforeAll(() => {
+    runc = provider('docker')
+  })
+  afterAll(async () => {
+    await runc.close()
+  })
+
+  it('under runc: refused naming snapshot.memory and the backend, and the sandbox goes on', async () => {
+    const sandbox = await runc.create()
+    try {
+      const refused = await sandbox.snapshot({ memory: true }).catch((error: unknown) => error)
+      expect(SandboxControlRefusedError.isInstance(refused), String(refused)).toBe(true)
+      expect((refused as SandboxControlRefusedError).control).toBe('snapshot.memory')
+      expect((refused as SandboxControlRefusedError).backend).toBe('container:docker')
+      expect((await sandbox.exec('echo', ['still here'])).stdout).toBe('still here\n')
+    } finally {
+      await sandbox.destroy()
+    }
+  })
+
+  it('on an engine whose experimental mode is off: refused saying so, before the sandbox is touched', async () => {
+    const engine = {
+      version: async () => ({ Version: '20.10.24', Experimental: false }),
+      info: async () => ({ DockerRootDir: '/var/lib/docker' }),
+    }
+    const refused = await checkMemorySnapshot(engine as never, {
+      backend: 'container:gvisor',
+      runtime: 'runsc',
+      detached: false,
+      egress: 'deny-all',
+      layout: {
+        outputs: { containerPath: '/mnt/user-data/outputs', source: { type: 'ephemeral' } },
+      } as never,
+      engineIsLocal: true,
+    }).catch((error: unknown) => error)
+    expect(SandboxControlRefusedError.isInstance(refused), String(refused)).toBe(true)
+    expect((refused as SandboxControlRefusedError).control).toBe('snapshot.memory')
+    expect((refused as SandboxControlRefusedError).backend).toBe('container:gvisor')
+    expect(String((refused as Error).message)).toMatch(/experimental mode is off/)
+  })
+})
