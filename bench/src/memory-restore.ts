@@ -27,7 +27,7 @@ const NODE_IMAGE = process.env.CORDON_BENCH_NODE_IMAGE ?? 'cordon-test/node:late
  * heap), where a restore has that much memory to bring back.
  */
 const PROFILES = {
-  cpu: String.raw`
+  cpu: `
 const fs = require('fs')
 const table = new Map()
 let h = 7
@@ -37,7 +37,7 @@ for (let i = 0; i < 120000000; i++) {
 }
 table.set('k12345', { h, s: 'v' + (h % 977) })
 `,
-  heap: String.raw`
+  heap: `
 const fs = require('fs')
 const table = new Map()
 let h = 7
@@ -48,7 +48,7 @@ for (let i = 0; i < 800000; i++) {
 `,
 } as const
 
-const SERVE = String.raw`
+const SERVE = `
 fs.writeFileSync('/tmp/ready', String(table.size))
 setInterval(() => {
   if (!fs.existsSync('/tmp/req')) return
