@@ -34,7 +34,11 @@ describe('cordon usage errors exit 64 and name what to fix', () => {
     [['gc', '--bogus'], "cordon gc: Unknown option '--bogus'"],
     [
       ['gc', '--volume-retention', '3 weeks'],
-      'cordon gc: --volume-retention takes a whole number and a unit, s, m, h or d (e.g. 30d), not "3 weeks"',
+      'cordon gc: --volume-retention takes a number and a unit, ms, s, m, h or d (e.g. 30d), not "3 weeks"',
+    ],
+    [
+      ['gc', '--snapshot-retention', '0s'],
+      'cordon gc: --snapshot-retention must be longer than 0, got "0s"',
     ],
     [
       ['prepare', 'extra'],

@@ -3,7 +3,7 @@ import {
   defaultCredentialStore,
   type UnjudgedOwnerReason,
 } from '@cordon/core/backend'
-import { parseFlags, UsageError } from './command-line.js'
+import { parseFlags } from './command-line.js'
 import { loadDockerBackend } from './docker-backend-module.js'
 import { parseDurationFlag } from './duration-flag.js'
 import type { RunIo } from './run-command.js'
@@ -20,13 +20,13 @@ const UNJUDGED_OWNER: Record<UnjudgedOwnerReason, string> = {
   'other-time-namespace': 'ran in another time namespace',
 }
 
-export const GC_USAGE = `usage: cordon gc [--dry-run] [--snapshot-retention DURATION] [--credential-store <dir>] [--volume-retention <duration>]
+export const GC_USAGE = `usage: cordon gc [--dry-run] [--snapshot-retention <duration>] [--credential-store <dir>] [--volume-retention <duration>]
 
 Removes what cordon left on the Docker Engine for owners that are gone
 (containers, volumes, networks) and agent runtimes nothing uses; never what
 a live owner, or one cordon cannot judge from here, made. Snapshots
 (sandbox.snapshot()) go when they are older than --snapshot-retention
-(default 7d; a number with ms, s, m, h or d), whoever took them, and once
+(default 7d), whoever took them, and once
 their host removed them and no sandbox runs from them. A detached
 sandbox stays until its end time, whatever its owner, and goes past it.
 Credentials of detached sandboxes that have ended are removed from the
@@ -35,24 +35,11 @@ credential store (default: $XDG_STATE_HOME/cordon/credentials, else
 removes nothing.
 
 Named volumes (provider.volumes) are the user's data: gc lists each one and
-keeps it, unless --volume-retention is given (a whole number and s, m, h or
-d, e.g. 30d); then a volume no sandbox mounts and none has used for longer
-than that is removed with everything in it.`
+keeps it, unless --volume-retention is given (0s takes every such volume);
+then a volume no sandbox mounts and none has used for longer than that is
+removed with everything in it.
 
-/** A duration such as `90m`, `12h`, `7d` or `1500ms`, in ms. */
-export function parseDuration(flag: string, text: string): number {
-  const match = /^(\d+(?:\.\d+)?)(ms|s|m|h|d)$/.exec(text.trim())
-  if (!match)
-    throw new UsageError(
-      `--${flag} takes a duration such as 7d, 12h, 30m or 500ms, got ${JSON.stringify(text)}`,
-    )
-  const unit = { ms: 1, s: 1000, m: 60_000, h: 3_600_000, d: 86_400_000 }[
-    match[2] as 'ms' | 's' | 'm' | 'h' | 'd'
-  ]
-  const ms = Math.round(Number(match[1]) * unit)
-  if (ms <= 0) throw new UsageError(`--${flag} must be longer than 0, got ${JSON.stringify(text)}`)
-  return ms
-}
+A duration is a number and a unit, ms, s, m, h or d: 500ms, 12h, 1.5h, 30d.`
 
 /** `cordon gc`: removes engine resources whose owning process is gone, and agent runtimes nothing uses. */
 export async function gcCommand(argv: readonly string[], io: RunIo): Promise<number> {
@@ -72,7 +59,7 @@ export async function gcCommand(argv: readonly string[], io: RunIo): Promise<num
   const snapshotRetentionMs =
     snapshotRetention === undefined
       ? undefined
-      : parseDuration('snapshot-retention', snapshotRetention)
+      : parseDurationFlag('snapshot-retention', snapshotRetention, { zero: 'refused' })
   const retention = values['volume-retention']
   const volumeRetentionMs =
     retention === undefined ? undefined : parseDurationFlag('volume-retention', retention)
