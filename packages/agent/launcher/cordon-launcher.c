@@ -51,6 +51,10 @@
  * The launcher then passes on to the agent the signals a container's init
  * sends (SIGTERM, SIGINT, SIGHUP, SIGQUIT, SIGUSR1, SIGUSR2), and exits when
  * the agent does, with its status (128 + the signal if it was killed).
+ *
+ * Or it joins a connection: `cordon-launcher --pipe <socket>` connects to the
+ * Unix socket and copies bytes between it and its own stdin and stdout, both
+ * ways, until either end closes; see pipe_to_socket.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -69,6 +73,8 @@
 #include <stddef.h>
 #include <sys/prctl.h>
 #include <sys/signalfd.h>
+#include <sys/socket.h>
+#include <sys/un.h>
 #include <sys/syscall.h>
 #include <sys/types.h>
 #include <sys/wait.h>
@@ -560,6 +566,61 @@ static void start_agent(char **argv, const sigset_t *agent_mask,
   agent_pid = pid;
 }
 
+/*
+ * `--pipe`: the host's way back to an agent restored from a memory snapshot
+ * under gVisor, whose restored stdin pipe gVisor does not wake again. The
+ * host starts this with the engine's exec, as root (the agent's socket is
+ * root's, mode 0600, in a root-only directory), and the connection then
+ * carries the agent's whole session, as the container's stdin and stdout
+ * did. A C program rather than the agent's own relay (Node), because it is
+ * on the path of every restore: it starts in a fraction of Node's time. It
+ * copies bytes and parses none; the agent authenticates what comes over it.
+ * Writes block: both peers (the engine's exec stream, the agent) buffer, so
+ * neither waits on this process to read before it reads in turn.
+ */
+static int pipe_to_socket(const char *path) {
+  struct sockaddr_un address = {.sun_family = AF_UNIX};
+  if (strlen(path) >= sizeof address.sun_path) {
+    fprintf(stderr, "cordon-launcher: socket path too long: %s\n", path);
+    return 2;
+  }
+  memcpy(address.sun_path, path, strlen(path) + 1);
+  int connection = socket(AF_UNIX, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (connection < 0) die("socket");
+  if (connect(connection, (const struct sockaddr *)&address, sizeof address) != 0) {
+    fprintf(stderr, "cordon-launcher: %s: %s\n", path, strerror(errno));
+    return 1;
+  }
+  /* A write to a closed end fails (and write_all ends this process) rather than killing it unseen. */
+  signal(SIGPIPE, SIG_IGN);
+  static char buffer[64 * 1024];
+  struct pollfd ends[2] = {{.fd = STDIN_FILENO, .events = POLLIN},
+                           {.fd = connection, .events = POLLIN}};
+  for (;;) {
+    if (poll(ends, 2, -1) < 0) {
+      if (errno == EINTR) continue;
+      die("poll");
+    }
+    if (ends[0].revents & (POLLIN | POLLHUP | POLLERR)) {
+      ssize_t got = read(STDIN_FILENO, buffer, sizeof buffer);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) {
+        /* The host is gone or done: the agent sees its session end, and answers by closing. */
+        shutdown(connection, SHUT_WR);
+        ends[0].fd = -1;
+      } else {
+        write_all(connection, buffer, (size_t)got);
+      }
+    }
+    if (ends[1].revents & (POLLIN | POLLHUP | POLLERR)) {
+      ssize_t got = read(connection, buffer, sizeof buffer);
+      if (got < 0 && errno == EINTR) continue;
+      if (got <= 0) return 0;
+      write_all(STDOUT_FILENO, buffer, (size_t)got);
+    }
+  }
+}
+
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--version") == 0) {
     puts("cordon-launcher 1");
@@ -571,12 +632,14 @@ int main(int argc, char **argv) {
     fprintf(stderr, "cordon-launcher: %s: %s\n", argv[2], strerror(errno));
     return errno == ENOENT ? 127 : 126;
   }
+  if (argc == 3 && strcmp(argv[1], "--pipe") == 0) return pipe_to_socket(argv[2]);
   close_inherited_on_exec();
   int starts_agent = argc > 2 && strcmp(argv[1], "--agent") == 0;
   if (argc > 1 && !starts_agent) {
     fprintf(stderr,
             "usage: cordon-launcher [--agent <program> [arguments]]\n"
-            "       cordon-launcher --exec <program> [arguments]\n");
+            "       cordon-launcher --exec <program> [arguments]\n"
+            "       cordon-launcher --pipe <socket>\n");
     return 2;
   }
   dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);

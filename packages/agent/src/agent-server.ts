@@ -1,6 +1,7 @@
 // Synchronous on purpose: two calls at listen time, and node:fs/promises costs milliseconds of start-up to load.
 import { chmodSync, unlinkSync } from 'node:fs'
 import { connect, createServer, type Server, Socket } from 'node:net'
+import type { Readable, Writable } from 'node:stream'
 import {
   type AgentConfig,
   type AgentListenAddress,
@@ -201,8 +202,8 @@ async function startStdioAgent(
   }
   // fd 1 as a socket: writes to a pipe through process.stdout would block the event loop.
   const output = new Socket({ fd: 1, readable: false, writable: true })
-  const newSession = (): StreamMux =>
-    new StreamMux(process.stdin, output, {
+  const newSession = (input: Readable = process.stdin, into: Writable = output): StreamMux =>
+    new StreamMux(input, into, {
       initiator: false,
       maxStreams: MAX_CONNECTIONS,
       onStream: (stream, opening) => {
@@ -257,19 +258,15 @@ async function startStdioAgent(
   // waits for a resume line with a new secret (in this container, or in a new
   // one restored from the checkpoint) before it serves anything again. The
   // line comes on stdin, or as the first bytes of a connection to the direct
-  // socket (root's: only the host's relay reaches it). The second route is
-  // the one that works in a container restored by gVisor, whose stdin pipe
-  // is not woken again after a restore: that connection then stands for the
-  // host, and its end ends the agent as the end of stdin would.
-  let hostConnection: Socket | undefined
+  // socket (root's: only the host, through the engine's exec, reaches it).
+  // The second route is the one that works in a container restored by
+  // gVisor, whose stdin pipe is not woken again after a restore: that
+  // connection then carries the new session, as stdin and stdout did, and
+  // its end ends the agent as the end of stdin would.
+  let sessionConnection: Socket | undefined
   context.suspendChannel = () => {
     if (suspended || closing) return
     suspended = true
-    // The connection a resume came on stood for the host until now; the next resume brings another.
-    const before = hostConnection
-    hostConnection = undefined
-    before?.removeAllListeners('close')
-    before?.destroy()
     let resumeWith!: (secret: string) => void
     let refuse!: (error: Error) => void
     // Connections on the direct socket wait here: the old secret opens nothing more.
@@ -280,33 +277,31 @@ async function startStdioAgent(
       }),
     )
     mux.release()
+    // A session a connection carried goes with it (flushed: the suspend's answer is its last frame).
+    sessionConnection?.end()
+    sessionConnection = undefined
     config.log('info', 'channel suspended; waiting for a resume line')
     const stopReadingStdin = new AbortController()
     let resumed = false
-    const resume = (line: ResumeLine, lifeline: Socket | undefined): void => {
+    const resume = (line: ResumeLine, connection: Socket | undefined): void => {
       if (resumed) return
       resumed = true
       context.takeConnection = undefined
       stopReadingStdin.abort()
       context.nonces.reseed(Buffer.from(`${process.pid}:${Date.now()}:resume`))
       resumeWith(line.secret)
-      if (lifeline) {
-        // Read on (and dropped), so that its end is seen.
-        lifeline.on('data', () => {})
-        lifeline.write(RESUMED_ACK)
-        hostConnection = lifeline
-        lifeline.once('close', () => {
-          if (config.detached || closing || hostConnection !== lifeline) return
-          config.log('info', 'the host closed the resume connection; stopping')
-          void close().finally(() => process.exit())
-        })
+      if (connection) {
+        // The host opens the session's streams only once it has read this line.
+        connection.write(RESUMED_ACK)
+        sessionConnection = connection
+        mux = newSession(connection, connection)
       } else {
         mux = newSession()
-        watchSession()
       }
+      watchSession()
       suspended = false
       config.log('info', 'channel resumed with a new secret', {
-        on: lifeline ? 'direct socket' : 'stdin',
+        on: connection ? 'direct socket' : 'stdin',
       })
       running?.onChannelResumed?.(line)
     }

@@ -13,6 +13,7 @@ import { type CapabilityName, missingCapabilities } from './effective-capabiliti
 import { killProcessesOf } from './output-seal.js'
 import { AGENT_EXIT_CODES } from './protocol/exit-codes.js'
 import { runRelay } from './relay.js'
+import { runSocketPipe } from './socket-pipe.js'
 import { deferStartupBackgroundWork } from './startup-v8-flags.js'
 import { findExcess, type StorageExcess, watchStorage } from './storage-watch.js'
 import { handTreesTo } from './tree-owner.js'
@@ -26,6 +27,11 @@ async function main(): Promise<void> {
   const relay = process.argv.indexOf('--relay')
   if (relay !== -1 && process.argv[relay + 1]) {
     runRelay(process.argv[relay + 1]!)
+    return
+  }
+  const pipe = process.argv.indexOf('--pipe')
+  if (pipe !== -1 && process.argv[pipe + 1]) {
+    runSocketPipe(process.argv[pipe + 1]!)
     return
   }
   deferStartupBackgroundWork()

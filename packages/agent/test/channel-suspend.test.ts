@@ -10,10 +10,11 @@ import { chmod, mkdtemp, rm } from 'node:fs/promises'
 import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import type { Readable, Writable } from 'node:stream'
 import { afterEach, describe, expect, it } from 'vitest'
 import { formatResumeLine, RESUMED_ACK, StreamMux } from '../src/protocol/index.js'
 import { AgentClient } from '../src/sandbox/index.js'
-import { AGENT_PROGRAM } from './agent-harness.js'
+import { AGENT_PROGRAM, LAUNCHER_PROGRAM } from './agent-harness.js'
 
 interface Running {
   readonly child: ChildProcess
@@ -112,45 +113,121 @@ describe('suspend-channel and the resume line', () => {
     expect(agent.stderr()).toMatch(/no resume line/)
   })
 
-  it('takes the resume line on the direct socket too (the route a gVisor-restored agent uses), and ends when that connection does', async () => {
-    const oldSecret = `old-secret-${Date.now()}-0123456789abcdef`
-    const newSecret = `new-secret-${Date.now()}-0123456789abcdef`
-    const socketDir = await mkdtemp(join(tmpdir(), 'cordon-suspend-socket-'))
-    const socketPath = join(socketDir, 'agent.sock')
-    try {
-      const agent = await startAgent(oldSecret, socketPath)
-      const first = session(agent, oldSecret)
-      expect(await echo(first.client, 'before')).toBe('before\n')
-      await first.client.suspendChannel()
-      first.mux.release()
-      const lifeline = connect(socketPath)
-      await once(lifeline, 'connect')
-      lifeline.write(formatResumeLine(newSecret, null))
-      const [ack] = await once(lifeline, 'data')
-      expect(String(ack)).toBe(RESUMED_ACK)
-      const over = (secret: string) =>
-        new AgentClient({
-          secret,
-          description: 'direct',
-          dial: async () => {
-            const socket = connect(socketPath)
-            await once(socket, 'connect')
-            return socket
-          },
-          maxConnectAttempts: 1,
-        })
-      expect(await echo(over(newSecret), 'after')).toBe('after\n')
-      expect(
-        await over(oldSecret)
+  /**
+   * The three carriers a host resumes a gVisor-restored agent over: a plain
+   * connection to its socket, and the two programs the engine's exec starts
+   * to make one (cordon-launcher's `--pipe`, the agent's own `--pipe` where
+   * the runtime has no launcher). Each then carries the whole session.
+   */
+  const carriers: Array<[string, (socketPath: string) => Promise<Carrier>]> = [
+    ['a plain connection', connectionCarrier],
+    [
+      "cordon-launcher's --pipe",
+      (socketPath) => pipeCarrier(LAUNCHER_PROGRAM, ['--pipe', socketPath]),
+    ],
+    [
+      "the agent's --pipe",
+      (socketPath) => pipeCarrier(process.execPath, [AGENT_PROGRAM, '--pipe', socketPath]),
+    ],
+  ]
+  it.each(carriers)(
+    'takes the resume line on the direct socket (the route a gVisor-restored agent uses) over %s, serves the session on it, and ends when it does',
+    async (_name, open) => {
+      const oldSecret = `old-secret-${Date.now()}-0123456789abcdef`
+      const newSecret = `new-secret-${Date.now()}-0123456789abcdef`
+      const socketDir = await mkdtemp(join(tmpdir(), 'cordon-suspend-socket-'))
+      const socketPath = join(socketDir, 'agent.sock')
+      try {
+        const agent = await startAgent(oldSecret, socketPath)
+        const first = session(agent, oldSecret)
+        expect(await echo(first.client, 'before')).toBe('before\n')
+        await first.client.suspendChannel()
+        first.mux.release()
+        const carrier = await open(socketPath)
+        carrier.toAgent.write(formatResumeLine(newSecret, null))
+        await readUntil(carrier.fromAgent, RESUMED_ACK)
+        const mux = new StreamMux(carrier.fromAgent, carrier.toAgent, { initiator: true })
+        const over = (secret: string) =>
+          new AgentClient({
+            secret,
+            description: 'session over the socket',
+            dial: async (_signal, kind) => mux.open({ kind }),
+            maxConnectAttempts: 1,
+          })
+        expect(await echo(over(newSecret), 'after')).toBe('after\n')
+        const refused = await over(oldSecret)
           .health()
-          .catch((error: unknown) => error),
-      ).toBeInstanceOf(Error)
-      const exited = once(agent.child, 'close')
-      lifeline.destroy()
-      await exited
-      expect(agent.stderr()).toMatch(/closed the resume connection/)
-    } finally {
-      await rm(socketDir, { recursive: true, force: true })
-    }
-  })
+          .catch((error: unknown) => error)
+        expect(refused).toBeInstanceOf(Error)
+        // Suspended again over this session, and resumed on stdin: the socket's session is over.
+        await over(newSecret).suspendChannel()
+        mux.release()
+        const third = `third-secret-${Date.now()}-0123456789abcdef`
+        agent.child.stdin!.write(formatResumeLine(third, null))
+        const onStdin = session(agent, third)
+        expect(await echo(onStdin.client, 'again')).toBe('again\n')
+        await carrier.ended
+        // Suspended once more, resumed over a new carrier, whose end ends the agent.
+        const fourth = `fourth-secret-${Date.now()}-0123456789abcdef`
+        await onStdin.client.suspendChannel()
+        onStdin.mux.release()
+        const last = await open(socketPath)
+        last.toAgent.write(formatResumeLine(fourth, null))
+        await readUntil(last.fromAgent, RESUMED_ACK)
+        const exited = once(agent.child, 'close')
+        last.close()
+        await exited
+        expect(agent.stderr()).toMatch(/the host closed the channel; stopping/)
+      } finally {
+        await rm(socketDir, { recursive: true, force: true })
+      }
+    },
+  )
 })
+
+interface Carrier {
+  readonly fromAgent: Readable
+  readonly toAgent: Writable
+  /** Resolves once the carrier has ended (the agent closed its end). */
+  readonly ended: Promise<unknown>
+  close(): void
+}
+
+async function connectionCarrier(socketPath: string): Promise<Carrier> {
+  const socket = connect(socketPath)
+  await once(socket, 'connect')
+  return {
+    fromAgent: socket,
+    toAgent: socket,
+    ended: once(socket, 'close'),
+    close: () => socket.end(),
+  }
+}
+
+async function pipeCarrier(program: string, args: string[]): Promise<Carrier> {
+  const child = spawn(program, args, { stdio: ['pipe', 'pipe', 'inherit'] })
+  return {
+    fromAgent: child.stdout!,
+    toAgent: child.stdin!,
+    ended: once(child, 'close'),
+    close: () => child.stdin!.end(),
+  }
+}
+
+/** Reads `input` up to and including `line`, and leaves what follows unread. */
+async function readUntil(input: Readable, line: string): Promise<void> {
+  let seen = Buffer.alloc(0)
+  for (;;) {
+    const chunk = input.read() as Buffer | null
+    if (chunk === null) {
+      await once(input, 'readable')
+      continue
+    }
+    seen = Buffer.concat([seen, chunk])
+    const at = seen.indexOf(line)
+    if (at === -1) continue
+    const rest = seen.subarray(at + line.length)
+    if (rest.length > 0) input.unshift(rest)
+    return
+  }
+}
