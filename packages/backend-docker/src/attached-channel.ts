@@ -1,6 +1,6 @@
 import { type Duplex, PassThrough } from 'node:stream'
 import type { MuxStream, StreamOpening } from '@cordon/agent/protocol'
-import { StdioChannel } from '@cordon/agent/sandbox'
+import { StdioChannel, type StdioChannelOptions } from '@cordon/agent/sandbox'
 import type Docker from 'dockerode'
 
 /**
@@ -28,12 +28,32 @@ export async function attachChannel(
     stdout: true,
     stderr: true,
   })) as Duplex
+  return new StdioChannel(engineStreamCarrier(socket, demuxEngineStream(socket, docker), onStream))
+}
+
+/** What an agent writes on a hijacked engine stream (an attach, or an exec started with stdin), and its log, apart. */
+export interface DemuxedEngineStream {
+  /** Ends with the engine stream. */
+  readonly stdout: PassThrough
+  readonly stderr: PassThrough
+}
+
+export function demuxEngineStream(socket: Duplex, docker: Docker): DemuxedEngineStream {
   const stdout = new PassThrough({ highWaterMark: 256 * 1024 })
   const stderr = new PassThrough()
   docker.modem.demuxStream(socket, stdout, stderr)
   socket.on('end', () => stdout.end())
   socket.on('close', () => stdout.end())
-  return new StdioChannel({
+  return { stdout, stderr }
+}
+
+/** A channel's carrier over a hijacked engine stream, split by {@link demuxEngineStream}. */
+export function engineStreamCarrier(
+  socket: Duplex,
+  { stdout, stderr }: DemuxedEngineStream,
+  onStream?: (stream: MuxStream, opening: StreamOpening) => void,
+): StdioChannelOptions {
+  return {
     fromAgent: stdout,
     toAgent: socket,
     keepAlive: socket as { ref?(): unknown; unref?(): unknown },
@@ -43,5 +63,5 @@ export async function attachChannel(
       socket.end()
       socket.destroy()
     },
-  })
+  }
 }

@@ -1,5 +1,5 @@
 import { Socket } from 'node:net'
-import { Duplex, PassThrough } from 'node:stream'
+import { Duplex } from 'node:stream'
 import { AgentClient, AgentSandbox, refusedTheSecret, StdioChannel } from '@cordon/agent/sandbox'
 import type { ContainerBackendConfig } from '@cordon/builtin-backends'
 import type { ResolvedContainerSandboxLayout } from '@cordon/core'
@@ -20,6 +20,7 @@ import {
   writableRoots,
 } from '@cordon/core/backend'
 import type Docker from 'dockerode'
+import { demuxEngineStream, engineStreamCarrier } from './attached-channel.js'
 import { DEFAULT_CPUS, sandboxUser } from './container-spec.js'
 import type { dockerBackend } from './definition.js'
 import { DIRECT_SOCKET_PATH, DirectSocket } from './direct-socket.js'
@@ -325,11 +326,10 @@ function entrypointOf(info: Docker.ContainerInspectInfo): string[] {
  * with the engine's exec from the container's own runtime (its Node and
  * agent: the relay speaks the same protocol version as the agent), as root.
  */
-export class RelayChannel {
+class RelayChannel {
   private started: Promise<StdioChannel> | undefined
   private current: StdioChannel | undefined
   private closed = false
-  private readonly execs = new Set<Docker.Exec>()
 
   constructor(
     private readonly docker: Docker,
@@ -355,26 +355,6 @@ export class RelayChannel {
     this.current?.close()
   }
 
-  /**
-   * Closes the relay and resolves once its process has ended (or after
-   * `timeoutMs`): a memory snapshot must not catch it half-way, holding a
-   * pipe of an exec the restored sandbox will not have.
-   */
-  async closeAndWait(timeoutMs = 5_000): Promise<void> {
-    this.close()
-    const until = Date.now() + timeoutMs
-    for (const exec of this.execs) {
-      while (Date.now() < until) {
-        const running = await exec.inspect().then(
-          (info) => info.Running,
-          () => false,
-        )
-        if (!running) break
-        await new Promise((resolve) => setTimeout(resolve, 25))
-      }
-    }
-  }
-
   private async start(): Promise<StdioChannel> {
     const entry = entrypointOf(this.info)
     const program = entry[1] === '--agent' ? entry.slice(2) : entry
@@ -386,23 +366,10 @@ export class RelayChannel {
       AttachStderr: true,
       Tty: false,
     })
-    this.execs.add(exec)
     const socket = (await exec.start({ hijack: true, stdin: true })) as Duplex
-    const stdout = new PassThrough({ highWaterMark: 256 * 1024 })
-    const stderr = new PassThrough()
-    this.docker.modem.demuxStream(socket, stdout, stderr)
-    socket.on('end', () => stdout.end())
-    socket.on('close', () => stdout.end())
-    const channel = new StdioChannel({
-      fromAgent: stdout,
-      toAgent: socket,
-      keepAlive: socket as { ref?(): unknown; unref?(): unknown },
-      agentLog: stderr,
-      closeCarrier: () => {
-        socket.end()
-        socket.destroy()
-      },
-    })
+    const channel = new StdioChannel(
+      engineStreamCarrier(socket, demuxEngineStream(socket, this.docker)),
+    )
     channel.onClose(() => {
       // A later stream starts another relay; the agent and the sandbox do not depend on this one.
       if (this.current === channel) {
@@ -417,7 +384,7 @@ export class RelayChannel {
 }
 
 /** A stream whose far end is still being opened (a port forward waiting for the relay to start). */
-export class DeferredStream extends Duplex {
+class DeferredStream extends Duplex {
   private target: Duplex | undefined
   private readonly waiting: Array<{ chunk: Buffer; done: (error?: Error | null) => void }> = []
   private ended = false

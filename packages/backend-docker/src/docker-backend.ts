@@ -1,5 +1,5 @@
 import { Socket } from 'node:net'
-import { formatResumeLine, newAgentSecret } from '@cordon/agent/protocol'
+import { type MuxStream, newAgentSecret, type StreamOpening } from '@cordon/agent/protocol'
 import { AgentClient, AgentSandbox, type StdioChannel } from '@cordon/agent/sandbox'
 import type { ContainerBackendConfig } from '@cordon/builtin-backends'
 import {
@@ -37,6 +37,7 @@ import {
   ensureAgentRuntime,
   forgetAgentRuntime,
 } from './agent-runtime.js'
+import { resumeOverSocketPipe, type SocketPipeSession } from './agent-socket-pipe.js'
 import { attachChannel } from './attached-channel.js'
 import {
   AGENT_MEMORY_ALLOWANCE_MB,
@@ -58,10 +59,8 @@ import { cpuSet } from './cpu-placement.js'
 import { dockerBackend, runscBackend } from './definition.js'
 import {
   connectDetached,
-  DeferredStream,
   encodeReconnectState,
   listSandboxes,
-  RelayChannel,
   stopAgent,
 } from './detached-connect.js'
 import {
@@ -104,7 +103,6 @@ import {
   removeCheckpointOf,
   removeMemoryCheckpoint,
   startFromCheckpoint,
-  waitForResumed,
 } from './memory-snapshot.js'
 import { DockerVolumes } from './named-volumes.js'
 import { SandboxEgress } from './sandbox-egress.js'
@@ -350,15 +348,14 @@ export class DockerBackend implements CordonSandboxBackend {
     const directWanted = wantsDirectSocket(this.config, this.engine.socketPath)
     // A detached agent always listens there: it is how a host reaches it again (detached-connect.ts).
     // Under gVisor every agent listens there too: after a memory snapshot's
-    // restore it is reached through a relay on it (memory-snapshot.ts).
+    // restore its session is carried over it (agent-socket-pipe.ts).
     const listensDirect = directWanted || request.detached || this.config.runtime === 'runsc'
     let disconnected = false
     let direct: DirectRoute | undefined
-    /** The relay a sandbox continued from a checkpoint is reached through (see resumeOverRelay). */
-    let relay: RelayChannel | undefined
+    /** What carries the session of a sandbox continued from a checkpoint (see resumeOverPipe). */
+    let sessionPipe: SocketPipeSession | undefined
     const closeDirect = (): void => {
       direct?.close()
-      relay?.close()
     }
 
     const sealsOutputs = sealedOutputPaths(layout).length > 0
@@ -507,35 +504,34 @@ export class DockerBackend implements CordonSandboxBackend {
         /**
          * Resumes a suspended agent in `target` (a container started from a
          * checkpoint, or the one a checkpoint failed on) with `fresh` as its
-         * secret: over a relay (`agent --relay`) to its direct socket, since
-         * gVisor does not wake a restored stdin pipe. The connection that
-         * carries the resume line stays open and stands for this host: the
-         * agent ends when it does. Every later stream goes through the relay.
+         * secret, its session moved onto a connection to its direct socket
+         * (agent-socket-pipe.ts): from then on `channel` is that session.
          */
-        const resumeOverRelay = async (
+        const resumeOverPipe = async (
           target: Docker.Container,
           fresh: string,
           lifetimeMs: number | null | undefined,
           resumeSignal: AbortSignal,
         ): Promise<void> => {
-          const previous = relay
-          relay = new RelayChannel(this.engine.docker, await target.inspect())
-          previous?.close()
-          const lifeline = (await relay.channel()).open({ kind: 'agent' })
-          lifeline.on('error', () => {})
-          lifeline.write(formatResumeLine(fresh, lifetimeMs))
-          await waitForResumed(lifeline, resumeSignal)
-          // Work until the agent has answered; then not: an idle sandbox keeps no host process alive.
-          relay.setSpare(lifeline, true)
+          sessionPipe = await resumeOverSocketPipe({
+            docker: this.engine.docker,
+            containerId: target.id,
+            entrypoint: runtime.agentEntrypoint,
+            secret: fresh,
+            lifetimeMs,
+            signal: resumeSignal,
+            onStream: fromAgent,
+          })
+          channel = sessionPipe.channel
+        }
+        // Connections the sandbox made to its proxy port go to its gateway client.
+        const fromAgent = (stream: MuxStream, opening: StreamOpening): void => {
+          if (opening.kind === 'egress' && proxied && egress) {
+            this.egressGateway?.connect(request.id, stream)
+          } else stream.destroy()
         }
         step('attaching to the container')
-        const attach = (to: Docker.Container) =>
-          attachChannel(to, this.engine.docker, (stream, opening) => {
-            // Connections the sandbox made to its proxy port go to its gateway client.
-            if (opening.kind === 'egress' && proxied && egress) {
-              this.egressGateway?.connect(request.id, stream)
-            } else stream.destroy()
-          })
+        const attach = (to: Docker.Container) => attachChannel(to, this.engine.docker, fromAgent)
         channel = await attach(container)
         if (snapshot?.memory && checkpointEngine) {
           step('starting the container from the memory snapshot')
@@ -548,7 +544,7 @@ export class DockerBackend implements CordonSandboxBackend {
           )
           // The restored agent waits for its own secret, and its own lifetime from now.
           step('resuming the restored agent')
-          await resumeOverRelay(container, secret, request.lifetimeMs ?? null, signal)
+          await resumeOverPipe(container, secret, request.lifetimeMs ?? null, signal)
         } else {
           step('starting the container')
           await container.start()
@@ -563,18 +559,13 @@ export class DockerBackend implements CordonSandboxBackend {
           description: `container ${name}`,
           // Both kinds; port forwards stay on the attach.
           dial: async (attempt, kind) =>
-            relay
-              ? (await relay.channel()).open({ kind })
-              : direct
-                ? direct.dial(attempt, () => channel!.open({ kind }))
-                : channel!.open({ kind }),
+            direct ? direct.dial(attempt, () => channel!.open({ kind })) : channel!.open({ kind }),
           onSpare: (stream, spare) => {
             // A waiting spare keeps no host process alive, whichever way it goes.
             if (stream instanceof Socket) {
               if (spare) stream.unref()
               else stream.ref()
-            } else if (relay) relay.setSpare(stream, spare)
-            else channel?.setSpare(stream, spare)
+            } else channel?.setSpare(stream, spare)
           },
         })
         const [registered] = await Promise.all([
@@ -620,17 +611,20 @@ export class DockerBackend implements CordonSandboxBackend {
           checkpointing = true
           try {
             await client.suspendChannel(snapshotSignal)
-            // A relay's process would be caught in the checkpoint, holding a pipe no restored sandbox has.
-            await relay?.closeAndWait()
-            relay = undefined
+            // The pipe's process would be caught in the checkpoint, holding a pipe no restored sandbox has.
+            await sessionPipe?.closeAndWait()
+            sessionPipe = undefined
             try {
               // Not cut off by the signal: a checkpoint stopped half-way leaves the container in no known state.
               await checkpointContainer(docker, engine, container.id, id)
             } catch (error) {
               removeMemoryCheckpoint(engine.rootDir, id)
               // Still running, its agent waiting: resumed with the secret it had.
-              await resumeOverRelay(container, secret, undefined, AbortSignal.timeout(timeoutMs))
-                .then(() => client.rekey(secret))
+              await resumeOverPipe(container, secret, undefined, AbortSignal.timeout(timeoutMs))
+                .then(() => {
+                  client.rekey(secret)
+                  watchChannel(channel!)
+                })
                 .catch(() => sandbox.markLost('lost'))
               throw error
             }
@@ -655,13 +649,14 @@ export class DockerBackend implements CordonSandboxBackend {
               const next = await docker.createContainer(spec)
               container = next
               inContainer.containerId = next.id
+              // Attached, as the engine's start expects; gVisor never wakes it (resumeOverPipe).
               channel = await attach(next)
-              watchChannel(channel)
-              checkpointing = false
               await startFromCheckpoint(docker, engine, next.id, id)
               const fresh = newAgentSecret()
               const resumeSignal = AbortSignal.timeout(timeoutMs)
-              await resumeOverRelay(next, fresh, undefined, resumeSignal)
+              await resumeOverPipe(next, fresh, undefined, resumeSignal)
+              checkpointing = false
+              watchChannel(channel)
               secret = fresh
               client.rekey(fresh)
               await waitForAgent(client, request.id, resumeSignal, channel, undefined)
@@ -693,12 +688,7 @@ export class DockerBackend implements CordonSandboxBackend {
           id: request.id,
           rootDir: layout.outputs.containerPath,
           writeRoots: writableRoots(layout),
-          connectPort: (port) =>
-            relay
-              ? new DeferredStream(
-                  relay.channel().then((opened) => opened.open({ kind: 'connect', port })),
-                )
-              : channel!.open({ kind: 'connect', port }),
+          connectPort: (port) => channel!.open({ kind: 'connect', port }),
           measureUsage: (usageSignal) => engineUsage(this.engine.docker, container.id, usageSignal),
           env: sandboxEnv,
           openTerminal: (terminalOptions) =>

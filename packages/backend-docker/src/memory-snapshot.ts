@@ -9,8 +9,6 @@ import {
   statSync,
 } from 'node:fs'
 import { join } from 'node:path'
-import type { Duplex } from 'node:stream'
-import { RESUMED_ACK } from '@cordon/agent/protocol'
 import type { ResolvedContainerSandboxLayout } from '@cordon/core'
 import { SandboxControlRefusedError, SandboxOperationError } from '@cordon/core'
 import { planLayoutMounts } from '@cordon/core/backend'
@@ -328,38 +326,4 @@ export async function recordMemorySnapshot(
   } finally {
     await removeHelper()
   }
-}
-
-/** Resolves once the agent has answered a resume line on `stream` (it holds the new secret then). */
-export function waitForResumed(stream: Duplex, signal: AbortSignal): Promise<void> {
-  return new Promise((resolve, reject) => {
-    let seen = ''
-    const done = (error?: Error): void => {
-      stream.off('data', onData)
-      stream.off('close', onClose)
-      signal.removeEventListener('abort', onAbort)
-      if (error) reject(error)
-      else resolve()
-    }
-    const onData = (chunk: Buffer): void => {
-      seen = (seen + chunk.toString('utf8')).slice(-256)
-      if (seen.includes(RESUMED_ACK)) done()
-    }
-    const onClose = (): void =>
-      done(new SandboxOperationError('resume', 'the restored agent closed the resume connection'))
-    const onAbort = (): void =>
-      done(
-        new SandboxOperationError(
-          'resume',
-          'the restored agent did not take its resume line in time',
-          {
-            cause: signal.reason,
-          },
-        ),
-      )
-    if (signal.aborted) return onAbort()
-    stream.on('data', onData)
-    stream.once('close', onClose)
-    signal.addEventListener('abort', onAbort, { once: true })
-  })
 }
