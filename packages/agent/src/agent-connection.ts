@@ -31,6 +31,7 @@ import {
   parseClientMessage,
 } from './protocol/messages.js'
 import { restoreStartupBackgroundWork } from './startup-v8-flags.js'
+import { openTcpSockets } from './tcp-sockets.js'
 import { measureUsage } from './usage-meter.js'
 import { serveMakeDirectory } from './working-directory.js'
 
@@ -171,6 +172,14 @@ export async function serveConnection(socket: Duplex, context: ConnectionContext
             'bad-request',
             'this agent serves no stdio channel to suspend',
           )
+        if (request.refuseOpenTcp) {
+          const open = openTcpSockets(context.config.egressPort)
+          if (open.length > 0)
+            throw new AgentOperationError(
+              'unsupported',
+              `the sandbox holds TCP sockets in use: ${open.join(', ')}`,
+            )
+        }
         // The answer is the last frame of the session: written before the session is dropped.
         await connection.send({ type: 'channel-suspended' })
         suspend()

@@ -219,22 +219,28 @@ async function startStdioAgent(
     })
   let mux = newSession()
   let suspended = false
-  let egress: Server | undefined
-  if (config.egressPort !== undefined) {
+  // The sandbox's proxy port: each connection becomes an `egress` stream to the host.
+  const egressConnections = new Set<Socket>()
+  const listenForEgress = async (port: number): Promise<Server> => {
     // Half-open on: a client that shuts its write side still gets the answer.
-    egress = createServer({ allowHalfOpen: true }, (socket) => {
+    const server = createServer({ allowHalfOpen: true }, (socket) => {
       socket.on('error', () => {})
       if (mux.isClosed || suspended) {
         socket.destroy()
         return
       }
+      egressConnections.add(socket)
+      socket.once('close', () => egressConnections.delete(socket))
       pipeBothWays(socket, mux.open({ kind: 'egress' }))
     })
     await new Promise<void>((resolve, reject) => {
-      egress!.once('error', reject)
-      egress!.listen(config.egressPort, '127.0.0.1', () => resolve())
+      server.once('error', reject)
+      server.listen(port, '127.0.0.1', () => resolve())
     })
+    return server
   }
+  let egress =
+    config.egressPort === undefined ? undefined : await listenForEgress(config.egressPort)
   let closing: Promise<void> | undefined
   let running: RunningAgent | undefined
   const watchSession = (): void =>
@@ -280,6 +286,16 @@ async function startStdioAgent(
     // A session a connection carried goes with it (flushed: the suspend's answer is its last frame).
     sessionConnection?.end()
     sessionConnection = undefined
+    // This gVisor cannot checkpoint a TCP socket something waits on ("endpoint
+    // still has waiters upon save"), which a listening server always is: the
+    // proxy port closes while the agent is suspended, and listens again once
+    // it is resumed. Its connections rode the session just released.
+    const proxyPort = egress ? config.egressPort : undefined
+    if (egress) {
+      egress.close()
+      egress = undefined
+      for (const socket of egressConnections) socket.destroy()
+    }
     config.log('info', 'channel suspended; waiting for a resume line')
     const stopReadingStdin = new AbortController()
     let resumed = false
@@ -288,22 +304,37 @@ async function startStdioAgent(
       resumed = true
       context.takeConnection = undefined
       stopReadingStdin.abort()
-      context.nonces.reseed(Buffer.from(`${process.pid}:${Date.now()}:resume`))
-      resumeWith(line.secret)
-      if (connection) {
-        // The host opens the session's streams only once it has read this line.
-        connection.write(RESUMED_ACK)
-        sessionConnection = connection
-        mux = newSession(connection, connection)
-      } else {
-        mux = newSession()
-      }
-      watchSession()
-      suspended = false
-      config.log('info', 'channel resumed with a new secret', {
-        on: connection ? 'direct socket' : 'stdin',
-      })
-      running?.onChannelResumed?.(line)
+      // The proxy port listens before the session starts: nothing the host
+      // does once resumed finds it closed.
+      void (proxyPort === undefined ? Promise.resolve() : listenForEgress(proxyPort))
+        .then(
+          (server) => {
+            if (server && closing) server.close()
+            else if (server) egress = server
+          },
+          (error: Error) =>
+            config.log('error', 'the proxy port could not listen again after a resume', {
+              error: error.message,
+            }),
+        )
+        .then(() => {
+          context.nonces.reseed(Buffer.from(`${process.pid}:${Date.now()}:resume`))
+          resumeWith(line.secret)
+          if (connection) {
+            // The host opens the session's streams only once it has read this line.
+            connection.write(RESUMED_ACK)
+            sessionConnection = connection
+            mux = newSession(connection, connection)
+          } else {
+            mux = newSession()
+          }
+          watchSession()
+          suspended = false
+          config.log('info', 'channel resumed with a new secret', {
+            on: connection ? 'direct socket' : 'stdin',
+          })
+          running?.onChannelResumed?.(line)
+        })
     }
     context.takeConnection = (socket) => {
       readResumeLine(socket).then(

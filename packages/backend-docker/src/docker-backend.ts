@@ -100,6 +100,7 @@ import {
   checkMemorySnapshot,
   checkpointContainer,
   recordMemorySnapshot,
+  refusedForOpenSockets,
   removeCheckpointOf,
   removeMemoryCheckpoint,
   startFromCheckpoint,
@@ -311,7 +312,6 @@ export class DockerBackend implements CordonSandboxBackend {
         backend: this.name,
         runtime: this.config.runtime === 'runsc' ? 'runsc' : 'runc',
         detached: request.detached === true,
-        egress: request.egress.kind,
         layout,
         engineIsLocal: this.engine.socketPath !== undefined,
       })
@@ -601,7 +601,6 @@ export class DockerBackend implements CordonSandboxBackend {
             backend: this.name,
             runtime: this.config.runtime === 'runsc' ? 'runsc' : 'runc',
             detached: request.detached === true,
-            egress: request.egress.kind,
             layout,
             engineIsLocal: this.engine.socketPath !== undefined,
           })
@@ -610,7 +609,12 @@ export class DockerBackend implements CordonSandboxBackend {
           const createdAt = Date.now()
           checkpointing = true
           try {
-            await client.suspendChannel(snapshotSignal)
+            // Asked of the agent, which sees every socket: refused here leaves the sandbox untouched.
+            await client
+              .suspendChannel(snapshotSignal, { refuseOpenTcp: true })
+              .catch((error: unknown) => {
+                throw refusedForOpenSockets(error, this.name)
+              })
             // The pipe's process would be caught in the checkpoint, holding a pipe no restored sandbox has.
             await sessionPipe?.closeAndWait()
             sessionPipe = undefined
@@ -744,8 +748,10 @@ export class DockerBackend implements CordonSandboxBackend {
             await remove()
             this.events.forget(container.id)
           },
-          explainLostCommand: (startedAt) =>
-            explainLostCommand(this.events, container.id, startedAt),
+          // A memory snapshot ends the container on purpose (its streams drop
+          // with the session); what failed then is not a sign of loss.
+          explainLostCommand: async (startedAt) =>
+            checkpointing ? undefined : explainLostCommand(this.events, container.id, startedAt),
           // The engine's freezer: the cgroup freezer under runc, the sandbox's own pause under gVisor.
           freezer: {
             pause: (freezeSignal) =>

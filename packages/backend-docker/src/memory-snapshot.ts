@@ -60,8 +60,6 @@ export async function checkMemorySnapshot(
     readonly backend: string
     readonly runtime: 'runc' | 'runsc'
     readonly detached: boolean
-    /** The sandbox's egress policy kind. */
-    readonly egress: string
     readonly layout: ResolvedContainerSandboxLayout
     readonly engineIsLocal: boolean
   },
@@ -73,10 +71,6 @@ export async function checkMemorySnapshot(
   if (sandbox.detached)
     refuse(
       'a detached sandbox is not checkpointed: its agent outlives its host by its own settings, which a sandbox restored from it would keep',
-    )
-  if (sandbox.egress !== 'deny-all')
-    refuse(
-      `a sandbox with egress "${sandbox.egress}" reaches its gateway through its container's stdin and stdout, which gVisor does not wake again in a restored sandbox; only "deny-all" sandboxes are checkpointed`,
     )
   const shared = planLayoutMounts(sandbox.layout).filter(
     (mount) => !mount.readOnly && mount.source.type !== 'ephemeral',
@@ -138,12 +132,53 @@ export async function checkpointContainer(
   const container = docker.getContainer(containerId) as Docker.Container & {
     createCheckpoint(options: Record<string, unknown>): Promise<unknown>
   }
-  await container.createCheckpoint({
-    CheckpointID: id,
-    CheckpointDir: join(engine.rootDir, CHECKPOINT_DIRECTORY),
-    Exit: true,
-    ...(signal ? { abortSignal: signal } : {}),
-  })
+  await container
+    .createCheckpoint({
+      CheckpointID: id,
+      CheckpointDir: join(engine.rootDir, CHECKPOINT_DIRECTORY),
+      Exit: true,
+      ...(signal ? { abortSignal: signal } : {}),
+    })
+    .catch((error: unknown) => {
+      throw explainCheckpointFailure(error)
+    })
+}
+
+/**
+ * This runsc cannot save a TCP socket that something waits on ("endpoint
+ * still has waiters upon save"), and a listening server, or a connection a
+ * process reads, always is one; the failed save then ends the whole
+ * sandbox. So the agent is asked to refuse the suspend while the sandbox
+ * holds TCP sockets in use, and that refusal becomes this one, before the
+ * sandbox is touched (a fork that did not ask for memory then copies files).
+ */
+export function refusedForOpenSockets(error: unknown, backend: string): unknown {
+  if (
+    !SandboxControlRefusedError.isInstance(error) ||
+    !/holds TCP sockets in use/.test(error.reason)
+  )
+    return error
+  return new SandboxControlRefusedError(
+    'snapshot.memory',
+    backend,
+    `gVisor (this runsc) cannot checkpoint a TCP socket in use, and ${error.reason.replace(/^the sandbox/, 'this sandbox')}; stop what holds them (a server, an open connection), or take snapshot({ memory: false }), which keeps the files`,
+    { cause: error },
+  )
+}
+
+/**
+ * The engine's answer when runsc could not save the sandbox, said in terms
+ * of what the sandbox runs, for a socket that became busy after the agent
+ * looked. Anything else is passed on as the engine said it.
+ */
+export function explainCheckpointFailure(error: unknown): unknown {
+  const message = String((error as Error)?.message ?? error)
+  if (!/endpoint still has waiters upon save/.test(message)) return error
+  return new SandboxOperationError(
+    'snapshot',
+    'gVisor could not checkpoint the sandbox: a process in it began to wait on a TCP socket (a server, or a connection it reads) as the checkpoint was taken, which this runsc cannot save',
+    { cause: error },
+  )
 }
 
 /**

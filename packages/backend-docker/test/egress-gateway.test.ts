@@ -479,6 +479,71 @@ describe('egress through the gateway (Docker backend)', () => {
     }
   })
 
+  it("keeps a gVisor sandbox's egress across a memory snapshot: the source, a restored sandbox and a process continued in it reach the allowed hosts through their own clients, and nothing else", async () => {
+    const source = await gvisorProvider.create({
+      egress: { kind: 'static', allowedHosts: ['upstream.test', 'secure.test'] },
+    })
+    let restored: CordonSandbox | undefined
+    let snapshotId: string | undefined
+    try {
+      // A process checkpointed with the sandbox, which fetches only once told to (after the restore).
+      await source.start('sh', [
+        '-c',
+        `while [ ! -f /tmp/go ]; do sleep 0.1; done; wget -q -O /tmp/got http://upstream.test:${httpPort}/from-memory`,
+      ])
+      const taken = await source.snapshot({ memory: true })
+      snapshotId = taken.id
+      expect(taken.egress).toEqual({
+        kind: 'static',
+        allowedHosts: ['upstream.test', 'secure.test'],
+      })
+      restored = await gvisorProvider.create({ snapshot: taken.id })
+      await restored.exec('touch', ['/tmp/go'])
+      const continued = await restored.exec(
+        'sh',
+        ['-c', 'for i in $(seq 100); do [ -s /tmp/got ] && cat /tmp/got && exit; sleep 0.1; done'],
+        { timeout: 20_000 },
+      )
+      expect(continued.stdout).toBe('upstream saw /from-memory over http\n')
+      for (const [sandbox, path] of [
+        [source, '/source-after-snapshot'],
+        [restored, '/restored'],
+      ] as const) {
+        const allowed = await sandbox.exec(
+          'wget',
+          ['-q', '-O', '-', `http://upstream.test:${httpPort}${path}`],
+          { timeout: 15_000 },
+        )
+        expect(allowed.stdout).toBe(`upstream saw ${path} over http\n`)
+        const brokered = await sandbox.exec(
+          'wget',
+          ['-q', '-O', '-', `http://secure.test:${httpsPort}${path}-secret`],
+          { timeout: 15_000 },
+        )
+        expect(brokered.stdout).toBe(`upstream saw ${path}-secret over https\n`)
+        expect(
+          seen.find((request) => request.url === `${path}-secret`)?.headers.authorization,
+        ).toBe(SECRET)
+        const denied = await rawThroughProxy(
+          sandbox,
+          `GET http://elsewhere.test:${httpPort}/ HTTP/1.1\r\nHost: elsewhere.test:${httpPort}\r\nConnection: close\r\n\r\n`,
+        )
+        expect(denied).toMatch(/^HTTP\/1\.1 403/)
+        // Each one's decisions are its own (its own gateway client, under its own id).
+        expect(
+          await eventFor(
+            egressEvents,
+            (event) => event.sandboxId === sandbox.id && event.decision === 'allow',
+          ),
+        ).toBeDefined()
+      }
+    } finally {
+      await restored?.destroy()
+      await source.destroy()
+      if (snapshotId) await gvisorProvider.snapshots.remove(snapshotId)
+    }
+  })
+
   it('one sandbox holding its every tunnel leaves the gateway to its neighbours', async () => {
     const greedy = await nodeProvider.create({
       egress: { kind: 'static', allowedHosts: ['upstream.test'] },

@@ -10,7 +10,7 @@ import {
   type CordonSandboxProvider,
   SandboxControlRefusedError,
 } from '@cordon/core'
-import { BUSYBOX_IMAGE, EPHEMERAL_OUTPUTS, testRunLabels } from '@cordon/test-support'
+import { BUSYBOX_IMAGE, EPHEMERAL_OUTPUTS, NODE_IMAGE, testRunLabels } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
 import {
@@ -43,12 +43,12 @@ async function engineRoot(): Promise<string> {
   return ((await docker.info()) as { DockerRootDir: string }).DockerRootDir
 }
 
-function provider(runtime: 'docker' | 'runsc'): CordonSandboxProvider {
+function provider(runtime: 'docker' | 'runsc', image = BUSYBOX_IMAGE): CordonSandboxProvider {
   return createDockerSandboxProvider({
     backend: {
       tier: 'container',
       runtime,
-      image: BUSYBOX_IMAGE,
+      image,
       cpus: 1,
       labels: testRunLabels(),
     },
@@ -152,6 +152,56 @@ describe('memory snapshots under gVisor', () => {
     }
   })
 
+  it('a sandbox holding a TCP socket in use (a Node server) is refused before it is touched, as this runsc cannot save one; fork() copies its files instead; once the server is gone it is checkpointed', async () => {
+    const withNode = provider('runsc', NODE_IMAGE)
+    const sandbox = await withNode.create({ memoryLimitMb: 256 })
+    const snapshots: string[] = []
+    try {
+      const server = await sandbox.start('node', [
+        '-e',
+        "require('net').createServer((s) => s.end('hi')).listen(8080, '127.0.0.1', () => require('fs').writeFileSync('/tmp/listening', ''))",
+      ])
+      for (let attempt = 0; attempt < 100; attempt++) {
+        if ((await sandbox.exec('test', ['-e', '/tmp/listening'])).exitCode === 0) break
+        await new Promise((resolve) => setTimeout(resolve, 100))
+      }
+      const refused = await sandbox.snapshot({ memory: true }).then(
+        (taken) => {
+          snapshots.push(taken.id)
+          return taken
+        },
+        (error: unknown) => error,
+      )
+      expect(SandboxControlRefusedError.isInstance(refused), String(refused)).toBe(true)
+      expect((refused as SandboxControlRefusedError).control).toBe('snapshot.memory')
+      expect((refused as SandboxControlRefusedError).backend).toBe('container:runsc')
+      expect(String((refused as Error).message)).toMatch(/TCP socket in use.*port 8080 listening/)
+      expect((await sandbox.exec('echo', ['still here'])).stdout).toBe('still here\n')
+      // A fork that does not ask for memory copies the files of such a sandbox.
+      const [fork] = await sandbox.fork({ count: 1 })
+      try {
+        // Its files (the server's mark among them), not its processes: nothing listens there.
+        expect((await fork!.exec('test', ['-e', '/tmp/listening'])).exitCode).toBe(0)
+        const dial = await fork!.exec('node', [
+          '-e',
+          "require('net').connect(8080, '127.0.0.1').on('connect', () => process.exit(0)).on('error', () => process.exit(3))",
+        ])
+        expect(dial.exitCode).toBe(3)
+      } finally {
+        await fork!.destroy()
+      }
+      await server.kill()
+      await server.wait().catch(() => {})
+      const taken = await sandbox.snapshot({ memory: true })
+      snapshots.push(taken.id)
+      expect((await sandbox.exec('echo', ['and on'])).stdout).toBe('and on\n')
+    } finally {
+      await sandbox.destroy()
+      for (const id of snapshots) await withNode.snapshots.remove(id)
+      await withNode.close()
+    }
+  })
+
   it('gc removes a checkpoint whose snapshot is past its retention or gone', async () => {
     const source = await gvisor.create()
     try {
@@ -212,7 +262,6 @@ describe('memory snapshots refused', () => {
       backend: 'container:gvisor',
       runtime: 'runsc',
       detached: false,
-      egress: 'deny-all',
       layout: {
         outputs: { containerPath: '/mnt/user-data/outputs', source: { type: 'ephemeral' } },
       } as never,

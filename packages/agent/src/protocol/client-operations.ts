@@ -180,9 +180,15 @@ export async function requestClocks(
  * line (see `SuspendChannelRequest`); resolves once it has answered, which
  * is the last frame it sends on that session.
  */
-export async function requestSuspendChannel(connection: FramedConnection): Promise<void> {
+export async function requestSuspendChannel(
+  connection: FramedConnection,
+  options: { readonly refuseOpenTcp?: boolean } = {},
+): Promise<void> {
   requireRevision(connection, 'suspend-channel', 3)
-  await connection.send({ type: 'suspend-channel' })
+  await connection.send({
+    type: 'suspend-channel',
+    ...(options.refuseOpenTcp ? { refuseOpenTcp: true } : {}),
+  })
   const reply = await nextMessage(connection)
   if (reply.type !== 'channel-suspended') throw remoteOrUnexpected(reply, 'channel-suspended')
   connection.close()

@@ -235,6 +235,13 @@ export interface ResumeClocksRequest {
  */
 export interface SuspendChannelRequest {
   readonly type: 'suspend-channel'
+  /**
+   * Refuse (`unsupported`, naming them) while the sandbox holds TCP sockets
+   * in use (listening, connected, closing), its own proxy port's listener
+   * aside: a runtime that cannot checkpoint them (gVisor here) asks for this
+   * before it checkpoints, so the sandbox is refused untouched.
+   */
+  readonly refuseOpenTcp?: boolean
 }
 
 export type AgentRequest =
@@ -562,6 +569,9 @@ export function parseClientMessage(raw: Raw): ClientMessage {
     case 'pause-clocks':
     case 'resume-clocks':
     case 'suspend-channel':
+      return raw.refuseOpenTcp === undefined
+        ? { type: 'suspend-channel' }
+        : { type: 'suspend-channel', refuseOpenTcp: bool(raw, 'refuseOpenTcp') }
     case 'list-processes':
     case 'write-files':
     case 'proceed':

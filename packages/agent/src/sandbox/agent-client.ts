@@ -136,9 +136,12 @@ export class AgentClient {
    * that session, are dropped. Later operations need {@link rekey} and a
    * new channel.
    */
-  async suspendChannel(signal?: AbortSignal): Promise<void> {
+  async suspendChannel(
+    signal?: AbortSignal,
+    options: { readonly refuseOpenTcp?: boolean } = {},
+  ): Promise<void> {
     await this.withConnection('suspend-channel', undefined, signal, (connection) =>
-      requestSuspendChannel(connection),
+      requestSuspendChannel(connection, options),
     )
     this.dropSpares()
   }
