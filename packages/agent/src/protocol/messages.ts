@@ -568,10 +568,6 @@ export function parseClientMessage(raw: Raw): ClientMessage {
     case 'usage':
     case 'pause-clocks':
     case 'resume-clocks':
-    case 'suspend-channel':
-      return raw.refuseOpenTcp === undefined
-        ? { type: 'suspend-channel' }
-        : { type: 'suspend-channel', refuseOpenTcp: bool(raw, 'refuseOpenTcp') }
     case 'list-processes':
     case 'write-files':
     case 'proceed':
@@ -579,6 +575,10 @@ export function parseClientMessage(raw: Raw): ClientMessage {
     case 'end':
     case 'heartbeat':
       return { type: raw.type }
+    case 'suspend-channel':
+      return raw.refuseOpenTcp === undefined
+        ? { type: 'suspend-channel' }
+        : { type: 'suspend-channel', refuseOpenTcp: bool(raw, 'refuseOpenTcp') }
     case 'exec': {
       const cwd = raw.cwd === undefined ? undefined : absolutePath(raw, 'cwd')
       const timeoutMs = int(raw, 'timeoutMs', { optional: true, min: 1 })
