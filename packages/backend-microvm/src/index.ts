@@ -36,6 +36,7 @@ export type {
   SnapshotBody,
 } from './control-plane-types.js'
 export { microVMBackend } from './definition.js'
+export { removeEndedDetachedMicroVMGuests } from './detached-sweep.js'
 export { encodeEgressAllowlist } from './egress-allowlist.js'
 export {
   createBackend,
