@@ -1,20 +1,11 @@
 import type { MicroVMBackendConfig } from '@cordon/builtin-backends'
 import { LABEL, parseBackendConfig } from '@cordon/core/backend'
-import { ControlPlaneClient } from './control-plane-client.js'
+import { type ControlPlaneClient, controlPlaneFor } from './control-plane-client.js'
 import { microVMBackend } from './definition.js'
 import { hasPassedEndTime } from './reconnect-state.js'
 
 /** How long a sweep of ended detached guests may take when the caller gives no signal. */
 export const SWEEP_TIMEOUT_MS = 60_000
-
-/** The backend's client of the control plane the config names. */
-export function controlPlaneFor(config: MicroVMBackendConfig): ControlPlaneClient {
-  return new ControlPlaneClient({
-    endpoint: config.orchestratorEndpoint,
-    getToken: config.getToken,
-    ...(config.controlPlaneMtls ? { tls: config.controlPlaneMtls } : {}),
-  })
-}
 
 /**
  * Deletes every detached guest of cordon's on the control plane whose end

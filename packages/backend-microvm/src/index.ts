@@ -44,7 +44,10 @@ export {
   DEFAULT_READINESS_TIMEOUT_MS,
   type MicroVMBackendOptions,
 } from './microvm-backend.js'
-export { DEFAULT_SNAPSHOT_RETENTION_MS } from './snapshot-store.js'
+export {
+  DEFAULT_SNAPSHOT_RETENTION_MS,
+  removeExpiredMicroVMSnapshots,
+} from './snapshot-store.js'
 export {
   type AgentAddress,
   DEFAULT_AGENT_VSOCK_PORT,

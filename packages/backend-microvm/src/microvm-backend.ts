@@ -30,10 +30,10 @@ import {
   type SandboxListing,
   withEnforcedLimits,
 } from '@cordon/core/backend'
-import { BACKEND_NAME } from './control-plane-client.js'
+import { BACKEND_NAME, controlPlaneFor } from './control-plane-client.js'
 import type { SandboxAgentEndpoint } from './control-plane-types.js'
 import { microVMBackend } from './definition.js'
-import { controlPlaneFor, removeEndedDetachedGuests, SWEEP_TIMEOUT_MS } from './detached-sweep.js'
+import { removeEndedDetachedGuests, SWEEP_TIMEOUT_MS } from './detached-sweep.js'
 import { encodeEgressAllowlist } from './egress-allowlist.js'
 import {
   decodeReconnectState,

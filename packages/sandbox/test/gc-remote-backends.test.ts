@@ -177,6 +177,44 @@ describe('cordon gc --microvm, against the orchestrator stand-in', () => {
     }
   })
 
+  it("removes cordon's snapshots on the control plane past their retention (--snapshot-retention, else the config's snapshotRetentionMs, else 7 days); --dry-run removes nothing", async () => {
+    const provider = createSandboxProvider({
+      backend: standin.backendConfig(),
+      credentialStore: false,
+    })
+    try {
+      const source = await provider.create()
+      const snapshot = await source.snapshot()
+      await source.destroy()
+      const listed = async () => (await provider.snapshots!.list()).map((taken) => taken.id)
+      const env = { ...NO_ENGINE, CORDON_ORCHESTRATOR_TOKEN: standin.token }
+      const where = `cordon gc (microvm ${standin.backendConfig().orchestratorEndpoint})`
+      const sweep = async (args: string[]) => {
+        const result = await cordon(['gc', ...args, '--credential-store', store], env)
+        expect(result.code, result.stderr).toBe(0)
+        return result.stdout
+      }
+
+      expect(await sweep(['--microvm', config])).toContain(
+        `${where}: removed 0 snapshots past their retention\n`,
+      )
+      expect(
+        await sweep(['--dry-run', '--snapshot-retention', '1ms', '--microvm', config]),
+      ).toContain(`${where}: would remove 1 snapshots past their retention: ${snapshot.id}\n`)
+      expect(await listed()).toEqual([snapshot.id])
+      const shortRetention = files.write('short-retention.json', {
+        orchestratorEndpoint: standin.backendConfig().orchestratorEndpoint,
+        snapshotRetentionMs: 1,
+      })
+      expect(await sweep(['--microvm', shortRetention])).toContain(
+        `${where}: removed 1 snapshots past their retention: ${snapshot.id}\n`,
+      )
+      expect(await listed()).toEqual([])
+    } finally {
+      await provider.close()
+    }
+  }, 120_000)
+
   it('a missing token, an unreadable file, a file the schema refuses, or a token in the file is a usage error naming the flag', async () => {
     const env = { ...NO_ENGINE, CORDON_ORCHESTRATOR_TOKEN: standin.token }
     const usage = async (args: string[], environment: Record<string, string>) => {

@@ -44,13 +44,15 @@ keeps it, unless --volume-retention is given (0s takes every such volume);
 then a volume no sandbox mounts and none has used for longer than that is
 removed with everything in it.
 
---aci and --microvm reach the other backends' detached sandboxes: each
-names a JSON file with the backend config's fields but its token function
-(tier and runtime or service may be left out), and gc removes the detached
-sandboxes there whose end time has passed (ACI container groups of the
-config's resource group, paused or stopped ones too; guests of the microVM
-control plane, paused ones too), and nothing else. The token comes from the
-environment: CORDON_ARM_TOKEN (Azure Resource Manager) for --aci,
+--aci and --microvm reach the other backends: each names a JSON file with
+the backend config's fields but its token function (tier and runtime or
+service may be left out), and gc removes there, and nothing else: the
+detached sandboxes whose end time has passed (ACI: the container groups of
+the config's resource group, stopped ones too; microVM: the control plane's
+guests, paused ones too), and on the microVM control plane cordon's
+snapshots older than --snapshot-retention (default the config's
+snapshotRetentionMs, else 7d). The token comes from the environment:
+CORDON_ARM_TOKEN (Azure Resource Manager) for --aci,
 CORDON_ORCHESTRATOR_TOKEN (the control plane) for --microvm. Each flag may
 be given more than once. With either, the Docker Engine is swept too when
 one is reachable, and skipped (saying why) when it is not; without them, an
@@ -99,8 +101,8 @@ export async function gcCommand(
     retention === undefined ? undefined : parseDurationFlag('volume-retention', retention)
   // Every file, token and package is checked before anything is removed anywhere.
   const remote = [
-    ...(await prepareRemoteSweeps(ACI_GC, values.aci ?? [], env)),
-    ...(await prepareRemoteSweeps(MICROVM_GC, values.microvm ?? [], env)),
+    ...(await prepareRemoteSweeps(ACI_GC, values.aci ?? [], { snapshotRetentionMs }, env)),
+    ...(await prepareRemoteSweeps(MICROVM_GC, values.microvm ?? [], { snapshotRetentionMs }, env)),
   ]
   const dryRun = values['dry-run']
   const verb = dryRun ? 'would remove' : 'removed'
@@ -128,7 +130,7 @@ export async function gcCommand(
     try {
       const removed = await sweep.run(dryRun)
       io.stdout(
-        `cordon gc (${sweep.where}): ${verb} ${removed.length} ${sweep.removes} past their end time${removed.length > 0 ? `: ${removed.join(', ')}` : ''}\n`,
+        `cordon gc (${sweep.where}): ${verb} ${removed.length} ${sweep.removes}${removed.length > 0 ? `: ${removed.join(', ')}` : ''}\n`,
       )
     } catch (error) {
       remoteFailed = true

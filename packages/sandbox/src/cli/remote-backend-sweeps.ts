@@ -21,18 +21,34 @@ import { UsageError } from './command-line.js'
  * a JSON file with the backend config's serialisable fields (validated by
  * the backend's own schema), the bearer token from an environment variable
  * (a function cannot be in a file, and a token kept in a config file
- * outlives its hour), and the backend package's own sweep of detached
- * sandboxes past their end time.
+ * outlives its hour), and the backend package's own sweeps: of detached
+ * sandboxes past their end time, and of snapshots past their retention
+ * where the backend keeps them remotely.
  */
 
-/** A sweep of one backend's detached sandboxes past their end time: what it removed (or would). */
+/** One sweep of one backend: what it removed (or would). */
 export interface RemoteSweep {
   /** How the output names where it swept: `aci <resource group>`, `microvm <endpoint>`. */
   readonly where: string
-  /** What it removes, plural: `detached groups`, `detached guests`. */
+  /** What it removes, plural, and why: `detached guests past their end time`. */
   readonly removes: string
   /** Resolves with the names of what it removed; with `dryRun`, of what it would remove. */
   run(dryRun: boolean): Promise<string[]>
+}
+
+/** One sweep a backend package exports: `(config, { signal, dryRun, ... }) => names`. */
+interface ExportedSweep {
+  readonly name: string
+  /** What it removes, plural, and why: `detached groups past their end time`. */
+  readonly removes: string
+  /** The options it takes besides `dryRun`, from the command line's. */
+  options?(flags: RemoteSweepFlags): Record<string, unknown>
+}
+
+/** What the command line gives every sweep besides `dryRun`. */
+export interface RemoteSweepFlags {
+  /** `--snapshot-retention`, when given. */
+  readonly snapshotRetentionMs?: number
 }
 
 /** What `cordon gc` needs to know of a backend it reaches through a config file. */
@@ -46,9 +62,7 @@ interface RemoteGcBackend<Config extends SandboxBackendConfigBase> {
   readonly tokenField: string
   readonly tokenVariable: string
   readonly tokenIs: string
-  /** The sweep the backend package exports: `(config, { signal, dryRun }) => names`. */
-  readonly sweepExport: string
-  readonly removes: string
+  readonly sweeps: readonly ExportedSweep[]
   where(config: Config): string
 }
 
@@ -65,8 +79,9 @@ export const ACI_GC: RemoteGcBackend<ACIStandbyPoolBackendConfig> = {
   tokenField: 'getArmToken',
   tokenVariable: 'CORDON_ARM_TOKEN',
   tokenIs: 'a bearer token for Azure Resource Manager (az account get-access-token)',
-  sweepExport: 'removeEndedDetachedAciGroups',
-  removes: 'detached groups',
+  sweeps: [
+    { name: 'removeEndedDetachedAciGroups', removes: 'detached groups past their end time' },
+  ],
   where: (config) => `aci ${config.resourceGroup}`,
 }
 
@@ -78,8 +93,15 @@ export const MICROVM_GC: RemoteGcBackend<MicroVMBackendConfig> = {
   tokenField: 'getToken',
   tokenVariable: 'CORDON_ORCHESTRATOR_TOKEN',
   tokenIs: "the orchestrator control plane's bearer token",
-  sweepExport: 'removeEndedDetachedMicroVMGuests',
-  removes: 'detached guests',
+  sweeps: [
+    { name: 'removeEndedDetachedMicroVMGuests', removes: 'detached guests past their end time' },
+    {
+      name: 'removeExpiredMicroVMSnapshots',
+      removes: 'snapshots past their retention',
+      options: ({ snapshotRetentionMs }) =>
+        snapshotRetentionMs === undefined ? {} : { retentionMs: snapshotRetentionMs },
+    },
+  ],
   where: (config) => `microvm ${config.orchestratorEndpoint}`,
 }
 
@@ -94,6 +116,7 @@ export const MICROVM_GC: RemoteGcBackend<MicroVMBackendConfig> = {
 export async function prepareRemoteSweeps<Config extends SandboxBackendConfigBase>(
   backend: RemoteGcBackend<Config>,
   files: readonly string[],
+  flags: RemoteSweepFlags,
   env: NodeJS.ProcessEnv,
   importer?: ModuleImporter,
 ): Promise<RemoteSweep[]> {
@@ -109,20 +132,25 @@ export async function prepareRemoteSweeps<Config extends SandboxBackendConfigBas
     backend.packageName,
     importer,
   )) as Record<string, unknown>
-  const sweep = module[backend.sweepExport]
-  if (typeof sweep !== 'function')
-    throw new SandboxBackendUnavailableError(
-      backend.definition.name,
-      `${backend.packageName} does not export ${backend.sweepExport}(); cordon gc --${backend.flag} needs a version that does`,
-    )
-  return configs.map((config) => ({
-    where: backend.where(config),
-    removes: backend.removes,
-    run: (dryRun) =>
-      (sweep as (config: Config, options: { dryRun: boolean }) => Promise<string[]>)(config, {
-        dryRun,
-      }),
-  }))
+  const exported = backend.sweeps.map((sweep) => {
+    const run = module[sweep.name]
+    if (typeof run !== 'function')
+      throw new SandboxBackendUnavailableError(
+        backend.definition.name,
+        `${backend.packageName} does not export ${sweep.name}(); cordon gc --${backend.flag} needs a version that does`,
+      )
+    return {
+      sweep,
+      run: run as (config: Config, options: Record<string, unknown>) => Promise<string[]>,
+    }
+  })
+  return configs.flatMap((config) =>
+    exported.map(({ sweep, run }) => ({
+      where: backend.where(config),
+      removes: sweep.removes,
+      run: (dryRun: boolean) => run(config, { ...sweep.options?.(flags), dryRun }),
+    })),
+  )
 }
 
 /** The backend config in `file`, with the token function added, as the backend's schema takes it. */
