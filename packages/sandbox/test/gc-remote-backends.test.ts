@@ -109,7 +109,8 @@ describe('cordon gc --microvm, against the orchestrator stand-in', () => {
   it('removes a detached guest past its end time (left paused, which the orchestrator never ends), keeps one that has not ended and its credential; --dry-run removes nothing', async () => {
     const { getToken: _, ...backend } = standin.backendConfig()
     const made = { backend, tokenField: 'getToken', token: standin.token, store }
-    const ended = await detachedFromAnotherProcess({ ...made, lifetimeMs: 5_000, pause: true })
+    // Long enough for a loaded machine to create and pause it before its end.
+    const ended = await detachedFromAnotherProcess({ ...made, lifetimeMs: 10_000, pause: true })
     const live = await detachedFromAnotherProcess({ ...made, lifetimeMs: 180_000 })
     try {
       await pastEndTime(ended.endsAt)
@@ -299,7 +300,8 @@ describe('cordon gc --aci, against the ARM stand-in', () => {
       token: standin.token,
       store,
     }
-    const ended = await detachedFromAnotherProcess({ ...made, lifetimeMs: 8_000 })
+    // Long enough for a loaded machine to claim it before its agent ends it.
+    const ended = await detachedFromAnotherProcess({ ...made, lifetimeMs: 15_000 })
     const live = await detachedFromAnotherProcess({ ...made, lifetimeMs: 180_000 })
     try {
       await pastEndTime(ended.endsAt)
