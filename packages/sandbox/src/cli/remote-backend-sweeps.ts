@@ -66,7 +66,7 @@ interface RemoteGcBackend<Config extends SandboxBackendConfigBase> {
   where(config: Config): string
 }
 
-// Validation needs only the definitions (their schemas); the packages are loaded by `prepare`.
+// Validation needs only the definitions (their schemas); the packages are loaded by prepareRemoteSweeps.
 const definitions = builtinBackends(() =>
   Promise.reject(new Error('cordon gc loads backend packages itself')),
 )
