@@ -429,16 +429,17 @@ function standbyPoolClaimsFor(
 }
 
 /**
- * `cordon gc` for ACI, for a host's own schedule (a timer job, a cron): deletes
- * the detached sandboxes' container groups of the configured resource group
- * whose end time has passed, and resolves with their names. Their agents
- * ended themselves at that time; each backend also does this once, in the
- * background, when it first creates, connects or lists. Nothing else is
- * touched.
+ * `cordon gc` for ACI, for a host's own schedule (a timer job, a cron) and for
+ * `cordon gc --aci`: deletes the detached sandboxes' container groups of the
+ * configured resource group whose end time has passed, and resolves with
+ * their names (with `dryRun`, the names it would delete, deleting nothing).
+ * Their agents ended themselves at that time; each backend also does this
+ * once, in the background, when it first creates, connects or lists.
+ * Nothing else is touched.
  */
 export async function removeEndedDetachedAciGroups(
   input: ACIStandbyPoolBackendConfig,
-  options: { readonly signal?: AbortSignal } = {},
+  options: { readonly signal?: AbortSignal; readonly dryRun?: boolean } = {},
 ): Promise<string[]> {
   const config = parseBackendConfig(aciStandbyPoolBackend, input)
   const client = new ArmClient({
@@ -449,6 +450,7 @@ export async function removeEndedDetachedAciGroups(
     return await removeEndedDetachedGroups(
       standbyPoolClaimsFor(config, client, 'gc'),
       options.signal ?? AbortSignal.timeout(SWEEP_TIMEOUT_MS),
+      options.dryRun === true,
     )
   } finally {
     await client.close()
@@ -459,11 +461,12 @@ export async function removeEndedDetachedAciGroups(
  * Deletes every detached cordon group of the claims' resource group whose
  * end time has passed, and resolves with their names: the sweep each
  * backend runs once, and what a host's own schedule can call
- * ({@link removeEndedDetachedAciGroups}).
+ * ({@link removeEndedDetachedAciGroups}). With `dryRun` it only names them.
  */
 async function removeEndedDetachedGroups(
   claims: StandbyPoolClaims,
   signal: AbortSignal,
+  dryRun = false,
 ): Promise<string[]> {
   const now = Date.now()
   const ended = (await claims.listGroups(signal))
@@ -471,7 +474,7 @@ async function removeEndedDetachedGroups(
     .filter((facts) => isExpiredDetached(facts, now))
   const removed: string[] = []
   for (const facts of ended) {
-    await claims.release(facts.name, signal)
+    if (!dryRun) await claims.release(facts.name, signal)
     removed.push(facts.name)
   }
   return removed

@@ -266,6 +266,11 @@ describe('reconnect on the ARM stand-in', () => {
     const live = await provider.create({ detached: true, lifetimeMs: 120_000 })
     const attached = await provider.create()
     try {
+      // A dry run names the group and deletes nothing.
+      expect(await removeEndedDetachedAciGroups(backendConfig(standin), { dryRun: true })).toEqual([
+        `cordon-${sandbox.id.slice(4)}`,
+      ])
+      expect((await readGroup(standin, sandbox.id))?.properties.instanceView.state).toBe('Stopped')
       const removed = await removeEndedDetachedAciGroups(backendConfig(standin))
       expect(removed).toEqual([`cordon-${sandbox.id.slice(4)}`])
       expect(await readGroup(standin, sandbox.id)).toBeUndefined()

@@ -1,3 +1,4 @@
+import type { MicroVMBackendConfig } from '@cordon/builtin-backends'
 import {
   SandboxControlRefusedError,
   SandboxDestroyedError,
@@ -25,6 +26,15 @@ export interface ControlPlaneClientOptions {
   readonly getToken: () => Promise<string>
   /** Client certificate (and CA) for a control plane that requires mutual TLS. */
   readonly tls?: TlsClientMaterial
+}
+
+/** The backend's client of the control plane a (validated) backend config names. */
+export function controlPlaneFor(config: MicroVMBackendConfig): ControlPlaneClient {
+  return new ControlPlaneClient({
+    endpoint: config.orchestratorEndpoint,
+    getToken: config.getToken,
+    ...(config.controlPlaneMtls ? { tls: config.controlPlaneMtls } : {}),
+  })
 }
 
 /**

@@ -36,6 +36,7 @@ export type {
   SnapshotBody,
 } from './control-plane-types.js'
 export { microVMBackend } from './definition.js'
+export { removeEndedDetachedMicroVMGuests } from './detached-sweep.js'
 export { encodeEgressAllowlist } from './egress-allowlist.js'
 export {
   createBackend,
@@ -43,7 +44,10 @@ export {
   DEFAULT_READINESS_TIMEOUT_MS,
   type MicroVMBackendOptions,
 } from './microvm-backend.js'
-export { DEFAULT_SNAPSHOT_RETENTION_MS } from './snapshot-store.js'
+export {
+  DEFAULT_SNAPSHOT_RETENTION_MS,
+  removeExpiredMicroVMSnapshots,
+} from './snapshot-store.js'
 export {
   type AgentAddress,
   DEFAULT_AGENT_VSOCK_PORT,

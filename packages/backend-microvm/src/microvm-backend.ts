@@ -30,9 +30,10 @@ import {
   type SandboxListing,
   withEnforcedLimits,
 } from '@cordon/core/backend'
-import { BACKEND_NAME, ControlPlaneClient } from './control-plane-client.js'
+import { BACKEND_NAME, controlPlaneFor } from './control-plane-client.js'
 import type { SandboxAgentEndpoint } from './control-plane-types.js'
 import { microVMBackend } from './definition.js'
+import { removeEndedDetachedGuests, SWEEP_TIMEOUT_MS } from './detached-sweep.js'
 import { encodeEgressAllowlist } from './egress-allowlist.js'
 import {
   decodeReconnectState,
@@ -86,11 +87,7 @@ export function createMicroVMBackend(
   const config = parseBackendConfig(microVMBackend, input)
   const readyTimeoutMs = config.readyTimeoutMs ?? DEFAULT_READINESS_TIMEOUT_MS
   const vsockPort = config.agentVsockPort ?? DEFAULT_AGENT_VSOCK_PORT
-  const controlPlane = new ControlPlaneClient({
-    endpoint: config.orchestratorEndpoint,
-    getToken: config.getToken,
-    ...(config.controlPlaneMtls ? { tls: config.controlPlaneMtls } : {}),
-  })
+  const controlPlane = controlPlaneFor(config)
   const snapshotScope = config.agentSnapshot
   const snapshots = new ControlPlaneSnapshotStore(controlPlane, snapshotScope)
   const snapshotRetentionMs = config.snapshotRetentionMs ?? DEFAULT_SNAPSHOT_RETENTION_MS
@@ -109,28 +106,19 @@ export function createMicroVMBackend(
 
   /**
    * Once per backend, in the background of its first create, connect or
-   * list: deletes the detached guests past their end
-   * time (`cordon.expires`). The orchestrator deletes a guest when its
-   * `timeoutMs` runs out, but paused time does not count, so a detached
-   * guest a host paused and let go of would otherwise never end. A guest
-   * that is not detached is never touched: it is its creator's.
+   * list: deletes the detached guests past their end time
+   * ({@link removeEndedDetachedGuests}; what `cordon gc --microvm` runs too).
    */
   let detachedSweep: Promise<void> | undefined
   const stopSweep = new AbortController()
   const sweepEndedDetached = (): void => {
-    detachedSweep ??= (async () => {
-      const signal = AbortSignal.any([stopSweep.signal, AbortSignal.timeout(60_000)])
-      const guests = await controlPlane.listSandboxes(
-        { [LABEL.managed]: '1', [LABEL.detached]: '1' },
-        signal,
-      )
-      const now = Date.now()
-      for (const guest of guests) {
-        const endsAt = Number(guest.labels[LABEL.expires])
-        if (Number.isFinite(endsAt) && endsAt > 0 && now >= endsAt)
-          await controlPlane.deleteSandbox(guest.sandboxId, signal)
-      }
-    })().catch(() => {})
+    detachedSweep ??= removeEndedDetachedGuests(
+      controlPlane,
+      AbortSignal.any([stopSweep.signal, AbortSignal.timeout(SWEEP_TIMEOUT_MS)]),
+    ).then(
+      () => {},
+      () => {},
+    )
   }
 
   const create = async (backendOptions: SandboxBackendOptions): Promise<AgentSandbox> => {

@@ -59,6 +59,21 @@ export function detachedLabels(endsAt: number): Record<string, string> {
 }
 
 /**
+ * Whether a guest is a detached one of cordon's whose end time
+ * (`cordon.expires`) has passed: the sweep's to delete, paused or not.
+ */
+export function hasPassedEndTime(guest: SandboxDescriptionBody, now: number): boolean {
+  const endsAt = Number(guest.labels[LABEL.expires])
+  return (
+    guest.labels[LABEL.managed] === '1' &&
+    guest.labels[LABEL.detached] === '1' &&
+    Number.isFinite(endsAt) &&
+    endsAt > 0 &&
+    now >= endsAt
+  )
+}
+
+/**
  * A guest as `provider.list()` shows it, when the provider may reach it:
  * every detached guest (any process holding its credential may connect)
  * and the provider's own.

@@ -1,3 +1,4 @@
+import type { MicroVMBackendConfig } from '@cordon/builtin-backends'
 import {
   isSnapshotId,
   type SandboxSnapshot,
@@ -5,13 +6,16 @@ import {
   SandboxSnapshotNotFoundError,
   type SandboxSnapshotStore,
 } from '@cordon/core'
-import { LABEL } from '@cordon/core/backend'
-import { BACKEND_NAME, type ControlPlaneClient } from './control-plane-client.js'
+import { LABEL, parseBackendConfig } from '@cordon/core/backend'
+import { BACKEND_NAME, type ControlPlaneClient, controlPlaneFor } from './control-plane-client.js'
 import type { AgentSnapshotReference, SnapshotBody } from './control-plane-types.js'
+import { microVMBackend } from './definition.js'
 import type { ReportedEgress } from './reconnect-state.js'
 
 /** How long a snapshot cordon took is kept on the orchestrator unless the config says otherwise: 7 days. */
 export const DEFAULT_SNAPSHOT_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
+/** How long removing expired snapshots may take when the caller gives no signal. */
+const SNAPSHOT_SWEEP_TIMEOUT_MS = 60_000
 
 /** Labels a cordon snapshot carries on the control plane, beside the owner's. */
 export const SNAPSHOT_LABEL = {
@@ -117,15 +121,21 @@ export class ControlPlaneSnapshotStore implements SandboxSnapshotStore {
 
   /**
    * Removes cordon's snapshots older than `retentionMs`, whoever took them;
-   * resolves with the ids removed. Sandboxes already started from one go on.
+   * resolves with the ids removed (with `dryRun`, the ids it would remove,
+   * removing nothing). Sandboxes already started from one go on.
    */
-  async removeOlderThan(retentionMs: number, signal?: AbortSignal): Promise<string[]> {
+  async removeOlderThan(
+    retentionMs: number,
+    signal?: AbortSignal,
+    dryRun = false,
+  ): Promise<string[]> {
     const cutoff = Date.now() - retentionMs
     const expired = (await this.list(signal ? { signal } : {})).filter(
       (snapshot) => snapshot.createdAt < cutoff,
     )
-    for (const snapshot of expired)
-      await this.controlPlane.deleteSnapshot(snapshotReference(snapshot.id, this.scope), signal)
+    if (!dryRun)
+      for (const snapshot of expired)
+        await this.controlPlane.deleteSnapshot(snapshotReference(snapshot.id, this.scope), signal)
     return expired.map((snapshot) => snapshot.id)
   }
 
@@ -142,5 +152,36 @@ export class ControlPlaneSnapshotStore implements SandboxSnapshotStore {
     if (!isSnapshotId(id)) return undefined
     const body = await this.controlPlane.getSnapshot(snapshotReference(id, this.scope), signal)
     return body ? asSandboxSnapshot(body) : undefined
+  }
+}
+
+/**
+ * `cordon gc` for the orchestrator's snapshots, for a host's own schedule
+ * and for `cordon gc --microvm`: removes cordon's snapshots on the configured
+ * control plane older than `retentionMs` (default the config's
+ * `snapshotRetentionMs`, else {@link DEFAULT_SNAPSHOT_RETENTION_MS}),
+ * whoever took them, and resolves with their ids (with `dryRun`, the ids it
+ * would remove, removing nothing). Each backend's first create does the
+ * same with the config's retention. A snapshot cordon did not take is never
+ * touched.
+ */
+export async function removeExpiredMicroVMSnapshots(
+  input: MicroVMBackendConfig,
+  options: {
+    readonly signal?: AbortSignal
+    readonly dryRun?: boolean
+    readonly retentionMs?: number
+  } = {},
+): Promise<string[]> {
+  const config = parseBackendConfig(microVMBackend, input)
+  const controlPlane = controlPlaneFor(config)
+  try {
+    return await new ControlPlaneSnapshotStore(controlPlane, config.agentSnapshot).removeOlderThan(
+      options.retentionMs ?? config.snapshotRetentionMs ?? DEFAULT_SNAPSHOT_RETENTION_MS,
+      options.signal ?? AbortSignal.timeout(SNAPSHOT_SWEEP_TIMEOUT_MS),
+      options.dryRun === true,
+    )
+  } finally {
+    await controlPlane.close()
   }
 }

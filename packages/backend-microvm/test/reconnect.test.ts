@@ -12,7 +12,7 @@ import {
 import { LABEL } from '@cordon/core/backend'
 import { startTestOrchestrator, type TestOrchestratorStandin } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createMicroVMSandboxProvider } from '../src/index.js'
+import { createMicroVMSandboxProvider, removeEndedDetachedMicroVMGuests } from '../src/index.js'
 
 const run = promisify(execFile)
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
@@ -227,6 +227,11 @@ describe('reconnect on the orchestrator stand-in', () => {
     const endsAt = Number((await describeGuest(standin, sandbox.id))!.labels[LABEL.expires])
     while (Date.now() < endsAt + 500) await sleep(250)
     // Past its end time, still there: paused time does not count toward timeoutMs.
+    expect((await describeGuest(standin, sandbox.id))?.state).toBe('paused')
+    // The sweep `cordon gc --microvm` runs, dry: it names the guest and deletes nothing.
+    expect(
+      await removeEndedDetachedMicroVMGuests(standin.backendConfig(), { dryRun: true }),
+    ).toEqual([sandbox.id])
     expect((await describeGuest(standin, sandbox.id))?.state).toBe('paused')
     const next = makeProvider(false)
     try {

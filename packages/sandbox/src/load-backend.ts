@@ -16,9 +16,30 @@ export async function loadBackendModule(
   packageName: string,
   importer: ModuleImporter = nativeImport,
 ): Promise<SandboxBackendModule<unknown>> {
-  let loaded: unknown
+  const module = (await importBackendPackage(backendName, packageName, importer)) as Partial<
+    SandboxBackendModule<unknown>
+  >
+  if (typeof module?.createBackend !== 'function') {
+    throw new SandboxBackendUnavailableError(
+      backendName,
+      `${packageName} does not export createBackend(); is it a cordon backend package?`,
+    )
+  }
+  return module as SandboxBackendModule<unknown>
+}
+
+/**
+ * Imports a backend package: one that is not installed is
+ * {@link SandboxBackendNotInstalledError} naming what to install, one that
+ * fails to load is {@link SandboxBackendUnavailableError} with the reason.
+ */
+export async function importBackendPackage(
+  backendName: string,
+  packageName: string,
+  importer: ModuleImporter = nativeImport,
+): Promise<unknown> {
   try {
-    loaded = await importer(packageName)
+    return await importer(packageName)
   } catch (error) {
     if (isMissingPackage(error, packageName)) {
       throw new SandboxBackendNotInstalledError(backendName, packageName, { cause: error })
@@ -31,14 +52,6 @@ export async function loadBackendModule(
       },
     )
   }
-  const module = loaded as Partial<SandboxBackendModule<unknown>>
-  if (typeof module?.createBackend !== 'function') {
-    throw new SandboxBackendUnavailableError(
-      backendName,
-      `${packageName} does not export createBackend(); is it a cordon backend package?`,
-    )
-  }
-  return module as SandboxBackendModule<unknown>
 }
 
 function isMissingPackage(error: unknown, packageName: string): boolean {

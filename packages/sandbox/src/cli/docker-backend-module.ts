@@ -1,5 +1,28 @@
-import { SandboxBackendNotInstalledError, type SandboxEvent } from '@cordon/core'
+import { BUILTIN_BACKEND_PACKAGES } from '@cordon/builtin-backends'
+import type { SandboxEvent } from '@cordon/core'
 import type { UnjudgedOwnerReason } from '@cordon/core/backend'
+import { importBackendPackage } from '../load-backend.js'
+
+/** What the Docker sweep removed and kept, as `collectGarbage` reports it. */
+export interface GarbageReport {
+  containers: string[]
+  images: string[]
+  /** Memory snapshots' checkpoints removed (by snapshot id). */
+  checkpoints?: string[]
+  volumes: string[]
+  networks: string[]
+  kept: number
+  unjudged: ReadonlyArray<{ kind: string; id: string; reason: UnjudgedOwnerReason }>
+  failed: Array<{ id: string; reason: string }>
+  namedVolumes: ReadonlyArray<{
+    name: string
+    sizeMb: number
+    lastUsedAt: number
+    usedBy: readonly unknown[]
+    removed: boolean
+  }>
+  detachedKept: readonly string[]
+}
 
 /** The subset of @cordon/backend-docker the command line uses beyond the provider. */
 export interface DockerBackendModule {
@@ -9,25 +32,7 @@ export interface DockerBackendModule {
     dryRun?: boolean
     snapshotRetentionMs?: number
     volumeRetentionMs?: number
-  }): Promise<{
-    containers: string[]
-    images: string[]
-    /** Memory snapshots' checkpoints removed (by snapshot id). */
-    checkpoints?: string[]
-    volumes: string[]
-    networks: string[]
-    kept: number
-    unjudged: ReadonlyArray<{ kind: string; id: string; reason: UnjudgedOwnerReason }>
-    failed: Array<{ id: string; reason: string }>
-    namedVolumes: ReadonlyArray<{
-      name: string
-      sizeMb: number
-      lastUsedAt: number
-      usedBy: readonly unknown[]
-      removed: boolean
-    }>
-    detachedKept: readonly string[]
-  }>
+  }): Promise<GarbageReport>
   connectEngine(config: Record<string, never>): {
     docker: unknown
     endpoint: string
@@ -52,10 +57,8 @@ export interface DockerBackendModule {
 
 /** Loads the Docker backend for commands that are Docker-specific (`cordon gc`, `prepare`, `build`). */
 export async function loadDockerBackend(): Promise<DockerBackendModule> {
-  const name = '@cordon/backend-docker'
-  try {
-    return (await import(name)) as DockerBackendModule
-  } catch (error) {
-    throw new SandboxBackendNotInstalledError('container:docker', name, { cause: error })
-  }
+  return (await importBackendPackage(
+    'container:docker',
+    BUILTIN_BACKEND_PACKAGES.docker,
+  )) as DockerBackendModule
 }

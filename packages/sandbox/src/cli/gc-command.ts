@@ -1,11 +1,15 @@
+import { BUILTIN_BACKEND_PACKAGES } from '@cordon/builtin-backends'
+import { SandboxBackendUnavailableError, SandboxError, type SandboxId } from '@cordon/core'
 import {
   CredentialStore,
   defaultCredentialStore,
   type UnjudgedOwnerReason,
 } from '@cordon/core/backend'
+import { BACKEND_PACKAGES } from '../backend-packages.js'
 import { parseFlags } from './command-line.js'
-import { loadDockerBackend } from './docker-backend-module.js'
+import { type GarbageReport, loadDockerBackend } from './docker-backend-module.js'
 import { parseDurationFlag } from './duration-flag.js'
+import { ACI_GC, MICROVM_GC, prepareRemoteSweeps } from './remote-backend-sweeps.js'
 import type { RunIo } from './run-command.js'
 
 /** What each reason means to the person who ran gc, completing "kept N resources whose owner ...". */
@@ -21,6 +25,7 @@ const UNJUDGED_OWNER: Record<UnjudgedOwnerReason, string> = {
 }
 
 export const GC_USAGE = `usage: cordon gc [--dry-run] [--snapshot-retention <duration>] [--credential-store <dir>] [--volume-retention <duration>]
+                 [--aci <config.json>]... [--microvm <config.json>]...
 
 Removes what cordon left on the Docker Engine for owners that are gone
 (containers, volumes, networks) and agent runtimes nothing uses; never what
@@ -39,10 +44,39 @@ keeps it, unless --volume-retention is given (0s takes every such volume);
 then a volume no sandbox mounts and none has used for longer than that is
 removed with everything in it.
 
+--aci and --microvm reach the other backends: each names a JSON file with
+the backend config's fields but its token function (tier and runtime or
+service may be left out), and gc removes there, and nothing else: the
+detached sandboxes whose end time has passed (ACI: the container groups of
+the config's resource group, stopped ones too; microVM: the control plane's
+guests, paused ones too), and on the microVM control plane cordon's
+snapshots older than --snapshot-retention (default the config's
+snapshotRetentionMs, else 7d). The token comes from the environment:
+CORDON_ARM_TOKEN (Azure Resource Manager) for --aci,
+CORDON_ORCHESTRATOR_TOKEN (the control plane) for --microvm. Each flag may
+be given more than once. With either, the Docker Engine is swept too when
+one is reachable, and skipped (saying why) when it is not; without them, an
+engine that cannot be reached is an error.
+
 A duration is a number and a unit, ms, s, m, h or d: 500ms, 12h, 1.5h, 30d.`
 
-/** `cordon gc`: removes engine resources whose owning process is gone, and agent runtimes nothing uses. */
-export async function gcCommand(argv: readonly string[], io: RunIo): Promise<number> {
+/** The backends whose sandboxes the Docker sweep sees: only it knows which of their detached ones still run. */
+const DOCKER_BACKENDS: ReadonlySet<string> = new Set(
+  Object.entries(BACKEND_PACKAGES)
+    .filter(([, packageName]) => packageName === BUILTIN_BACKEND_PACKAGES.docker)
+    .map(([name]) => name),
+)
+
+/**
+ * `cordon gc`: removes engine resources whose owning process is gone, agent
+ * runtimes nothing uses, and (with --aci, --microvm) the other backends'
+ * detached sandboxes past their end time.
+ */
+export async function gcCommand(
+  argv: readonly string[],
+  io: RunIo,
+  env: NodeJS.ProcessEnv = process.env,
+): Promise<number> {
   const values = parseFlags(
     'gc',
     argv,
@@ -51,6 +85,8 @@ export async function gcCommand(argv: readonly string[], io: RunIo): Promise<num
       'snapshot-retention': { type: 'string' },
       'credential-store': { type: 'string' },
       'volume-retention': { type: 'string' },
+      aci: { type: 'string', multiple: true },
+      microvm: { type: 'string', multiple: true },
       help: { type: 'boolean', short: 'h' },
     },
     false,
@@ -63,16 +99,73 @@ export async function gcCommand(argv: readonly string[], io: RunIo): Promise<num
   const retention = values['volume-retention']
   const volumeRetentionMs =
     retention === undefined ? undefined : parseDurationFlag('volume-retention', retention)
-  const backend = await loadDockerBackend()
-  const { docker, endpoint, description } = backend.connectEngine({})
-  const report = await backend.collectGarbage({
-    docker,
-    engine: description,
-    dryRun: values['dry-run'],
-    ...(snapshotRetentionMs !== undefined ? { snapshotRetentionMs } : {}),
-    ...(volumeRetentionMs === undefined ? {} : { volumeRetentionMs }),
-  })
-  const verb = values['dry-run'] ? 'would remove' : 'removed'
+  // Every file, token and package is checked before anything is removed anywhere.
+  const remote = [
+    ...(await prepareRemoteSweeps(ACI_GC, values.aci ?? [], { snapshotRetentionMs }, env)),
+    ...(await prepareRemoteSweeps(MICROVM_GC, values.microvm ?? [], { snapshotRetentionMs }, env)),
+  ]
+  const dryRun = values['dry-run']
+  const verb = dryRun ? 'would remove' : 'removed'
+
+  let report: GarbageReport | undefined
+  try {
+    const backend = await loadDockerBackend()
+    const { docker, endpoint, description } = backend.connectEngine({})
+    report = await backend.collectGarbage({
+      docker,
+      engine: description,
+      dryRun,
+      ...(snapshotRetentionMs !== undefined ? { snapshotRetentionMs } : {}),
+      ...(volumeRetentionMs === undefined ? {} : { volumeRetentionMs }),
+    })
+    printDockerReport(report, endpoint, { verb, volumeRetentionMs }, io)
+  } catch (error) {
+    // Asked to sweep other backends, gc goes on without an engine it cannot reach.
+    if (remote.length === 0 || !SandboxBackendUnavailableError.isInstance(error)) throw error
+    io.stdout(`cordon gc: skipped the Docker Engine: ${error.message}\n`)
+  }
+
+  let remoteFailed = false
+  for (const sweep of remote) {
+    try {
+      const removed = await sweep.run(dryRun)
+      io.stdout(
+        `cordon gc (${sweep.where}): ${verb} ${removed.length} ${sweep.removes}${removed.length > 0 ? `: ${removed.join(', ')}` : ''}\n`,
+      )
+    } catch (error) {
+      remoteFailed = true
+      const code = SandboxError.isInstance(error) ? ` [${error.code}]` : ''
+      io.stderr(
+        `cordon gc (${sweep.where}): could not sweep: ${error instanceof Error ? error.message : String(error)}${code}\n`,
+      )
+    }
+  }
+
+  // After every sweep: a detached sandbox removed above leaves its credential with nothing to reach.
+  const running = new Set(report?.detachedKept ?? [])
+  const store = new CredentialStore(
+    (values['credential-store'] as string | undefined) ?? defaultCredentialStore(),
+  )
+  // Only the Docker sweep, when it ran, knows which detached sandboxes still run, and only its own
+  // backends'; a credential of another backend's sandbox goes at its end time.
+  const isGone = (id: SandboxId): boolean =>
+    report !== undefined && DOCKER_BACKENDS.has(store.load(id)?.backend ?? '') && !running.has(id)
+  const credentials = store.prune(Date.now(), isGone, dryRun)
+  io.stdout(
+    `cordon gc: ${verb} ${credentials.length} credentials of ended detached sandboxes from ${store.directory}\n`,
+  )
+  for (const failure of report?.failed ?? [])
+    io.stderr(`cordon gc: could not remove ${failure.id}: ${failure.reason}\n`)
+  return (report?.failed.length ?? 0) > 0 || remoteFailed ? 1 : 0
+}
+
+/** What the Docker sweep did and kept, as the person who ran gc reads it. */
+function printDockerReport(
+  report: GarbageReport,
+  endpoint: string,
+  { verb, volumeRetentionMs }: { readonly verb: string; readonly volumeRetentionMs?: number },
+  io: RunIo,
+): void {
   const unjudged = report.unjudged.length
   io.stdout(
     `cordon gc (${endpoint}): ${verb} ${report.containers.length} containers, ${report.volumes.length} volumes, ${report.networks.length} networks, ${report.images.length} snapshot images, ${report.checkpoints?.length ?? 0} memory checkpoints; kept ${report.kept} (${report.kept - unjudged} with a live owner or in use, ${unjudged} whose owner cordon cannot judge from here)\n`,
@@ -90,15 +183,6 @@ export async function gcCommand(argv: readonly string[], io: RunIo): Promise<num
     io.stdout(
       'cordon gc: an owner cordon cannot judge may still be running, so its resources stay until their lifetime (cordon.expires) passes; remove them by hand once you know the owner is gone\n',
     )
-  // After the containers: a detached sandbox removed above leaves its credential with nothing to reach.
-  const running = new Set(report.detachedKept)
-  const store = new CredentialStore(
-    (values['credential-store'] as string | undefined) ?? defaultCredentialStore(),
-  )
-  const credentials = store.prune(Date.now(), (id) => !running.has(id), values['dry-run'])
-  io.stdout(
-    `cordon gc: ${verb} ${credentials.length} credentials of ended detached sandboxes from ${store.directory}\n`,
-  )
   const now = Date.now()
   for (const volume of report.namedVolumes) {
     const idle =
@@ -110,9 +194,6 @@ export async function gcCommand(argv: readonly string[], io: RunIo): Promise<num
         : 'kept'
     io.stdout(`cordon gc: volume ${volume.name} (${volume.sizeMb} MiB, ${idle}): ${fate}\n`)
   }
-  for (const failure of report.failed)
-    io.stderr(`cordon gc: could not remove ${failure.id}: ${failure.reason}\n`)
-  return report.failed.length > 0 ? 1 : 0
 }
 
 /** An age as a person reads it: the largest whole unit. */

@@ -15,6 +15,7 @@ const USAGE = `usage: cordon <command> [--help]
   shell [options] [-- COMMAND ...]     an interactive terminal in a fresh sandbox
   demo [--image I] [--runtime R]       show cordon's main job step by step
   gc [--dry-run]                       remove leftovers of owners known to be gone
+     [--aci F] [--microvm F]           (and ended detached sandboxes of ACI, microVM)
   prepare [--image I]                  fill the agent runtime volume on the engine now
                                        (and pull the image if the engine lacks it)
   build --tag T [options] DIR          build an image from a Dockerfile directory

@@ -1,0 +1,59 @@
+import type { MicroVMBackendConfig } from '@cordon/builtin-backends'
+import { LABEL, parseBackendConfig } from '@cordon/core/backend'
+import { type ControlPlaneClient, controlPlaneFor } from './control-plane-client.js'
+import { microVMBackend } from './definition.js'
+import { hasPassedEndTime } from './reconnect-state.js'
+
+/** How long a sweep of ended detached guests may take when the caller gives no signal. */
+export const SWEEP_TIMEOUT_MS = 60_000
+
+/**
+ * Deletes every detached guest of cordon's on the control plane whose end
+ * time (`cordon.expires`) has passed, paused ones included, and resolves
+ * with their sandbox ids (with `dryRun`, the ids it would delete, deleting
+ * nothing). The orchestrator deletes a guest when its `timeoutMs` runs out,
+ * but paused time does not count, so a detached guest a host paused and let
+ * go of would otherwise never end. A guest that is not detached is never
+ * touched: it is its creator's.
+ */
+export async function removeEndedDetachedGuests(
+  controlPlane: ControlPlaneClient,
+  signal: AbortSignal,
+  dryRun = false,
+): Promise<string[]> {
+  const guests = await controlPlane.listSandboxes(
+    { [LABEL.managed]: '1', [LABEL.detached]: '1' },
+    signal,
+  )
+  const now = Date.now()
+  const removed: string[] = []
+  for (const guest of guests.filter((listed) => hasPassedEndTime(listed, now))) {
+    if (!dryRun) await controlPlane.deleteSandbox(guest.sandboxId, signal)
+    removed.push(guest.sandboxId)
+  }
+  return removed
+}
+
+/**
+ * `cordon gc` for the microVM tier, for a host's own schedule (a timer job,
+ * a cron) and for `cordon gc --microvm`: the sweep of
+ * {@link removeEndedDetachedGuests} against the configured control plane.
+ * Each backend also runs it once, in the background, when it first creates,
+ * connects or lists. Nothing else is touched.
+ */
+export async function removeEndedDetachedMicroVMGuests(
+  input: MicroVMBackendConfig,
+  options: { readonly signal?: AbortSignal; readonly dryRun?: boolean } = {},
+): Promise<string[]> {
+  const config = parseBackendConfig(microVMBackend, input)
+  const controlPlane = controlPlaneFor(config)
+  try {
+    return await removeEndedDetachedGuests(
+      controlPlane,
+      options.signal ?? AbortSignal.timeout(SWEEP_TIMEOUT_MS),
+      options.dryRun === true,
+    )
+  } finally {
+    await controlPlane.close()
+  }
+}
