@@ -13,7 +13,7 @@ import {
   fingerprintDifferences,
   hardeningFingerprint,
 } from './hardening-parity.js'
-import { interleave } from './interleave.js'
+import { type Holder, interleave } from './interleave.js'
 import { cliExec, cliRun } from './peers/docker-cli.js'
 import {
   bareExec,
@@ -25,10 +25,6 @@ import { type StartedTestContainer, startTestcontainer } from './peers/testconta
 import { createStepsTable, engineCallTable } from './profile-table.js'
 import type { Scenario } from './scenario.js'
 import { formatRatio, ratio, summarize } from './stats.js'
-
-interface Holder<T> {
-  value?: T
-}
 
 export function createToFirstExecScenario(variant: BenchRuntime): Scenario {
   return async ({ quick, log }) => {

@@ -28,6 +28,14 @@ export interface InterleaveOptions {
 }
 
 /**
+ * What one timed run made, so that its arm's `cleanup` can remove it after
+ * the clock stops: tearing down is not part of what a scenario measures.
+ */
+export interface Holder<T> {
+  value?: T
+}
+
+/**
  * Runs the arms round-robin, so a slow drift of the machine (another process,
  * page cache, engine state) lands on every arm alike instead of on whichever
  * ran last; and each round starts one arm later (A B C, B C A, C A B, ...),

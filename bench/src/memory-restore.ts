@@ -12,7 +12,7 @@
  */
 import type { CordonSandbox } from '@cordon/core'
 import { cordonProvider } from './cordon.js'
-import { interleave } from './interleave.js'
+import { type Holder, interleave } from './interleave.js'
 import type { ArmResult, Comparison, Scenario } from './scenario.js'
 import { formatRatio, ratio, summarize } from './stats.js'
 
@@ -71,6 +71,11 @@ async function ask(sandbox: CordonSandbox): Promise<void> {
     throw new Error(`no answer: ${answer.stdout} ${answer.stderr}`)
 }
 
+/** Tears a timed run's sandbox down after the clock stops, in both arms alike. */
+async function destroyHeld(holder: Holder<CordonSandbox>): Promise<void> {
+  await holder.value?.destroy()
+}
+
 export const memoryRestore: Scenario = async ({ quick, log }) => {
   const warmup = quick ? 1 : 2
   const iterations = quick ? 3 : 6
@@ -97,26 +102,22 @@ export const memoryRestore: Scenario = async ({ quick, log }) => {
         [
           {
             name: 'memory',
-            run: async () => {
-              const sandbox = await provider.create({ snapshot: from })
-              try {
-                await ask(sandbox)
-              } finally {
-                await sandbox.destroy()
-              }
+            prepare: async (): Promise<Holder<CordonSandbox>> => ({}),
+            run: async (holder: Holder<CordonSandbox>) => {
+              holder.value = await provider.create({ snapshot: from })
+              await ask(holder.value)
             },
+            cleanup: destroyHeld,
           },
           {
             name: 'cold',
-            run: async () => {
-              const sandbox = await provider.create({ memoryLimitMb: 768 })
-              try {
-                await sandbox.start('node', ['-e', program])
-                await ask(sandbox)
-              } finally {
-                await sandbox.destroy()
-              }
+            prepare: async (): Promise<Holder<CordonSandbox>> => ({}),
+            run: async (holder: Holder<CordonSandbox>) => {
+              holder.value = await provider.create({ memoryLimitMb: 768 })
+              await holder.value.start('node', ['-e', program])
+              await ask(holder.value)
             },
+            cleanup: destroyHeld,
           },
         ],
         {
@@ -161,12 +162,12 @@ export const memoryRestore: Scenario = async ({ quick, log }) => {
   return {
     id: 'memory-restore',
     title: '15. Memory snapshot restore against a cold start (gVisor)',
-    method: `gVisor (runtime runsc), image ${NODE_IMAGE}. Two start-ups, each its own source sandbox running a Node process that does its start-up work then answers a request read from /tmp/req: \`cpu\` (about 2 s of computation into a small table) and \`heap\` (an 800 000 entry table, tens of MB of heap). One \`snapshot({ memory: true })\` of each, taken once its start is done. ${warmup} warm-up + ${iterations} measured rounds per arm, round-robin: \`create({ snapshot })\` then one request answered, against \`create()\` + \`start('node', ...)\` then one request answered (the answer comes only once the start-up work is done). Each sandbox is destroyed inside its timed run, in both arms alike.`,
+    method: `gVisor (runtime runsc), image ${NODE_IMAGE}. Two start-ups, each its own source sandbox running a Node process that does its start-up work then answers a request read from /tmp/req: \`cpu\` (about 2 s of computation into a small table) and \`heap\` (an 800 000 entry table, tens of MB of heap). One \`snapshot({ memory: true })\` of each, taken once its start is done. ${warmup} warm-up + ${iterations} measured rounds per arm, round-robin: \`create({ snapshot })\` then one request answered, against \`create()\` + \`start('node', ...)\` then one request answered (the answer comes only once the start-up work is done). Each sandbox is destroyed after its timed run, outside the clock, in both arms alike (as in scenario 1).`,
     tables,
     comparisons,
     notes: [
       ...notes,
-      "A restored sandbox is a container created with the source's spec, its checkpoint copied into the container's directory, the engine's start from that checkpoint (its upload to containerd, then gVisor's restore, which reads the whole checkpoint back into memory), and the agent resumed with a new secret over a relay. Its cost grows with the memory the sandbox held: with tens of MB of heap it gains little or nothing over doing the work again.",
+      "A restored sandbox is a container created with the source's spec, its checkpoint copied into the container's directory, the engine's start from that checkpoint (its upload to containerd, then gVisor's restore, which reads the whole checkpoint back into memory), and the agent resumed with a new secret, its session moved onto its direct socket through one engine exec of `cordon-launcher --pipe`. Its cost grows with the memory the sandbox held: with tens of MB of heap it gains little or nothing over doing the work again.",
     ],
     sections: [],
   }

@@ -7,15 +7,11 @@ import type { CordonSandbox } from '@cordon/core'
 import { type BenchRuntime, RUNC } from './bench-runtime.js'
 import { cordonProvider } from './cordon.js'
 import { traceEngineCalls } from './engine-trace.js'
-import { interleave } from './interleave.js'
+import { type Holder, interleave } from './interleave.js'
 import { bareExec, createFloorSandbox, removeFloorSandbox } from './peers/dockerode-floor.js'
 import { engineCallTable } from './profile-table.js'
 import type { Scenario } from './scenario.js'
 import { formatRatio, ratio, summarize } from './stats.js'
-
-interface Holder {
-  sandbox?: CordonSandbox
-}
 
 export function warmPoolClaimScenario(variant: BenchRuntime): Scenario {
   return async ({ quick, log }) => {
@@ -31,17 +27,17 @@ export function warmPoolClaimScenario(variant: BenchRuntime): Scenario {
           name: 'cordon claim',
           // The pool refills in the background after each claim; wait for it
           // here, untimed, so every claim (and the next arm) starts quiet.
-          prepare: async (): Promise<Holder> => {
+          prepare: async (): Promise<Holder<CordonSandbox>> => {
             await provider.warm()
             return {}
           },
-          run: async (holder: Holder) => {
-            holder.sandbox = await provider.create()
-            const result = await holder.sandbox.exec('true')
+          run: async (holder: Holder<CordonSandbox>) => {
+            holder.value = await provider.create()
+            const result = await holder.value.exec('true')
             if (result.exitCode !== 0) throw new Error(`cordon: true exited ${result.exitCode}`)
           },
-          cleanup: async (holder: Holder) => {
-            await holder.sandbox?.destroy()
+          cleanup: async (holder: Holder<CordonSandbox>) => {
+            await holder.value?.destroy()
             await provider.warm()
           },
         },
