@@ -19,6 +19,9 @@ const packageDirs = ['packages', 'tooling', 'examples']
 let passed = 0
 let failed = 0
 let skipped = 0
+// Each failed test by file and name, printed just before the count: a CI log
+// is often read only from its end, and a bare count says nothing of what broke.
+const failures = []
 for (const dir of packageDirs) {
   const manifest = JSON.parse(readFileSync(join(dir, 'package.json'), 'utf8'))
   if (!manifest.scripts?.test) continue
@@ -33,6 +36,24 @@ for (const dir of packageDirs) {
   const report = JSON.parse(readFileSync(reportPath, 'utf8'))
   passed += report.numPassedTests ?? 0
   failed += report.numFailedTests ?? 0
+  for (const file of report.testResults ?? []) {
+    for (const test of file.assertionResults ?? []) {
+      if (test.status !== 'failed') continue
+      const firstLine = String(test.failureMessages?.[0] ?? '')
+        .split('\n')[0]
+        .slice(0, 200)
+      failures.push(`${file.name.replace(root, '')} > ${test.fullName ?? test.title}: ${firstLine}`)
+    }
+    if (
+      file.status === 'failed' &&
+      !(file.assertionResults ?? []).some((t) => t.status === 'failed')
+    )
+      failures.push(
+        `${file.name.replace(root, '')}: ${String(file.message ?? '')
+          .split('\n')[0]
+          .slice(0, 200)}`,
+      )
+  }
   skipped += (report.numPendingTests ?? 0) + (report.numTodoTests ?? 0)
   if (report.success === false && (report.numFailedTests ?? 0) === 0) {
     console.error(
@@ -69,5 +90,7 @@ if (testStatus !== 0 && failed === 0) {
   )
   failed += 1
 }
+for (const failure of failures.slice(0, 30)) console.log(`FAILED ${failure}`)
+if (failures.length > 30) console.log(`FAILED ... and ${failures.length - 30} more`)
 console.log(`${passed} passed, ${failed} failed${skipped ? `, ${skipped} skipped` : ''}`)
 process.exitCode = failed > 0 ? 1 : 0
