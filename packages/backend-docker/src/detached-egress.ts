@@ -45,6 +45,14 @@ export async function holdDetachedEgress(options: {
 }): Promise<DetachedEgress> {
   const { sandboxId, gateway } = options
   const signal = options.signal ?? new AbortController().signal
+  // Registered here already (created or connected in this provider): a second
+  // registration's failure would remove the first's.
+  if (gateway.has(sandboxId))
+    throw new SandboxControlRefusedError(
+      'egress',
+      options.backend,
+      "this provider holds the sandbox's egress already (it is connected here); one host holds it at a time",
+    )
   const registration = await SandboxEgress.register(
     gateway,
     sandboxId,

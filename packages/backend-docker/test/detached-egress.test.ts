@@ -171,6 +171,11 @@ for (const runtime of ['docker', 'runsc'] as const) {
         } finally {
           await other.close()
         }
+        // This provider a second time likewise, and its first hold is untouched by the refusal.
+        const twice = await provider.connect(id).catch((error: unknown) => error)
+        expect(SandboxControlRefusedError.isInstance(twice)).toBe(true)
+        expect((twice as SandboxControlRefusedError).control).toBe('egress')
+        expect((twice as Error).message).toMatch(/holds the sandbox's egress already/)
         expect(
           (await sandbox.exec('wget', ['-q', '-O', '-', `http://upstream.test:${port}/still`]))
             .stdout,
