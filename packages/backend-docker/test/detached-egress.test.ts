@@ -3,12 +3,15 @@
  * host holds the sandbox, refused while none does. The sandbox is made by
  * another Node process, which exits; this process connects to it.
  */
+import { spawn } from 'node:child_process'
+import { once } from 'node:events'
 import { mkdtempSync, rmSync } from 'node:fs'
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PassThrough } from 'node:stream'
+import { fileURLToPath } from 'node:url'
 import {
   type CordonSandboxProvider,
   SandboxControlRefusedError,
@@ -20,6 +23,8 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createDockerSandboxProvider } from '../src/index.js'
 import { createInChildProcess } from './detached-creator.js'
 import { docker } from './test-run.js'
+
+const holder = fileURLToPath(new URL('./fixtures/detached-holder.mjs', import.meta.url))
 
 /** The host as a container on the default bridge reaches it (the gateway's network). */
 const HOST_BRIDGE_ADDRESS = '172.17.0.1'
@@ -234,6 +239,61 @@ for (const runtime of ['docker', 'runsc'] as const) {
       } finally {
         await docker
           .getContainer(`cordon-${sandbox.id}`)
+          .remove({ force: true })
+          .catch(() => {})
+      }
+    }, 300_000)
+
+    it('a host that dies holding it (SIGKILL) lets go with its connection: the next host connects and its egress works', async () => {
+      const settings = JSON.stringify({ allowedHosts: ['upstream.test'], ...gateway() })
+      const { id } = await createInChildProcess(runtime, {
+        CORDON_TEST_DETACHED: '1',
+        CORDON_TEST_STORE: store,
+        CORDON_TEST_EGRESS: settings,
+      })
+      try {
+        const child = spawn(process.execPath, [holder], {
+          env: {
+            ...process.env,
+            CORDON_TEST_RUNTIME: runtime,
+            CORDON_TEST_STORE: store,
+            CORDON_TEST_EGRESS: settings,
+            CORDON_TEST_SANDBOX: id,
+          },
+          stdio: ['ignore', 'pipe', 'inherit'],
+        })
+        let printed = ''
+        child.stdout!.on('data', (chunk: Buffer) => {
+          printed += chunk.toString()
+        })
+        const exited = once(child, 'exit')
+        while (!printed.includes('held')) {
+          if (child.exitCode !== null) throw new Error(`the holder exited: ${printed}`)
+          await new Promise((resolve) => setTimeout(resolve, 100))
+        }
+        // Held there: refused here.
+        const refused = await provider.connect(id).catch((error: unknown) => error)
+        expect((refused as Error).message).toMatch(/another host holds/)
+        child.kill('SIGKILL')
+        await exited
+        // Its connection ends with it (the engine's exec, under gVisor, a moment later).
+        let sandbox: Awaited<ReturnType<CordonSandboxProvider['connect']>> | undefined
+        for (let attempt = 0; attempt < 60 && !sandbox; attempt++) {
+          sandbox = await provider.connect(id).catch(async (error: unknown) => {
+            if (!/another host holds/.test((error as Error).message)) throw error
+            await new Promise((resolve) => setTimeout(resolve, 500))
+            return undefined
+          })
+        }
+        expect(sandbox).toBeDefined()
+        expect(
+          (await sandbox!.exec('wget', ['-q', '-O', '-', `http://upstream.test:${port}/after`]))
+            .stdout,
+        ).toBe('upstream saw /after\n')
+        await sandbox!.destroy()
+      } finally {
+        await docker
+          .getContainer(`cordon-${id}`)
           .remove({ force: true })
           .catch(() => {})
       }
