@@ -5,6 +5,7 @@ import type { ContainerBackendConfig } from '@cordon/builtin-backends'
 import type { ResolvedContainerSandboxLayout } from '@cordon/core'
 import {
   type BrokeredCredential,
+  egressPolicySchema,
   type SandboxBackendEnforcement,
   SandboxCredentialRefusedError,
   type SandboxEvent,
@@ -77,11 +78,22 @@ export function encodeReconnectState(state: ReconnectState): string {
 function decodeReconnectState(text: string, sandboxId: SandboxId): ReconnectState {
   try {
     const state = JSON.parse(text) as ReconnectState
-    if (typeof state.secret === 'string' && typeof state.workingDirectory === 'string') return state
+    if (
+      typeof state.secret === 'string' &&
+      typeof state.workingDirectory === 'string' &&
+      (state.egress === undefined || isProxiedPolicy(state.egress))
+    )
+      return state
   } catch {
     // Refused below.
   }
   throw new SandboxCredentialRefusedError(sandboxId, 'the credential holds no Docker sandbox state')
+}
+
+/** A policy a gateway enforces, as the creator kept it (checked as a create's policy is). */
+function isProxiedPolicy(policy: unknown): policy is ProxiedPolicy {
+  const parsed = egressPolicySchema.safeParse(policy)
+  return parsed.success && (parsed.data.kind === 'static' || parsed.data.kind === 'allow-all')
 }
 
 /**

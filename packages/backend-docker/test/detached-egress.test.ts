@@ -15,6 +15,7 @@ import { fileURLToPath } from 'node:url'
 import {
   type CordonSandboxProvider,
   SandboxControlRefusedError,
+  SandboxCredentialRefusedError,
   type SandboxEgressEvent,
   type SandboxEvent,
 } from '@cordon/core'
@@ -207,6 +208,29 @@ for (const runtime of ['docker', 'runsc'] as const) {
           .catch(() => {})
       }
     }, 300_000)
+
+    it('a credential whose policy is not one a gateway enforces is refused before anything is dialled', async () => {
+      const sandboxId = 'sbx_aaaaaaaaaaaaaaaaaaaaaaaaaa'
+      for (const egress of [{ kind: 'resolver' }, { kind: 'static', allowedHosts: ['*'] }]) {
+        const state = {
+          secret: 'x'.repeat(43),
+          env: {},
+          workingDirectory: '/mnt/user-data/outputs',
+          egress,
+        }
+        const fields = {
+          sandboxId,
+          backend: provider.backend,
+          secret: JSON.stringify(state),
+          endsAt: Date.now() + 60_000,
+        }
+        const credential = `cordon-credential-v1.${Buffer.from(JSON.stringify(fields)).toString('base64url')}`
+        const refused = await provider
+          .connect(sandboxId, { credential })
+          .catch((error: unknown) => error)
+        expect(SandboxCredentialRefusedError.isInstance(refused), JSON.stringify(egress)).toBe(true)
+      }
+    })
 
     it('its creator holds it until it lets go, cannot change its policy (the next host would not keep the change), and gets it back by connecting', async () => {
       const sandbox = await provider.create({
