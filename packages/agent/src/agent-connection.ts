@@ -58,6 +58,7 @@ export const ALL_OPERATIONS: ReadonlySet<AgentOperation> = new Set<AgentOperatio
   'pause-clocks',
   'resume-clocks',
   'suspend-channel',
+  'adopt-session',
   'stat',
   'remove',
   'rename',
@@ -92,10 +93,29 @@ export interface ConnectionContext {
    */
   suspendChannel?: (() => void) | undefined
   /**
+   * Serves the agent's session on a connection that asked for it
+   * (`adopt-session`); set only by an agent serving stdio.
+   */
+  sessionAdoption?: SessionAdoption | undefined
+  /**
    * Takes a new direct-socket connection before it is served (true: taken),
    * while a suspended agent waits for its resume line there.
    */
   takeConnection?: ((socket: Socket) => boolean) | undefined
+}
+
+/** How a stdio agent lets a connection carry its session (see `AdoptSessionRequest`). */
+export interface SessionAdoption {
+  /**
+   * Claims the session for one connection, or says why it cannot be had
+   * now. Claimed, no other connection gets it until {@link abandon}, or
+   * until the session {@link adopt} starts has ended.
+   */
+  claim(): string | undefined
+  /** Serves the claimed session on `stream` (the answer has been written; nothing else was read from it). */
+  adopt(stream: Duplex): void
+  /** Gives the claim up (the answer could not be written). */
+  abandon(): void
 }
 
 /**
@@ -184,6 +204,27 @@ export async function serveConnection(socket: Duplex, context: ConnectionContext
         await connection.send({ type: 'channel-suspended' })
         suspend()
         break
+      }
+      case 'adopt-session': {
+        const adoption = context.sessionAdoption
+        if (!adoption)
+          throw new AgentOperationError(
+            'unsupported',
+            'this agent serves no session multiplexer to adopt (it does not serve stdio)',
+          )
+        const refusal = adoption.claim()
+        if (refusal) throw new AgentOperationError('unsupported', refusal)
+        // No frame of this protocol may follow the answer: the session's bytes do.
+        connection.stopHeartbeat()
+        try {
+          await connection.send({ type: 'session-adopted' })
+          connection.release()
+        } catch (error) {
+          adoption.abandon()
+          throw error
+        }
+        adoption.adopt(connection.socket)
+        return
       }
       case 'exec':
         await serveExec(connection, request, {

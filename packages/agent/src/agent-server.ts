@@ -1,7 +1,7 @@
 // Synchronous on purpose: two calls at listen time, and node:fs/promises costs milliseconds of start-up to load.
 import { chmodSync, unlinkSync } from 'node:fs'
 import { connect, createServer, type Server, Socket } from 'node:net'
-import type { Readable, Writable } from 'node:stream'
+import type { Duplex, Readable, Writable } from 'node:stream'
 import {
   type AgentConfig,
   type AgentListenAddress,
@@ -269,7 +269,43 @@ async function startStdioAgent(
   // gVisor, whose stdin pipe is not woken again after a restore: that
   // connection then carries the new session, as stdin and stdout did, and
   // its end ends the agent as the end of stdin would.
-  let sessionConnection: Socket | undefined
+  let sessionConnection: Duplex | undefined
+  // A detached agent whose host has gone serves its session again on a
+  // connection to the direct socket that asks for it (`adopt-session`,
+  // after proving the secret): a host that connects to the sandbox gets
+  // its egress connections that way. One connection holds it at a time; a
+  // second is refused while the first lasts, so no host takes the
+  // sandbox's egress from another unseen. Its end leaves the agent as the
+  // creator's going did: serving the direct socket, its proxy port refusing
+  // every connection.
+  let adopting = false
+  context.sessionAdoption = {
+    claim() {
+      if (!config.detached)
+        return 'this agent is not detached: its one session is on stdin and stdout, and ends with it'
+      if (closing) return 'the agent is ending'
+      if (suspended) return "the agent's session is suspended for a memory snapshot"
+      if (adopting || (!mux.isClosed && sessionConnection))
+        return "another host holds this sandbox's session (and its egress) on the direct socket; one host holds it at a time"
+      if (!mux.isClosed) return "the sandbox's creator still holds its session on stdin and stdout"
+      adopting = true
+      return undefined
+    },
+    abandon() {
+      adopting = false
+    },
+    adopt(stream) {
+      adopting = false
+      sessionConnection = stream
+      mux = newSession(stream, stream)
+      mux.onClose(() => {
+        if (sessionConnection === stream) sessionConnection = undefined
+        stream.destroy()
+      })
+      watchSession()
+      config.log('info', 'a host adopted the session on the direct socket')
+    },
+  }
   context.suspendChannel = () => {
     if (suspended || closing) return
     suspended = true

@@ -172,3 +172,31 @@ describe('frame codec', () => {
     expect(encodeDataFrame('file', data).byteLength).toBe(data.byteLength + 6)
   })
 })
+
+describe('hand-over after one frame (adopt-session)', () => {
+  it('readAndRelease decodes nothing past the frame: the bytes after it stay in the socket, heartbeats before it are skipped', async () => {
+    const { PassThrough } = await import('node:stream')
+    const { FramedConnection } = await import('../src/protocol/framed-connection.js')
+    const socket = new PassThrough()
+    const connection = new FramedConnection(socket)
+    // Another protocol's bytes follow the answer in the same chunk; they are not frames.
+    const trailing = Buffer.from([0, 0, 0, 0, 9, 1, 255, 255, 255, 255])
+    const reading = connection.readAndRelease()
+    socket.write(
+      Buffer.concat([
+        encodeMessageFrame({ type: 'heartbeat' }),
+        encodeMessageFrame({ type: 'session-adopted' }),
+        trailing,
+      ]),
+    )
+    const frame = await reading
+    expect(frame).toEqual({ kind: 'message', message: { type: 'session-adopted' } })
+    expect(connection.isClosed).toBe(true)
+    socket.write(Buffer.from('later'))
+    const received: Buffer[] = []
+    socket.on('data', (chunk: Buffer) => received.push(chunk))
+    socket.resume()
+    await new Promise((resolve) => setImmediate(resolve))
+    expect(Buffer.concat(received)).toEqual(Buffer.concat([trailing, Buffer.from('later')]))
+  })
+})

@@ -8,7 +8,11 @@ import {
 import { StdioChannel } from '@cordon/agent/sandbox'
 import { SandboxOperationError } from '@cordon/core'
 import type Docker from 'dockerode'
-import { demuxEngineStream, engineStreamCarrier } from './attached-channel.js'
+import {
+  type DemuxedEngineStream,
+  demuxEngineStream,
+  engineStreamCarrier,
+} from './attached-channel.js'
 import { DIRECT_SOCKET_PATH } from './direct-socket.js'
 
 /**
@@ -50,16 +54,7 @@ export async function resumeOverSocketPipe(options: {
   readonly onStream?: (stream: MuxStream, opening: StreamOpening) => void
 }): Promise<SocketPipeSession> {
   const { docker, containerId } = options
-  const exec = await docker.getContainer(containerId).exec({
-    Cmd: socketPipeCommand(options.entrypoint),
-    User: '0:0',
-    AttachStdin: true,
-    AttachStdout: true,
-    AttachStderr: true,
-    Tty: false,
-  })
-  const socket = (await exec.start({ hijack: true, stdin: true })) as Duplex
-  const demuxed = demuxEngineStream(socket, docker)
+  const { exec, socket, demuxed } = await startSocketPipe(docker, containerId, options.entrypoint)
   let log = ''
   const keepLog = (chunk: Buffer): void => {
     log = (log + chunk.toString('utf8')).slice(-1_000)
@@ -90,6 +85,29 @@ export async function resumeOverSocketPipe(options: {
       }
     },
   }
+}
+
+/**
+ * Starts `<pipe program> --pipe <socket>` in the container with the
+ * engine's exec, as root: its stdio is then a connection to the agent's
+ * direct socket (how a host reaches it where the socket is not the host's
+ * to dial: under gVisor, on a remote engine).
+ */
+export async function startSocketPipe(
+  docker: Docker,
+  containerId: string,
+  entrypoint: readonly string[],
+): Promise<{ exec: Docker.Exec; socket: Duplex; demuxed: DemuxedEngineStream }> {
+  const exec = await docker.getContainer(containerId).exec({
+    Cmd: socketPipeCommand(entrypoint),
+    User: '0:0',
+    AttachStdin: true,
+    AttachStdout: true,
+    AttachStderr: true,
+    Tty: false,
+  })
+  const socket = (await exec.start({ hijack: true, stdin: true })) as Duplex
+  return { exec, socket, demuxed: demuxEngineStream(socket, docker) }
 }
 
 /** `<pipe program> --pipe <socket>`, from the container's entry. */

@@ -26,6 +26,19 @@ export const DEFAULT_HOST_DIR_SIZE_MB = 1024
 /** The loopback port a sandbox behind the egress gateway uses as its HTTP proxy. */
 export const EGRESS_PROXY_PORT = 3128
 
+/** The environment pointing a sandbox's commands at its proxy port; both spellings, because tools disagree on which one they read. */
+export function proxyEnvironment(): Record<string, string> {
+  const url = `http://127.0.0.1:${EGRESS_PROXY_PORT}`
+  return {
+    HTTP_PROXY: url,
+    HTTPS_PROXY: url,
+    http_proxy: url,
+    https_proxy: url,
+    NO_PROXY: 'localhost,127.0.0.1',
+    no_proxy: 'localhost,127.0.0.1',
+  }
+}
+
 /**
  * Memory the agent needs on top of what the sandbox's commands may use: its
  * Node heap, charged to the same cgroup. Added to the

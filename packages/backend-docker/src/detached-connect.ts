@@ -4,6 +4,8 @@ import { AgentClient, AgentSandbox, refusedTheSecret, StdioChannel } from '@cord
 import type { ContainerBackendConfig } from '@cordon/builtin-backends'
 import type { ResolvedContainerSandboxLayout } from '@cordon/core'
 import {
+  type BrokeredCredential,
+  egressPolicySchema,
   type SandboxBackendEnforcement,
   SandboxCredentialRefusedError,
   type SandboxEvent,
@@ -21,13 +23,16 @@ import {
 } from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import { demuxEngineStream, engineStreamCarrier } from './attached-channel.js'
-import { DEFAULT_CPUS, sandboxUser } from './container-spec.js'
+import { DEFAULT_CPUS, proxyEnvironment, sandboxUser } from './container-spec.js'
 import type { dockerBackend } from './definition.js'
+import { type DetachedEgress, holdDetachedEgress } from './detached-egress.js'
 import { DIRECT_SOCKET_PATH, DirectSocket } from './direct-socket.js'
 import { openDockerTerminal } from './docker-terminal.js'
+import type { EgressGateway } from './egress-gateway.js'
 import { isNotFound, translateEngineError } from './engine-errors.js'
 import { engineUsage } from './engine-usage.js'
 import { imageEnvironment } from './image-environment.js'
+import type { ProxiedPolicy } from './sandbox-egress.js'
 
 /**
  * Detached sandboxes on the Docker Engine: what the creator hands the
@@ -58,6 +63,12 @@ interface ReconnectState {
   readonly workingDirectory: string
   readonly memoryLimitMb: number
   readonly maxProcesses: number
+  /**
+   * The policy the creator registered at its gateway (a `resolver`'s answer
+   * at create, as a static list); absent: `deny-all`. A host that connects
+   * enforces it at its own gateway (detached-egress.ts).
+   */
+  readonly egress?: ProxiedPolicy
 }
 
 export function encodeReconnectState(state: ReconnectState): string {
@@ -67,11 +78,22 @@ export function encodeReconnectState(state: ReconnectState): string {
 function decodeReconnectState(text: string, sandboxId: SandboxId): ReconnectState {
   try {
     const state = JSON.parse(text) as ReconnectState
-    if (typeof state.secret === 'string' && typeof state.workingDirectory === 'string') return state
+    if (
+      typeof state.secret === 'string' &&
+      typeof state.workingDirectory === 'string' &&
+      (state.egress === undefined || isProxiedPolicy(state.egress))
+    )
+      return state
   } catch {
     // Refused below.
   }
   throw new SandboxCredentialRefusedError(sandboxId, 'the credential holds no Docker sandbox state')
+}
+
+/** A policy a gateway enforces, as the creator kept it (checked as a create's policy is). */
+function isProxiedPolicy(policy: unknown): policy is ProxiedPolicy {
+  const parsed = egressPolicySchema.safeParse(policy)
+  return parsed.success && (parsed.data.kind === 'static' || parsed.data.kind === 'allow-all')
 }
 
 /**
@@ -94,6 +116,10 @@ export interface ConnectDependencies {
   readonly definition: typeof dockerBackend
   readonly layout: ResolvedContainerSandboxLayout | undefined
   readonly emit: (event: SandboxEvent) => void
+  /** This provider's egress gateway (started on first use). */
+  readonly gateway: () => EgressGateway
+  /** This provider's brokered credentials: those a connected sandbox's egress carries. */
+  readonly brokeredCredentials: readonly BrokeredCredential[]
 }
 
 /**
@@ -206,17 +232,34 @@ export async function connectDetached(
       } else relay.setSpare(stream, spare)
     },
   })
-  const close = (): void => {
+  let egress: DetachedEgress | undefined
+  const close = async (): Promise<void> => {
     client.close()
     direct?.close()
     relay.close()
+    await egress?.close()
   }
   try {
     await client.openSpareConnection(request.signal ?? new AbortController().signal)
     // A pause held the agent's deadlines (its lifetime among them): they run again now.
     if (info.State.Paused) await client.clocks('resume-clocks', request.signal)
+    // Proved the secret first: only then is the sandbox registered at this provider's gateway.
+    if (state.egress)
+      egress = await holdDetachedEgress({
+        docker,
+        containerId: info.Id,
+        sandboxId: id,
+        backend,
+        entrypoint: entrypointOf(info),
+        policy: state.egress,
+        gateway: deps.gateway(),
+        brokeredCredentials: deps.brokeredCredentials,
+        client,
+        dialDirect: directWorks && direct ? (signal) => direct.connect(signal) : undefined,
+        signal: request.signal,
+      })
   } catch (error) {
-    close()
+    await close()
     if (refusedTheSecret(error))
       throw new SandboxCredentialRefusedError(id, "the sandbox's agent refused the credential", {
         cause: error,
@@ -226,13 +269,18 @@ export async function connectDetached(
 
   const user = sandboxUser(deps.config, id)
   const imageEnv = await imageEnvironment(docker, deps.config.image).catch(() => ({}))
-  const sandboxEnv = { HOME: '/tmp', ...imageEnv, ...state.env }
+  const sandboxEnv = {
+    HOME: '/tmp',
+    ...imageEnv,
+    ...state.env,
+    ...(state.egress ? proxyEnvironment() : {}),
+  }
   const launcher = launcherOf(info)
   const enforcement: SandboxBackendEnforcement = {
     backend,
     isolation: definition.enforcement.isolation,
     runtime: wanted,
-    egress: { kind: 'deny-all' },
+    egress: state.egress ?? { kind: 'deny-all' },
     limits: {
       memoryLimitMb: state.memoryLimitMb,
       maxProcesses: state.maxProcesses,
@@ -281,7 +329,7 @@ export async function connectDetached(
     reconnectSecret: request.secret,
     disconnect: async () => close(),
     release: async () => {
-      close()
+      await close()
       await stopAgent(docker, info.Id)
       await docker
         .getContainer(info.Id)

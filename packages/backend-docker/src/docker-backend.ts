@@ -49,6 +49,7 @@ import {
   layoutMounts,
   MIN_MEMORY_LIMIT_MB,
   ownedVolumePaths,
+  proxyEnvironment,
   refuseUnmountableLayout,
   sandboxUser,
   sealedOutputPaths,
@@ -109,19 +110,6 @@ import { DockerVolumes } from './named-volumes.js'
 import { SandboxEgress } from './sandbox-egress.js'
 
 export const DEFAULT_READINESS_TIMEOUT_MS = 30_000
-
-/** Both spellings, because tools disagree on which one they read. */
-function proxyEnvironment(): Record<string, string> {
-  const url = `http://127.0.0.1:${EGRESS_PROXY_PORT}`
-  return {
-    HTTP_PROXY: url,
-    HTTPS_PROXY: url,
-    http_proxy: url,
-    https_proxy: url,
-    NO_PROXY: 'localhost,127.0.0.1',
-    no_proxy: 'localhost,127.0.0.1',
-  }
-}
 
 /** When to sweep again after a failed create: a cut-off engine call can land seconds later on a busy engine. */
 const LATE_SWEEPS_MS = [1000, 3000, 8000]
@@ -277,13 +265,6 @@ export class DockerBackend implements CordonSandboxBackend {
       )
     }
     refuseUnmountableLayout(layout, this.name)
-    if (request.detached && request.egress.kind !== 'deny-all') {
-      throw new SandboxControlRefusedError(
-        'detached',
-        this.name,
-        `a detached sandbox needs egress "deny-all": a "${request.egress.kind}" policy is enforced by this provider's egress gateway, which lives in the creating process and ends with it`,
-      )
-    }
     if (request.memoryLimitMb < MIN_MEMORY_LIMIT_MB) {
       throw new SandboxControlRefusedError(
         'memoryLimitMb',
@@ -788,16 +769,27 @@ export class DockerBackend implements CordonSandboxBackend {
                   workingDirectory,
                   memoryLimitMb: request.memoryLimitMb,
                   maxProcesses: request.maxProcesses,
+                  // What this gateway enforces; a host that connects enforces it at its own (detached-egress.ts).
+                  ...(egress ? { egress: egress.registered } : {}),
                 }),
                 disconnect: async () => {
                   disconnected = true
                   closeDirect()
                   channel?.close()
                   this.events.forget(container.id)
+                  // Its agent refuses every egress connection from now until a host connects.
+                  await egress?.close()
                 },
               }
             : {}),
           setNetworkPolicy: async (policy) => {
+            if (request.detached && egress) {
+              throw new SandboxControlRefusedError(
+                'setNetworkPolicy',
+                this.name,
+                'a detached sandbox keeps the policy it was created with: a host that connects to it later enforces that one (kept in its credential), so a change made here would not last',
+              )
+            }
             if (!egress) {
               throw new SandboxControlRefusedError(
                 'setNetworkPolicy',
@@ -934,6 +926,8 @@ export class DockerBackend implements CordonSandboxBackend {
       definition: this.definition,
       layout: this.context.layout,
       emit: this.context.emit,
+      gateway: () => this.gateway(),
+      brokeredCredentials: this.context.brokeredCredentials,
     })
   }
 

@@ -116,6 +116,11 @@ export class EgressGateway {
     })
   }
 
+  /** Whether a sandbox is registered here now. */
+  has(sandboxId: string): boolean {
+    return this.clients.has(sandboxId)
+  }
+
   /** Replaces a sandbox's allowlist; its credentials stay as they are. */
   async setPolicy(sandboxId: string, policy: ProxiedPolicy): Promise<void> {
     await this.send({ op: 'set', clientId: sandboxId, policy })

@@ -5,7 +5,8 @@ import type { EgressGateway } from './egress-gateway.js'
 /** How often a `resolver` policy's closure is asked again while its sandbox lives. */
 export const RESOLVER_REFRESH_MS = 30_000
 
-type ProxiedPolicy = Exclude<EgressPolicy, { kind: 'deny-all' } | { kind: 'resolver' }>
+/** A policy as the gateway enforces it: a `resolver`'s answer is a static list there. */
+export type ProxiedPolicy = Exclude<EgressPolicy, { kind: 'deny-all' } | { kind: 'resolver' }>
 
 /**
  * One sandbox's registration at the gateway. A `resolver` policy's closure
@@ -23,6 +24,8 @@ export class SandboxEgress {
   private constructor(
     private readonly gateway: EgressGateway,
     private readonly sandboxId: string,
+    /** What the gateway was given at registration (a `resolver`'s first answer, as a static list). */
+    readonly registered: ProxiedPolicy,
   ) {}
 
   static async register(
@@ -39,8 +42,9 @@ export class SandboxEgress {
       onResolverRefused(answer.problem)
       return { kind: 'static', allowedHosts: [] }
     }
-    await gateway.addClient(sandboxId, await resolve(), credentials)
-    const egress = new SandboxEgress(gateway, sandboxId)
+    const first = await resolve()
+    await gateway.addClient(sandboxId, first, credentials)
+    const egress = new SandboxEgress(gateway, sandboxId, first)
     if (policy.kind === 'resolver') {
       egress.refreshTimer = setInterval(() => {
         void resolve().then((next) =>

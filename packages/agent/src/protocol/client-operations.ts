@@ -1,4 +1,5 @@
 import { randomBytes } from 'node:crypto'
+import type { Duplex } from 'node:stream'
 import { computeAuthProof, verifyAgentProof } from './auth.js'
 import { DEFAULT_MAX_FRAME_BYTES, type Frame } from './frame-codec.js'
 import { ConnectionClosedError, type FramedConnection } from './framed-connection.js'
@@ -192,6 +193,30 @@ export async function requestSuspendChannel(
   const reply = await nextMessage(connection)
   if (reply.type !== 'channel-suspended') throw remoteOrUnexpected(reply, 'channel-suspended')
   connection.close()
+}
+
+/**
+ * Asks a detached agent whose host has gone to serve its session on this
+ * connection (see `AdoptSessionRequest`); resolves with the connection's
+ * stream once the agent has answered, the session multiplexer's bytes (if
+ * the agent has already opened a stream) left unread in it. The connection
+ * is let go of: it sends no heartbeat from before the request on, since a
+ * frame of this protocol after it would break the session.
+ */
+export async function requestAdoptSession(connection: FramedConnection): Promise<Duplex> {
+  requireRevision(connection, 'adopt-session', 4)
+  connection.stopHeartbeat()
+  await connection.send({ type: 'adopt-session' })
+  const frame = await connection.readAndRelease()
+  if (!frame) throw new ConnectionClosedError('the agent closed the connection')
+  if (frame.kind !== 'message')
+    throw new ProtocolError(`expected a message, got a data frame on ${frame.channel}`)
+  const reply = parseAgentMessage(frame.message)
+  if (reply.type !== 'session-adopted') {
+    connection.socket.destroy()
+    throw remoteOrUnexpected(reply, 'session-adopted')
+  }
+  return connection.socket
 }
 
 export async function requestUsage(connection: FramedConnection): Promise<UsageOkMessage> {

@@ -106,7 +106,12 @@ export class FrameDecoder {
     return this.pendingBytes
   }
 
-  push(chunk: Uint8Array): Frame[] {
+  /**
+   * Adds `chunk` and returns the frames it completes. With `stopAfter`, stops
+   * at the first frame it accepts: what follows stays buffered, unparsed, for
+   * {@link takeRemaining} (bytes of another protocol that take over the stream).
+   */
+  push(chunk: Uint8Array, stopAfter?: (frame: Frame) => boolean): Frame[] {
     if (this.failure) throw this.failure
     if (chunk.byteLength > 0) {
       this.pending.push(chunk)
@@ -118,6 +123,7 @@ export class FrameDecoder {
         const frame = this.next()
         if (!frame) break
         frames.push(frame)
+        if (stopAfter?.(frame)) break
       }
     } catch (error) {
       this.failure = error as FrameError
@@ -126,6 +132,14 @@ export class FrameDecoder {
       throw error
     }
     return frames
+  }
+
+  /** The bytes buffered past the last frame returned, which this decoder then forgets. */
+  takeRemaining(): Buffer {
+    const remaining = Buffer.concat(this.pending)
+    this.pending = []
+    this.pendingBytes = 0
+    return remaining
   }
 
   /** Throws if the stream ended in the middle of a frame. */

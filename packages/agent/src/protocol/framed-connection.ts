@@ -71,14 +71,31 @@ export class FramedConnection {
       maxFrameBytes: options.maxFrameBytes ?? PRE_AUTH_MAX_FRAME_BYTES,
     })
     this.highWater = options.highWaterFrames ?? 16
-    socket.on('data', (chunk: Buffer) => this.onData(chunk))
-    socket.on('end', () => this.onEnd())
-    socket.on('error', (error) => this.fail(error))
-    socket.on('close', () => this.fail(new ConnectionClosedError()))
-    socket.on('drain', () => this.settleDrain())
+    const onData = (chunk: Buffer): void => this.onData(chunk)
+    const onEnd = (): void => this.onEnd()
+    const onError = (error: Error): void => this.fail(error)
+    const onClose = (): void => this.fail(new ConnectionClosedError())
+    const onDrain = (): void => this.settleDrain()
+    socket.on('data', onData)
+    socket.on('end', onEnd)
+    socket.on('error', onError)
+    socket.on('close', onClose)
+    socket.on('drain', onDrain)
+    this.detach = () => {
+      socket.off('data', onData)
+      socket.off('end', onEnd)
+      socket.off('error', onError)
+      socket.off('close', onClose)
+      socket.off('drain', onDrain)
+      socket.pause()
+    }
     // A socket handed over paused (e.g. after a vsock handshake) must flow again.
     socket.resume()
   }
+
+  private readonly detach: () => void
+  /** Set by {@link readAndRelease}: the frame after which the socket is let go of. */
+  private releaseAfterNext = false
 
   /** True once the connection has failed or been closed. */
   get isClosed(): boolean {
@@ -113,6 +130,42 @@ export class FramedConnection {
     return new Promise((resolve, reject) => {
       this.waiter = { resolve, reject }
     })
+  }
+
+  /**
+   * Lets go of the socket: this connection reads and writes nothing more on
+   * it (no heartbeats either) and counts as closed, and the socket is left
+   * paused with whatever arrived past the last frame read put back into it,
+   * for another protocol to take over (the agent's session multiplexer after
+   * `adopt-session`). Frames decoded but not yet read would be lost: then it throws.
+   */
+  release(): void {
+    if (this.queue.length > 0)
+      throw new Error('FramedConnection.release() with frames not yet read')
+    this.stopHeartbeat()
+    this.detach()
+    const remaining = this.decoder.takeRemaining()
+    if (remaining.byteLength > 0) this.socket.unshift(remaining)
+    this.fail(new ConnectionClosedError('the connection was handed over'))
+  }
+
+  /**
+   * Reads the next frame (heartbeats aside) and then {@link release}s the
+   * socket, decoding nothing past that frame: the peer's bytes that follow it
+   * (another protocol's) stay in the socket. For the last frame before a
+   * hand-over.
+   */
+  async readAndRelease(): Promise<Frame | undefined> {
+    if (this.queue.length > 0)
+      throw new Error('FramedConnection.readAndRelease() with frames already decoded')
+    this.releaseAfterNext = true
+    try {
+      const frame = await this.read()
+      if (frame) this.release()
+      return frame
+    } finally {
+      this.releaseAfterNext = false
+    }
   }
 
   /** Sends one message; resolves when the socket can take more. */
@@ -212,9 +265,23 @@ export class FramedConnection {
     this.lastReceivedAt = Date.now()
     let frames: Frame[]
     try {
-      frames = this.decoder.push(new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength))
+      frames = this.decoder.push(
+        new Uint8Array(chunk.buffer, chunk.byteOffset, chunk.byteLength),
+        this.releaseAfterNext ? isNotHeartbeat : undefined,
+      )
     } catch (error) {
       this.destroy(error)
+      return
+    }
+    if (this.releaseAfterNext && frames.some(isNotHeartbeat)) {
+      // Let go of before the frame's reader runs: nothing more is read from the socket.
+      this.releaseAfterNext = false
+      const waiter = this.waiter
+      this.waiter = undefined
+      const frame = frames.find(isNotHeartbeat)!
+      this.detach()
+      if (waiter) waiter.resolve(frame)
+      else this.queue.push(frame)
       return
     }
     for (const frame of frames) {
@@ -273,4 +340,8 @@ export class FramedConnection {
     this.closeListeners = []
     for (const listener of listeners) listener(error)
   }
+}
+
+function isNotHeartbeat(frame: Frame): boolean {
+  return !(frame.kind === 'message' && frame.message.type === 'heartbeat')
 }

@@ -23,6 +23,7 @@ export {
   authenticateToAgent,
   DEFAULT_HEARTBEAT_MS,
   IDLE_HEARTBEATS,
+  requestAdoptSession,
   requestAttach,
   requestClocks,
   requestExec,
@@ -67,6 +68,7 @@ export {
   type FramedConnectionOptions,
 } from './framed-connection.js'
 export {
+  type AdoptSessionRequest,
   type AgentErrorCode,
   type AgentMessage,
   type AgentRequest,
@@ -115,6 +117,7 @@ export {
   type RemoveRequest,
   type RenameRequest,
   type ResumeClocksRequest,
+  type SessionAdoptedMessage,
   type SignalMarkedRequest,
   type SignalOkMessage,
   type StartedMessage,

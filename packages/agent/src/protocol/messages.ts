@@ -33,9 +33,9 @@ export const PROTOCOL_VERSION = 2
  * Requests this agent serves beyond protocol 2's first set. 1: `stat`,
  * `remove`, `rename`, `make-directory` with `strict`, `watch`, `exec` with
  * `keep`, `list-processes`, `attach`. 2: `pause-clocks`, `resume-clocks`.
- * 3: `suspend-channel`.
+ * 3: `suspend-channel`. 4: `adopt-session`.
  */
-export const PROTOCOL_REVISION = 3
+export const PROTOCOL_REVISION = 4
 
 export type AgentErrorCode =
   | 'unauthorized'
@@ -244,6 +244,21 @@ export interface SuspendChannelRequest {
   readonly refuseOpenTcp?: boolean
 }
 
+/**
+ * On a connection to a detached agent's direct socket whose stdio session
+ * has ended (its creator went away): the agent answers `session-adopted`
+ * and then serves its session multiplexer on this same connection, as it
+ * did on stdin and stdout, the sandbox's egress connections included (each
+ * an `egress` stream the agent opens). The connection's end ends that
+ * session; the agent goes on serving its direct socket, and its proxy port
+ * refuses every connection again. Refused (`unsupported`) by an agent that
+ * is not detached, or whose session is live: on stdio, or adopted by
+ * another connection (one host holds a sandbox's egress at a time).
+ */
+export interface AdoptSessionRequest {
+  readonly type: 'adopt-session'
+}
+
 export type AgentRequest =
   | HealthRequest
   | UsageRequest
@@ -258,6 +273,7 @@ export type AgentRequest =
   | PauseClocksRequest
   | ResumeClocksRequest
   | SuspendChannelRequest
+  | AdoptSessionRequest
   | StatRequest
   | RemoveRequest
   | RenameRequest
@@ -385,6 +401,10 @@ export interface CancelAckMessage {
 export interface ChannelSuspendedMessage {
   readonly type: 'channel-suspended'
 }
+/** The answer to `adopt-session`: the last frame; the session multiplexer follows. */
+export interface SessionAdoptedMessage {
+  readonly type: 'session-adopted'
+}
 /** The answer to `pause-clocks` and `resume-clocks`. */
 export interface ClocksOkMessage {
   readonly type: 'clocks-ok'
@@ -447,6 +467,7 @@ export type AgentMessage =
   | CancelAckMessage
   | ClocksOkMessage
   | ChannelSuspendedMessage
+  | SessionAdoptedMessage
   | ExitMessage
   | FileInfoMessage
   | WriteReadyMessage
@@ -575,6 +596,8 @@ export function parseClientMessage(raw: Raw): ClientMessage {
     case 'end':
     case 'heartbeat':
       return { type: raw.type }
+    case 'adopt-session':
+      return { type: 'adopt-session' }
     case 'suspend-channel':
       return raw.refuseOpenTcp === undefined
         ? { type: 'suspend-channel' }
@@ -720,6 +743,8 @@ export function parseAgentMessage(raw: Raw): AgentMessage {
       return { type: 'clocks-ok', heldMs: int(raw, 'heldMs', { min: 0 })! }
     case 'channel-suspended':
       return { type: 'channel-suspended' }
+    case 'session-adopted':
+      return { type: 'session-adopted' }
     case 'directory-ok':
       return { type: 'directory-ok', created: bool(raw, 'created') }
     case 'usage-ok': {

@@ -16,6 +16,7 @@ import {
   type HealthOkMessage,
   type ProcessEntryMessage,
   ProtocolError,
+  requestAdoptSession,
   requestAttach,
   requestClocks,
   requestExec,
@@ -144,6 +145,40 @@ export class AgentClient {
       requestSuspendChannel(connection, options),
     )
     this.dropSpares()
+  }
+
+  /**
+   * Proves the secret on `stream` (a connection to a detached agent's
+   * direct socket, dialled by the backend) and asks the agent to serve its
+   * session on it (`adopt-session`); resolves with the stream, which then
+   * carries the session multiplexer (the host its initiator). Errors as any
+   * operation's; the stream is destroyed on failure.
+   */
+  async adoptSession(stream: Duplex, signal?: AbortSignal): Promise<Duplex> {
+    let connection: FramedConnection
+    try {
+      connection = await this.authenticate(stream, signal)
+    } catch (error) {
+      stream.destroy()
+      throw this.translate(
+        error instanceof RetryableDialError ? (error.cause ?? error) : error,
+        'adopt-session',
+        undefined,
+        signal,
+      )
+    }
+    const onAbort = (): void =>
+      connection.destroy(new SandboxAbortedError('adopt-session', { cause: signal?.reason }))
+    signal?.addEventListener('abort', onAbort, { once: true })
+    try {
+      return await requestAdoptSession(connection)
+    } catch (error) {
+      connection.destroy()
+      stream.destroy()
+      throw this.translate(error, 'adopt-session', undefined, signal)
+    } finally {
+      signal?.removeEventListener('abort', onAbort)
+    }
   }
 
   /**
