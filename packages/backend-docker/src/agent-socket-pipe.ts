@@ -10,8 +10,8 @@ import { SandboxOperationError } from '@cordon/core'
 import type Docker from 'dockerode'
 import {
   type DemuxedEngineStream,
-  demuxEngineStream,
   engineStreamCarrier,
+  startAttachedRootExec,
 } from './attached-channel.js'
 import { DIRECT_SOCKET_PATH } from './direct-socket.js'
 
@@ -93,21 +93,12 @@ export async function resumeOverSocketPipe(options: {
  * direct socket (how a host reaches it where the socket is not the host's
  * to dial: under gVisor, on a remote engine).
  */
-export async function startSocketPipe(
+export function startSocketPipe(
   docker: Docker,
   containerId: string,
   entrypoint: readonly string[],
 ): Promise<{ exec: Docker.Exec; socket: Duplex; demuxed: DemuxedEngineStream }> {
-  const exec = await docker.getContainer(containerId).exec({
-    Cmd: socketPipeCommand(entrypoint),
-    User: '0:0',
-    AttachStdin: true,
-    AttachStdout: true,
-    AttachStderr: true,
-    Tty: false,
-  })
-  const socket = (await exec.start({ hijack: true, stdin: true })) as Duplex
-  return { exec, socket, demuxed: demuxEngineStream(socket, docker) }
+  return startAttachedRootExec(docker, containerId, socketPipeCommand(entrypoint))
 }
 
 /** `<pipe program> --pipe <socket>`, from the container's entry. */

@@ -31,6 +31,30 @@ export async function attachChannel(
   return new StdioChannel(engineStreamCarrier(socket, demuxEngineStream(socket, docker), onStream))
 }
 
+/**
+ * Starts `command` in the container with the engine's exec, as root, its
+ * stdio attached and hijacked (the socket pipe and the relay: programs that
+ * reach the agent's root-only direct socket from inside and speak to the
+ * host over their stdio), with what it writes split by
+ * {@link demuxEngineStream}.
+ */
+export async function startAttachedRootExec(
+  docker: Docker,
+  containerId: string,
+  command: readonly string[],
+): Promise<{ exec: Docker.Exec; socket: Duplex; demuxed: DemuxedEngineStream }> {
+  const exec = await docker.getContainer(containerId).exec({
+    Cmd: [...command],
+    User: '0:0',
+    AttachStdin: true,
+    AttachStdout: true,
+    AttachStderr: true,
+    Tty: false,
+  })
+  const socket = (await exec.start({ hijack: true, stdin: true })) as Duplex
+  return { exec, socket, demuxed: demuxEngineStream(socket, docker) }
+}
+
 /** What an agent writes on a hijacked engine stream (an attach, or an exec started with stdin), and its log, apart. */
 export interface DemuxedEngineStream {
   /** Ends with the engine stream. */

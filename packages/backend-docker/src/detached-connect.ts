@@ -22,7 +22,7 @@ import {
   writableRoots,
 } from '@cordon/core/backend'
 import type Docker from 'dockerode'
-import { demuxEngineStream, engineStreamCarrier } from './attached-channel.js'
+import { engineStreamCarrier, startAttachedRootExec } from './attached-channel.js'
 import { DEFAULT_CPUS, proxyEnvironment, sandboxUser } from './container-spec.js'
 import type { dockerBackend } from './definition.js'
 import { type DetachedEgress, holdDetachedEgress } from './detached-egress.js'
@@ -406,18 +406,12 @@ class RelayChannel {
   private async start(): Promise<StdioChannel> {
     const entry = entrypointOf(this.info)
     const program = entry[1] === '--agent' ? entry.slice(2) : entry
-    const exec = await this.docker.getContainer(this.info.Id).exec({
-      Cmd: [...program, '--relay', DIRECT_SOCKET_PATH],
-      User: '0:0',
-      AttachStdin: true,
-      AttachStdout: true,
-      AttachStderr: true,
-      Tty: false,
-    })
-    const socket = (await exec.start({ hijack: true, stdin: true })) as Duplex
-    const channel = new StdioChannel(
-      engineStreamCarrier(socket, demuxEngineStream(socket, this.docker)),
-    )
+    const { socket, demuxed } = await startAttachedRootExec(this.docker, this.info.Id, [
+      ...program,
+      '--relay',
+      DIRECT_SOCKET_PATH,
+    ])
+    const channel = new StdioChannel(engineStreamCarrier(socket, demuxed))
     channel.onClose(() => {
       // A later stream starts another relay; the agent and the sandbox do not depend on this one.
       if (this.current === channel) {

@@ -155,18 +155,7 @@ export class AgentClient {
    * operation's; the stream is destroyed on failure.
    */
   async adoptSession(stream: Duplex, signal?: AbortSignal): Promise<Duplex> {
-    let connection: FramedConnection
-    try {
-      connection = await this.authenticate(stream, signal)
-    } catch (error) {
-      stream.destroy()
-      throw this.translate(
-        error instanceof RetryableDialError ? (error.cause ?? error) : error,
-        'adopt-session',
-        undefined,
-        signal,
-      )
-    }
+    const connection = await this.authenticateDialled(stream, signal, 'adopt-session')
     const onAbort = (): void =>
       connection.destroy(new SandboxAbortedError('adopt-session', { cause: signal?.reason }))
     signal?.addEventListener('abort', onAbort, { once: true })
@@ -212,19 +201,30 @@ export class AgentClient {
    * itself (one that had to wait for the agent to listen).
    */
   async adoptSpareConnection(stream: Duplex, signal?: AbortSignal): Promise<void> {
-    let connection: FramedConnection
+    this.keep(await this.authenticateDialled(stream, signal, 'agent connect'))
+  }
+
+  /**
+   * Proves the secret on a stream the backend dialled itself; on failure the
+   * stream is destroyed and the error translated as `operation`'s (a dial
+   * error's cause, since no retry dials this stream again).
+   */
+  private async authenticateDialled(
+    stream: Duplex,
+    signal: AbortSignal | undefined,
+    operation: string,
+  ): Promise<FramedConnection> {
     try {
-      connection = await this.authenticate(stream, signal)
+      return await this.authenticate(stream, signal)
     } catch (error) {
       stream.destroy()
       throw this.translate(
         error instanceof RetryableDialError ? (error.cause ?? error) : error,
-        'agent connect',
+        operation,
         undefined,
         signal,
       )
     }
-    this.keep(connection)
   }
 
   private keep(connection: FramedConnection): void {
