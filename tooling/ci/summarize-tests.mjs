@@ -70,6 +70,7 @@ for (const dir of packageDirs) {
         `summary: ${manifest.name} had an error outside any test, counted as 1 failure: ${error.name}: ${error.message}\n${error.stack ?? ''}`,
       )
       failed += 1
+      failures.push(`${manifest.name}: an error outside any test: ${error.name}: ${error.message}`)
     }
   }
 }

@@ -1,6 +1,6 @@
 import { randomBytes } from 'node:crypto'
 import { once } from 'node:events'
-import { PassThrough, Transform } from 'node:stream'
+import { PassThrough, Transform, Writable } from 'node:stream'
 import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
 import {
@@ -142,6 +142,38 @@ describe('StreamMux', () => {
     frame.writeUInt32BE(10 * 1024 * 1024, 5)
     raw.write(frame)
     expect(await closed).toBeInstanceOf(MuxProtocolError)
+  })
+
+  it('a write that fails just as the session is released does not crash the process', async () => {
+    // Node emits a failed write's error (EPIPE: the peer went away) on the
+    // next tick; a release in between has already taken the session's
+    // listener off the pipe. Seen in CI with the socket pipe's carrier.
+    let failing = false
+    let host: StreamMux | undefined
+    const output = new Writable({
+      write(_chunk, _encoding, callback) {
+        if (!failing) return callback()
+        callback(Object.assign(new Error('write EPIPE'), { code: 'EPIPE' }))
+        host!.release()
+      },
+    })
+    const errors: unknown[] = []
+    const onUncaught = (error: unknown): void => {
+      errors.push(error)
+    }
+    process.on('uncaughtException', onUncaught)
+    try {
+      host = new StreamMux(new PassThrough(), output, { initiator: true })
+      const stream = host.open({ kind: 'agent' })
+      stream.on('error', () => {})
+      failing = true
+      stream.end()
+      await new Promise((resolve) => setTimeout(resolve, 20))
+      expect(host.isClosed).toBe(true)
+      expect(errors).toEqual([])
+    } finally {
+      process.off('uncaughtException', onUncaught)
+    }
   })
 
   it('refuses a stream the peer opens on an id that is not its own', async () => {

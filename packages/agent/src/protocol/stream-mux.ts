@@ -197,6 +197,8 @@ export class MuxStream extends Duplex {
  * (frames to it). The session ends when `input` ends or fails, or on
  * `close()`; every open stream is then destroyed.
  */
+function ignoreErrorAfterRelease(): void {}
+
 export class StreamMux {
   private readonly streams = new Map<number, MuxStream>()
   private nextId: number
@@ -233,6 +235,14 @@ export class StreamMux {
       input.off('error', onError)
       output.off('error', onError)
       output.off('drain', onDrain)
+      // A write made just before the release can fail after it (Node emits a
+      // write's EPIPE on the next tick, by when the session has let go): with
+      // no listener left, that error would crash the process. The pipes'
+      // next owner listens for its own errors; this one only keeps a
+      // failure the session already caused from being thrown.
+      for (const pipe of [input, output])
+        if (!pipe.listeners('error').includes(ignoreErrorAfterRelease))
+          pipe.on('error', ignoreErrorAfterRelease)
       input.pause()
     }
   }
