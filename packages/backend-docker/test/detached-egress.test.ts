@@ -268,6 +268,69 @@ for (const runtime of ['docker', 'runsc'] as const) {
       }
     }, 300_000)
 
+    it("a resolver's answer at create is what a host that connects enforces (its closure stays with the creator, not asked again), and allow-all stays allow-all", async () => {
+      let asked = 0
+      const resolved = await provider.create({
+        detached: true,
+        lifetimeMs: 120_000,
+        egress: {
+          kind: 'resolver',
+          resolve: async () => {
+            asked += 1
+            return ['upstream.test']
+          },
+        },
+      })
+      const open = await provider.create({
+        detached: true,
+        lifetimeMs: 120_000,
+        egress: { kind: 'allow-all' },
+      })
+      const next = makeProvider()
+      try {
+        await resolved.disconnect()
+        await open.disconnect()
+        const askedAtCreate = asked
+        expect(askedAtCreate).toBeGreaterThan(0)
+
+        const held = await next.connect(resolved.id)
+        const allowed = await held.exec('wget', [
+          '-q',
+          '-O',
+          '-',
+          `http://upstream.test:${port}/resolved-then-connected`,
+        ])
+        expect(allowed.stdout).toBe('upstream saw /resolved-then-connected\n')
+        const denied = await held.exec('wget', [
+          '-q',
+          '-O',
+          '-',
+          `http://elsewhere.test:${port}/not-resolved`,
+        ])
+        expect(denied.stderr).toContain('403')
+        expect(seen).not.toContain('/not-resolved')
+        expect(asked).toBe(askedAtCreate)
+        await held.destroy()
+
+        const opened = await next.connect(open.id)
+        const anywhere = await opened.exec('wget', [
+          '-q',
+          '-O',
+          '-',
+          `http://elsewhere.test:${port}/allow-all-then-connected`,
+        ])
+        expect(anywhere.stdout).toBe('upstream saw /allow-all-then-connected\n')
+        await opened.destroy()
+      } finally {
+        await next.close()
+        for (const id of [resolved.id, open.id])
+          await docker
+            .getContainer(`cordon-${id}`)
+            .remove({ force: true })
+            .catch(() => {})
+      }
+    }, 300_000)
+
     it('a host that dies holding it (SIGKILL) lets go with its connection: the next host connects and its egress works', async () => {
       const settings = JSON.stringify({ allowedHosts: ['upstream.test'], ...gateway() })
       const { id } = await createInChildProcess(runtime, {
