@@ -192,13 +192,14 @@ export class MuxStream extends Duplex {
   }
 }
 
+/** Kept on a released session's pipes: see `release()`. */
+function ignoreErrorAfterRelease(): void {}
+
 /**
  * A session of streams over `input` (frames from the peer) and `output`
  * (frames to it). The session ends when `input` ends or fails, or on
  * `close()`; every open stream is then destroyed.
  */
-function ignoreErrorAfterRelease(): void {}
-
 export class StreamMux {
   private readonly streams = new Map<number, MuxStream>()
   private nextId: number
