@@ -121,6 +121,8 @@ const SEAL_WAIT_MS = 10_000
 /** How long `destroy()` waits for a removal the engine already started: 10 s. */
 const REMOVAL_WAIT_ATTEMPTS = 200
 const REMOVAL_WAIT_INTERVAL_MS = 50
+/** How long a failed restore waits for the restored container's exit status to name it in the error. */
+const RESTORE_EXIT_GRACE_MS = 1_000
 
 /**
  * The Docker Engine backend. Each sandbox is one hardened container whose
@@ -628,33 +630,47 @@ export class DockerBackend implements CordonSandboxBackend {
               createdAt,
             )
             recording.catch(() => {})
+            // Named in the error: a failure here has several causes the engine words alike ("no such container").
+            let stage = 'removing the checkpointed container'
+            let restoredId: string | undefined
             try {
               // The source goes on: the engine removes its stopped container, and one of the same spec continues it.
               await this.removeContainer(name)
+              stage = 'creating the container that continues it'
               const next = await docker.createContainer(spec)
+              restoredId = next.id
               container = next
               inContainer.containerId = next.id
               // Attached, as the engine's start expects; gVisor never wakes it (resumeOverPipe).
+              stage = 'attaching to it'
               channel = await attach(next)
+              stage = 'starting it from the checkpoint'
               await startFromCheckpoint(docker, engine, next.id, id)
               const fresh = newAgentSecret()
               const resumeSignal = AbortSignal.timeout(timeoutMs)
+              stage = 'resuming its agent'
               await resumeOverPipe(next, fresh, undefined, resumeSignal)
               checkpointing = false
               watchChannel(channel)
               secret = fresh
               client.rekey(fresh)
+              stage = 'waiting for its agent'
               await waitForAgent(client, request.id, resumeSignal, channel, undefined)
             } catch (error) {
               checkpointing = false
               sandbox.markLost('lost')
+              // A restored container that ended by itself (its restore failed) has an exit status in the engine's events.
+              const exited =
+                restoredId === undefined
+                  ? undefined
+                  : await this.events.exitCode(restoredId, RESTORE_EXIT_GRACE_MS)
               void remove().catch(() => {})
               const stored = await recording.catch(() => undefined)
               if (stored) await removeSnapshot(docker, id, this.name).catch(() => {})
               removeMemoryCheckpoint(engine.rootDir, id)
               throw new SandboxOperationError(
                 'snapshot',
-                `the sandbox's processes were checkpointed, but the sandbox could not go on from its checkpoint, and has ended: ${(error as Error).message}`,
+                `the sandbox's processes were checkpointed, but the sandbox could not go on from its checkpoint, and has ended (${stage}${exited === undefined ? '' : `; the restored container exited with status ${exited}`}): ${(error as Error).message}`,
                 { cause: error },
               )
             }
