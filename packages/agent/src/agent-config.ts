@@ -105,6 +105,15 @@ export interface AgentConfig {
    * (or, with none named, uses Node's spawn).
    */
   readonly parentLauncher: { readonly requestFd: number; readonly replyFd: number } | undefined
+  /**
+   * How many threads libuv's pool gets (its default is 4), set before the
+   * agent first uses it. Each identity switch of a file operation
+   * (user-identity.ts) is broadcast by glibc to every thread of the process,
+   * which under gVisor's ptrace platform costs a few system calls per thread;
+   * a backend that runs the agent there asks for fewer (gvisor-agent-threads.ts
+   * in the Docker backend). Unset: libuv's own default.
+   */
+  readonly poolThreads: number | undefined
   readonly log: (
     level: 'info' | 'warn' | 'error',
     message: string,
@@ -135,6 +144,7 @@ export const AGENT_ENV = {
   ownRoots: 'CORDON_AGENT_OWN_ROOTS',
   launcher: 'CORDON_AGENT_LAUNCHER',
   parentLauncher: 'CORDON_AGENT_LAUNCHER_FDS',
+  poolThreads: 'CORDON_AGENT_POOL_THREADS',
 } as const
 
 /** A directory and the most disk, in bytes, it may take. */
@@ -288,6 +298,14 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
     ? { requestFd: Number(launcherFdMatch[1]), replyFd: Number(launcherFdMatch[2]) }
     : undefined
 
+  const poolThreads = optionalInteger(
+    get(AGENT_ENV.poolThreads),
+    AGENT_ENV.poolThreads,
+    1,
+    1024,
+    problems,
+  )
+
   for (const name of Object.keys(env)) if (name.startsWith('CORDON_AGENT_')) delete env[name]
 
   if (problems.length > 0 || !listen || !secret) {
@@ -311,6 +329,7 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
     detached,
     launcher,
     parentLauncher,
+    poolThreads,
     log: quiet ? () => {} : writeLogLine,
   }
 }

@@ -11,6 +11,7 @@ import {
 import type { ContainerCreateOptions, MountSettings } from 'dockerode'
 import { type AgentRuntime, RUNTIME_MOUNT } from './agent-runtime.js'
 import { hardenedHostConfig } from './container-hardening.js'
+import { agentNodeOptions } from './gvisor-agent-threads.js'
 import { HUGE_PAGE_NODE_MOUNT } from './huge-page-node.js'
 import { engineVolumeName, type VolumeMountRequest } from './named-volumes.js'
 
@@ -279,6 +280,8 @@ export function agentEnvironment(options: {
   readonly volumeSizes?: VolumeSizes
   /** The agent outlives its attach (a detached sandbox): it ends at its lifetime. */
   readonly detached?: boolean
+  /** libuv's pool size for the agent (gvisor-agent-threads.ts); absent, libuv's default. */
+  readonly poolThreads?: number | undefined
 }): string[] {
   const writable = writableRoots(options.layout)
   // The working directory first: the agent's default for a command without cwd.
@@ -303,6 +306,9 @@ export function agentEnvironment(options: {
       : { CORDON_AGENT_DIRECT_SOCKET: options.directSocket }),
     ...(options.launcher === undefined ? {} : { CORDON_AGENT_LAUNCHER: options.launcher }),
     ...(options.detached ? { CORDON_AGENT_DETACHED: '1' } : {}),
+    ...(options.poolThreads === undefined
+      ? {}
+      : { CORDON_AGENT_POOL_THREADS: String(options.poolThreads) }),
   }
   const sealed = sealedOutputPaths(options.layout)
   if (sealed.length > 0) env.CORDON_AGENT_SEAL_ROOTS = sealed.join(':')
@@ -448,7 +454,7 @@ export function containerSpec(options: {
   return {
     name: options.name,
     Image: options.image ?? config.image,
-    Entrypoint: options.runtime.agentEntrypoint,
+    Entrypoint: options.runtime.agentEntrypointWith(agentNodeOptions(config.runtime)),
     Cmd: [],
     User: '0:0',
     WorkingDir: '/',

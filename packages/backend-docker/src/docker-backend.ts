@@ -94,6 +94,7 @@ import {
   takeFilesystemSnapshot,
 } from './filesystem-snapshot.js'
 import { collectGarbage } from './garbage-collect.js'
+import { agentPoolThreads } from './gvisor-agent-threads.js'
 import { forgetImageEnvironment, imageEnvironment } from './image-environment.js'
 import { ImagePuller } from './image-pull.js'
 import {
@@ -463,6 +464,7 @@ export class DockerBackend implements CordonSandboxBackend {
               launcher: runtime.launcher,
               volumeSizes,
               detached: request.detached,
+              poolThreads: agentPoolThreads(this.config.runtime),
             }),
           }),
           abortSignal: signal,
