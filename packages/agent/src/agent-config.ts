@@ -80,6 +80,14 @@ export interface AgentConfig {
    * connection on it authenticates as on any other listener.
    */
   readonly directSocket: string | undefined
+  /**
+   * A second socket like {@link directSocket}, on a directory the host sees
+   * (gVisor: a host-backed mount, with gVisor allowed to create host sockets
+   * there), so that the host reaches the agent without the engine. Closed
+   * while the session is suspended for a memory snapshot (gVisor cannot
+   * save a socket bound on the host) and opened again on resume.
+   */
+  readonly hostSocket: string | undefined
   /** With `stdio`: a loopback port whose connections go to the host as `egress` streams. */
   readonly egressPort: number | undefined
   /** The agent exits this long after it started: a lifetime the host's death cannot stop. */
@@ -135,6 +143,7 @@ export const AGENT_ENV = {
   runAs: 'CORDON_AGENT_RUN_AS',
   egressPort: 'CORDON_AGENT_EGRESS_PORT',
   directSocket: 'CORDON_AGENT_DIRECT_SOCKET',
+  hostSocket: 'CORDON_AGENT_HOST_SOCKET',
   lifetimeMs: 'CORDON_AGENT_LIFETIME_MS',
   detached: 'CORDON_AGENT_DETACHED',
   sealRoots: 'CORDON_AGENT_SEAL_ROOTS',
@@ -243,6 +252,11 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
     problems.push(`${AGENT_ENV.directSocket} must be an absolute path`)
   if (directSocket !== undefined && listen && listen.kind !== 'stdio')
     problems.push(`${AGENT_ENV.directSocket} needs ${AGENT_ENV.listen}=stdio`)
+  const hostSocket = get(AGENT_ENV.hostSocket)
+  if (hostSocket !== undefined && !isAbsolute(hostSocket))
+    problems.push(`${AGENT_ENV.hostSocket} must be an absolute path`)
+  if (hostSocket !== undefined && listen && listen.kind !== 'stdio')
+    problems.push(`${AGENT_ENV.hostSocket} needs ${AGENT_ENV.listen}=stdio`)
   const sealPaths = parseRoots(get(AGENT_ENV.sealRoots) ?? '', AGENT_ENV.sealRoots, problems)
   if (sealPaths.length > 0 && !runAs)
     problems.push(
@@ -324,6 +338,7 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
     ownRoots,
     storageCheckMs,
     directSocket,
+    hostSocket,
     egressPort,
     lifetimeMs,
     detached,

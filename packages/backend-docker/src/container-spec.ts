@@ -274,6 +274,8 @@ export function agentEnvironment(options: {
   readonly lifetimeMs: number | undefined
   /** The agent's direct file socket (direct-socket.ts), where the host can reach it. */
   readonly directSocket?: string | undefined
+  /** The agent's host-backed socket (direct-socket.ts, gVisor), where the host can reach it. */
+  readonly hostSocket?: string | undefined
   /** cordon-launcher in the runtime volume, if it holds one ({@link AgentRuntime.launcher}). */
   readonly launcher?: string | undefined
   /** Sizes of the named volumes the layout mounts. */
@@ -304,6 +306,7 @@ export function agentEnvironment(options: {
     ...(options.directSocket === undefined
       ? {}
       : { CORDON_AGENT_DIRECT_SOCKET: options.directSocket }),
+    ...(options.hostSocket === undefined ? {} : { CORDON_AGENT_HOST_SOCKET: options.hostSocket }),
     ...(options.launcher === undefined ? {} : { CORDON_AGENT_LAUNCHER: options.launcher }),
     ...(options.detached ? { CORDON_AGENT_DETACHED: '1' } : {}),
     ...(options.poolThreads === undefined
@@ -439,6 +442,8 @@ export function containerSpec(options: {
   readonly tmpfs: Record<string, string>
   readonly labels: Record<string, string>
   readonly env: string[]
+  /** The engine runtime, where it is not the config's (direct-socket.ts HOST_SOCKETS_RUNTIME). */
+  readonly engineRuntime?: string
   /** Cores the sandbox may use (see cpu-placement.ts); undefined for all. */
   readonly cpuSet: string | undefined
   /** RLIMIT_FSIZE, in bytes ({@link fileSizeLimit}); undefined for none. */
@@ -476,9 +481,11 @@ export function containerSpec(options: {
       capAdd: agentCapabilities(options.handsOverOutputs, options.ownsVolumes === true),
       extra: {
         // `docker` leaves the choice to the engine's default runtime.
-        ...(config.runtime === 'runsc' || config.runtime === 'runc'
-          ? { Runtime: config.runtime }
-          : {}),
+        ...(options.engineRuntime !== undefined
+          ? { Runtime: options.engineRuntime }
+          : config.runtime === 'runsc' || config.runtime === 'runc'
+            ? { Runtime: config.runtime }
+            : {}),
         Tmpfs: options.tmpfs,
         Ulimits: limits.Ulimits,
         NanoCpus: Math.round((config.cpus ?? DEFAULT_CPUS) * 1e9),

@@ -69,7 +69,11 @@ import {
   DirectRoute,
   DirectSocket,
   directSocketTmpfs,
+  HOST_SOCKET_PATH,
+  HOST_SOCKETS_RUNTIME,
+  hostSocketMount,
   wantsDirectSocket,
+  wantsHostSocket,
 } from './direct-socket.js'
 import { openDockerTerminal } from './docker-terminal.js'
 import { EgressGateway } from './egress-gateway.js'
@@ -122,6 +126,12 @@ const SEAL_WAIT_MS = 10_000
 /** How long `destroy()` waits for a removal the engine already started: 10 s. */
 const REMOVAL_WAIT_ATTEMPTS = 200
 const REMOVAL_WAIT_INTERVAL_MS = 50
+/** What create needs to know of the engine, read once per backend. */
+interface EngineFacts {
+  readonly cpus: number
+  readonly runtimes: readonly string[]
+}
+
 /** How long a failed restore waits for the restored container's exit status to name it in the error. */
 const RESTORE_EXIT_GRACE_MS = 1_000
 
@@ -145,7 +155,7 @@ export class DockerBackend implements CordonSandboxBackend {
   private swept = false
   /** Late removals scheduled by a failed create, by container name. */
   private readonly lateSweeps = new Map<string, NodeJS.Timeout[]>()
-  private engineCpuCount: Promise<number> | undefined
+  private engineFactsRead: Promise<EngineFacts> | undefined
   /** The snapshots kept on this engine (filesystem-snapshot.ts). */
   readonly snapshots: SandboxSnapshotStore
   /** Named persistent volumes on this engine (named-volumes.ts). */
@@ -186,16 +196,22 @@ export class DockerBackend implements CordonSandboxBackend {
     }
   }
 
-  /** The engine machine's CPU count, read once (0 if the engine does not say). */
-  private engineCpus(): Promise<number> {
-    this.engineCpuCount ??= this.engine.docker.info().then(
-      (info: { NCPU?: number }) => info.NCPU ?? 0,
+  /**
+   * The engine machine's CPU count (0 if the engine does not say) and the
+   * names of its runtimes, read once.
+   */
+  private engineFacts(): Promise<EngineFacts> {
+    this.engineFactsRead ??= this.engine.docker.info().then(
+      (info: { NCPU?: number; Runtimes?: Record<string, unknown> }) => ({
+        cpus: info.NCPU ?? 0,
+        runtimes: Object.keys(info.Runtimes ?? {}),
+      }),
       () => {
-        this.engineCpuCount = undefined
-        return 0
+        this.engineFactsRead = undefined
+        return { cpus: 0, runtimes: [] }
       },
     )
-    return this.engineCpuCount
+    return this.engineFactsRead
   }
 
   private runtime(): Promise<AgentRuntime> {
@@ -330,6 +346,13 @@ export class DockerBackend implements CordonSandboxBackend {
     let registering: Promise<SandboxEgress> | undefined
     // Command and file streams go over the direct socket once the agent is up (direct-socket.ts).
     const directWanted = wantsDirectSocket(this.config, this.engine.socketPath)
+    // Under gVisor the host dials a second socket, on its own side of gVisor (direct-socket.ts).
+    // (Known once the engine's runtimes are, below.)
+    let hostSocketWanted = false
+    const findDirect = (containerId: string): Promise<DirectSocket | undefined> =>
+      hostSocketWanted
+        ? DirectSocket.findOnHost(this.engine.docker, containerId)
+        : DirectSocket.find(this.engine.docker, containerId)
     // A detached agent always listens there: it is how a host reaches it again (detached-connect.ts).
     // Under gVisor every agent listens there too: after a memory snapshot's
     // restore its session is carried over it (agent-socket-pipe.ts).
@@ -401,7 +424,14 @@ export class DockerBackend implements CordonSandboxBackend {
           imageEnv = await imageEnvironment(this.engine.docker, this.config.image)
         }
         step('preparing the agent runtime')
-        const [runtime, engineCpus] = await Promise.all([this.runtime(), this.engineCpus()])
+        const [runtime, engine] = await Promise.all([this.runtime(), this.engineFacts()])
+        const engineCpus = engine.cpus
+        hostSocketWanted = wantsHostSocket({
+          config: this.config,
+          engineSocketPath: this.engine.socketPath,
+          engineRuntimes: engine.runtimes,
+          writableHostMounts: sealsOutputs || ownsVolumes,
+        })
         if ((sealsOutputs || ownsVolumes) && !runtime.launcher) {
           // The launcher's filter is what stops one fallocate() from taking the host's disk.
           throw new SandboxControlRefusedError(
@@ -437,7 +467,10 @@ export class DockerBackend implements CordonSandboxBackend {
             request,
             runtime,
             image,
-            mounts: layoutMounts(layout, runtime, this.name, this.engine.socketPath),
+            mounts: [
+              ...layoutMounts(layout, runtime, this.name, this.engine.socketPath),
+              ...(hostSocketWanted ? [hostSocketMount(this.labels(request, 'agent-socket'))] : []),
+            ],
             tmpfs: {
               ...tmpfsMounts(this.config, layout, user),
               ...(listensDirect ? directSocketTmpfs() : {}),
@@ -446,6 +479,7 @@ export class DockerBackend implements CordonSandboxBackend {
             handsOverOutputs: sealsOutputs,
             ownsVolumes,
             labels: this.labels(request, 'sandbox'),
+            ...(hostSocketWanted ? { engineRuntime: HOST_SOCKETS_RUNTIME } : {}),
             // Not under gVisor: pinned to fewer cores, its ptrace platform leaves
             // the stubs of exited processes unreaped, and a loop of short
             // commands grew the sandbox past 5,000 host pids in 25 s (the pids
@@ -461,6 +495,7 @@ export class DockerBackend implements CordonSandboxBackend {
               egressPort: proxied ? EGRESS_PROXY_PORT : undefined,
               lifetimeMs: request.lifetimeMs,
               directSocket: listensDirect ? DIRECT_SOCKET_PATH : undefined,
+              hostSocket: hostSocketWanted ? HOST_SOCKET_PATH : undefined,
               launcher: runtime.launcher,
               volumeSizes,
               detached: request.detached,
@@ -536,8 +571,7 @@ export class DockerBackend implements CordonSandboxBackend {
           channel.sendPreface(`${secret}\n`)
         }
         // Found while the agent boots; used once it has answered.
-        if (directWanted)
-          direct = new DirectRoute(DirectSocket.find(this.engine.docker, container.id))
+        if (directWanted || hostSocketWanted) direct = new DirectRoute(findDirect(container.id))
         step('waiting for the agent')
         const client = new AgentClient({
           secret,
@@ -578,6 +612,12 @@ export class DockerBackend implements CordonSandboxBackend {
          * is a session that is over and a secret that opens nothing.
          */
         let checkpointing = false
+        // The agent listens on its host-backed socket again before it answers a resume.
+        const rediscoverDirect = (containerId: string): void => {
+          if (!hostSocketWanted) return
+          direct = new DirectRoute(findDirect(containerId))
+          direct.enable()
+        }
         const takeMemorySnapshot = async (
           snapshotSignal: AbortSignal | undefined,
         ): Promise<StoredSnapshot> => {
@@ -603,6 +643,9 @@ export class DockerBackend implements CordonSandboxBackend {
             // The pipe's process would be caught in the checkpoint, holding a pipe no restored sandbox has.
             await sessionPipe?.closeAndWait()
             sessionPipe = undefined
+            // The agent closed its host-backed socket for the checkpoint; the route is found again after.
+            closeDirect()
+            direct = undefined
             try {
               // Not cut off by the signal: a checkpoint stopped half-way leaves the container in no known state.
               await checkpointContainer(docker, engine, container.id, id)
@@ -613,6 +656,7 @@ export class DockerBackend implements CordonSandboxBackend {
                 .then(() => {
                   client.rekey(secret)
                   watchChannel(channel!)
+                  rediscoverDirect(container.id)
                 })
                 .catch(() => sandbox.markLost('lost'))
               throw error
@@ -658,6 +702,7 @@ export class DockerBackend implements CordonSandboxBackend {
               client.rekey(fresh)
               stage = 'waiting for its agent'
               await waitForAgent(client, request.id, resumeSignal, channel, undefined)
+              rediscoverDirect(next.id)
             } catch (error) {
               checkpointing = false
               sandbox.markLost('lost')
@@ -915,7 +960,8 @@ export class DockerBackend implements CordonSandboxBackend {
   private async removeContainer(name: string): Promise<void> {
     const container = this.engine.docker.getContainer(name)
     try {
-      await container.remove({ force: true })
+      // `v`: its anonymous volumes (a gVisor agent's socket directory) go with it.
+      await container.remove({ force: true, v: true })
       return
     } catch (error) {
       if (isNotFound(error)) return
