@@ -32,6 +32,9 @@ import type Docker from 'dockerode'
  * and every connection authenticates with the sandbox's secret as any other
  * does. The sandbox has still no network interface and nothing new to reach.
  *
+ * Under gVisor the host cannot see this socket; the host-backed socket
+ * ({@link HOST_SOCKET_DIR}) takes its place where it can.
+ *
  * When it works: the engine runs on this machine (its socket is a local
  * unix socket), the runtime is runc (gVisor keeps the socket inside its own
  * kernel), and the host may enter another process's root (root, or
