@@ -257,27 +257,46 @@ static void child_fail(int error) {
   _exit(127);
 }
 
+/*
+ * The signals whose disposition in this process is not the default, found
+ * once its set-up is done (find_non_default_signals): only they need setting
+ * back in a command. execve() itself resets every caught signal, and this
+ * launcher catches none (it reads its signals from a signalfd); what survives
+ * an exec is an ignored signal (SIGPIPE here, and whatever its parent left
+ * ignored). Resetting all 64 cost a command 64 system calls in the vfork
+ * child, which under gVisor's ptrace platform each stop the child and wake
+ * gVisor's kernel: in a traced exec('true') the loop took longer than
+ * starting the command's process (bench/misses.md, issue 30).
+ */
+static int non_default_signals[NSIG];
+static int non_default_count;
+
+static void find_non_default_signals(void) {
+  non_default_count = 0;
+  for (int sig = 1; sig < NSIG; sig++) {
+    if (sig == SIGKILL || sig == SIGSTOP) continue;
+    /* The kernel's call: glibc's sigaction() refuses 32 and 33, which it keeps
+     * for itself, yet a parent may leave them ignored (pnpm 12 does). Its
+     * handler comes first, and SIG_DFL is 0. One that cannot be read is reset. */
+    unsigned long kernel_action[4] = {0, 0, 0, 0};
+    if (syscall(SYS_rt_sigaction, sig, NULL, kernel_action, sizeof(unsigned long)) != 0 ||
+        kernel_action[0] != 0)
+      non_default_signals[non_default_count++] = sig;
+  }
+}
+
 static void child(const char *cwd, const char *file, char *const argv[], char *const envp[],
                   const char *search_path, uint32_t flags, uint32_t uid, uint32_t gid,
                   int in_fd, int out_fd, int err_fd) {
   if (dup2(in_fd, STDIN_FILENO) < 0 || dup2(out_fd, STDOUT_FILENO) < 0 ||
       dup2(err_fd, STDERR_FILENO) < 0)
     child_fail(errno);
-  /* Signals the agent (or this launcher) ignores or blocks must not reach the command so. */
-  for (int sig = 1; sig < NSIG; sig++) {
-    if (sig == SIGKILL || sig == SIGSTOP) continue;
-    struct sigaction action;
-    memset(&action, 0, sizeof action);
-    action.sa_handler = SIG_DFL;
-    sigaction(sig, &action, NULL);
-  }
-  /* glibc's sigaction() refuses the signals it keeps for itself (32 and 33),
-   * so one a parent left ignored (a process manager may) would stay ignored
-   * in the command: the kernel's call resets them. SIG_DFL is 0, so a kernel
-   * sigaction of zeros is the default whatever its layout on this machine. */
-  for (int sig = 32; sig < SIGRTMIN; sig++) {
+  /* Signals this launcher ignores or blocks must not reach the command so (see non_default_signals). */
+  for (int i = 0; i < non_default_count; i++) {
+    /* A kernel sigaction of zeros is the default whatever its layout on this machine. */
     unsigned long kernel_action[4] = {0, 0, 0, 0};
-    (void)syscall(SYS_rt_sigaction, sig, kernel_action, NULL, sizeof(unsigned long));
+    (void)syscall(SYS_rt_sigaction, non_default_signals[i], kernel_action, NULL,
+                  sizeof(unsigned long));
   }
   sigset_t none;
   sigemptyset(&none);
@@ -666,6 +685,8 @@ int main(int argc, char **argv) {
   if (starts_agent) start_agent(argv + 2, &agent_mask, &agent_sigpipe);
   /* After the agent has exec'd (vfork waits for that): the agent is not filtered, every command is. */
   install_syscall_filter();
+  /* Last: every disposition this process will have is set by now. */
+  find_non_default_signals();
   reply("ready %d\n", (int)getpid());
   struct pollfd watched[2] = {{.fd = request_fd, .events = POLLIN}, {.fd = signals, .events = POLLIN}};
   for (;;) {

@@ -80,6 +80,14 @@ export interface AgentConfig {
    * connection on it authenticates as on any other listener.
    */
   readonly directSocket: string | undefined
+  /**
+   * A second socket like {@link directSocket}, on a directory the host sees
+   * (gVisor: a host-backed mount, with gVisor allowed to create host sockets
+   * there), so that the host reaches the agent without the engine. Closed
+   * while the session is suspended for a memory snapshot (gVisor cannot
+   * save a socket bound on the host) and opened again on resume.
+   */
+  readonly hostSocket: string | undefined
   /** With `stdio`: a loopback port whose connections go to the host as `egress` streams. */
   readonly egressPort: number | undefined
   /** The agent exits this long after it started: a lifetime the host's death cannot stop. */
@@ -105,6 +113,15 @@ export interface AgentConfig {
    * (or, with none named, uses Node's spawn).
    */
   readonly parentLauncher: { readonly requestFd: number; readonly replyFd: number } | undefined
+  /**
+   * How many threads libuv's pool gets (its default is 4), set before the
+   * agent first uses it. Each identity switch of a file operation
+   * (user-identity.ts) is broadcast by glibc to every thread of the process,
+   * which under gVisor's ptrace platform costs a few system calls per thread;
+   * a backend that runs the agent there asks for fewer (gvisor-agent-threads.ts
+   * in the Docker backend). Unset: libuv's own default.
+   */
+  readonly poolThreads: number | undefined
   readonly log: (
     level: 'info' | 'warn' | 'error',
     message: string,
@@ -126,6 +143,7 @@ export const AGENT_ENV = {
   runAs: 'CORDON_AGENT_RUN_AS',
   egressPort: 'CORDON_AGENT_EGRESS_PORT',
   directSocket: 'CORDON_AGENT_DIRECT_SOCKET',
+  hostSocket: 'CORDON_AGENT_HOST_SOCKET',
   lifetimeMs: 'CORDON_AGENT_LIFETIME_MS',
   detached: 'CORDON_AGENT_DETACHED',
   sealRoots: 'CORDON_AGENT_SEAL_ROOTS',
@@ -135,6 +153,7 @@ export const AGENT_ENV = {
   ownRoots: 'CORDON_AGENT_OWN_ROOTS',
   launcher: 'CORDON_AGENT_LAUNCHER',
   parentLauncher: 'CORDON_AGENT_LAUNCHER_FDS',
+  poolThreads: 'CORDON_AGENT_POOL_THREADS',
 } as const
 
 /** A directory and the most disk, in bytes, it may take. */
@@ -233,6 +252,11 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
     problems.push(`${AGENT_ENV.directSocket} must be an absolute path`)
   if (directSocket !== undefined && listen && listen.kind !== 'stdio')
     problems.push(`${AGENT_ENV.directSocket} needs ${AGENT_ENV.listen}=stdio`)
+  const hostSocket = get(AGENT_ENV.hostSocket)
+  if (hostSocket !== undefined && !isAbsolute(hostSocket))
+    problems.push(`${AGENT_ENV.hostSocket} must be an absolute path`)
+  if (hostSocket !== undefined && listen && listen.kind !== 'stdio')
+    problems.push(`${AGENT_ENV.hostSocket} needs ${AGENT_ENV.listen}=stdio`)
   const sealPaths = parseRoots(get(AGENT_ENV.sealRoots) ?? '', AGENT_ENV.sealRoots, problems)
   if (sealPaths.length > 0 && !runAs)
     problems.push(
@@ -288,6 +312,14 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
     ? { requestFd: Number(launcherFdMatch[1]), replyFd: Number(launcherFdMatch[2]) }
     : undefined
 
+  const poolThreads = optionalInteger(
+    get(AGENT_ENV.poolThreads),
+    AGENT_ENV.poolThreads,
+    1,
+    1024,
+    problems,
+  )
+
   for (const name of Object.keys(env)) if (name.startsWith('CORDON_AGENT_')) delete env[name]
 
   if (problems.length > 0 || !listen || !secret) {
@@ -306,11 +338,13 @@ export function readAgentConfig(env: Record<string, string | undefined>): AgentC
     ownRoots,
     storageCheckMs,
     directSocket,
+    hostSocket,
     egressPort,
     lifetimeMs,
     detached,
     launcher,
     parentLauncher,
+    poolThreads,
     log: quiet ? () => {} : writeLogLine,
   }
 }

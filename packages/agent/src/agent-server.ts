@@ -179,25 +179,52 @@ async function startStdioAgent(
   // attach to mean this socket is up too. And before the secret has come in
   // on stdin: the host's first connection is then made while it does.
   const directSockets = new Set<Socket>()
-  const direct = config.directSocket
-    ? await listen(
-        { kind: 'unix', path: config.directSocket, mode: 0o600 },
-        context,
-        directSockets,
-      ).catch((error: unknown) => {
-        // Not fatal: the host finds no socket and keeps every stream on stdio.
-        config.log('warn', 'no direct socket; every stream stays on stdio', {
-          error: (error as Error).message,
+  // The host-backed socket's connections, apart: a memory snapshot ends them (below).
+  const hostSockets = new Set<Socket>()
+  const listenOnHost = async (): Promise<Server | undefined> =>
+    config.hostSocket
+      ? listen(
+          { kind: 'unix', path: config.hostSocket, mode: 0o600, hostBacked: true },
+          context,
+          hostSockets,
+        ).catch((error: unknown) => {
+          // Not fatal: the host finds no socket there and uses the other ways.
+          config.log('warn', 'no host-backed socket', { error: (error as Error).message })
+          return undefined
         })
-        return undefined
-      })
-    : undefined
+      : undefined
+  const [direct, listeningOnHost] = await Promise.all([
+    config.directSocket
+      ? listen(
+          { kind: 'unix', path: config.directSocket, mode: 0o600 },
+          context,
+          directSockets,
+        ).catch((error: unknown) => {
+          // Not fatal: the host finds no socket and keeps every stream on stdio.
+          config.log('warn', 'no direct socket; every stream stays on stdio', {
+            error: (error as Error).message,
+          })
+          return undefined
+        })
+      : undefined,
+    listenOnHost(),
+  ])
+  let hostListener = listeningOnHost
+  const closeHostListener = (): Server | undefined => {
+    const server = hostListener
+    hostListener = undefined
+    server?.close()
+    for (const socket of hostSockets) socket.destroy()
+    return server
+  }
   try {
     // The mux reads stdin from the byte after the secret's line.
     await secret
   } catch (error) {
     for (const socket of directSockets) socket.destroy()
+    const host = closeHostListener()
     if (direct) await closeServer(direct)
+    if (host) await closeServer(host)
     throw error
   }
   // fd 1 as a socket: writes to a pipe through process.stdout would block the event loop.
@@ -332,6 +359,11 @@ async function startStdioAgent(
       egress = undefined
       for (const socket of egressConnections) socket.destroy()
     }
+    // Nor a unix socket bound on the host ("Cannot save endpoint with bound
+    // host socket"), nor its connections: the host-backed listener closes
+    // too, and listens again once resumed. The resume line comes on stdin or
+    // on the direct socket, which stays (gVisor keeps it in its own memory).
+    const listenedOnHost = closeHostListener() !== undefined
     config.log('info', 'channel suspended; waiting for a resume line')
     const stopReadingStdin = new AbortController()
     let resumed = false
@@ -340,10 +372,10 @@ async function startStdioAgent(
       resumed = true
       context.takeConnection = undefined
       stopReadingStdin.abort()
-      // The proxy port listens before the session starts: nothing the host
-      // does once resumed finds it closed.
-      void (proxyPort === undefined ? Promise.resolve() : listenForEgress(proxyPort))
-        .then(
+      // The proxy port and the host-backed socket listen before the session
+      // starts: nothing the host does once resumed finds them closed.
+      void Promise.all([
+        (proxyPort === undefined ? Promise.resolve() : listenForEgress(proxyPort)).then(
           (server) => {
             if (server && closing) server.close()
             else if (server) egress = server
@@ -352,25 +384,29 @@ async function startStdioAgent(
             config.log('error', 'the proxy port could not listen again after a resume', {
               error: error.message,
             }),
-        )
-        .then(() => {
-          context.nonces.reseed(Buffer.from(`${process.pid}:${Date.now()}:resume`))
-          resumeWith(line.secret)
-          if (connection) {
-            // The host opens the session's streams only once it has read this line.
-            connection.write(RESUMED_ACK)
-            sessionConnection = connection
-            mux = newSession(connection, connection)
-          } else {
-            mux = newSession()
-          }
-          watchSession()
-          suspended = false
-          config.log('info', 'channel resumed with a new secret', {
-            on: connection ? 'direct socket' : 'stdin',
-          })
-          running?.onChannelResumed?.(line)
+        ),
+        (listenedOnHost ? listenOnHost() : Promise.resolve(undefined)).then((server) => {
+          if (server && closing) server.close()
+          else if (server) hostListener = server
+        }),
+      ]).then(() => {
+        context.nonces.reseed(Buffer.from(`${process.pid}:${Date.now()}:resume`))
+        resumeWith(line.secret)
+        if (connection) {
+          // The host opens the session's streams only once it has read this line.
+          connection.write(RESUMED_ACK)
+          sessionConnection = connection
+          mux = newSession(connection, connection)
+        } else {
+          mux = newSession()
+        }
+        watchSession()
+        suspended = false
+        config.log('info', 'channel resumed with a new secret', {
+          on: connection ? 'direct socket' : 'stdin',
         })
+        running?.onChannelResumed?.(line)
+      })
     }
     context.takeConnection = (socket) => {
       readResumeLine(socket).then(
@@ -398,11 +434,11 @@ async function startStdioAgent(
       context.processes.endAll()
       killAgentCommands(config.runAs)
       mux.close()
-      if (direct) {
-        // The host's idle spare connections would otherwise hold the close open.
-        for (const socket of directSockets) socket.destroy()
-        await closeServer(direct)
-      }
+      // The host's idle spare connections would otherwise hold the close open.
+      for (const socket of directSockets) socket.destroy()
+      const host = closeHostListener()
+      if (direct) await closeServer(direct)
+      if (host) await closeServer(host)
       // Before the egress server's connections drain: the user's processes hold them.
       sealOnEnd(config)
       native?.close()
@@ -428,7 +464,7 @@ async function startStdioAgent(
 }
 
 async function listen(
-  address: AgentListenAddress,
+  address: AgentListenAddress & { readonly hostBacked?: boolean },
   context: ConnectionContext,
   sockets: Set<Socket>,
 ): Promise<Server> {
@@ -453,7 +489,17 @@ async function listen(
   }
   if (address.kind === 'unix') {
     await listenOnPath(server, address.path)
-    chmodSync(address.path, address.mode)
+    try {
+      chmodSync(address.path, address.mode)
+    } catch (error) {
+      // gVisor refuses to change a host socket's mode: its directory, root's
+      // and 0700, is what keeps it the host's (the backend checks that). A
+      // listener that is not kept is not left listening either.
+      if (!address.hostBacked || (error as NodeJS.ErrnoException).code !== 'EPERM') {
+        server.close()
+        throw error
+      }
+    }
     return server
   }
   await new Promise<void>((resolve, reject) => {

@@ -36,6 +36,9 @@ async function main(): Promise<void> {
   }
   deferStartupBackgroundWork()
   const config = readAgentConfig(process.env)
+  // libuv reads it when its pool starts, on the first file or DNS work: none has run yet.
+  // Commands never inherit it: each carries its own whole environment.
+  if (config.poolThreads !== undefined) process.env.UV_THREADPOOL_SIZE = String(config.poolThreads)
   const runAs = config.runAs
   // Caps are measured as root (every entry whatever its modes, every
   // process's descriptors: tree-size.ts, held-files.ts), and outputs sealed

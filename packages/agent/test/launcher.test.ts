@@ -148,10 +148,13 @@ describe('starting commands: cordon-launcher behaves as Node spawn does', () => 
     }
   })
 
-  it('with cordon-launcher, a command starts with default signals even where the agent inherited 32 and 33 ignored', async () => {
+  it('with cordon-launcher, a command starts with default signals even where the agent inherited some ignored, 32 and 33 among them', async () => {
     // glibc keeps 32 and 33 for itself and refuses to change them through
     // sigaction(), so only a raw system call sets them: a small program does,
-    // then starts the agent (pnpm, for one, leaves them ignored).
+    // then starts the agent (pnpm, for one, leaves them ignored). It ignores
+    // a few ordinary ones too (a shell's background job ignores SIGINT and
+    // SIGQUIT): the launcher resets only what it finds not default, so each
+    // kind must be found.
     const dir = await mkdtemp(join(tmpdir(), 'cordon-signals-'))
     const source = join(dir, 'ignore-glibc-signals.c')
     await writeFile(
@@ -163,7 +166,8 @@ describe('starting commands: cordon-launcher behaves as Node spawn does', () => 
         '#include <unistd.h>',
         'int main(int argc, char **argv) {',
         '  unsigned long action[4] = {(unsigned long)SIG_IGN, 0, 0, 0};',
-        '  for (int sig = 32; sig <= 33; sig++) syscall(SYS_rt_sigaction, sig, action, 0, sizeof(unsigned long));',
+        '  int ignored[] = {SIGINT, SIGQUIT, SIGUSR2, SIGWINCH, 32, 33, 64};',
+        '  for (int i = 0; i < 7; i++) syscall(SYS_rt_sigaction, ignored[i], action, 0, sizeof(unsigned long));',
         '  execvp(argv[1], argv + 1);',
         '  return 127;',
         '}',

@@ -224,3 +224,20 @@ describe("the shortest secret is core's, for the agent and for every transport",
     expect(newAgentSecret().length).toBeGreaterThanOrEqual(MIN_AGENT_SECRET_LENGTH)
   })
 })
+
+describe('CORDON_AGENT_POOL_THREADS', () => {
+  const base = { CORDON_AGENT_LISTEN: 'stdio', CORDON_AGENT_SECRET_STDIN: '1' }
+
+  it('is the libuv pool size the agent sets for itself, and is scrubbed from the environment', () => {
+    const env: Record<string, string | undefined> = { ...base, CORDON_AGENT_POOL_THREADS: '1' }
+    expect(readAgentConfig(env).poolThreads).toBe(1)
+    expect(env.CORDON_AGENT_POOL_THREADS).toBeUndefined()
+    expect(readAgentConfig({ ...base }).poolThreads).toBeUndefined()
+  })
+
+  it.each(['0', '-1', '1.5', 'two', '1025'])('refuses %s, naming the variable', (value) => {
+    expect(() => readAgentConfig({ ...base, CORDON_AGENT_POOL_THREADS: value })).toThrow(
+      /CORDON_AGENT_POOL_THREADS/,
+    )
+  })
+})

@@ -48,6 +48,8 @@ export interface AgentRuntime {
    * the runtime's Node directly.
    */
   readonly agentEntrypoint: string[]
+  /** {@link agentEntrypoint} with options for the agent's Node (gvisor-agent-threads.ts). */
+  agentEntrypointWith(nodeOptions: readonly string[]): string[]
   /** The egress gateway program inside the runtime. */
   readonly gatewayScript: string
   /**
@@ -283,16 +285,22 @@ async function prepare(
   currentVolume = volume
   const done = `${volume}-complete`
   const lock = `${volume}-filling`
-  const startNode = (binary: string, script: string, ...args: string[]): string[] => [
+  const startNode = (
+    binary: string,
+    script: string,
+    args: readonly string[] = [],
+    nodeOptions: readonly string[] = [],
+  ): string[] => [
     `${RUNTIME_MOUNT}/lib/${content.loaderName}`,
     '--library-path',
     `${RUNTIME_MOUNT}/lib`,
     binary,
+    ...nodeOptions,
     script,
     ...args,
   ]
   const node = (script: string, ...args: string[]): string[] =>
-    startNode(`${RUNTIME_MOUNT}/bin/node`, script, ...args)
+    startNode(`${RUNTIME_MOUNT}/bin/node`, script, args)
   const agentScript = `${RUNTIME_MOUNT}/agent.cjs`
   const launcher = content.launcher ? `${RUNTIME_MOUNT}/bin/cordon-launcher` : undefined
   const labels = { [LABEL.managed]: '1', [LABEL.role]: 'runtime', 'cordon.runtime': hash }
@@ -309,6 +317,10 @@ async function prepare(
         })
       : undefined
     const agentNode = hugePageNode?.path ?? `${RUNTIME_MOUNT}/bin/node`
+    const agentEntrypointWith = (nodeOptions: readonly string[]): string[] =>
+      launcher
+        ? [launcher, '--agent', ...startNode(agentNode, agentScript, [], nodeOptions)]
+        : startNode(agentNode, agentScript, [], nodeOptions)
     return {
       volume,
       node,
@@ -316,9 +328,8 @@ async function prepare(
       gatewayScript: `${RUNTIME_MOUNT}/gateway/node_modules/@cordon/egress/dist/gateway.js`,
       launcher,
       hugePageNode,
-      agentEntrypoint: launcher
-        ? [launcher, '--agent', ...startNode(agentNode, agentScript)]
-        : startNode(agentNode, agentScript),
+      agentEntrypoint: agentEntrypointWith([]),
+      agentEntrypointWith,
     }
   }
   const deadline = Date.now() + 120_000

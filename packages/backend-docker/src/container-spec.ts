@@ -11,6 +11,7 @@ import {
 import type { ContainerCreateOptions, MountSettings } from 'dockerode'
 import { type AgentRuntime, RUNTIME_MOUNT } from './agent-runtime.js'
 import { hardenedHostConfig } from './container-hardening.js'
+import { agentNodeOptions } from './gvisor-agent-threads.js'
 import { HUGE_PAGE_NODE_MOUNT } from './huge-page-node.js'
 import { engineVolumeName, type VolumeMountRequest } from './named-volumes.js'
 
@@ -273,12 +274,16 @@ export function agentEnvironment(options: {
   readonly lifetimeMs: number | undefined
   /** The agent's direct file socket (direct-socket.ts), where the host can reach it. */
   readonly directSocket?: string | undefined
+  /** The agent's host-backed socket (direct-socket.ts, gVisor), where the host can reach it. */
+  readonly hostSocket?: string | undefined
   /** cordon-launcher in the runtime volume, if it holds one ({@link AgentRuntime.launcher}). */
   readonly launcher?: string | undefined
   /** Sizes of the named volumes the layout mounts. */
   readonly volumeSizes?: VolumeSizes
   /** The agent outlives its attach (a detached sandbox): it ends at its lifetime. */
   readonly detached?: boolean
+  /** libuv's pool size for the agent (gvisor-agent-threads.ts); absent, libuv's default. */
+  readonly poolThreads?: number | undefined
 }): string[] {
   const writable = writableRoots(options.layout)
   // The working directory first: the agent's default for a command without cwd.
@@ -301,8 +306,12 @@ export function agentEnvironment(options: {
     ...(options.directSocket === undefined
       ? {}
       : { CORDON_AGENT_DIRECT_SOCKET: options.directSocket }),
+    ...(options.hostSocket === undefined ? {} : { CORDON_AGENT_HOST_SOCKET: options.hostSocket }),
     ...(options.launcher === undefined ? {} : { CORDON_AGENT_LAUNCHER: options.launcher }),
     ...(options.detached ? { CORDON_AGENT_DETACHED: '1' } : {}),
+    ...(options.poolThreads === undefined
+      ? {}
+      : { CORDON_AGENT_POOL_THREADS: String(options.poolThreads) }),
   }
   const sealed = sealedOutputPaths(options.layout)
   if (sealed.length > 0) env.CORDON_AGENT_SEAL_ROOTS = sealed.join(':')
@@ -433,6 +442,8 @@ export function containerSpec(options: {
   readonly tmpfs: Record<string, string>
   readonly labels: Record<string, string>
   readonly env: string[]
+  /** The engine runtime, where it is not the config's (direct-socket.ts HOST_SOCKETS_RUNTIME). */
+  readonly engineRuntime?: string
   /** Cores the sandbox may use (see cpu-placement.ts); undefined for all. */
   readonly cpuSet: string | undefined
   /** RLIMIT_FSIZE, in bytes ({@link fileSizeLimit}); undefined for none. */
@@ -448,7 +459,7 @@ export function containerSpec(options: {
   return {
     name: options.name,
     Image: options.image ?? config.image,
-    Entrypoint: options.runtime.agentEntrypoint,
+    Entrypoint: options.runtime.agentEntrypointWith(agentNodeOptions(config.runtime)),
     Cmd: [],
     User: '0:0',
     WorkingDir: '/',
@@ -470,9 +481,11 @@ export function containerSpec(options: {
       capAdd: agentCapabilities(options.handsOverOutputs, options.ownsVolumes === true),
       extra: {
         // `docker` leaves the choice to the engine's default runtime.
-        ...(config.runtime === 'runsc' || config.runtime === 'runc'
-          ? { Runtime: config.runtime }
-          : {}),
+        ...(options.engineRuntime !== undefined
+          ? { Runtime: options.engineRuntime }
+          : config.runtime === 'runsc' || config.runtime === 'runc'
+            ? { Runtime: config.runtime }
+            : {}),
         Tmpfs: options.tmpfs,
         Ulimits: limits.Ulimits,
         NanoCpus: Math.round((config.cpus ?? DEFAULT_CPUS) * 1e9),

@@ -26,7 +26,12 @@ import { engineStreamCarrier, startAttachedRootExec } from './attached-channel.j
 import { DEFAULT_CPUS, proxyEnvironment, sandboxUser } from './container-spec.js'
 import type { dockerBackend } from './definition.js'
 import { type DetachedEgress, holdDetachedEgress } from './detached-egress.js'
-import { DIRECT_SOCKET_PATH, DirectSocket } from './direct-socket.js'
+import {
+  DIRECT_SOCKET_PATH,
+  DirectSocket,
+  HOST_SOCKETS_RUNTIME,
+  hostCanDialHostSockets,
+} from './direct-socket.js'
 import { openDockerTerminal } from './docker-terminal.js'
 import type { EgressGateway } from './egress-gateway.js'
 import { isNotFound, translateEngineError } from './engine-errors.js'
@@ -187,7 +192,9 @@ export async function connectDetached(
     )
   if (labels[LABEL.detached] !== '1')
     throw new SandboxNotFoundError(id, 'it was not created detached: it ends with its creator')
-  const runtime = info.HostConfig?.Runtime ?? 'runc'
+  // gVisor with the host-backed socket runs under a runtime of its own (direct-socket.ts).
+  const engineRuntime = info.HostConfig?.Runtime ?? 'runc'
+  const runtime = engineRuntime === HOST_SOCKETS_RUNTIME ? 'runsc' : engineRuntime
   const wanted = deps.config.runtime === 'runsc' ? 'runsc' : 'runc'
   if (runtime !== wanted)
     throw new SandboxNotFoundError(
@@ -203,10 +210,13 @@ export async function connectDetached(
   if (info.State.Paused) await docker.getContainer(info.Id).unpause()
 
   const relay = new RelayChannel(docker, info)
+  // Under gVisor, its host-backed socket where it has one; else the relay (one engine exec).
   const direct =
-    deps.engineSocketPath !== undefined && runtime !== 'runsc'
-      ? await DirectSocket.find(docker, info.Id)
-      : undefined
+    engineRuntime === HOST_SOCKETS_RUNTIME && hostCanDialHostSockets(deps.engineSocketPath)
+      ? await DirectSocket.findOnHost(docker, info.Id)
+      : deps.engineSocketPath !== undefined && runtime !== 'runsc'
+        ? await DirectSocket.find(docker, info.Id)
+        : undefined
   let directWorks = direct !== undefined
   let directProved = false
   const client = new AgentClient({
@@ -333,7 +343,7 @@ export async function connectDetached(
       await stopAgent(docker, info.Id)
       await docker
         .getContainer(info.Id)
-        .remove({ force: true })
+        .remove({ force: true, v: true })
         .catch((error: unknown) => {
           if (!isNotFound(error) && !/removal .* in progress/i.test(String(error))) throw error
         })

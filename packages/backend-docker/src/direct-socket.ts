@@ -1,4 +1,12 @@
-import { closeSync, lstatSync, openSync, readFileSync, type Stats } from 'node:fs'
+import {
+  closeSync,
+  constants,
+  fstatSync,
+  lstatSync,
+  openSync,
+  readFileSync,
+  type Stats,
+} from 'node:fs'
 import { connect, type Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import { RetryableDialError } from '@cordon/agent/sandbox'
@@ -24,6 +32,9 @@ import type Docker from 'dockerode'
  * and every connection authenticates with the sandbox's secret as any other
  * does. The sandbox has still no network interface and nothing new to reach.
  *
+ * Under gVisor the host cannot see this socket; the host-backed socket
+ * ({@link HOST_SOCKET_DIR}) takes its place where it can.
+ *
  * When it works: the engine runs on this machine (its socket is a local
  * unix socket), the runtime is runc (gVisor keeps the socket inside its own
  * kernel), and the host may enter another process's root (root, or
@@ -36,6 +47,29 @@ import type Docker from 'dockerode'
 export const DIRECT_SOCKET_DIR = '/run/cordon-agent'
 export const DIRECT_SOCKET_PATH = `${DIRECT_SOCKET_DIR}/files.sock`
 
+/**
+ * Under gVisor, where the host cannot see the direct socket, the agent also
+ * listens on a socket in a directory the host does see: a volume of the
+ * engine's (a tmpfs on the host, root's, mode 0700, removed with the
+ * container) mounted here. gVisor serves a mount from the host through its
+ * gofer, and a socket bound on it is a host socket when runsc runs with
+ * `--host-uds=create`. That flag holds for every mount of the sandbox, so
+ * cordon asks for it only where the agent's directory is the one writable
+ * mount the host backs: a sandbox with a writable `hostDir` or volume runs
+ * under plain `runsc`, as before, because a socket its user bound there
+ * would be a host socket that gVisor then hides from the agent's seal (see
+ * the agent's output-seal.ts), left for host tools to find. The set-up
+ * script registers runsc with the flag under {@link HOST_SOCKETS_RUNTIME}
+ * beside `runsc` (tooling/engine/daemon.runsc.json); on an engine without
+ * it, streams take the attach, as before. `create` lets gVisor bind host
+ * sockets, not connect to them: a sandbox still reaches nothing on the host
+ * through a mount.
+ */
+export const HOST_SOCKETS_RUNTIME = 'runsc-host-sockets'
+
+export const HOST_SOCKET_DIR = '/run/cordon-agent-host'
+export const HOST_SOCKET_PATH = `${HOST_SOCKET_DIR}/files.sock`
+
 /** Whether a container of this config gets the socket's tmpfs and the agent its listener. */
 export function wantsDirectSocket(
   config: Pick<ContainerBackendConfig, 'runtime'>,
@@ -46,10 +80,68 @@ export function wantsDirectSocket(
   )
 }
 
+/**
+ * Whether the host can dial a gVisor sandbox's host-backed socket at all: an
+ * engine on this machine, and a host that runs as root (the volume's
+ * directory on the host is root's, mode 0700).
+ */
+export function hostCanDialHostSockets(engineSocketPath: string | undefined): boolean {
+  return engineSocketPath !== undefined && process.platform === 'linux' && process.getuid?.() === 0
+}
+
+/**
+ * Whether a sandbox gets the host-backed socket (and runs under
+ * {@link HOST_SOCKETS_RUNTIME}): gVisor, a host that can dial it, an engine
+ * that has the runtime, and no writable host-backed mount in its layout.
+ */
+export function wantsHostSocket(options: {
+  readonly config: Pick<ContainerBackendConfig, 'runtime'>
+  readonly engineSocketPath: string | undefined
+  readonly engineRuntimes: readonly string[]
+  readonly writableHostMounts: boolean
+}): boolean {
+  return (
+    options.config.runtime === 'runsc' &&
+    !options.writableHostMounts &&
+    options.engineRuntimes.includes(HOST_SOCKETS_RUNTIME) &&
+    hostCanDialHostSockets(options.engineSocketPath)
+  )
+}
+
+/**
+ * The host-backed socket's directory: an anonymous volume of the engine's
+ * local driver, a tmpfs root's with mode 0700 (as the direct socket's), so
+ * the engine removes it with its container; labelled as cordon's, so that
+ * `cordon gc` finds one an engine left behind.
+ */
+export function hostSocketMount(labels: Record<string, string>): Docker.MountSettings {
+  return {
+    Type: 'volume',
+    // No name: an anonymous volume, which the engine removes with the container.
+    Source: '',
+    Target: HOST_SOCKET_DIR,
+    VolumeOptions: {
+      NoCopy: true,
+      Labels: labels,
+      DriverConfig: {
+        Name: 'local',
+        Options: {
+          type: 'tmpfs',
+          device: 'tmpfs',
+          o: 'size=65536,mode=0700,nosuid,nodev,noexec',
+        },
+      },
+    },
+  }
+}
+
 /** The tmpfs that holds the socket: root's, mode 0700, tiny, nothing executable. */
 export function directSocketTmpfs(): Record<string, string> {
   return { [DIRECT_SOCKET_DIR]: 'rw,nosuid,nodev,noexec,size=65536,mode=0700' }
 }
+
+/** Not followed at the last component: a link there is refused (ELOOP), not resolved. */
+const O_NOFOLLOW = constants.O_NOFOLLOW
 
 /** How often the host dials the direct socket while the agent starts. */
 const LISTENER_POLL_MS = 1
@@ -165,9 +257,44 @@ export function isSocketDirectory(containerRoot: string): boolean {
 
 export class DirectSocket {
   private constructor(
-    /** A descriptor on the container's root: it pins that filesystem even if the pid is reused. */
+    /**
+     * A descriptor on the directory the socket's path starts from (the
+     * container's root, or the host-backed socket's directory): it pins
+     * that filesystem even if the pid or the path is reused.
+     */
     private readonly rootFd: number,
+    /** The socket's path from there. */
+    private readonly socketPath: string = DIRECT_SOCKET_PATH,
   ) {}
+
+  /**
+   * The host-backed socket of a gVisor sandbox ({@link HOST_SOCKET_DIR}):
+   * its directory on the host is the source the engine reports for that
+   * mount, which must be one of the engine's volumes and a real directory,
+   * root's, mode 0700. Undefined otherwise: streams then stay on the attach.
+   * That the socket exists there (gVisor may not create host sockets) is
+   * proved by the first dial, as for the other.
+   */
+  static async findOnHost(docker: Docker, containerId: string): Promise<DirectSocket | undefined> {
+    let dirFd: number | undefined
+    try {
+      const mounts = (await docker.getContainer(containerId).inspect()).Mounts ?? []
+      const mount = mounts.find(
+        (entry) => entry.Destination === HOST_SOCKET_DIR && entry.Type === 'volume',
+      )
+      if (!mount?.Source) return undefined
+      dirFd = openSync(mount.Source, constants.O_RDONLY | constants.O_DIRECTORY | O_NOFOLLOW)
+      const stats = fstatSync(dirFd)
+      if (!stats.isDirectory() || stats.uid !== 0 || (stats.mode & 0o7777) !== 0o700) {
+        closeSync(dirFd)
+        return undefined
+      }
+      return new DirectSocket(dirFd, `/${HOST_SOCKET_PATH.split('/').pop()}`)
+    } catch {
+      if (dirFd !== undefined) closeSync(dirFd)
+      return undefined
+    }
+  }
 
   /**
    * Finds the container's root through its init's pid and checks that the
@@ -197,7 +324,7 @@ export class DirectSocket {
   }
 
   private get path(): string {
-    return `/proc/self/fd/${this.rootFd}${DIRECT_SOCKET_PATH}`
+    return `/proc/self/fd/${this.rootFd}${this.socketPath}`
   }
 
   /** One connection to the agent's direct listener. */

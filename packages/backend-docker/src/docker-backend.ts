@@ -69,7 +69,11 @@ import {
   DirectRoute,
   DirectSocket,
   directSocketTmpfs,
+  HOST_SOCKET_PATH,
+  HOST_SOCKETS_RUNTIME,
+  hostSocketMount,
   wantsDirectSocket,
+  wantsHostSocket,
 } from './direct-socket.js'
 import { openDockerTerminal } from './docker-terminal.js'
 import { EgressGateway } from './egress-gateway.js'
@@ -94,6 +98,7 @@ import {
   takeFilesystemSnapshot,
 } from './filesystem-snapshot.js'
 import { collectGarbage } from './garbage-collect.js'
+import { agentPoolThreads } from './gvisor-agent-threads.js'
 import { forgetImageEnvironment, imageEnvironment } from './image-environment.js'
 import { ImagePuller } from './image-pull.js'
 import {
@@ -121,6 +126,14 @@ const SEAL_WAIT_MS = 10_000
 /** How long `destroy()` waits for a removal the engine already started: 10 s. */
 const REMOVAL_WAIT_ATTEMPTS = 200
 const REMOVAL_WAIT_INTERVAL_MS = 50
+/** What create needs to know of the engine, read once per backend. */
+interface EngineFacts {
+  readonly cpus: number
+  readonly runtimes: readonly string[]
+}
+
+/** How long a failed restore waits for the restored container's exit status to name it in the error. */
+const RESTORE_EXIT_GRACE_MS = 1_000
 
 /**
  * The Docker Engine backend. Each sandbox is one hardened container whose
@@ -142,7 +155,7 @@ export class DockerBackend implements CordonSandboxBackend {
   private swept = false
   /** Late removals scheduled by a failed create, by container name. */
   private readonly lateSweeps = new Map<string, NodeJS.Timeout[]>()
-  private engineCpuCount: Promise<number> | undefined
+  private engineFactsRead: Promise<EngineFacts> | undefined
   /** The snapshots kept on this engine (filesystem-snapshot.ts). */
   readonly snapshots: SandboxSnapshotStore
   /** Named persistent volumes on this engine (named-volumes.ts). */
@@ -183,16 +196,22 @@ export class DockerBackend implements CordonSandboxBackend {
     }
   }
 
-  /** The engine machine's CPU count, read once (0 if the engine does not say). */
-  private engineCpus(): Promise<number> {
-    this.engineCpuCount ??= this.engine.docker.info().then(
-      (info: { NCPU?: number }) => info.NCPU ?? 0,
+  /**
+   * The engine machine's CPU count (0 if the engine does not say) and the
+   * names of its runtimes, read once.
+   */
+  private engineFacts(): Promise<EngineFacts> {
+    this.engineFactsRead ??= this.engine.docker.info().then(
+      (info: { NCPU?: number; Runtimes?: Record<string, unknown> }) => ({
+        cpus: info.NCPU ?? 0,
+        runtimes: Object.keys(info.Runtimes ?? {}),
+      }),
       () => {
-        this.engineCpuCount = undefined
-        return 0
+        this.engineFactsRead = undefined
+        return { cpus: 0, runtimes: [] }
       },
     )
-    return this.engineCpuCount
+    return this.engineFactsRead
   }
 
   private runtime(): Promise<AgentRuntime> {
@@ -327,6 +346,13 @@ export class DockerBackend implements CordonSandboxBackend {
     let registering: Promise<SandboxEgress> | undefined
     // Command and file streams go over the direct socket once the agent is up (direct-socket.ts).
     const directWanted = wantsDirectSocket(this.config, this.engine.socketPath)
+    // Under gVisor the host dials a second socket, on its own side of gVisor (direct-socket.ts).
+    // (Known once the engine's runtimes are, below.)
+    let hostSocketWanted = false
+    const findDirect = (containerId: string): Promise<DirectSocket | undefined> =>
+      hostSocketWanted
+        ? DirectSocket.findOnHost(this.engine.docker, containerId)
+        : DirectSocket.find(this.engine.docker, containerId)
     // A detached agent always listens there: it is how a host reaches it again (detached-connect.ts).
     // Under gVisor every agent listens there too: after a memory snapshot's
     // restore its session is carried over it (agent-socket-pipe.ts).
@@ -398,7 +424,14 @@ export class DockerBackend implements CordonSandboxBackend {
           imageEnv = await imageEnvironment(this.engine.docker, this.config.image)
         }
         step('preparing the agent runtime')
-        const [runtime, engineCpus] = await Promise.all([this.runtime(), this.engineCpus()])
+        const [runtime, engine] = await Promise.all([this.runtime(), this.engineFacts()])
+        const engineCpus = engine.cpus
+        hostSocketWanted = wantsHostSocket({
+          config: this.config,
+          engineSocketPath: this.engine.socketPath,
+          engineRuntimes: engine.runtimes,
+          writableHostMounts: sealsOutputs || ownsVolumes,
+        })
         if ((sealsOutputs || ownsVolumes) && !runtime.launcher) {
           // The launcher's filter is what stops one fallocate() from taking the host's disk.
           throw new SandboxControlRefusedError(
@@ -434,7 +467,10 @@ export class DockerBackend implements CordonSandboxBackend {
             request,
             runtime,
             image,
-            mounts: layoutMounts(layout, runtime, this.name, this.engine.socketPath),
+            mounts: [
+              ...layoutMounts(layout, runtime, this.name, this.engine.socketPath),
+              ...(hostSocketWanted ? [hostSocketMount(this.labels(request, 'agent-socket'))] : []),
+            ],
             tmpfs: {
               ...tmpfsMounts(this.config, layout, user),
               ...(listensDirect ? directSocketTmpfs() : {}),
@@ -443,6 +479,7 @@ export class DockerBackend implements CordonSandboxBackend {
             handsOverOutputs: sealsOutputs,
             ownsVolumes,
             labels: this.labels(request, 'sandbox'),
+            ...(hostSocketWanted ? { engineRuntime: HOST_SOCKETS_RUNTIME } : {}),
             // Not under gVisor: pinned to fewer cores, its ptrace platform leaves
             // the stubs of exited processes unreaped, and a loop of short
             // commands grew the sandbox past 5,000 host pids in 25 s (the pids
@@ -458,9 +495,11 @@ export class DockerBackend implements CordonSandboxBackend {
               egressPort: proxied ? EGRESS_PROXY_PORT : undefined,
               lifetimeMs: request.lifetimeMs,
               directSocket: listensDirect ? DIRECT_SOCKET_PATH : undefined,
+              hostSocket: hostSocketWanted ? HOST_SOCKET_PATH : undefined,
               launcher: runtime.launcher,
               volumeSizes,
               detached: request.detached,
+              poolThreads: agentPoolThreads(this.config.runtime),
             }),
           }),
           abortSignal: signal,
@@ -532,8 +571,7 @@ export class DockerBackend implements CordonSandboxBackend {
           channel.sendPreface(`${secret}\n`)
         }
         // Found while the agent boots; used once it has answered.
-        if (directWanted)
-          direct = new DirectRoute(DirectSocket.find(this.engine.docker, container.id))
+        if (directWanted || hostSocketWanted) direct = new DirectRoute(findDirect(container.id))
         step('waiting for the agent')
         const client = new AgentClient({
           secret,
@@ -574,6 +612,12 @@ export class DockerBackend implements CordonSandboxBackend {
          * is a session that is over and a secret that opens nothing.
          */
         let checkpointing = false
+        // The agent listens on its host-backed socket again before it answers a resume.
+        const rediscoverDirect = (containerId: string): void => {
+          if (!hostSocketWanted) return
+          direct = new DirectRoute(findDirect(containerId))
+          direct.enable()
+        }
         const takeMemorySnapshot = async (
           snapshotSignal: AbortSignal | undefined,
         ): Promise<StoredSnapshot> => {
@@ -599,6 +643,9 @@ export class DockerBackend implements CordonSandboxBackend {
             // The pipe's process would be caught in the checkpoint, holding a pipe no restored sandbox has.
             await sessionPipe?.closeAndWait()
             sessionPipe = undefined
+            // The agent closed its host-backed socket for the checkpoint; the route is found again after.
+            closeDirect()
+            direct = undefined
             try {
               // Not cut off by the signal: a checkpoint stopped half-way leaves the container in no known state.
               await checkpointContainer(docker, engine, container.id, id)
@@ -609,6 +656,7 @@ export class DockerBackend implements CordonSandboxBackend {
                 .then(() => {
                   client.rekey(secret)
                   watchChannel(channel!)
+                  rediscoverDirect(container.id)
                 })
                 .catch(() => sandbox.markLost('lost'))
               throw error
@@ -628,33 +676,48 @@ export class DockerBackend implements CordonSandboxBackend {
               createdAt,
             )
             recording.catch(() => {})
+            // Named in the error: a failure here has several causes the engine words alike ("no such container").
+            let stage = 'removing the checkpointed container'
+            let restoredId: string | undefined
             try {
               // The source goes on: the engine removes its stopped container, and one of the same spec continues it.
               await this.removeContainer(name)
+              stage = 'creating the container that continues it'
               const next = await docker.createContainer(spec)
+              restoredId = next.id
               container = next
               inContainer.containerId = next.id
               // Attached, as the engine's start expects; gVisor never wakes it (resumeOverPipe).
+              stage = 'attaching to it'
               channel = await attach(next)
+              stage = 'starting it from the checkpoint'
               await startFromCheckpoint(docker, engine, next.id, id)
               const fresh = newAgentSecret()
               const resumeSignal = AbortSignal.timeout(timeoutMs)
+              stage = 'resuming its agent'
               await resumeOverPipe(next, fresh, undefined, resumeSignal)
               checkpointing = false
               watchChannel(channel)
               secret = fresh
               client.rekey(fresh)
+              stage = 'waiting for its agent'
               await waitForAgent(client, request.id, resumeSignal, channel, undefined)
+              rediscoverDirect(next.id)
             } catch (error) {
               checkpointing = false
               sandbox.markLost('lost')
+              // A restored container that ended by itself (its restore failed) has an exit status in the engine's events.
+              const exited =
+                restoredId === undefined
+                  ? undefined
+                  : await this.events.exitCode(restoredId, RESTORE_EXIT_GRACE_MS)
               void remove().catch(() => {})
               const stored = await recording.catch(() => undefined)
               if (stored) await removeSnapshot(docker, id, this.name).catch(() => {})
               removeMemoryCheckpoint(engine.rootDir, id)
               throw new SandboxOperationError(
                 'snapshot',
-                `the sandbox's processes were checkpointed, but the sandbox could not go on from its checkpoint, and has ended: ${(error as Error).message}`,
+                `the sandbox's processes were checkpointed, but the sandbox could not go on from its checkpoint, and has ended (${stage}${exited === undefined ? '' : `; the restored container exited with status ${exited}`}): ${(error as Error).message}`,
                 { cause: error },
               )
             }
@@ -897,7 +960,8 @@ export class DockerBackend implements CordonSandboxBackend {
   private async removeContainer(name: string): Promise<void> {
     const container = this.engine.docker.getContainer(name)
     try {
-      await container.remove({ force: true })
+      // `v`: its anonymous volumes (a gVisor agent's socket directory) go with it.
+      await container.remove({ force: true, v: true })
       return
     } catch (error) {
       if (isNotFound(error)) return

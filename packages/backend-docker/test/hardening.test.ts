@@ -12,6 +12,7 @@ import type Docker from 'dockerode'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { currentRuntimeVolume } from '../src/agent-runtime.js'
 import { AGENT_MEMORY_ALLOWANCE_MB } from '../src/container-spec.js'
+import { HOST_SOCKETS_RUNTIME } from '../src/direct-socket.js'
 import { GATEWAY_MEMORY_MB, GATEWAY_PIDS_LIMIT } from '../src/egress-gateway.js'
 import { KEEPER_MEMORY_MB, KEEPER_PIDS_LIMIT } from '../src/huge-page-node.js'
 import { buildHostileTool, HOSTILE_TOOL } from './hostile-tool.js'
@@ -341,7 +342,8 @@ for (const runtime of ['docker', 'runsc'] as const) {
 
     it('runs under the requested runtime', async () => {
       const info = await containerOf(sandbox)
-      expect(info.HostConfig.Runtime).toBe(runtime === 'runsc' ? 'runsc' : 'runc')
+      // gVisor without a writable host mount: runsc with host sockets (direct-socket.ts).
+      expect(info.HostConfig.Runtime).toBe(runtime === 'runsc' ? HOST_SOCKETS_RUNTIME : 'runc')
       const kernel = await sandbox.exec('dmesg')
       if (runtime === 'runsc') expect(kernel.stdout).toMatch(/gVisor/i)
       else expect(kernel.stdout).not.toMatch(/gVisor/i)

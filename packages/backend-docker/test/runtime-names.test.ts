@@ -1,4 +1,5 @@
 import { describe, expect, it } from 'vitest'
+import { HOST_SOCKETS_RUNTIME } from '../src/direct-socket.js'
 import { docker, testProvider } from './test-run.js'
 
 describe('runtime names', () => {
@@ -13,7 +14,10 @@ describe('runtime names', () => {
       expect((await sandbox.exec('echo', ['ok'])).stdout).toBe('ok\n')
       const info = await docker.getContainer(`cordon-${sandbox.id}`).inspect()
       // `docker` leaves the choice to the engine, whose default here is runc; `runc` names it.
-      expect(info.HostConfig.Runtime).toBe(engineRuntime)
+      // gVisor without a writable host mount runs under runsc with host sockets (direct-socket.ts).
+      expect(info.HostConfig.Runtime).toBe(
+        engineRuntime === 'runsc' ? HOST_SOCKETS_RUNTIME : engineRuntime,
+      )
       expect(provider.name).toBe(
         `@cordon/sandbox: container:${runtime === 'runsc' ? 'runsc' : 'docker'}`,
       )

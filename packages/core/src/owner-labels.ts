@@ -33,6 +33,8 @@ export type ResourceRole =
   | 'relay'
   | 'network'
   | 'egress-sockets'
+  /** The directory of a gVisor agent's host-backed socket (an anonymous volume, gone with its container). */
+  | 'agent-socket'
   | 'snapshot'
   /** A named persistent volume: outlives its owner; `cordon gc` removes it only past a retention. */
   | 'volume'
