@@ -64,7 +64,13 @@ export {
 } from './errors.js'
 export { ExecOutputCollector } from './exec-output.js'
 export { type ValidatedExecRequest, validateExecRequest } from './exec-request.js'
-export { type AllowlistEntry, normalizeHostname, parseAllowlistEntry } from './host-allowlist.js'
+export {
+  type AllowlistEntry,
+  type CompiledAllowlist,
+  compileAllowlist,
+  normalizeHostname,
+  parseAllowlistEntry,
+} from './host-allowlist.js'
 export { isTransientStatus, parseRetryAfter, retryDelayMs } from './http-retry.js'
 export {
   JsonHttpClient,

@@ -73,6 +73,7 @@ describe('entry points', () => {
       'SNAPSHOT_ID_PATTERN',
       'askResolver',
       'cleanupFailureEvent',
+      'compileAllowlist',
       'composeProvider',
       'defaultCredentialStore',
       'defineBackend',

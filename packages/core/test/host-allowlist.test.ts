@@ -1,5 +1,6 @@
+import fc from 'fast-check'
 import { describe, expect, it } from 'vitest'
-import { normalizeHostname, parseAllowlistEntry } from '../src/backend-kit.js'
+import { compileAllowlist, normalizeHostname, parseAllowlistEntry } from '../src/backend-kit.js'
 import { isHostAllowed } from '../src/index.js'
 
 describe('host allowlist', () => {
@@ -52,5 +53,62 @@ describe('normalizeHostname edge cases', () => {
   it('accepts one trailing dot and refuses two', () => {
     expect(normalizeHostname('example.com.')).toBe('example.com')
     expect(normalizeHostname('example.com..')).toBeUndefined()
+  })
+})
+
+describe('compiled allowlist', () => {
+  /** The rule as written in the docs: every entry parsed at the time of the check. */
+  function allowedByEachEntry(host: string, allowedHosts: readonly string[]): boolean {
+    const subject = normalizeHostname(host)
+    if (subject === undefined) return false
+    return allowedHosts.some((raw) => {
+      const entry = parseAllowlistEntry(raw)
+      if (entry === undefined) return false
+      if (entry.kind === 'exact') return subject === entry.host
+      return subject === entry.host || subject.endsWith(`.${entry.host}`)
+    })
+  }
+
+  it('answers exactly as checking each entry does', () => {
+    const label = fc.constantFrom(
+      'a',
+      'b',
+      'ex',
+      'example',
+      'com',
+      'B',
+      'xn--bcher-kva',
+      'bücher',
+      '1',
+      '0x7f',
+      '',
+    )
+    const name = fc.array(label, { minLength: 1, maxLength: 4 }).map((labels) => labels.join('.'))
+    const entry = fc
+      .tuple(fc.constantFrom('', '.', '*.'), name, fc.constantFrom('', '.'))
+      .map(([prefix, host, suffix]) => `${prefix}${host}${suffix}`)
+    fc.assert(
+      fc.property(
+        fc.array(entry, { maxLength: 6 }),
+        fc.array(name, { maxLength: 6 }),
+        (list, hosts) => {
+          const compiled = compileAllowlist(list)
+          for (const host of [...hosts, ...list]) {
+            expect(compiled.allows(host), `${host} against ${JSON.stringify(list)}`).toBe(
+              allowedByEachEntry(host, list),
+            )
+          }
+        },
+      ),
+      { numRuns: 500 },
+    )
+  })
+
+  it('keeps the list it was compiled from, not later changes to the array', () => {
+    const list = ['.example.com']
+    const compiled = compileAllowlist(list)
+    list.push('evil.net')
+    expect(compiled.allows('evil.net')).toBe(false)
+    expect(compiled.allows('a.example.com')).toBe(true)
   })
 })

@@ -5,7 +5,7 @@
  * means a refused name is never looked up, so DNS never learns what a sandbox
  * tried to reach and could not.
  */
-import { type EgressReasonCode, isHostAllowed } from '@cordon/core'
+import type { EgressReasonCode } from '@cordon/core'
 import type { TargetHost } from './authority.js'
 import { policySubject } from './authority.js'
 import type { IpLiteral } from './ip-literal.js'
@@ -34,8 +34,7 @@ export async function admit(
   const verdict = await client.holder.evaluate(subject)
   if (verdict !== 'allowed') return { ok: false, reason: verdict }
   if (!context.options.allowedPorts.has(port)) return { ok: false, reason: 'port-not-allowed' }
-  const inwardExempt =
-    target.kind === 'name' && isHostAllowed(target.name, context.options.allowInwardFor)
+  const inwardExempt = target.kind === 'name' && context.options.allowInwardFor.allows(target.name)
   const screened = await resolveAndScreen(target, {
     port,
     inwardExempt,

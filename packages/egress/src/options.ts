@@ -10,6 +10,8 @@ import {
   SandboxControlRefusedError,
 } from '@cordon/core'
 import {
+  type CompiledAllowlist,
+  compileAllowlist,
   DEFAULT_RESOLVER_TIMEOUT_MS,
   DENY_ALL,
   parseAllowlistEntry,
@@ -118,7 +120,8 @@ export interface ResolvedLimits {
 export interface ResolvedOptions {
   readonly policy: EgressPolicy
   readonly brokeredCredentials: readonly BrokeredCredential[]
-  readonly allowInwardFor: readonly string[]
+  /** `allowInwardFor`, parsed once. */
+  readonly allowInwardFor: CompiledAllowlist
   readonly allowedPorts: ReadonlySet<number>
   readonly lookup: EgressLookup | undefined
   readonly limits: ResolvedLimits
@@ -243,7 +246,7 @@ export function resolveOptions(input: EgressProxyOptions | undefined): ResolvedO
       ? { kind: 'resolver', resolve: parsed.allowedHosts }
       : ((parsed.policy as EgressPolicy | undefined) ?? DENY_ALL),
     brokeredCredentials: credentials,
-    allowInwardFor: parsed.allowInwardFor ?? [],
+    allowInwardFor: compileAllowlist(parsed.allowInwardFor ?? []),
     allowedPorts: new Set(parsed.allowedPorts ?? [443, 80]),
     lookup: parsed.lookup,
     limits: {

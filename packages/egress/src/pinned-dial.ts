@@ -20,6 +20,15 @@ export class DialError extends Error {
   }
 }
 
+export interface DialedSocket {
+  readonly socket: Socket
+  /**
+   * The screened address the socket is connected to, as the caller gave it:
+   * no `getpeername` call needed to report it.
+   */
+  readonly address: string
+}
+
 /**
  * Opens a TCP connection to the first of `addresses` that answers within
  * `timeoutMs` overall. `onread` (Node's `net.connect` option) makes the
@@ -30,9 +39,9 @@ export function dialPinned(
   port: number,
   timeoutMs: number,
   onread?: OnReadOpts,
-): Promise<Socket> {
+): Promise<DialedSocket> {
   const deadline = Date.now() + timeoutMs
-  return new Promise<Socket>((resolve, reject) => {
+  return new Promise<DialedSocket>((resolve, reject) => {
     let index = 0
     let lastError: unknown
     const attempt = (): void => {
@@ -70,7 +79,7 @@ export function dialPinned(
       socket.once('connect', () => {
         clearTimeout(timer)
         socket.off('error', onError)
-        resolve(socket)
+        resolve({ socket, address: ip.address })
       })
     }
     attempt()

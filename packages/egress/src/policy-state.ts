@@ -12,13 +12,8 @@
  * Changes apply to connections that start afterwards; a tunnel already open
  * keeps the decision it was opened with.
  */
-import {
-  type BrokeredCredential,
-  type EgressPolicy,
-  type EgressReasonCode,
-  isHostAllowed,
-} from '@cordon/core'
-import { askResolver } from '@cordon/core/backend'
+import type { BrokeredCredential, EgressPolicy, EgressReasonCode } from '@cordon/core'
+import { askResolver, type CompiledAllowlist, compileAllowlist } from '@cordon/core/backend'
 import type { CredentialBroker } from './credential-broker.js'
 import { parseIpLiteral, unwrapMappedIpv4 } from './ip-literal.js'
 
@@ -32,21 +27,27 @@ export interface PolicyStateOptions {
 type ResolverPolicy = Extract<EgressPolicy, { kind: 'resolver' }>
 
 type HostListResult =
-  | { readonly ok: true; readonly hosts: readonly string[] }
+  | { readonly ok: true; readonly hosts: CompiledAllowlist }
   | { readonly ok: false; readonly problem: string }
 
-/** A policy plus the short-lived cache of its resolver's answer. */
+/**
+ * A policy plus the short-lived cache of its resolver's answer. Host lists
+ * (the static list, each resolver answer) are compiled once, when the policy
+ * or the answer arrives, not on every request.
+ */
 export class PolicyHolder {
   readonly policy: EgressPolicy
   readonly #ttlMs: number
   readonly #timeoutMs: number
-  #cached: { readonly until: number; readonly hosts: readonly string[] } | undefined
+  readonly #staticHosts: CompiledAllowlist | undefined
+  #cached: { readonly until: number; readonly hosts: CompiledAllowlist } | undefined
   #inFlight: Promise<HostListResult> | undefined
 
   constructor(policy: EgressPolicy, ttlMs: number, timeoutMs: number) {
     this.policy = policy
     this.#ttlMs = ttlMs
     this.#timeoutMs = timeoutMs
+    this.#staticHosts = policy.kind === 'static' ? compileAllowlist(policy.allowedHosts) : undefined
   }
 
   /** `allowed`, or the reason the policy refuses `subject`. */
@@ -58,11 +59,11 @@ export class PolicyHolder {
       case 'allow-all':
         return 'allowed'
       case 'static':
-        return isHostAllowed(subject, policy.allowedHosts) ? 'allowed' : 'host-not-allowed'
+        return this.#staticHosts?.allows(subject) ? 'allowed' : 'host-not-allowed'
       case 'resolver': {
         const list = await this.#resolvedHosts(policy)
         if (!list.ok) return 'resolver-failed'
-        return isHostAllowed(subject, list.hosts) ? 'allowed' : 'host-not-allowed'
+        return list.hosts.allows(subject) ? 'allowed' : 'host-not-allowed'
       }
       default:
         // An untyped caller's unknown kind confines rather than opens.
@@ -86,7 +87,7 @@ export class PolicyHolder {
     const answer = await askResolver(policy.resolve, this.#timeoutMs)
     // Refusals are not cached: the next request asks again.
     if (!answer.ok) return answer
-    const hosts = Object.freeze([...answer.allowedHosts])
+    const hosts = compileAllowlist(answer.allowedHosts)
     this.#cached = { until: Date.now() + this.#ttlMs, hosts }
     return { ok: true, hosts }
   }

@@ -88,18 +88,8 @@ async function lookupWithTimeout(
   | { readonly ok: true; readonly addresses: IpLiteral[] }
   | { readonly ok: false; readonly reason: EgressReasonCode }
 > {
-  let timer: ReturnType<typeof setTimeout> | undefined
-  const timeout = new Promise<'timeout'>((resolve) => {
-    timer = setTimeout(() => resolve('timeout'), context.dnsTimeoutMs)
-  })
-  let answers: readonly LookupAnswer[] | 'timeout'
-  try {
-    answers = await Promise.race([Promise.resolve().then(() => context.lookup(name)), timeout])
-  } catch {
-    return { ok: false, reason: 'dns-failed' }
-  } finally {
-    clearTimeout(timer)
-  }
+  const answers = await answerWithin(name, context)
+  if (answers === 'failed') return { ok: false, reason: 'dns-failed' }
   if (answers === 'timeout') return { ok: false, reason: 'dns-timeout' }
   if (!Array.isArray(answers) || answers.length === 0) return { ok: false, reason: 'dns-failed' }
   const addresses: IpLiteral[] = []
@@ -112,4 +102,34 @@ async function lookupWithTimeout(
     addresses.push(unwrapMappedIpv4(ip))
   }
   return { ok: true, addresses }
+}
+
+/**
+ * The lookup's answer, `'timeout'` once `dnsTimeoutMs` has passed, or
+ * `'failed'`. One promise and one timer, settled by whichever comes first.
+ * This runs on every named CONNECT before the upstream is dialled, so it
+ * avoids what a `Promise.race` against a timeout promise costs on top: a
+ * second promise, a deferred call of the lookup and their extra microtask
+ * turns.
+ */
+function answerWithin(
+  name: string,
+  context: ResolveContext,
+): Promise<readonly LookupAnswer[] | 'timeout' | 'failed'> {
+  return new Promise((resolve) => {
+    const timer = setTimeout(() => resolve('timeout'), context.dnsTimeoutMs)
+    const settle = (answer: readonly LookupAnswer[] | 'failed'): void => {
+      clearTimeout(timer)
+      resolve(answer)
+    }
+    let pending: Promise<readonly LookupAnswer[]>
+    try {
+      // A lookup that throws instead of rejecting is a failed lookup too.
+      pending = Promise.resolve(context.lookup(name))
+    } catch {
+      settle('failed')
+      return
+    }
+    pending.then(settle, () => settle('failed'))
+  })
 }
