@@ -127,7 +127,7 @@ export const reconnect: Scenario = async ({ quick, log }) => {
     tables,
     comparisons,
     notes: [
-      'Under runc the second process dials the agent through the container root (no engine call past one inspect); under gVisor it dials the agent's host-backed socket (no engine call past one inspect; a relay with one engine exec where the sandbox has none).',
+      "Under runc the second process dials the agent through the container root (no engine call past one inspect); under gVisor it dials the agent's host-backed socket (no engine call past one inspect; a relay with one engine exec where the sandbox has none).",
     ],
     sections: [],
   }
