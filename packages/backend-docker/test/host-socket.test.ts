@@ -4,7 +4,8 @@ import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { LABEL } from '@cordon/core/backend'
-import { NODE_IMAGE } from '@cordon/test-support'
+import { containerTestBackend, EPHEMERAL_OUTPUTS, NODE_IMAGE } from '@cordon/test-support'
+import Docker from 'dockerode'
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import {
   DirectSocket,
@@ -12,6 +13,7 @@ import {
   HOST_SOCKET_PATH,
   HOST_SOCKETS_RUNTIME,
 } from '../src/direct-socket.js'
+import { createDockerSandboxProvider } from '../src/index.js'
 import { docker, testProvider } from './test-run.js'
 
 /**
@@ -201,6 +203,36 @@ describe('the host-backed socket (gVisor)', () => {
       }
     } finally {
       await provider.close()
+    }
+  })
+
+  it('a host connecting to a detached sandbox dials it there, with no relay started through the engine', async () => {
+    const found = watchFindOnHost()
+    const creator = testProvider({ runtime: 'runsc' })
+    const other = createDockerSandboxProvider({
+      backend: containerTestBackend({ runtime: 'runsc' }),
+      layout: EPHEMERAL_OUTPUTS,
+      credentialStore: false,
+    })
+    try {
+      const sandbox = await creator.create({ detached: true, lifetimeMs: 120_000 })
+      await sandbox.writeFile('note.txt', 'kept')
+      const execs = vi.spyOn(Docker.Container.prototype, 'exec')
+      const dials = vi.spyOn(DirectSocket.prototype, 'connect')
+      const reached = await other.connect(sandbox.id, { credential: sandbox.credential! })
+      const id = (await docker.getContainer(`cordon-${sandbox.id}`).inspect()).Id
+      expect(await found.get(id)).toBeInstanceOf(DirectSocket)
+      expect((await reached.readFile('note.txt')).toString()).toBe('kept')
+      expect((await reached.exec('echo', ['reached'])).stdout).toBe('reached\n')
+      const settled = await Promise.allSettled(dials.mock.results.map((r) => r.value))
+      expect(settled.length).toBeGreaterThan(0)
+      expect(settled.every((result) => result.status === 'fulfilled')).toBe(true)
+      // No engine exec: the relay (`agent --relay`) was not needed.
+      expect(execs).not.toHaveBeenCalled()
+      await reached.disconnect()
+      await sandbox.destroy()
+    } finally {
+      await Promise.all([creator.close(), other.close()])
     }
   })
 
