@@ -1,6 +1,7 @@
 // Synchronous on purpose: two calls at listen time, and node:fs/promises costs milliseconds of start-up to load.
-import { chmodSync, unlinkSync } from 'node:fs'
+import { chmodSync, existsSync, rmSync, unlinkSync } from 'node:fs'
 import { connect, createServer, type Server, Socket } from 'node:net'
+import { dirname, join } from 'node:path'
 import type { Duplex, Readable, Writable } from 'node:stream'
 import {
   type AgentConfig,
@@ -19,10 +20,13 @@ import { killProcessesOf, sealOutputs } from './output-seal.js'
 import { PathJail } from './path-jail.js'
 import { nodeLauncher } from './process-launcher.js'
 import { killAgentCommands } from './process-tree.js'
-import { RESUMED_ACK } from './protocol/resume-line.js'
+import { RESTORED_MARKER, RESUMED_ACK } from './protocol/resume-line.js'
 import { type MuxStream, pipeBothWays, StreamMux } from './protocol/stream-mux.js'
 import { listenOnPath } from './unix-listener.js'
 import { actAsItself, actAsUser } from './user-identity.js'
+
+/** How often a suspended agent looks for the restore's marker (RESTORED_MARKER). */
+const RESTORE_WATCH_MS = 5
 
 /** Connections served at once; beyond this new ones are closed at once. */
 const MAX_CONNECTIONS = 512
@@ -210,6 +214,31 @@ async function startStdioAgent(
     listenOnHost(),
   ])
   let hostListener = listeningOnHost
+  const restoredMarker =
+    config.hostSocket === undefined ? undefined : join(dirname(config.hostSocket), RESTORED_MARKER)
+  /**
+   * While suspended: looks for the restore's marker every
+   * RESTORE_WATCH_MS (a stat of a file the host serves, cheap next to the
+   * restore itself) and, once it is there, removes it and listens on the
+   * host-backed socket again. Returns what stops the watch.
+   */
+  const watchForRestore = (): (() => void) => {
+    if (!restoredMarker) return () => {}
+    // One from before the checkpoint would make the agent listen while it is saved.
+    rmSync(restoredMarker, { force: true })
+    let listening = false
+    const timer = setInterval(() => {
+      if (listening || !existsSync(restoredMarker)) return
+      listening = true
+      clearInterval(timer)
+      rmSync(restoredMarker, { force: true })
+      void listenOnHost().then((server) => {
+        if (server && closing) server.close()
+        else if (server) hostListener = server
+      })
+    }, RESTORE_WATCH_MS)
+    return () => clearInterval(timer)
+  }
   const closeHostListener = (): Server | undefined => {
     const server = hostListener
     hostListener = undefined
@@ -364,6 +393,9 @@ async function startStdioAgent(
     // too, and listens again once resumed. The resume line comes on stdin or
     // on the direct socket, which stays (gVisor keeps it in its own memory).
     const listenedOnHost = closeHostListener() !== undefined
+    // Restored from the checkpoint, it is told so by a file the host puts
+    // beside the socket, and listens there again for its resume line.
+    const stopWatchingForRestore = listenedOnHost ? watchForRestore() : () => {}
     config.log('info', 'channel suspended; waiting for a resume line')
     const stopReadingStdin = new AbortController()
     let resumed = false
@@ -372,6 +404,7 @@ async function startStdioAgent(
       resumed = true
       context.takeConnection = undefined
       stopReadingStdin.abort()
+      stopWatchingForRestore()
       // The proxy port and the host-backed socket listen before the session
       // starts: nothing the host does once resumed finds them closed.
       void Promise.all([
@@ -385,10 +418,13 @@ async function startStdioAgent(
               error: error.message,
             }),
         ),
-        (listenedOnHost ? listenOnHost() : Promise.resolve(undefined)).then((server) => {
-          if (server && closing) server.close()
-          else if (server) hostListener = server
-        }),
+        // (Already listening if the restore's marker brought the resume line there.)
+        (listenedOnHost && !hostListener ? listenOnHost() : Promise.resolve(undefined)).then(
+          (server) => {
+            if (server && closing) server.close()
+            else if (server) hostListener = server
+          },
+        ),
       ]).then(() => {
         context.nonces.reseed(Buffer.from(`${process.pid}:${Date.now()}:resume`))
         resumeWith(line.secret)

@@ -113,7 +113,11 @@ export function socketPipeCommand(entrypoint: readonly string[]): string[] {
  * (the session's first frames, if the agent has already opened a stream)
  * unread for the session.
  */
-function waitForResumed(stream: Readable, signal: AbortSignal, log: () => string): Promise<void> {
+export function waitForResumed(
+  stream: Readable,
+  signal: AbortSignal,
+  log: () => string,
+): Promise<void> {
   const ack = Buffer.from(RESUMED_ACK, 'utf8')
   return new Promise((resolve, reject) => {
     let seen = Buffer.alloc(0)

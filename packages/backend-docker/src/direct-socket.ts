@@ -9,6 +9,7 @@ import {
 } from 'node:fs'
 import { connect, type Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
+import { RESTORED_MARKER } from '@cordon/agent/protocol'
 import { RetryableDialError } from '@cordon/agent/sandbox'
 import type { ContainerBackendConfig } from '@cordon/builtin-backends'
 import type Docker from 'dockerode'
@@ -321,6 +322,21 @@ export class DirectSocket {
       if (rootFd !== undefined) closeSync(rootFd)
       return undefined
     }
+  }
+
+  /**
+   * Puts the restore's marker beside the host-backed socket (its directory
+   * is the one this holds): the agent, restored and waiting, then listens
+   * there again. Created new, never through a link.
+   */
+  markRestored(): void {
+    closeSync(
+      openSync(
+        `/proc/self/fd/${this.rootFd}/${RESTORED_MARKER}`,
+        constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | O_NOFOLLOW,
+        0o600,
+      ),
+    )
   }
 
   private get path(): string {

@@ -99,6 +99,7 @@ import {
 } from './filesystem-snapshot.js'
 import { collectGarbage } from './garbage-collect.js'
 import { agentPoolThreads } from './gvisor-agent-threads.js'
+import { resumeOverHostSocket } from './host-socket-resume.js'
 import { forgetImageEnvironment, imageEnvironment } from './image-environment.js'
 import { ImagePuller } from './image-pull.js'
 import {
@@ -126,6 +127,13 @@ const SEAL_WAIT_MS = 10_000
 /** How long `destroy()` waits for a removal the engine already started: 10 s. */
 const REMOVAL_WAIT_ATTEMPTS = 200
 const REMOVAL_WAIT_INTERVAL_MS = 50
+/**
+ * How long a restored agent may take to listen on its host-backed socket
+ * once told (host-socket-resume.ts) before the resume goes through the
+ * engine's exec instead: it looks every 5 ms, and listens in well under 50.
+ */
+const HOST_SOCKET_RESUME_WAIT_MS = 1_000
+
 /** What create needs to know of the engine, read once per backend. */
 interface EngineFacts {
   readonly cpus: number
@@ -533,15 +541,29 @@ export class DockerBackend implements CordonSandboxBackend {
           lifetimeMs: number | null | undefined,
           resumeSignal: AbortSignal,
         ): Promise<void> => {
-          sessionPipe = await resumeOverSocketPipe({
-            docker: this.engine.docker,
-            containerId: target.id,
-            entrypoint: runtime.agentEntrypoint,
-            secret: fresh,
-            lifetimeMs,
-            signal: resumeSignal,
-            onStream: fromAgent,
-          })
+          // Past the engine where the agent has a host-backed socket; else through an exec's pipe.
+          const overHostSocket = hostSocketWanted
+            ? await resumeOverHostSocket({
+                docker: this.engine.docker,
+                containerId: target.id,
+                secret: fresh,
+                lifetimeMs,
+                signal: resumeSignal,
+                listenWithinMs: HOST_SOCKET_RESUME_WAIT_MS,
+                onStream: fromAgent,
+              })
+            : undefined
+          sessionPipe =
+            overHostSocket ??
+            (await resumeOverSocketPipe({
+              docker: this.engine.docker,
+              containerId: target.id,
+              entrypoint: runtime.agentEntrypoint,
+              secret: fresh,
+              lifetimeMs,
+              signal: resumeSignal,
+              onStream: fromAgent,
+            }))
           channel = sessionPipe.channel
         }
         // Connections the sandbox made to its proxy port go to its gateway client.

@@ -174,9 +174,15 @@ describe('the host-backed socket (gVisor)', () => {
     }
   })
 
-  it('a memory snapshot closes it for the checkpoint (gVisor cannot save a host socket) and the sandbox goes on over it in its new container', async () => {
+  it('a memory snapshot closes it for the checkpoint (gVisor cannot save a host socket) and the sandbox goes on over it in its new container, resumed there without an engine exec', async () => {
     const found = watchFindOnHost()
     const provider = testProvider({ runtime: 'runsc' })
+    // The other way to resume is an exec of `--pipe` (agent-socket-pipe.ts).
+    const execs = vi.spyOn(Docker.Container.prototype, 'exec')
+    const pipeExecs = () =>
+      execs.mock.calls.filter(([options]) =>
+        ((options as { Cmd?: string[] }).Cmd ?? []).includes('--pipe'),
+      )
     try {
       const sandbox = await provider.create()
       const first = (await docker.getContainer(`cordon-${sandbox.id}`).inspect()).Id
@@ -198,6 +204,7 @@ describe('the host-backed socket (gVisor)', () => {
         expect(await found.get(restoredId)).toBeInstanceOf(DirectSocket)
         expect((await restored.readFile('kept.txt')).toString()).toBe('from before')
         await restored.destroy()
+        expect(pipeExecs()).toHaveLength(0)
       } finally {
         await provider.snapshots.remove(snapshot.id).catch(() => {})
       }

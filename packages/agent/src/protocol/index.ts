@@ -135,7 +135,7 @@ export {
   type WriteFilesRequest,
   type WriteReadyMessage,
 } from './messages.js'
-export { formatResumeLine, RESUME_LINE_MARK, RESUMED_ACK } from './resume-line.js'
+export { formatResumeLine, RESTORED_MARKER, RESUME_LINE_MARK, RESUMED_ACK } from './resume-line.js'
 export {
   MAX_DATA_PAYLOAD,
   MuxProtocolError,

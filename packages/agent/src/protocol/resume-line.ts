@@ -20,3 +20,15 @@ export function formatResumeLine(secret: string, lifetimeMs?: number | null): st
  * it on that connection, and the host opens streams only once it has read it.
  */
 export const RESUMED_ACK = 'cordon-resumed\n'
+
+/**
+ * The file whose appearance beside the agent's host-backed socket
+ * (`CORDON_AGENT_HOST_SOCKET`'s directory) tells a suspended agent that it
+ * runs again in a container restored from its checkpoint, so that it listens
+ * there again and takes its resume line on that socket. gVisor cannot save a
+ * listening host socket, so the agent cannot listen before it knows; and the
+ * other way in, a pipe the engine's exec starts inside the container, costs
+ * a restore about 100 ms more. Only the host writes it: the directory is
+ * root's, mode 0700, on the host and inside. It holds nothing.
+ */
+export const RESTORED_MARKER = 'restored'
