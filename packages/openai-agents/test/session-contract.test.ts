@@ -5,12 +5,7 @@ import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { createDockerSandboxProvider } from '@cordon/backend-docker'
-import {
-  containerTestBackend,
-  EPHEMERAL_OUTPUTS,
-  engineLeftovers,
-  until,
-} from '@cordon/test-support'
+import { containerTestBackend, EPHEMERAL_OUTPUTS, until } from '@cordon/test-support'
 import { Runner } from '@openai/agents-core'
 import {
   Manifest,
@@ -144,6 +139,11 @@ describe('CordonSandboxClient: resume across processes', () => {
 describe('CordonSandboxClient: what cordon refuses, in the SDK’s error terms', () => {
   it('refuses manifest features it cannot honour before any sandbox is made', async () => {
     const client = new CordonSandboxClient(provider)
+    // The run's other files may have sandboxes up meanwhile: only this provider's count.
+    const made = async () =>
+      (await provider.list()).filter(
+        (info) => info.labels['cordon.provider'] === provider.instanceId,
+      )
     const cases: Array<[string, () => Promise<unknown>]> = [
       [
         'git_repo',
@@ -157,7 +157,7 @@ describe('CordonSandboxClient: what cordon refuses, in the SDK’s error terms',
       const error = await attempt().catch((caught: unknown) => caught)
       expect(error, name).toBeInstanceOf(SandboxUnsupportedFeatureError)
     }
-    expect(await engineLeftovers()).toMatchObject({ containers: [] })
+    expect(await made()).toEqual([])
   })
 
   it('refuses a manifest root outside the sandbox’s writable root, and removes the sandbox', async () => {
