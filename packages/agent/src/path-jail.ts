@@ -46,6 +46,33 @@ export class PathJail {
     readonly actAs: ActAs = actAsItself,
   ) {}
 
+  /** The roots' real paths, each resolved once it exists (see {@link realRoot}). */
+  private readonly realRoots = new Map<string, string>()
+
+  /**
+   * A root's real path, resolved the first time it exists and kept from then
+   * on: every check compares against the roots, and resolving each root again
+   * for each of them was most of the system calls of a small file (about 30
+   * `readlink`s; under gVisor each is a round trip through its kernel). The
+   * roots are mount points the backend made (the sandbox's user cannot move a
+   * mount point or write the directories above it), so their real paths do
+   * not change. Were one moved anyway, what the kept path admits is only the
+   * directory the root really was, and every candidate is still resolved
+   * afresh: a link put in a root's place leads elsewhere and is refused.
+   */
+  private realRoot(root: string): string | undefined {
+    const known = this.realRoots.get(root)
+    if (known !== undefined) return known
+    try {
+      const real = realPath(root)
+      this.realRoots.set(root, real)
+      return real
+    } catch {
+      // A root that does not exist (yet) is nobody's path; it is looked up again next time.
+      return undefined
+    }
+  }
+
   /** The real path `path` leads to, if it lies inside a read root. */
   resolveForRead(path: string): string {
     return this.resolveWithin(path, this.readRoots, 'read')
@@ -81,32 +108,26 @@ export class PathJail {
 
   /** Whether `real` (a resolved path) is one of the roots of `access` itself. */
   isRoot(real: string, roots: readonly string[]): boolean {
-    for (const root of roots) {
-      try {
-        if (realPath(root) === real) return true
-      } catch {
-        // A root that does not exist is nobody's path.
-      }
-    }
-    return false
+    return roots.some((root) => this.realRoot(root) === real)
   }
 
   /**
    * Checks that an open descriptor still refers to something inside the
-   * roots. Call it as the agent itself: a process whose ids changed is not
+   * roots; false if it could not be checked (no /proc). Call it as the agent itself: a process whose ids changed is not
    * dumpable, and its own `/proc/self/fd` is then root's.
    */
-  checkOpened(fd: number, requested: string, access: 'read' | 'write'): void {
+  checkOpened(fd: number, requested: string, access: 'read' | 'write'): boolean {
     let actual: string
     try {
       actual = readlinkSync(`/proc/self/fd/${fd}`)
     } catch {
       // Without /proc there is nothing more to check; the pre-open check stands.
-      return
+      return false
     }
     if (!this.isInside(actual, access === 'read' ? this.readRoots : this.writeRoots)) {
       throw new PathRefusedError(requested, `it leads outside the ${access} roots`)
     }
+    return true
   }
 
   private resolveWithin(path: string, roots: readonly string[], access: 'read' | 'write'): string {
@@ -123,12 +144,8 @@ export class PathJail {
 
   private isInside(candidate: string, roots: readonly string[]): boolean {
     for (const root of roots) {
-      let realRoot: string
-      try {
-        realRoot = realPath(root)
-      } catch {
-        continue
-      }
+      const realRoot = this.realRoot(root)
+      if (realRoot === undefined) continue
       if (
         candidate === realRoot ||
         candidate.startsWith(realRoot.endsWith(sep) ? realRoot : realRoot + sep)

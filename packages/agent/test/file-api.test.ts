@@ -288,4 +288,41 @@ describe('file API through the agent', () => {
       ).toBe(true)
     })
   })
+
+  describe('batch writes and reads (one resolution per directory)', () => {
+    it('judges each file of a batch by its own name: a link leading out is refused, one inside is written through', async () => {
+      await mkdir(join(agent.outputs, 'batch'))
+      await writeFile(join(agent.outputs, 'batch/inside-target.txt'), 'old')
+      await symlink(join(outside, 'secret.txt'), join(agent.outputs, 'batch/out-link'))
+      await symlink('inside-target.txt', join(agent.outputs, 'batch/in-link'))
+      // The first file makes and resolves the directory; the links come after it.
+      await sandbox.writeFiles([
+        { path: 'batch/first.txt', content: 'first' },
+        { path: 'batch/in-link', content: 'through the link' },
+      ])
+      expect(await readFile(join(agent.outputs, 'batch/first.txt'), 'utf8')).toBe('first')
+      expect(await readFile(join(agent.outputs, 'batch/inside-target.txt'), 'utf8')).toBe(
+        'through the link',
+      )
+      const error = await refusal(
+        sandbox.writeFiles([
+          { path: 'batch/second.txt', content: 'second' },
+          { path: 'batch/out-link', content: 'escaped' },
+        ]),
+      )
+      expect(SandboxPathError.isInstance(error)).toBe(true)
+      expect(await readFile(join(outside, 'secret.txt'), 'utf8')).toBe('host data, 24 bytes long')
+    })
+
+    it('a batch read leaves out a link that leads out of the roots, reading each file where the walk found it', async () => {
+      await mkdir(join(agent.outputs, 'rbatch/sub'), { recursive: true })
+      await writeFile(join(agent.outputs, 'rbatch/a.txt'), 'a')
+      await writeFile(join(agent.outputs, 'rbatch/sub/b.txt'), 'b')
+      await symlink(join(outside, 'secret.txt'), join(agent.outputs, 'rbatch/leak'))
+      const seen = new Map<string, string>()
+      for await (const file of await sandbox.readFiles('rbatch'))
+        seen.set(file.path, Buffer.from(file.content).toString())
+      expect([...seen.values()].sort()).toEqual(['a', 'b'])
+    })
+  })
 })

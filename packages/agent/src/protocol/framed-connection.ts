@@ -1,3 +1,4 @@
+import { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import {
   DATA_CHUNK_BYTES,
@@ -173,14 +174,57 @@ export class FramedConnection {
     return this.write(encodeMessageFrame(message))
   }
 
-  /** Sends bytes on a data channel, cut into frames of at most {@link DATA_CHUNK_BYTES}. */
+  /**
+   * Sends bytes on a data channel, cut into frames of at most
+   * {@link DATA_CHUNK_BYTES}. The frames of one call leave in one gathered
+   * write (the socket is corked while they are queued), not two system calls
+   * a frame, header then payload: under gVisor every system call is a round
+   * trip through its kernel, and a 100 MiB download made 3,400 of them.
+   * Memory stays the caller's: the bytes are referenced, not copied, and the
+   * call resolves once the socket can take more.
+   */
   async sendData(channel: DataChannel, data: Uint8Array): Promise<void> {
-    for (let offset = 0; offset < data.byteLength; offset += DATA_CHUNK_BYTES) {
-      const part = data.subarray(offset, offset + DATA_CHUNK_BYTES)
-      if (this.failure !== undefined) throw this.failure
-      this.socket.write(encodeDataHeader(channel, part.byteLength))
-      await this.write(part)
+    if (data.byteLength === 0) return
+    if (this.failure !== undefined) throw this.failure
+    const written: Array<Promise<void>> = []
+    this.socket.cork()
+    try {
+      for (let offset = 0; offset < data.byteLength; offset += DATA_CHUNK_BYTES) {
+        const part = data.subarray(offset, offset + DATA_CHUNK_BYTES)
+        this.socket.write(encodeDataHeader(channel, part.byteLength))
+        written.push(this.write(part))
+      }
+    } finally {
+      this.socket.uncork()
     }
+    await Promise.all(written)
+  }
+
+  /**
+   * Runs `queue`, which starts sends without awaiting them, with the socket
+   * corked: what it queues leaves in one gathered write, not a system call
+   * per message (a batch of small files is two messages a file). Resolves
+   * once every send has; the caller bounds what it queues.
+   */
+  async gather(queue: () => Array<Promise<void>>): Promise<void> {
+    let sent: Array<Promise<void>>
+    this.socket.cork()
+    try {
+      sent = queue()
+    } finally {
+      this.socket.uncork()
+    }
+    await Promise.all(sent)
+  }
+
+  /**
+   * True when everything written so far has been handed to the operating
+   * system, so a buffer passed to {@link sendData} is no longer referenced
+   * and may be filled again. Only a socket can say so: a multiplexed stream
+   * hands its bytes to another stream, which may still hold them.
+   */
+  get sentBuffersReleased(): boolean {
+    return this.socket instanceof Socket && this.socket.writableLength === 0
   }
 
   /**
