@@ -25,6 +25,8 @@ interface Upload {
   readonly temporary: string
   readonly real: string
   readonly mode: number
+  /** Whether the file was created with {@link mode} already, so no `fchmod` is needed. */
+  readonly createdWithMode: boolean
   open: boolean
   placed: boolean
 }
@@ -74,16 +76,13 @@ function openUploadAsUser(
   if (existing?.isDirectory())
     throw new AgentOperationError('bad-request', `${path} is a directory`)
   const mode = requestedMode ?? (existing ? existing.mode & 0o7777 : 0o644)
-  const temporary = join(
+  const createdWithMode = createsExactly(mode)
+  const { fd, temporary } = createTemporary(
     directory,
-    `.${basename(real)}.${randomBytes(6).toString('hex')}.cordon-upload`,
+    basename(real),
+    createdWithMode ? mode : 0o600,
   )
-  const fd = openSync(
-    temporary,
-    constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW,
-    0o600,
-  )
-  const upload = { fd, temporary, real, mode, open: true, placed: false }
+  const upload = { fd, temporary, real, mode, createdWithMode, open: true, placed: false }
   try {
     jail.checkOpened(fd, path, 'write')
   } catch (error) {
@@ -93,6 +92,46 @@ function openUploadAsUser(
     throw error
   }
   return upload
+}
+
+/** The agent's umask, read once: what it strips from a mode given to `open`. */
+const CREATION_UMASK = process.umask()
+
+/**
+ * Whether a file created with `mode` gets exactly that mode: permission bits
+ * only (the kernel clears set-id bits when the file is then written, so
+ * those are set after the write) and none the umask strips. Then the
+ * `fchmod` before the rename is spared, a system call a file.
+ */
+function createsExactly(mode: number): boolean {
+  return (mode & ~0o777) === 0 && (mode & CREATION_UMASK) === 0
+}
+
+/**
+ * Temporary names: a random part chosen once per agent and a counter, not
+ * random bytes read for every file (a system call each). The name hides
+ * nothing from the sandbox's user, who can list the directory; what makes
+ * it safe is `O_EXCL | O_NOFOLLOW`. A name the user made first is skipped
+ * for a fresh random one.
+ */
+let temporaryBase = ''
+let temporaryCount = 0
+
+function createTemporary(
+  directory: string,
+  name: string,
+  mode: number,
+): { fd: number; temporary: string } {
+  for (let attempt = 0; ; attempt++) {
+    if (temporaryBase === '' || attempt > 0) temporaryBase = randomBytes(6).toString('hex')
+    const temporary = join(directory, `.${name}.${temporaryBase}${temporaryCount++}.cordon-upload`)
+    try {
+      const flags = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW
+      return { fd: openSync(temporary, flags, mode), temporary }
+    } catch (error) {
+      if ((error as NodeJS.ErrnoException).code !== 'EEXIST' || attempt >= 3) throw error
+    }
+  }
 }
 
 function openUpload(jail: PathJail, path: string, requestedMode: number | undefined): Upload {
@@ -116,7 +155,7 @@ function writeWholeFiles(
       try {
         for (let offset = 0; offset < file.content.byteLength; )
           offset += writeSync(upload.fd, file.content, offset, file.content.byteLength - offset)
-        fchmodSync(upload.fd, upload.mode)
+        if (!upload.createdWithMode) fchmodSync(upload.fd, upload.mode)
         closeSync(upload.fd)
         upload.open = false
         renameSync(upload.temporary, upload.real)
@@ -179,7 +218,7 @@ class GatheredWrites {
 /** Puts a complete upload in place: its mode, then an atomic rename over the target. */
 function placeUpload(jail: PathJail, upload: Upload): void {
   jail.actAs(() => {
-    fchmodSync(upload.fd, upload.mode)
+    if (!upload.createdWithMode) fchmodSync(upload.fd, upload.mode)
     closeSync(upload.fd)
     upload.open = false
     renameSync(upload.temporary, upload.real)

@@ -314,6 +314,34 @@ describe('file API through the agent', () => {
       expect(await readFile(join(outside, 'secret.txt'), 'utf8')).toBe('host data, 24 bytes long')
     })
 
+    it('gives every file of a batch its mode, whether it is created with it or set after the write', async () => {
+      await mkdir(join(agent.outputs, 'modes'))
+      await writeFile(join(agent.outputs, 'modes/kept.txt'), 'old', { mode: 0o640 })
+      const wanted: Array<[string, number | undefined, number]> = [
+        ['plain', undefined, 0o644],
+        ['exec', 0o755, 0o755],
+        ['private', 0o600, 0o600],
+        // Bits a typical umask (022) strips, and a set-id bit the write would clear.
+        ['shared', 0o666, 0o666],
+        ['setuid', 0o4755, 0o4755],
+        ['kept.txt', undefined, 0o640],
+      ]
+      await sandbox.writeFiles(
+        wanted.map(([name, mode]) => ({
+          path: `modes/${name}`,
+          content: `content of ${name}`,
+          ...(mode === undefined ? {} : { mode }),
+        })),
+      )
+      for (const [name, , mode] of wanted) {
+        const info = await stat(join(agent.outputs, 'modes', name))
+        expect(info.mode & 0o7777, name).toBe(mode)
+        expect(await readFile(join(agent.outputs, 'modes', name), 'utf8')).toBe(
+          `content of ${name}`,
+        )
+      }
+    })
+
     it('a batch read leaves out a link that leads out of the roots, reading each file where the walk found it', async () => {
       await mkdir(join(agent.outputs, 'rbatch/sub'), { recursive: true })
       await writeFile(join(agent.outputs, 'rbatch/a.txt'), 'a')
