@@ -50,11 +50,13 @@ function openUploadAsUser(
   requestedMode: number | undefined,
   directories?: Map<string, string>,
 ): Upload {
-  const known = isAbsolute(path) ? directories?.get(dirname(resolve(path))) : undefined
+  // As the host named it; a relative path is refused by the jail below.
+  const named = isAbsolute(path) ? resolve(path) : undefined
+  const known = named === undefined ? undefined : directories?.get(dirname(named))
   let real: string
   let existing: Stats | undefined
   if (known !== undefined) {
-    real = join(known, basename(resolve(path)))
+    real = join(known, basename(named!))
     existing = lstatSync(real, { throwIfNoEntry: false })
     if (existing?.isSymbolicLink()) {
       real = jail.resolveForWrite(path)
@@ -69,7 +71,7 @@ function openUploadAsUser(
     mkdirSync(made, { recursive: true, mode: 0o755 })
     // The directories just made must still lead inside the roots.
     jail.resolveForWrite(made)
-    if (isAbsolute(path)) directories?.set(dirname(resolve(path)), made)
+    if (named !== undefined) directories?.set(dirname(named), made)
     existing = statSync(real, { throwIfNoEntry: false })
   }
   const directory = dirname(real)
