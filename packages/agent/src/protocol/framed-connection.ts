@@ -186,18 +186,15 @@ export class FramedConnection {
   async sendData(channel: DataChannel, data: Uint8Array): Promise<void> {
     if (data.byteLength === 0) return
     if (this.failure !== undefined) throw this.failure
-    const written: Array<Promise<void>> = []
-    this.socket.cork()
-    try {
+    await this.gather(() => {
+      const written: Array<Promise<void>> = []
       for (let offset = 0; offset < data.byteLength; offset += DATA_CHUNK_BYTES) {
         const part = data.subarray(offset, offset + DATA_CHUNK_BYTES)
         this.socket.write(encodeDataHeader(channel, part.byteLength))
         written.push(this.write(part))
       }
-    } finally {
-      this.socket.uncork()
-    }
-    await Promise.all(written)
+      return written
+    })
   }
 
   /**
