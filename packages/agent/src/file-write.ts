@@ -6,7 +6,6 @@ import {
   mkdirSync,
   openSync,
   renameSync,
-  type Stats,
   statSync,
   unlinkSync,
   writeSync,
@@ -19,11 +18,17 @@ import type { FramedConnection } from './protocol/framed-connection.js'
 import { parseClientMessage, type WriteFileRequest } from './protocol/messages.js'
 import { randomBytes } from './random-bytes.js'
 
-/** A file being received: a temporary file beside its target, made as the sandbox's user. */
+/**
+ * A file being received, made as the sandbox's user: a temporary file beside
+ * its target, or (`direct`) the target itself, new, where nothing stood.
+ */
 interface Upload {
   fd: number
+  /** Where the bytes go: a temporary name, or {@link real} itself when `direct`. */
   readonly temporary: string
   readonly real: string
+  /** Created at its own name, in a directory this batch made: no rename to place it. */
+  readonly direct: boolean
   readonly mode: number
   /** Whether the file was created with {@link mode} already, so no `fchmod` is needed. */
   readonly createdWithMode: boolean
@@ -43,57 +48,114 @@ interface Upload {
  * a round trip through its kernel each. The file's own name is still looked
  * at (a link there is resolved and judged as usual), and the opened file's
  * real path is checked against the roots whichever way it was found.
+ *
+ * With `direct`, a file in a directory the batch made itself is created at
+ * its own name, exclusively and without following a link there: nothing
+ * stood there to replace, so the temporary name and the rename (and the
+ * look at the name before) are spared, two system calls of six. Should the
+ * sandbox have put something there meanwhile, the create fails and the file
+ * takes the usual way. Only for a file whose bytes are all in hand, written
+ * in one go: a stream would leave a partial file visible while it arrived.
  */
 function openUploadAsUser(
   jail: PathJail,
   path: string,
   requestedMode: number | undefined,
-  directories?: Map<string, string>,
+  directories?: Map<string, BatchDirectory>,
+  direct = false,
 ): Upload {
   // As the host named it; a relative path is refused by the jail below.
   const named = isAbsolute(path) ? resolve(path) : undefined
   const known = named === undefined ? undefined : directories?.get(dirname(named))
   let real: string
-  let existing: Stats | undefined
+  let fresh: boolean
   if (known !== undefined) {
-    real = join(known, basename(named!))
-    existing = lstatSync(real, { throwIfNoEntry: false })
-    if (existing?.isSymbolicLink()) {
-      real = jail.resolveForWrite(path)
-      existing = statSync(real, { throwIfNoEntry: false })
-    }
+    real = join(known.real, basename(named!))
+    fresh = known.made
   } else {
     real = jail.resolveForWrite(path)
     const made = dirname(real)
     // Within one batch a directory is made and checked once: what the sandbox
     // may change meanwhile, the check of the opened file below still catches,
     // and everything here acts with the sandbox user's rights only.
-    mkdirSync(made, { recursive: true, mode: 0o755 })
+    const first = mkdirSync(made, { recursive: true, mode: 0o755 })
     // The directories just made must still lead inside the roots.
     jail.resolveForWrite(made)
-    if (named !== undefined) directories?.set(dirname(named), made)
+    fresh = first !== undefined && (made === first || made.startsWith(`${first}/`))
+    if (named !== undefined) directories?.set(dirname(named), { real: made, made: fresh })
+  }
+  if (direct && fresh) {
+    const mode = requestedMode ?? 0o644
+    const createdWithMode = createsExactly(mode)
+    const fd = createExclusive(real, createdWithMode ? mode : 0o600)
+    if (fd !== undefined) {
+      return checkedUpload(jail, path, {
+        fd,
+        temporary: real,
+        real,
+        direct: true,
+        mode,
+        createdWithMode,
+        open: true,
+        placed: false,
+      })
+    }
+  }
+  let existing = lstatSync(real, { throwIfNoEntry: false })
+  if (existing?.isSymbolicLink()) {
+    real = jail.resolveForWrite(path)
     existing = statSync(real, { throwIfNoEntry: false })
   }
-  const directory = dirname(real)
   if (existing?.isDirectory())
     throw new AgentOperationError('bad-request', `${path} is a directory`)
   const mode = requestedMode ?? (existing ? existing.mode & 0o7777 : 0o644)
   const createdWithMode = createsExactly(mode)
   const { fd, temporary } = createTemporary(
-    directory,
+    dirname(real),
     basename(real),
     createdWithMode ? mode : 0o600,
   )
-  const upload = { fd, temporary, real, mode, createdWithMode, open: true, placed: false }
+  return checkedUpload(jail, path, {
+    fd,
+    temporary,
+    real,
+    direct: false,
+    mode,
+    createdWithMode,
+    open: true,
+    placed: false,
+  })
+}
+
+/** A directory a batch has made (or found) and resolved once. */
+interface BatchDirectory {
+  readonly real: string
+  /** Whether this batch's `mkdir` made it: then no file of the batch can be there yet but the sandbox's own. */
+  readonly made: boolean
+}
+
+/** `upload` once its opened file is known to lie inside the roots; removed and refused if not. */
+function checkedUpload(jail: PathJail, path: string, upload: Upload): Upload {
   try {
-    jail.checkOpened(fd, path, 'write')
+    jail.checkOpened(upload.fd, path, 'write')
   } catch (error) {
-    closeSync(fd)
+    closeSync(upload.fd)
     upload.open = false
-    unlinkSync(temporary)
+    unlinkSync(upload.temporary)
     throw error
   }
   return upload
+}
+
+/** Creates `path` if nothing is there (not even a link); `undefined` if something is. */
+function createExclusive(path: string, mode: number): number | undefined {
+  const flags = constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW
+  try {
+    return openSync(path, flags, mode)
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code === 'EEXIST') return undefined
+    throw error
+  }
 }
 
 /** The agent's umask, read once: what it strips from a mode given to `open`. */
@@ -149,18 +211,18 @@ function openUpload(jail: PathJail, path: string, requestedMode: number | undefi
 function writeWholeFiles(
   jail: PathJail,
   files: ReadonlyArray<{ path: string; mode: number | undefined; content: Uint8Array }>,
+  directories: Map<string, BatchDirectory>,
 ): void {
-  const directories = new Map<string, string>()
   jail.actAs(() => {
     for (const file of files) {
-      const upload = openUploadAsUser(jail, file.path, file.mode, directories)
+      const upload = openUploadAsUser(jail, file.path, file.mode, directories, true)
       try {
         for (let offset = 0; offset < file.content.byteLength; )
           offset += writeSync(upload.fd, file.content, offset, file.content.byteLength - offset)
         if (!upload.createdWithMode) fchmodSync(upload.fd, upload.mode)
         closeSync(upload.fd)
         upload.open = false
-        renameSync(upload.temporary, upload.real)
+        if (!upload.direct) renameSync(upload.temporary, upload.real)
       } catch (error) {
         if (upload.open) closeSync(upload.fd)
         try {
@@ -320,9 +382,12 @@ export async function serveWriteFiles(connection: FramedConnection, jail: PathJa
   let pending: Array<{ path: string; mode: number | undefined; content: Uint8Array }> = []
   let pendingBytes = 0
   let remaining = 0
+  // The directories the batch's small files went to, for the whole batch: a
+  // directory it made stays one whose files it may create at their names.
+  const directories = new Map<string, BatchDirectory>()
   const flush = () => {
     if (pending.length === 0) return
-    writeWholeFiles(jail, pending)
+    writeWholeFiles(jail, pending, directories)
     files += pending.length
     pending = []
     pendingBytes = 0

@@ -1,4 +1,4 @@
-import { mkdir, readFile, stat, symlink, writeFile } from 'node:fs/promises'
+import { mkdir, readdir, readFile, stat, symlink, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import {
   type SandboxFileChange,
@@ -340,6 +340,38 @@ describe('file API through the agent', () => {
           `content of ${name}`,
         )
       }
+    })
+
+    it('creates the files of a directory the batch makes at their own names, with their modes, leaving nothing else', async () => {
+      const wanted: Array<[string, number | undefined, number]> = [
+        ['plain', undefined, 0o644],
+        ['exec', 0o755, 0o755],
+        ['private', 0o600, 0o600],
+        ['shared', 0o666, 0o666],
+        ['setuid', 0o4755, 0o4755],
+      ]
+      await sandbox.writeFiles(
+        wanted.flatMap(([name, mode]) =>
+          ['fresh/a', 'fresh/a/b'].map((directory) => ({
+            path: `${directory}/${name}`,
+            content: `content of ${name}`,
+            ...(mode === undefined ? {} : { mode }),
+          })),
+        ),
+      )
+      for (const directory of ['fresh/a', 'fresh/a/b']) {
+        for (const [name, , mode] of wanted) {
+          const path = join(agent.outputs, directory, name)
+          expect((await stat(path)).mode & 0o7777, name).toBe(mode)
+          expect(await readFile(path, 'utf8')).toBe(`content of ${name}`)
+        }
+        // No temporary file left behind: each file was made where it stays.
+        const names = (await readdir(join(agent.outputs, directory))).filter((n) => n !== 'b')
+        expect(names.sort()).toEqual(wanted.map(([name]) => name).sort())
+      }
+      // A second batch over the same files replaces them (the directory is no longer new).
+      await sandbox.writeFiles([{ path: 'fresh/a/plain', content: 'replaced' }])
+      expect(await readFile(join(agent.outputs, 'fresh/a/plain'), 'utf8')).toBe('replaced')
     })
 
     it('a batch read leaves out a link that leads out of the roots, reading each file where the walk found it', async () => {
