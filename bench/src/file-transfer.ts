@@ -27,8 +27,8 @@ import { formatRatio, summarize } from './stats.js'
 import { extractFiles, type HostFile, packFiles } from './tar-helpers.js'
 
 const MiB = 1024 * 1024
-const BIG_SIZE = 100 * MiB
-const SMALL_COUNT = 2000
+export const BIG_SIZE = 100 * MiB
+export const SMALL_COUNT = 2000
 const SOURCE_1MIB = 'cordon, source read in 1 MiB pieces (information only)'
 const DOWNLOAD_DISCARD = 'cordon, bytes counted, not written to a file (information only)'
 const SMALL_DISCARD = 'cordon, files counted, not written to disk (information only)'
@@ -68,7 +68,7 @@ async function mapLimit<T>(
   )
 }
 
-async function makeInputs(
+export async function makeInputs(
   dir: string,
 ): Promise<{ big: string; smallDir: string; smallFiles: HostFile[] }> {
   const big = join(dir, 'big.bin')
@@ -84,7 +84,8 @@ async function makeInputs(
   const smallDir = join(dir, 'small')
   const smallFiles: HostFile[] = []
   for (let index = 0; index < SMALL_COUNT; index++) {
-    // 512 B to 4 KiB, spread over 20 directories: source files, configs, notes.
+    // 512 B to 4 KiB, spread over 20 directories: source files, configs, notes
+    // (gvisor-floors.ts writes the same inside a sandbox).
     const size = 512 + ((index * 7919) % 3585)
     const name = `small/d${String(index % 20).padStart(2, '0')}/f${String(index).padStart(4, '0')}.txt`
     const source = join(dir, name)

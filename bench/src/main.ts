@@ -46,6 +46,7 @@ const SCENARIOS: Record<string, () => Promise<Scenario>> = {
     (await import('./exec-round-trip.js')).execRoundTripScenario(GVISOR),
   'file-transfer-gvisor': async () =>
     (await import('./file-transfer.js')).fileTransferScenario(GVISOR),
+  'gvisor-floors': async () => (await import('./gvisor-floors.js')).gvisorFloors,
 }
 
 function parseArgs(argv: readonly string[]): {

@@ -21,7 +21,13 @@ export interface FloorSandbox {
 
 export async function createFloorSandbox(
   signal?: AbortSignal,
-  options: { runtime?: EngineRuntime | undefined } = {},
+  options: {
+    runtime?: EngineRuntime | undefined
+    /** Another image than the bench's (one with Node, for programs run inside). */
+    image?: string
+    /** More tmpfs mounts beside `/tmp`, as `HostConfig.Tmpfs` takes them. */
+    tmpfs?: Record<string, string>
+  } = {},
 ): Promise<FloorSandbox> {
   const name = uniqueName('floor')
   const volume = `${name}-outputs`
@@ -32,9 +38,12 @@ export async function createFloorSandbox(
     DriverOpts: WORKSPACE_VOLUME_OPTIONS,
     abortSignal: signal,
   } as Docker.VolumeCreateOptions)
-  const container = await docker.createContainer(
-    hardenedCreateOptions(name, [existingVolumeMount(volume)], options.runtime),
-  )
+  const spec = hardenedCreateOptions(name, [existingVolumeMount(volume)], options.runtime)
+  const container = await docker.createContainer({
+    ...spec,
+    ...(options.image ? { Image: options.image } : {}),
+    HostConfig: { ...spec.HostConfig, Tmpfs: { ...spec.HostConfig?.Tmpfs, ...options.tmpfs } },
+  })
   await container.start()
   return { container, volume }
 }
