@@ -51,11 +51,14 @@ const NODE_LOOP = 5
 /**
  * The program run inside the sandbox for each measurement. It times only the
  * work (set-up and removal are outside its clock) and prints `{ "ms": n }`.
- * The per-file calls are the agent's: a write is `lstat` of the name, an
- * exclusive no-follow create of a temporary name, `readlink` of the
- * descriptor (the agent's check of where it landed), `write`, `close`,
- * `rename`; a read is a no-follow `open`, `readlink` of the descriptor,
- * `fstat`, `read`, `close`.
+ * The per-file calls are the agent's for a batch into directories it made
+ * (as the file rows upload): an exclusive no-follow create of the file,
+ * `readlink` of the descriptor (the agent's check of where it landed),
+ * `write`, `close`; a read is a no-follow `open`, `readlink` of the
+ * descriptor, `fstat`, `read`, `close` (the listing before it, an `lstat`
+ * a file, is left out).
+ * Written into a directory that already holds the files, a write is six
+ * calls (`lstat`, a temporary name, and a `rename` over the old file).
  */
 const INSIDE = `
 const fs = require('fs')
@@ -80,14 +83,10 @@ if (mode === 'big') {
   const body = Buffer.alloc(4096, 7)
   const start = now()
   for (let i = 0; i < Number(count); i++) {
-    const target = dir + '/' + name(i)
-    try { fs.lstatSync(target) } catch {}
-    const temp = target + '.' + i + '.tmp'
-    const fd = fs.openSync(temp, c.O_WRONLY | c.O_CREAT | c.O_EXCL | c.O_NOFOLLOW, 0o644)
+    const fd = fs.openSync(dir + '/' + name(i), c.O_WRONLY | c.O_CREAT | c.O_EXCL | c.O_NOFOLLOW, 0o644)
     fs.readlinkSync('/proc/self/fd/' + fd)
     fs.writeSync(fd, body, 0, 512 + ((i * 7919) % 3585))
     fs.closeSync(fd)
-    fs.renameSync(temp, target)
   }
   ms = now() - start
 } else if (mode === 'small-read') {
