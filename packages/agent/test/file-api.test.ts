@@ -290,6 +290,16 @@ describe('file API through the agent', () => {
   })
 
   describe('batch writes and reads (one resolution per directory)', () => {
+    /** A file name, the mode asked for (none: the default), and the mode it must get. */
+    const BATCH_MODES: ReadonlyArray<[string, number | undefined, number]> = [
+      ['plain', undefined, 0o644],
+      ['exec', 0o755, 0o755],
+      ['private', 0o600, 0o600],
+      // Bits a typical umask (022) strips, and a set-id bit the write would clear.
+      ['shared', 0o666, 0o666],
+      ['setuid', 0o4755, 0o4755],
+    ]
+
     it('judges each file of a batch by its own name: a link leading out is refused, one inside is written through', async () => {
       await mkdir(join(agent.outputs, 'batch'))
       await writeFile(join(agent.outputs, 'batch/inside-target.txt'), 'old')
@@ -318,12 +328,7 @@ describe('file API through the agent', () => {
       await mkdir(join(agent.outputs, 'modes'))
       await writeFile(join(agent.outputs, 'modes/kept.txt'), 'old', { mode: 0o640 })
       const wanted: Array<[string, number | undefined, number]> = [
-        ['plain', undefined, 0o644],
-        ['exec', 0o755, 0o755],
-        ['private', 0o600, 0o600],
-        // Bits a typical umask (022) strips, and a set-id bit the write would clear.
-        ['shared', 0o666, 0o666],
-        ['setuid', 0o4755, 0o4755],
+        ...BATCH_MODES,
         ['kept.txt', undefined, 0o640],
       ]
       await sandbox.writeFiles(
@@ -343,13 +348,7 @@ describe('file API through the agent', () => {
     })
 
     it('creates the files of a directory the batch makes at their own names, with their modes, leaving nothing else', async () => {
-      const wanted: Array<[string, number | undefined, number]> = [
-        ['plain', undefined, 0o644],
-        ['exec', 0o755, 0o755],
-        ['private', 0o600, 0o600],
-        ['shared', 0o666, 0o666],
-        ['setuid', 0o4755, 0o4755],
-      ]
+      const wanted = BATCH_MODES
       await sandbox.writeFiles(
         wanted.flatMap(([name, mode]) =>
           ['fresh/a', 'fresh/a/b'].map((directory) => ({
