@@ -263,6 +263,9 @@ async function uploadReply(
   return { message, arrived: () => settled }
 }
 
+/** A streamed upload's source pieces are sent together once this many bytes are held. */
+const UPLOAD_GATHER_BYTES = 1024 * 1024
+
 /** Bytes per data frame of a batch upload. */
 const BATCH_CHUNK_BYTES = 256 * 1024
 
@@ -590,6 +593,21 @@ export async function requestWriteFile(
   })
   const reply = await uploadReply(connection)
   let sent = 0
+  // A source's pieces (a file stream's are 64 KiB) leave in gathered writes
+  // of up to UPLOAD_GATHER_BYTES: the agent then wakes once for many
+  // frames, not once a piece, and under gVisor each wake-up and read is a
+  // round trip through its kernel. The pieces are held, not copied, as a
+  // Node stream's consumer holds what it is given (a source must not fill
+  // a piece again once yielded); the upload completes only at its end.
+  let held: Uint8Array[] = []
+  let heldBytes = 0
+  const sendHeld = async (): Promise<void> => {
+    const pieces = held
+    held = []
+    heldBytes = 0
+    if (pieces.length > 0)
+      await connection.gather(() => pieces.map((piece) => connection.sendData('file', piece)))
+  }
   try {
     for await (const chunk of source) {
       if (reply.arrived()) break
@@ -600,8 +618,11 @@ export async function requestWriteFile(
           `source delivered more than the declared ${options.size} bytes`,
         )
       }
-      await connection.sendData('file', chunk)
+      held.push(chunk)
+      heldBytes += chunk.byteLength
+      if (heldBytes >= UPLOAD_GATHER_BYTES) await sendHeld()
     }
+    if (!reply.arrived()) await sendHeld()
     if (!reply.arrived()) await connection.send({ type: 'end' })
     const done = await reply.message
     if (done.type !== 'write-done') throw remoteOrUnexpected(done, 'write-done')
