@@ -21,9 +21,10 @@ const GROUP_BYTES = 4 * 1024 * 1024
  * than it accepts before any is read; then, once the client says `proceed`,
  * each file as a `file-begin` with its size and that many bytes. Files are
  * opened and read as the sandbox's user, several within one switch of the
- * agent's ids (what a small file costs most). A file that disappeared or
- * became something else since the listing is left out; one that grew or
- * shrank is sent as it is now.
+ * agent's ids (what a small file costs most). A file that disappeared, or
+ * became a link, a directory or a socket since the listing, is left out;
+ * one that grew or shrank is sent as it is now, at most its listed size
+ * (and a FIFO the sandbox put in its place, as its non-blocking read gives).
  */
 export async function serveReadFiles(
   connection: FramedConnection,
@@ -79,8 +80,9 @@ export async function serveReadFiles(
 }
 
 /**
- * Reads one listed file whole, as the user; undefined if it is no longer a
- * regular file. `real` is where the walk found it, under the walk's resolved
+ * Reads one listed file whole, as the user, up to its listed size;
+ * undefined if it is gone, or what stands there now cannot be opened or read
+ * as a file. `real` is where the walk found it, under the walk's resolved
  * root, and is opened without resolving it again: the file itself is not
  * followed if it became a link (`O_NOFOLLOW`), and the opened descriptor's
  * real path is checked against the roots before a byte is read, which also
@@ -99,11 +101,15 @@ function readWhole(jail: PathJail, entry: FileEntryMessage, real: string): Buffe
     // Without /proc to check the descriptor, the path is judged as it now resolves.
     if (!jail.checkOpened(fd, entry.path, 'read') && jail.resolveForRead(real) !== real)
       return undefined
-    const stat = fstatSync(fd)
-    if (!stat.isFile()) return undefined
     // At most what was listed: the host sized its checks by the listing, and a
-    // file the sandbox grows in between must not make either side allocate more.
-    const content = Buffer.allocUnsafe(Math.min(stat.size, entry.size))
+    // file the sandbox grows in between must not make either side allocate
+    // more. No `fstat` first (a system call a file, a round trip through
+    // gVisor's kernel): what is not a regular file by now fails the read
+    // (a directory), was refused by the open (a socket), or, a FIFO put there
+    // by the sandbox itself, reads what its non-blocking read gives.
+    const content = Buffer.allocUnsafe(entry.size)
+    // Listed empty: no read to fail, so what it is now is asked.
+    if (content.byteLength === 0) return fstatSync(fd).isFile() ? content : undefined
     let filled = 0
     while (filled < content.byteLength) {
       const read = readSync(fd, content, filled, content.byteLength - filled, null)

@@ -383,5 +383,18 @@ describe('file API through the agent', () => {
         seen.set(file.path, Buffer.from(file.content).toString())
       expect([...seen.values()].sort()).toEqual(['a', 'b'])
     })
+
+    it('a batch read gives each file whole as listed, an empty one included', async () => {
+      await mkdir(join(agent.outputs, 'whole'))
+      const large = Buffer.alloc(300 * 1024).map((_, i) => i % 251)
+      await writeFile(join(agent.outputs, 'whole/empty.txt'), '')
+      await writeFile(join(agent.outputs, 'whole/large.bin'), large)
+      const seen = new Map<string, Buffer>()
+      for await (const file of await sandbox.readFiles('whole'))
+        seen.set(file.path.split('/').pop()!, Buffer.from(file.content))
+      expect([...seen.keys()].sort()).toEqual(['empty.txt', 'large.bin'])
+      expect(seen.get('empty.txt')!.byteLength).toBe(0)
+      expect(seen.get('large.bin')!.equals(large)).toBe(true)
+    })
   })
 })
