@@ -55,8 +55,8 @@ const NODE_LOOP = 5
  * (as the file rows upload): an exclusive no-follow create of the file,
  * `readlink` of the descriptor (the agent's check of where it landed),
  * `write`, `close`; a read is a no-follow `open`, `readlink` of the
- * descriptor, `fstat`, `read`, `close` (the listing before it, an `lstat`
- * a file, is left out).
+ * descriptor, `read` of the listed size, `close` (the listing before it,
+ * an `lstat` a file, is left out).
  * Written into a directory that already holds the files, a write is six
  * calls (`lstat`, a temporary name, and a `rename` over the old file).
  */
@@ -93,10 +93,9 @@ if (mode === 'big') {
   const into = Buffer.alloc(8192)
   const start = now()
   for (let i = 0; i < Number(count); i++) {
-    const fd = fs.openSync(dir + '/' + name(i), c.O_RDONLY | c.O_NOFOLLOW)
+    const fd = fs.openSync(dir + '/' + name(i), c.O_RDONLY | c.O_NOFOLLOW | c.O_NONBLOCK)
     fs.readlinkSync('/proc/self/fd/' + fd)
-    const { size } = fs.fstatSync(fd)
-    fs.readSync(fd, into, 0, size)
+    fs.readSync(fd, into, 0, 512 + ((i * 7919) % 3585))
     fs.closeSync(fd)
   }
   ms = now() - start
