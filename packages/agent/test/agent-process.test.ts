@@ -292,6 +292,34 @@ describe.each(LAUNCHERS)('agent program (bundled, real child process), %s', (_, 
       expect((await collect(download.chunks)).equals(bytes)).toBe(true)
     })
 
+    it("a streamed upload's 64 KiB pieces leave in gathered writes of up to 1 MiB", async () => {
+      const piece = 64 * 1024
+      const bytes = Buffer.alloc(40 * piece).map((_, i) => (i * 13) % 256)
+      const pieces = Array.from({ length: 40 }, (_, i) =>
+        bytes.subarray(i * piece, (i + 1) * piece),
+      )
+      const connection = await agent.connect()
+      // Each write the socket hands the system: one a piece (and its frame
+      // header) if they were sent one by one, one a gathered megabyte here.
+      const socket = connection.socket as unknown as {
+        _write: (...args: unknown[]) => void
+        _writev: (...args: unknown[]) => void
+      }
+      let writes = 0
+      for (const name of ['_write', '_writev'] as const) {
+        const original = socket[name].bind(socket)
+        socket[name] = (...args: unknown[]) => {
+          writes += 1
+          original(...args)
+        }
+      }
+      const path = join(agent.outputs, 'gathered.bin')
+      expect(await requestWriteFile(connection, path, bytesOf(...pieces))).toBe(bytes.byteLength)
+      expect((await readFile(path)).equals(bytes)).toBe(true)
+      // The request, three gathered megabytes (16 + 16 + 8 pieces), the end.
+      expect(writes).toBeLessThanOrEqual(6)
+    })
+
     it('a write whose byte count differs from the declared size leaves the old file as it was', async () => {
       const path = join(agent.outputs, 'keep.txt')
       await writeFile(path, 'original')

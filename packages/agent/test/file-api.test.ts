@@ -1,5 +1,7 @@
-import { mkdir, readdir, readFile, stat, symlink, writeFile } from 'node:fs/promises'
+import { mkdir, mkdtemp, readdir, readFile, stat, symlink, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
 import {
   type SandboxFileChange,
   SandboxFileNotFoundError,
@@ -34,8 +36,21 @@ describe('file API through the agent', () => {
   let agent: AgentUnderTest
   let sandbox: AgentSandbox
   let outside: string
+  /** The agent's renames and fstats, one a line (fixtures/fs-call-log.cjs). */
+  let fsLog: string
+  const loggedCalls = async (name: string): Promise<string[]> =>
+    (await readFile(fsLog, 'utf8')).split('\n').filter((line) => line.startsWith(name))
   beforeAll(async () => {
-    agent = await startAgentProcess({ listen: 'tcp:127.0.0.1:0', secretVia: 'env' })
+    fsLog = join(await mkdtemp(join(tmpdir(), 'cordon-fs-calls-')), 'calls.log')
+    await writeFile(fsLog, '')
+    agent = await startAgentProcess({
+      listen: 'tcp:127.0.0.1:0',
+      secretVia: 'env',
+      env: {
+        NODE_OPTIONS: `--require ${fileURLToPath(new URL('./fixtures/fs-call-log.cjs', import.meta.url))}`,
+        CORDON_TEST_FS_LOG: fsLog,
+      },
+    })
     sandbox = sandboxOn(agent)
     // A directory beside the roots: the host's, as far as the sandbox's files go.
     outside = join(agent.dir, 'host-private')
@@ -347,7 +362,7 @@ describe('file API through the agent', () => {
       }
     })
 
-    it('creates the files of a directory the batch makes at their own names, with their modes, leaving nothing else', async () => {
+    it('creates the files of a directory the batch makes where they stay, not through a temporary name, with their modes', async () => {
       const wanted = BATCH_MODES
       await sandbox.writeFiles(
         wanted.flatMap(([name, mode]) =>
@@ -364,13 +379,18 @@ describe('file API through the agent', () => {
           expect((await stat(path)).mode & 0o7777, name).toBe(mode)
           expect(await readFile(path, 'utf8')).toBe(`content of ${name}`)
         }
-        // No temporary file left behind: each file was made where it stays.
         const names = (await readdir(join(agent.outputs, directory))).filter((n) => n !== 'b')
         expect(names.sort()).toEqual(wanted.map(([name]) => name).sort())
       }
-      // A second batch over the same files replaces them (the directory is no longer new).
+      // Made where they stay: no file under fresh/ was placed by a rename.
+      const placedByRename = async () =>
+        (await loggedCalls('renameSync ')).filter((line) => line.includes('/fresh/'))
+      expect(await placedByRename()).toEqual([])
+      // A second batch over the same files replaces them, through a temporary
+      // name: the directory is no longer one the batch made.
       await sandbox.writeFiles([{ path: 'fresh/a/plain', content: 'replaced' }])
       expect(await readFile(join(agent.outputs, 'fresh/a/plain'), 'utf8')).toBe('replaced')
+      expect(await placedByRename()).toEqual([`renameSync ${join(agent.outputs, 'fresh/a/plain')}`])
     })
 
     it('a batch read leaves out a link that leads out of the roots, reading each file where the walk found it', async () => {
@@ -384,14 +404,17 @@ describe('file API through the agent', () => {
       expect([...seen.values()].sort()).toEqual(['a', 'b'])
     })
 
-    it('a batch read gives each file whole as listed, an empty one included', async () => {
+    it('a batch read gives each file whole up to its listed size without asking its size again, an empty one included', async () => {
       await mkdir(join(agent.outputs, 'whole'))
       const large = Buffer.alloc(300 * 1024).map((_, i) => i % 251)
       await writeFile(join(agent.outputs, 'whole/empty.txt'), '')
       await writeFile(join(agent.outputs, 'whole/large.bin'), large)
       const seen = new Map<string, Buffer>()
+      const fstatsBefore = (await loggedCalls('fstatSync')).length
       for await (const file of await sandbox.readFiles('whole'))
         seen.set(file.path.split('/').pop()!, Buffer.from(file.content))
+      // Read up to its listed size: only the empty file is asked what it is now.
+      expect((await loggedCalls('fstatSync')).length - fstatsBefore).toBe(1)
       expect([...seen.keys()].sort()).toEqual(['empty.txt', 'large.bin'])
       expect(seen.get('empty.txt')!.byteLength).toBe(0)
       expect(seen.get('large.bin')!.equals(large)).toBe(true)
