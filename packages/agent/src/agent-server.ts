@@ -299,7 +299,7 @@ async function startStdioAgent(
     config.egressPort === undefined ? undefined : await listenForEgress(config.egressPort)
   let closing: Promise<void> | undefined
   let running: RunningAgent | undefined
-  const watchSession = (): void =>
+  const watchSession = (): void => {
     mux.onClose((reason) => {
       if (config.detached && !closing) {
         // A detached sandbox outlives its creator: hosts reach it again on the direct socket.
@@ -316,6 +316,7 @@ async function startStdioAgent(
       // process.exitCode: the status a deliberate end (a storage cap) set, 0 otherwise.
       void close().finally(() => process.exit())
     })
+  }
   // A memory snapshot: the session ends here, and what the checkpoint keeps
   // waits for a resume line with a new secret (in this container, or in a new
   // one restored from the checkpoint) before it serves anything again. The

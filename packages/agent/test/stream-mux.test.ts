@@ -144,6 +144,19 @@ describe('StreamMux', () => {
     expect(await closed).toBeInstanceOf(MuxProtocolError)
   })
 
+  it('a close listener taken back is not called, and the others still are', async () => {
+    const { host, toHost } = pair(() => {})
+    const heard: string[] = []
+    const takeBack = host.onClose(() => heard.push('taken back'))
+    host.onClose(() => heard.push('kept'))
+    takeBack()
+    takeBack()
+    const closed = new Promise<Error>((resolve) => host.onClose(resolve))
+    toHost.end()
+    await closed
+    expect(heard).toEqual(['kept'])
+  })
+
   it('a write that fails just as the session is released does not crash the process', async () => {
     // Node emits a failed write's error (EPIPE: the peer went away) on the
     // next tick; a release in between has already taken the session's

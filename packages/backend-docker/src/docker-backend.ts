@@ -146,11 +146,14 @@ const AGENT_GONE_GRACE_MS = 3_000
 function closesWithin(channel: StdioChannel, ms: number): Promise<boolean> {
   if (channel.isClosed) return Promise.resolve(true)
   return new Promise((resolve) => {
-    const timer = setTimeout(() => resolve(false), ms)
-    channel.onClose(() => {
+    const stopListening = channel.onClose(() => {
       clearTimeout(timer)
       resolve(true)
     })
+    const timer = setTimeout(() => {
+      stopListening()
+      resolve(false)
+    }, ms)
   })
 }
 
@@ -941,7 +944,7 @@ export class DockerBackend implements CordonSandboxBackend {
         // lifetime ending it and from the engine going away. A memory snapshot
         // ends the container on purpose and goes on in another (takeMemorySnapshot).
         const startedAt = Date.now()
-        const watchChannel = (watched: StdioChannel): void =>
+        const watchChannel = (watched: StdioChannel): void => {
           watched.onClose(() => {
             if (watched !== channel || checkpointing) return
             closeDirect()
@@ -955,6 +958,7 @@ export class DockerBackend implements CordonSandboxBackend {
               }),
             )
           })
+        }
         watchChannel(channel)
         step('making the working directory')
         await sandbox.prepareWorkingDirectory(signal)

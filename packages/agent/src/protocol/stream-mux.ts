@@ -286,10 +286,21 @@ export class StreamMux {
     return stream
   }
 
-  /** Called once when the session ends, with the reason. */
-  onClose(listener: (error: Error) => void): void {
-    if (this.closedWith) listener(this.closedWith)
-    else this.closeListeners.push(listener)
+  /**
+   * Called once when the session ends, with the reason. Returns what takes
+   * the listener back: a caller that stops waiting (a timer ran out) must not
+   * leave its closure held for the life of the session.
+   */
+  onClose(listener: (error: Error) => void): () => void {
+    if (this.closedWith) {
+      listener(this.closedWith)
+      return () => {}
+    }
+    this.closeListeners.push(listener)
+    return () => {
+      const at = this.closeListeners.indexOf(listener)
+      if (at >= 0) this.closeListeners.splice(at, 1)
+    }
   }
 
   /** Ends the session and every stream in it. */

@@ -95,9 +95,12 @@ export class StdioChannel {
     return this.mux.isClosed
   }
 
-  /** Calls `listener` once when the channel ends (the agent stopped, or its carrier went away). */
-  onClose(listener: (error: Error) => void): void {
-    this.mux.onClose(listener)
+  /**
+   * Calls `listener` once when the channel ends (the agent stopped, or its
+   * carrier went away); returns what takes it back.
+   */
+  onClose(listener: (error: Error) => void): () => void {
+    return this.mux.onClose(listener)
   }
 
   /** Ends the channel: the agent's stdin closes and it stops. */
