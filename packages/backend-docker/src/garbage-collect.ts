@@ -8,6 +8,7 @@ import {
   engineRootDir,
   listMemoryCheckpoints,
   removeMemoryCheckpoint,
+  sweepContainerdCopies,
 } from './memory-snapshot.js'
 import { DockerVolumes, engineVolumeName } from './named-volumes.js'
 import { findRuntimeGarbage } from './runtime-garbage.js'
@@ -37,6 +38,14 @@ export interface GarbageReport {
    * data directory sees them (otherwise this stays empty).
    */
   readonly checkpoints: string[]
+  /**
+   * The copies containerd unpacked of cordon's checkpoints and never removed
+   * (containerd/containerd#10166), by path: a start removes its own, and
+   * these are what a host that died during a start left. Only copies of a
+   * checkpoint the engine's disk still holds can be told for cordon's, so
+   * they are swept before their checkpoint goes.
+   */
+  readonly checkpointCopies: string[]
   readonly volumes: string[]
   readonly networks: string[]
   /** Resources kept: those with a live owner, agent runtimes in use, and every one in `unjudged`. */
@@ -127,6 +136,7 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
     containers: [],
     images: [],
     checkpoints: [],
+    checkpointCopies: [],
     volumes: [],
     networks: [],
     kept: 0,
@@ -317,6 +327,9 @@ async function collectCheckpoints(
   if (!rootDir) return
   const recorded = new Set((await listSnapshots(docker)).map((snapshot) => snapshot.id))
   for (const id of listMemoryCheckpoints(rootDir)) {
+    report.checkpointCopies.push(
+      ...(await sweepContainerdCopies(rootDir, id, options.dryRun === true)),
+    )
     const gone = goneSnapshots.has(id)
     if (!gone && recorded.has(id)) continue
     // One being taken now has no record yet: a recent one without a record is left to a later run.

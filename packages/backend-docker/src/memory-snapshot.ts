@@ -13,6 +13,12 @@ import type { ResolvedContainerSandboxLayout } from '@cordon/core'
 import { SandboxControlRefusedError, SandboxOperationError } from '@cordon/core'
 import { planLayoutMounts } from '@cordon/core/backend'
 import type Docker from 'dockerode'
+import { withStartLock } from './checkpoint-start-lock.js'
+import {
+  CHECKPOINT_IMAGE,
+  findContainerdCopies,
+  removeContainerdCopies,
+} from './containerd-checkpoint-copies.js'
 import {
   SNAPSHOT_REPOSITORY,
   type SnapshotSource,
@@ -110,6 +116,11 @@ export async function checkMemorySnapshot(
  */
 export const RUNC_MEMORY_SNAPSHOT_REFUSAL =
   "runc checkpoints a container with CRIU, and CRIU cannot checkpoint on this engine's kernel (criu 3.17: \"vdso: Failed to fill self vdso symtable\", even for an unhardened container); use runtime 'runsc' (gVisor), which checkpoints the whole sandbox itself"
+
+/** The lock a start from snapshot `id`'s checkpoint holds (beside it: not a checkpoint's name). */
+function startLockPath(engine: CheckpointEngine, id: string): string {
+  return `${checkpointPath(engine, id)}.start-lock`
+}
 
 /** Where the engine keeps snapshot `id`'s checkpoint. */
 export function checkpointPath(engine: CheckpointEngine, id: string): string {
@@ -214,20 +225,35 @@ export async function startFromCheckpoint(
   }
   // The engine uploads the checkpoint into containerd's content store on each
   // start; two starts of one checkpoint at once (a fork) collide there
-  // ("already exists"), so this process starts them one at a time, and one
-  // that collides with another process's is tried again.
+  // ("already exists"), so starts of one checkpoint take turns: in this
+  // process through startsInFlight, across processes through the lock file
+  // beside the checkpoint. One that collides with a start outside cordon is
+  // tried again. Once it returns, the copy containerd unpacked for the
+  // runtime is removed (containerd-checkpoint-copies.ts says why it leaks).
   const before = startsInFlight.get(id) ?? Promise.resolve()
-  const starting = before.then(async () => {
-    for (let attempt = 1; ; attempt++) {
-      try {
-        await docker.getContainer(containerId).start(start as Docker.ContainerStartOptions)
-        return
-      } catch (error) {
-        if (attempt >= 5 || !/already exists/i.test(String((error as Error).message))) throw error
-        await new Promise((resolve) => setTimeout(resolve, 100 * attempt))
-      }
-    }
-  })
+  const starting = before.then(() =>
+    withStartLock(
+      startLockPath(engine, id),
+      async () => {
+        const since = Date.now()
+        try {
+          for (let attempt = 1; ; attempt++) {
+            try {
+              await docker.getContainer(containerId).start(start as Docker.ContainerStartOptions)
+              return
+            } catch (error) {
+              if (attempt >= 5 || !/already exists/i.test(String((error as Error).message)))
+                throw error
+              await new Promise((resolve) => setTimeout(resolve, 100 * attempt))
+            }
+          }
+        } finally {
+          removeContainerdCopies(join(source, CHECKPOINT_IMAGE), since)
+        }
+      },
+      signal,
+    ),
+  )
   const settled = starting.catch(() => {})
   startsInFlight.set(id, settled)
   void settled.then(() => {
@@ -261,6 +287,24 @@ export function checkpointBytes(engine: CheckpointEngine, id: string): number {
 export function removeMemoryCheckpoint(rootDir: string, id: string): void {
   if (!/^snp_[0-9A-Za-z_-]+$/.test(id)) return
   rmSync(join(rootDir, CHECKPOINT_DIRECTORY, id), { recursive: true, force: true })
+  rmSync(join(rootDir, CHECKPOINT_DIRECTORY, `${id}.start-lock`), { force: true })
+}
+
+/**
+ * Removes (or with `dryRun` only finds) the copies containerd left of
+ * snapshot `id`'s checkpoint, holding the checkpoint's start lock so that no
+ * start's copy is taken while the runtime still needs it. Returns their paths.
+ */
+export async function sweepContainerdCopies(
+  rootDir: string,
+  id: string,
+  dryRun: boolean,
+): Promise<string[]> {
+  const engine = { rootDir }
+  const image = join(checkpointPath(engine, id), CHECKPOINT_IMAGE)
+  return withStartLock(startLockPath(engine, id), async () =>
+    dryRun ? findContainerdCopies(image, 0) : removeContainerdCopies(image, 0),
+  )
 }
 
 /** Removes snapshot `id`'s checkpoint from the engine's disk, where this host can reach it. */

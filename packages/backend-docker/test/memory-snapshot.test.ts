@@ -3,7 +3,14 @@
  * engine in experimental mode), refused under runc and on an engine that
  * cannot checkpoint. The counters are read from inside the sandboxes.
  */
-import { existsSync, utimesSync } from 'node:fs'
+import {
+  copyFileSync,
+  existsSync,
+  mkdtempSync,
+  readdirSync,
+  readFileSync,
+  utimesSync,
+} from 'node:fs'
 import { join } from 'node:path'
 import {
   type CordonSandbox,
@@ -18,7 +25,22 @@ import {
   checkMemorySnapshot,
   listMemoryCheckpoints,
 } from '../src/memory-snapshot.js'
+import { containerdTemporaryDirectories } from '../src/containerd-checkpoint-copies.js'
 import { docker } from './test-run.js'
+
+/** The copies of a checkpoint's image that containerd's temporary directories hold. */
+function containerdCopiesOf(checkpointImage: string): string[] {
+  const bytes = readFileSync(checkpointImage)
+  const copies: string[] = []
+  for (const directory of containerdTemporaryDirectories())
+    for (const name of readdirSync(directory).filter((entry) =>
+      entry.startsWith('ctrd-checkpoint'),
+    )) {
+      const image = join(directory, name, 'checkpoint.img')
+      if (existsSync(image) && readFileSync(image).equals(bytes)) copies.push(image)
+    }
+  return copies
+}
 
 const COUNTER_LOOP = [
   '-c',
@@ -67,7 +89,7 @@ describe('memory snapshots under gVisor', () => {
     await gvisor.close()
   })
 
-  it('continues a counting loop in a new sandbox and in the source, each under its own secret, and keeps the checkpoint until the snapshot is removed', async () => {
+  it('continues a counting loop in a new sandbox and in the source, each under its own secret, keeps the checkpoint until the snapshot is removed, and leaves no copy of it in containerd', async () => {
     const source = await gvisor.create()
     let snapshotId: string | undefined
     try {
@@ -95,6 +117,10 @@ describe('memory snapshots under gVisor', () => {
 
       const restored = await gvisor.create({ snapshot: taken.id })
       try {
+        // containerd unpacks the checkpoint for each start (the source's own
+        // and this one) and never removes the copy; the backend does.
+        expect(containerdTemporaryDirectories().length).toBeGreaterThan(0)
+        expect(containerdCopiesOf(join(checkpoint, 'checkpoint.img'))).toEqual([])
         expect(restored.id).not.toBe(source.id)
         const atRestore = await count(restored)
         expect(atRestore).toBeGreaterThanOrEqual(before)
@@ -202,7 +228,7 @@ describe('memory snapshots under gVisor', () => {
     }
   })
 
-  it('gc removes a checkpoint whose snapshot is past its retention or gone', async () => {
+  it('gc removes a checkpoint whose snapshot is past its retention or gone, and the copies containerd left of it', async () => {
     const source = await gvisor.create()
     try {
       await source.start('sh', COUNTER_LOOP)
@@ -215,13 +241,24 @@ describe('memory snapshots under gVisor', () => {
         await new Promise((resolve) => setTimeout(resolve, 50))
         const past = await collectGarbage({ docker, dryRun: true, snapshotRetentionMs: 10 })
         expect(past.checkpoints).toContain(taken.id)
+        // What containerd leaves when a host dies before it removes the
+        // copy a start made: the checkpoint unpacked into containerd's
+        // temporary directory, as containerd names it.
+        const [temporary] = containerdTemporaryDirectories()
+        const leftover = mkdtempSync(join(temporary!, 'ctrd-checkpoint'))
+        copyFileSync(join(checkpoint, 'checkpoint.img'), join(leftover, 'checkpoint.img'))
+        const seen = await collectGarbage({ docker, dryRun: true })
+        expect(seen.checkpointCopies).toEqual([leftover])
+        expect(existsSync(leftover)).toBe(true)
         // Its record removed by hand (as a person's `docker rmi` would), and an hour old: gc removes it.
         await docker.getImage(`cordon-snapshot:${taken.id}`).remove({ force: true })
         const hourAgo = new Date(Date.now() - 3_600_000)
         utimesSync(checkpoint, hourAgo, hourAgo)
         const collected = await collectGarbage({ docker })
         expect(collected.checkpoints).toContain(taken.id)
+        expect(collected.checkpointCopies).toEqual([leftover])
         expect(existsSync(checkpoint)).toBe(false)
+        expect(existsSync(leftover)).toBe(false)
       } finally {
         await gvisor.snapshots.remove(taken.id).catch(() => {})
       }

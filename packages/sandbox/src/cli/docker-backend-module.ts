@@ -9,6 +9,8 @@ export interface GarbageReport {
   images: string[]
   /** Memory snapshots' checkpoints removed (by snapshot id). */
   checkpoints?: string[]
+  /** Copies containerd left of those checkpoints, removed (by path; absent from an older backend). */
+  checkpointCopies?: string[]
   volumes: string[]
   networks: string[]
   kept: number
