@@ -19,13 +19,13 @@ import {
 } from '@cordon/core'
 import { BUSYBOX_IMAGE, EPHEMERAL_OUTPUTS, NODE_IMAGE, testRunLabels } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { containerdTemporaryDirectories } from '../src/containerd-checkpoint-copies.js'
 import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
 import {
   CHECKPOINT_DIRECTORY,
   checkMemorySnapshot,
   listMemoryCheckpoints,
 } from '../src/memory-snapshot.js'
-import { containerdTemporaryDirectories } from '../src/containerd-checkpoint-copies.js'
 import { docker } from './test-run.js'
 
 /** The copies of a checkpoint's image that containerd's temporary directories hold. */
