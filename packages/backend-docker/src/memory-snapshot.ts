@@ -13,6 +13,7 @@ import type { ResolvedContainerSandboxLayout } from '@cordon/core'
 import { SandboxControlRefusedError, SandboxOperationError } from '@cordon/core'
 import { planLayoutMounts } from '@cordon/core/backend'
 import type Docker from 'dockerode'
+import { withCheckpointHeadroom } from './checkpoint-headroom.js'
 import { withStartLock } from './checkpoint-start-lock.js'
 import {
   CHECKPOINT_IMAGE,
@@ -143,16 +144,16 @@ export async function checkpointContainer(
   const container = docker.getContainer(containerId) as Docker.Container & {
     createCheckpoint(options: Record<string, unknown>): Promise<unknown>
   }
-  await container
-    .createCheckpoint({
+  await withCheckpointHeadroom(docker, containerId, () =>
+    container.createCheckpoint({
       CheckpointID: id,
       CheckpointDir: join(engine.rootDir, CHECKPOINT_DIRECTORY),
       Exit: true,
       ...(signal ? { abortSignal: signal } : {}),
-    })
-    .catch((error: unknown) => {
-      throw explainCheckpointFailure(error)
-    })
+    }),
+  ).catch((error: unknown) => {
+    throw explainCheckpointFailure(error)
+  })
 }
 
 /**
@@ -184,6 +185,12 @@ export function refusedForOpenSockets(error: unknown, backend: string): unknown 
  */
 export function explainCheckpointFailure(error: unknown): unknown {
   const message = String((error as Error)?.message ?? error)
+  if (/containerManager\.Checkpoint" failed: EOF/.test(message))
+    return new SandboxOperationError(
+      'snapshot',
+      "gVisor's kernel ended while it saved the sandbox (most often the engine's OOM killer, when saving needed more memory than the sandbox's limit and the checkpoint's headroom left; saving takes more the more processes the sandbox has run), and the sandbox ended with it",
+      { cause: error },
+    )
   if (!/endpoint still has waiters upon save/.test(message)) return error
   return new SandboxOperationError(
     'snapshot',
