@@ -20,7 +20,7 @@ const NODE_IMAGE = process.env.CORDON_BENCH_NODE_IMAGE ?? 'cordon-test/node:late
 
 /**
  * The programs with an expensive start: each does its start-up work, says
- * so in /tmp/ready, then answers each /tmp/req with /tmp/ans from what the
+ * so in `ready`, then answers each `req` with `ans` (in its working directory) from what the
  * work built. `cpu`: about 2 s of computation into a small table (the
  * stand-in for start-up work whose result is small, like a module graph
  * compiled and linked); `heap`: an 800 000 entry table (tens of MB of
@@ -49,26 +49,39 @@ for (let i = 0; i < 800000; i++) {
 } as const
 
 const SERVE = `
-fs.writeFileSync('/tmp/ready', String(table.size))
+fs.writeFileSync('ready', String(table.size))
 setInterval(() => {
-  if (!fs.existsSync('/tmp/req')) return
-  const key = fs.readFileSync('/tmp/req', 'utf8').trim()
-  fs.unlinkSync('/tmp/req')
-  fs.writeFileSync('/tmp/ans.new', JSON.stringify(table.get(key)))
-  fs.renameSync('/tmp/ans.new', '/tmp/ans')
+  if (!fs.existsSync('req')) return
+  const key = fs.readFileSync('req', 'utf8').trim()
+  fs.unlinkSync('req')
+  fs.writeFileSync('ans.new', JSON.stringify(table.get(key)))
+  fs.renameSync('ans.new', 'ans')
 }, 5)
 `
 
-/** Asks the process one question and waits for its answer: the work is usable then. */
-const ASK = [
-  '-c',
-  'echo k12345 > /tmp/req.new && mv /tmp/req.new /tmp/req; until [ -f /tmp/ans ]; do sleep 0.01; done; cat /tmp/ans',
-]
+/** How often the host looks for the answer. */
+const ANSWER_POLL_MS = 5
 
+/**
+ * Asks the process one question through the file API and waits for its
+ * answer: the work is usable then. Not through a shell: each process a
+ * sandbox ever ran stays in this gVisor's kernel state (about 24 procfs
+ * inodes each, about 2 ms more per restore; bench/misses.md), so a polling
+ * shell loop in the source before its checkpoint would make every restore
+ * pay for the bench's own apparatus.
+ */
 async function ask(sandbox: CordonSandbox): Promise<void> {
-  const answer = await sandbox.exec('sh', ASK, { timeout: 60_000 })
-  if (answer.exitCode !== 0 || !answer.stdout.includes('"h"'))
-    throw new Error(`no answer: ${answer.stdout} ${answer.stderr}`)
+  await sandbox.writeFile('req', 'k12345\n')
+  const until = performance.now() + 60_000
+  while (performance.now() < until) {
+    const answer = await sandbox.readFile('ans').then(
+      (bytes) => bytes.toString('utf8'),
+      () => undefined,
+    )
+    if (answer?.includes('"h"')) return
+    await new Promise((resolve) => setTimeout(resolve, ANSWER_POLL_MS))
+  }
+  throw new Error('no answer within 60 s')
 }
 
 /** Tears a timed run's sandbox down after the clock stops, in both arms alike. */
@@ -92,7 +105,7 @@ export const memoryRestore: Scenario = async ({ quick, log }) => {
       await source.start('node', ['-e', program])
       // The source's start is done: its table is built and it answers.
       await ask(source)
-      await source.exec('rm', ['-f', '/tmp/ans'])
+      await source.removeFile('ans')
       const started = performance.now()
       const taken = await source.snapshot({ memory: true })
       const snapshotMs = performance.now() - started
@@ -162,7 +175,7 @@ export const memoryRestore: Scenario = async ({ quick, log }) => {
   return {
     id: 'memory-restore',
     title: '15. Memory snapshot restore against a cold start (gVisor)',
-    method: `gVisor (runtime runsc), image ${NODE_IMAGE}. Two start-ups, each its own source sandbox running a Node process that does its start-up work then answers a request read from /tmp/req: \`cpu\` (about 2 s of computation into a small table) and \`heap\` (an 800 000 entry table, tens of MB of heap). One \`snapshot({ memory: true })\` of each, taken once its start is done. ${warmup} warm-up + ${iterations} measured rounds per arm, round-robin: \`create({ snapshot })\` then one request answered, against \`create()\` + \`start('node', ...)\` then one request answered (the answer comes only once the start-up work is done). Each sandbox is destroyed after its timed run, outside the clock, in both arms alike (as in scenario 1).`,
+    method: `gVisor (runtime runsc), image ${NODE_IMAGE}. Two start-ups, each its own source sandbox running a Node process that does its start-up work then answers a request it reads from \`req\` in the workspace (written, and the answer \`ans\` read, through the file API, so the bench itself starts no process in either arm): \`cpu\` (about 2 s of computation into a small table) and \`heap\` (an 800 000 entry table, tens of MB of heap). One \`snapshot({ memory: true })\` of each, taken once its start is done. ${warmup} warm-up + ${iterations} measured rounds per arm, round-robin: \`create({ snapshot })\` then one request answered, against \`create()\` + \`start('node', ...)\` then one request answered (the answer comes only once the start-up work is done). Each sandbox is destroyed after its timed run, outside the clock, in both arms alike (as in scenario 1).`,
     tables,
     comparisons,
     notes: [
