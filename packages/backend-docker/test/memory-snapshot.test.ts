@@ -16,6 +16,7 @@ import {
   type CordonSandbox,
   type CordonSandboxProvider,
   SandboxControlRefusedError,
+  SandboxOperationError,
 } from '@cordon/core'
 import { BUSYBOX_IMAGE, EPHEMERAL_OUTPUTS, NODE_IMAGE, testRunLabels } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -24,6 +25,7 @@ import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
 import {
   CHECKPOINT_DIRECTORY,
   checkMemorySnapshot,
+  explainCheckpointFailure,
   listMemoryCheckpoints,
 } from '../src/memory-snapshot.js'
 import { docker } from './test-run.js'
@@ -351,5 +353,17 @@ describe('memory snapshots refused', () => {
     expect((refused as SandboxControlRefusedError).control).toBe('snapshot.memory')
     expect((refused as SandboxControlRefusedError).backend).toBe('container:gvisor')
     expect(String((refused as Error).message)).toMatch(/experimental mode is off/)
+  })
+
+  it("a save that ends gVisor's kernel is a typed error that says so (the engine's answer, as seen when a save was OOM-killed)", () => {
+    const engineAnswer = new Error(
+      '(HTTP code 500) server error - Cannot checkpoint container 8ac6fede4e14: /var/lib/docker/runtimes/runsc-host-sockets did not terminate successfully: exit status 128: checkpoint failed: checkpointing container "8ac6fede4e14": urpc method "containerManager.Checkpoint" failed: EOF path= /var/run/docker/containerd/daemon/io.containerd.runtime.v2.task/moby/8ac6fede4e14/criu-dump.log: unknown',
+    )
+    const explained = explainCheckpointFailure(engineAnswer)
+    expect(SandboxOperationError.isInstance(explained), String(explained)).toBe(true)
+    expect((explained as Error).message).toMatch(/kernel ended while it saved the sandbox/)
+    expect((explained as Error).cause).toBe(engineAnswer)
+    const other = new Error('something else')
+    expect(explainCheckpointFailure(other)).toBe(other)
   })
 })
