@@ -18,7 +18,7 @@ import { join } from 'node:path'
  *
  * Which directory is this start's: one whose `checkpoint.img` is byte for
  * byte the snapshot's and that appeared since the start began. Starts of
- * one checkpoint are serialised across host processes (startLock), so no
+ * one checkpoint are serialised across host processes (checkpoint-start-lock.ts), so no
  * other start's copy of the same checkpoint can be waiting to be read.
  */
 
@@ -32,19 +32,38 @@ export const CHECKPOINT_IMAGE = 'checkpoint.img'
  * The directories containerd unpacks checkpoints into, as this host can
  * reach them: through `/proc/<pid>/root` of each containerd process, so a
  * containerd in another mount namespace (an engine in a container) is
- * reached as well as one beside this host.
+ * reached as well as one beside this host. Found once and kept while those
+ * processes are still containerd: finding them reads every process's name,
+ * milliseconds on each restore of a busy host otherwise.
  */
 export function containerdTemporaryDirectories(): string[] {
-  const found = new Set<string>()
+  if (found?.length && found.every(({ pid }) => isContainerd(pid)))
+    return found.map(({ dir }) => dir)
+  found = findContainerdTemporaryDirectories()
+  return found.map(({ dir }) => dir)
+}
+
+let found: Array<{ readonly pid: string; readonly dir: string }> | undefined
+
+function isContainerd(pid: string): boolean {
+  try {
+    return readFileSync(`/proc/${pid}/comm`, 'utf8').trim() === 'containerd'
+  } catch {
+    return false
+  }
+}
+
+function findContainerdTemporaryDirectories(): Array<{ pid: string; dir: string }> {
   let pids: string[]
   try {
     pids = readdirSync('/proc').filter((name) => /^\d+$/.test(name))
   } catch {
     return []
   }
+  const dirs = new Map<string, string>()
   for (const pid of pids) {
+    if (!isContainerd(pid)) continue
     try {
-      if (readFileSync(`/proc/${pid}/comm`, 'utf8').trim() !== 'containerd') continue
       const environment = new Map(
         readFileSync(`/proc/${pid}/environ`, 'utf8')
           .split('\0')
@@ -56,12 +75,13 @@ export function containerdTemporaryDirectories(): string[] {
       // Go's os.MkdirTemp(os.Getenv("XDG_RUNTIME_DIR"), ...): an empty
       // directory means os.TempDir(), which is $TMPDIR or /tmp.
       const base = environment.get('XDG_RUNTIME_DIR') || environment.get('TMPDIR') || '/tmp'
-      found.add(join(`/proc/${pid}/root`, base))
+      const dir = join(`/proc/${pid}/root`, base)
+      if (![...dirs.values()].includes(dir)) dirs.set(pid, dir)
     } catch {
       // A process that ended while it was read, or one this host may not read.
     }
   }
-  return [...found]
+  return [...dirs].map(([pid, dir]) => ({ pid, dir }))
 }
 
 /** Whether two files hold the same bytes (read in pieces: a checkpoint may be hundreds of MB). */
