@@ -47,6 +47,39 @@ export function proxyEnvironment(): Record<string, string> {
  */
 export const AGENT_MEMORY_ALLOWANCE_MB = 48
 /**
+ * Memory gVisor's kernel (the sentry) needs on top, under runsc: its Go heap
+ * is charged to the sandbox's cgroup, and this runsc keeps a `/proc/<pid>`
+ * entry of about 30 KiB for every process that read `/proc/self` (busybox
+ * and Node do at start) in a cache of up to about a thousand. Measured
+ * through cordon: an idle sandbox's cgroup held 22 MB, and after 1,000,
+ * 2,000, 3,000, 4,000 and 6,000 commands 119, 159, 164, 164 and 164 MB at
+ * most; the sentry's heap profile put 60 MiB of it in those entries and the
+ * rest in the collector's slack. Without the allowance a sandbox at 96 MiB
+ * was ended, kernel and all, by a loop of 2,000 `/bin/true` that used
+ * nothing itself (test/gvisor-kernel-memory.test.ts).
+ */
+export const GVISOR_KERNEL_MEMORY_ALLOWANCE_MB = 160
+
+/**
+ * The memory cgroup limit of a sandbox's container: `memoryLimitMb` for the
+ * commands, plus the agent's allowance, plus gVisor's kernel's under runsc,
+ * so that `memoryLimitMb` is what the commands get on either runtime.
+ */
+export function containerMemoryLimitMb(
+  config: Pick<ContainerBackendConfig, 'runtime'>,
+  memoryLimitMb: number,
+): number {
+  const kernel = config.runtime === 'runsc' ? GVISOR_KERNEL_MEMORY_ALLOWANCE_MB : 0
+  return memoryLimitMb + AGENT_MEMORY_ALLOWANCE_MB + kernel
+}
+
+/** How the container's limit is made up, for messages that name it. */
+export function memoryAllowanceText(config: Pick<ContainerBackendConfig, 'runtime'>): string {
+  return config.runtime === 'runsc'
+    ? `memoryLimitMb plus ${AGENT_MEMORY_ALLOWANCE_MB} MiB for cordon's agent and ${GVISOR_KERNEL_MEMORY_ALLOWANCE_MB} MiB for gVisor's kernel`
+    : `memoryLimitMb plus ${AGENT_MEMORY_ALLOWANCE_MB} MiB for cordon's agent`
+}
+/**
  * The smallest `memoryLimitMb` a sandbox is created with; a smaller one is
  * refused. Measured on Engine 20.10: under gVisor, whose kernel's page cache
  * is charged to the same cgroup as the agent and the commands, sandboxes of
@@ -454,7 +487,7 @@ export function containerSpec(options: {
   readonly ownsVolumes?: boolean
 }): ContainerCreateOptions {
   const { config, request } = options
-  const memoryBytes = (request.memoryLimitMb + AGENT_MEMORY_ALLOWANCE_MB) * 1024 * 1024
+  const memoryBytes = containerMemoryLimitMb(config, request.memoryLimitMb) * 1024 * 1024
   const limits = processLimits(config, request.maxProcesses, options.fileSizeBytes)
   return {
     name: options.name,

@@ -41,7 +41,6 @@ import {
 import { resumeOverSocketPipe, type SocketPipeSession } from './agent-socket-pipe.js'
 import { attachChannel } from './attached-channel.js'
 import {
-  AGENT_MEMORY_ALLOWANCE_MB,
   agentEnvironment,
   containerSpec,
   DEFAULT_CPUS,
@@ -49,6 +48,7 @@ import {
   fileSizeLimit,
   layoutMounts,
   MIN_MEMORY_LIMIT_MB,
+  memoryAllowanceText,
   ownedVolumePaths,
   proxyEnvironment,
   refuseUnmountableLayout,
@@ -322,7 +322,7 @@ export class DockerBackend implements CordonSandboxBackend {
       throw new SandboxControlRefusedError(
         'memoryLimitMb',
         this.name,
-        `${request.memoryLimitMb} MiB is below the minimum of ${MIN_MEMORY_LIMIT_MB} MiB; the sandbox's memory limit is memoryLimitMb plus ${AGENT_MEMORY_ALLOWANCE_MB} MiB for cordon's agent`,
+        `${request.memoryLimitMb} MiB is below the minimum of ${MIN_MEMORY_LIMIT_MB} MiB; the sandbox's memory limit is ${memoryAllowanceText(this.config)}`,
       )
     }
     this.sweepDeadOwners()

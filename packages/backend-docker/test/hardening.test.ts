@@ -11,7 +11,10 @@ import {
 import type Docker from 'dockerode'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { currentRuntimeVolume } from '../src/agent-runtime.js'
-import { AGENT_MEMORY_ALLOWANCE_MB } from '../src/container-spec.js'
+import {
+  AGENT_MEMORY_ALLOWANCE_MB,
+  GVISOR_KERNEL_MEMORY_ALLOWANCE_MB,
+} from '../src/container-spec.js'
 import { HOST_SOCKETS_RUNTIME } from '../src/direct-socket.js'
 import { GATEWAY_MEMORY_MB, GATEWAY_PIDS_LIMIT } from '../src/egress-gateway.js'
 import { KEEPER_MEMORY_MB, KEEPER_PIDS_LIMIT } from '../src/huge-page-node.js'
@@ -318,8 +321,14 @@ for (const runtime of ['docker', 'runsc'] as const) {
       const info = await containerOf(sandbox)
       expectHardenedBase(info, {
         networkMode: 'none',
-        // The agent's allowance comes on top of what the sandbox's commands get.
-        memoryBytes: (128 + AGENT_MEMORY_ALLOWANCE_MB) * 1024 * 1024,
+        // The agent's allowance, and under gVisor its kernel's, come on top
+        // of what the sandbox's commands get.
+        memoryBytes:
+          (128 +
+            AGENT_MEMORY_ALLOWANCE_MB +
+            (runtime === 'runsc' ? GVISOR_KERNEL_MEMORY_ALLOWANCE_MB : 0)) *
+          1024 *
+          1024,
         capAdd: ['SETUID', 'SETGID', 'KILL', 'DAC_OVERRIDE', 'SYS_PTRACE'],
       })
       // maxProcesses is the sandbox user's own RLIMIT_NPROC.

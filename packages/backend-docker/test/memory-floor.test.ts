@@ -3,7 +3,11 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { SandboxControlRefusedError } from '@cordon/core'
 import { describe, expect, it } from 'vitest'
-import { AGENT_MEMORY_ALLOWANCE_MB, MIN_MEMORY_LIMIT_MB } from '../src/container-spec.js'
+import {
+  AGENT_MEMORY_ALLOWANCE_MB,
+  GVISOR_KERNEL_MEMORY_ALLOWANCE_MB,
+  MIN_MEMORY_LIMIT_MB,
+} from '../src/container-spec.js'
 import { docker, testProvider } from './test-run.js'
 
 const MiB = 1024 * 1024
@@ -19,7 +23,7 @@ for (const runtime of ['docker', 'runsc'] as const) {
         expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
         expect(error).toMatchObject({ control: 'memoryLimitMb' })
         expect((error as Error).message).toBe(
-          `Backend "container:${runtime}" cannot enforce "memoryLimitMb": 31 MiB is below the minimum of 32 MiB; the sandbox's memory limit is memoryLimitMb plus 48 MiB for cordon's agent`,
+          `Backend "container:${runtime}" cannot enforce "memoryLimitMb": 31 MiB is below the minimum of 32 MiB; the sandbox's memory limit is memoryLimitMb plus 48 MiB for cordon's agent${runtime === 'runsc' ? " and 160 MiB for gVisor's kernel" : ''}`,
         )
       } finally {
         await provider.close()
@@ -44,7 +48,12 @@ for (const runtime of ['docker', 'runsc'] as const) {
       try {
         const sandbox = await provider.create({ memoryLimitMb: MIN_MEMORY_LIMIT_MB })
         const info = await docker.getContainer(`cordon-${sandbox.id}`).inspect()
-        expect(info.HostConfig.Memory).toBe((MIN_MEMORY_LIMIT_MB + AGENT_MEMORY_ALLOWANCE_MB) * MiB)
+        expect(info.HostConfig.Memory).toBe(
+          (MIN_MEMORY_LIMIT_MB +
+            AGENT_MEMORY_ALLOWANCE_MB +
+            (runtime === 'runsc' ? GVISOR_KERNEL_MEMORY_ALLOWANCE_MB : 0)) *
+            MiB,
+        )
         const chunk = new Uint8Array(MiB).fill(7)
         await sandbox.writeFileStream(
           'big.bin',

@@ -20,6 +20,10 @@ import {
 } from '@cordon/core'
 import { BUSYBOX_IMAGE, EPHEMERAL_OUTPUTS, NODE_IMAGE, testRunLabels } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import {
+  AGENT_MEMORY_ALLOWANCE_MB,
+  GVISOR_KERNEL_MEMORY_ALLOWANCE_MB,
+} from '../src/container-spec.js'
 import { containerdTemporaryDirectories } from '../src/containerd-checkpoint-copies.js'
 import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
 import {
@@ -230,18 +234,19 @@ describe('memory snapshots under gVisor', () => {
     }
   })
 
-  it('a sandbox that has run hundreds of processes is checkpointed within a small limit, goes on under that limit, and its checkpoint grows with them', async () => {
+  it('a sandbox that has run thousands of processes is checkpointed within a small limit, goes on under that limit, and its checkpoint grows with them', async () => {
     const sizeAfter = async (processes: number): Promise<number> => {
       const sandbox = await gvisor.create()
       try {
-        const ran = await sandbox.exec('sh', [
-          '-c',
-          `i=0; while [ $i -lt ${processes} ]; do /bin/true; i=$((i+1)); done; echo $i`,
-        ])
+        const ran = await sandbox.exec(
+          'sh',
+          ['-c', `i=0; while [ $i -lt ${processes} ]; do /bin/true; i=$((i+1)); done; echo $i`],
+          { timeout: 300_000 },
+        )
         expect(ran.stdout.trim()).toBe(String(processes))
-        // Saving this runsc's kernel state after 250 processes peaked at 182 MB
-        // here, past the container's 144 MiB (96 and the agent's allowance):
-        // the save gets headroom, not an OOM kill.
+        // Saving this runsc's kernel state after 2,000 processes peaked at 548
+        // MB here, past the container's 304 MiB (96, the agent's allowance and
+        // gVisor's kernel's): the save gets headroom, not an OOM kill.
         const taken = await sandbox.snapshot({ memory: true })
         await gvisor.snapshots.remove(taken.id)
         expect((await sandbox.exec('echo', ['still here'])).stdout.trim()).toBe('still here')
@@ -257,9 +262,10 @@ describe('memory snapshots under gVisor', () => {
           join('/sys/fs/cgroup/memory', memoryLine!.split(':')[2]!, 'memory.limit_in_bytes'),
           'utf8',
         )
-        // The sandbox's 96 MiB and the agent's allowance, as created; not the headroom.
-        expect(info.HostConfig.Memory).toBeGreaterThanOrEqual(96 * 1024 * 1024)
-        expect(info.HostConfig.Memory).toBeLessThan(256 * 1024 * 1024)
+        // The sandbox's 96 MiB and the allowances, as created; not the headroom.
+        expect(info.HostConfig.Memory).toBe(
+          (96 + AGENT_MEMORY_ALLOWANCE_MB + GVISOR_KERNEL_MEMORY_ALLOWANCE_MB) * 1024 * 1024,
+        )
         expect(Number(limit)).toBe(info.HostConfig.Memory)
         return taken.sizeBytes
       } finally {
@@ -267,11 +273,12 @@ describe('memory snapshots under gVisor', () => {
       }
     }
     const none = await sizeAfter(0)
-    const many = await sizeAfter(300)
-    // Measured: about 3 KB more per process (0.23 MB after none, 1.46 MB after
-    // 400 in a plain container); bench/misses.md has what it costs a restore.
-    expect(many - none).toBeGreaterThan(300 * 1_500)
-  })
+    const many = await sizeAfter(2_000)
+    // Measured: about 3 KB more per process while gVisor keeps them (0.23 MB
+    // after none, 1.46 MB after 400 in a plain container; it keeps about the
+    // last thousand); bench/misses.md has what it costs a restore.
+    expect(many - none).toBeGreaterThan(1_000 * 1_500)
+  }, 360_000)
 
   it('gc removes a checkpoint whose snapshot is past its retention or gone, and the copies containerd left of it', async () => {
     const source = await gvisor.create()
