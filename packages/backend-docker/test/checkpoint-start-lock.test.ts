@@ -1,14 +1,23 @@
 /**
  * The lock that makes starts from one checkpoint take turns across host
  * processes: exclusive while held, let go on failure, taken over from a
- * holder that died.
+ * holder that died, and only ever the abandoned lock removed.
  */
+
+/** A pid no process has: one that has just exited. */
+function deadPid(): string {
+  return spawnSync(process.execPath, [
+    '-e',
+    'process.stdout.write(String(process.pid))',
+  ]).stdout.toString()
+}
+
 import { spawnSync } from 'node:child_process'
-import { existsSync, mkdtempSync, writeFileSync } from 'node:fs'
+import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
-import { withStartLock } from '../src/checkpoint-start-lock.js'
+import { abandonedLock, removeLockIf, withStartLock } from '../src/checkpoint-start-lock.js'
 
 describe('withStartLock', () => {
   it('lets one holder in at a time and lets go when the work fails', async () => {
@@ -34,8 +43,7 @@ describe('withStartLock', () => {
 
   it("takes over a lock whose holder's process is gone", async () => {
     const path = join(mkdtempSync(join(tmpdir(), 'cordon-lock-')), 'snp_y.start-lock')
-    const gone = spawnSync(process.execPath, ['-e', 'process.stdout.write(String(process.pid))'])
-    writeFileSync(path, gone.stdout.toString())
+    writeFileSync(path, deadPid())
     expect(await withStartLock(path, async () => 'taken')).toBe('taken')
     expect(existsSync(path)).toBe(false)
   })
@@ -47,5 +55,48 @@ describe('withStartLock', () => {
     setTimeout(() => controller.abort(), 100)
     await expect(withStartLock(path, async () => 'never', controller.signal)).rejects.toThrow()
     expect(existsSync(path)).toBe(true)
+  })
+
+  it('of two waiters that found the same dead holder, the second does not remove the lock the first took', () => {
+    const dir = mkdtempSync(join(tmpdir(), 'cordon-lock-'))
+    const path = join(dir, 'snp_w.start-lock')
+    writeFileSync(path, deadPid())
+    // Both look before either acts.
+    const seenByFirst = abandonedLock(path, Date.now())
+    const seenBySecond = abandonedLock(path, Date.now())
+    expect(seenByFirst).toBeDefined()
+    expect(seenBySecond).toBe(seenByFirst)
+    // The first removes the abandoned lock and takes its own (the file
+    // system may well give it the freed inode's number).
+    removeLockIf(path, seenByFirst!)
+    expect(existsSync(path)).toBe(false)
+    writeFileSync(path, String(process.pid), { flag: 'wx' })
+    // The second acts on what it saw: the first's lock stays.
+    removeLockIf(path, seenBySecond!)
+    expect(readFileSync(path, 'utf8')).toBe(String(process.pid))
+    // And nothing is left beside it.
+    expect(readdirSync(dir)).toEqual(['snp_w.start-lock'])
+  })
+
+  it("a holder whose lock was taken over as stale leaves its successor's lock when it finishes", async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'cordon-lock-'))
+    const path = join(dir, 'snp_v.start-lock')
+    await withStartLock(path, async () => {
+      // What a waiter does after STALE_AFTER_MS: removes this lock and takes its own.
+      rmSync(path)
+      writeFileSync(path, 'successor', { flag: 'wx' })
+    })
+    expect(readFileSync(path, 'utf8')).toBe('successor')
+    expect(readdirSync(dir)).toEqual(['snp_v.start-lock'])
+  })
+
+  it('a lock whose holder is alive is not abandoned', () => {
+    const path = join(mkdtempSync(join(tmpdir(), 'cordon-lock-')), 'snp_u.start-lock')
+    writeFileSync(path, String(process.pid))
+    expect(abandonedLock(path, Date.now())).toBeUndefined()
+    // Past the stale age it is, whoever holds it.
+    expect(abandonedLock(path, Date.now() + 121_000)).toBeDefined()
+    writeFileSync(path, '')
+    expect(abandonedLock(path, Date.now())).toBeUndefined()
   })
 })
