@@ -24,7 +24,11 @@ interface Running {
 
 const started: Running[] = []
 
-async function startAgent(secret: string, directSocket?: string): Promise<Running> {
+async function startAgent(
+  secret: string,
+  directSocket?: string,
+  hostSocket?: string,
+): Promise<Running> {
   const dir = await mkdtemp(join(tmpdir(), 'cordon-suspend-'))
   await chmod(dir, 0o755)
   const child = spawn(process.execPath, [AGENT_PROGRAM], {
@@ -34,6 +38,7 @@ async function startAgent(secret: string, directSocket?: string): Promise<Runnin
       CORDON_AGENT_SECRET_STDIN: '1',
       CORDON_AGENT_WRITE_ROOTS: dir,
       ...(directSocket ? { CORDON_AGENT_DIRECT_SOCKET: directSocket } : {}),
+      ...(hostSocket ? { CORDON_AGENT_HOST_SOCKET: hostSocket } : {}),
     },
     stdio: ['pipe', 'pipe', 'pipe'],
   })
@@ -79,7 +84,57 @@ afterEach(async () => {
   }
 })
 
+/** Whether a dial of the unix socket at `path` is refused (no listener, or no file). */
+async function refuses(path: string): Promise<boolean> {
+  const socket = connect(path)
+  try {
+    await once(socket, 'connect')
+    return false
+  } catch {
+    return true
+  } finally {
+    socket.destroy()
+  }
+}
+
 describe('suspend-channel and the resume line', () => {
+  it("with waitForCloseMs, resolves only once the agent's host-backed listener is closed (gVisor cannot checkpoint it bound)", async () => {
+    const secret = `secret-${Date.now()}-0123456789abcdef`
+    const socketDir = await mkdtemp(join(tmpdir(), 'cordon-suspend-host-'))
+    const hostSocket = join(socketDir, 'files.sock')
+    try {
+      const agent = await startAgent(secret, undefined, hostSocket)
+      // The host's connections come over the host-backed socket, as the Docker backend's do under gVisor.
+      const client = new AgentClient({
+        secret,
+        description: 'host-backed socket',
+        // Dialled until the agent listens there.
+        dial: async () => {
+          for (let attempt = 0; ; attempt++) {
+            const socket = connect(hostSocket)
+            try {
+              await once(socket, 'connect')
+              return socket
+            } catch (error) {
+              socket.destroy()
+              if (attempt > 500) throw error
+              await new Promise((resolve) => setTimeout(resolve, 10))
+            }
+          }
+        },
+        maxConnectAttempts: 1,
+      })
+      expect(await echo(client, 'before')).toBe('before\n')
+      expect(await refuses(hostSocket)).toBe(false)
+      await client.suspendChannel(undefined, { waitForCloseMs: 5_000 })
+      // At once, with no turn of the agent's in between.
+      expect(await refuses(hostSocket)).toBe(true)
+      expect(agent.child.exitCode).toBeNull()
+    } finally {
+      await rm(socketDir, { recursive: true, force: true })
+    }
+  })
+
   it('serves a new session under the new secret only, with the old secret refused', async () => {
     const oldSecret = `old-secret-${Date.now()}-0123456789abcdef`
     const newSecret = `new-secret-${Date.now()}-0123456789abcdef`

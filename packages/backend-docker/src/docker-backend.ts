@@ -134,6 +134,16 @@ const REMOVAL_WAIT_INTERVAL_MS = 50
  * engine's exec instead: it looks every 5 ms, and listens in well under 50.
  */
 const HOST_SOCKET_RESUME_WAIT_MS = 1_000
+/**
+ * How long a memory snapshot waits, after the agent's answer to the suspend,
+ * for the agent to close the connection it came on. An agent with the
+ * host-backed socket closes its listener and then that connection in the turn
+ * after its answer; gVisor cannot checkpoint the listener while it is bound
+ * on the host ("Cannot save endpoint with bound host socket", seen in CI when
+ * the checkpoint came first). The close arrives in milliseconds; the bound
+ * covers a suspend that went over the attach, where no close comes.
+ */
+const SUSPENDED_LISTENER_WAIT_MS = 1_000
 
 /**
  * How long a refused dial of the agent's socket waits for the channel to
@@ -696,8 +706,12 @@ export class DockerBackend implements CordonSandboxBackend {
           checkpointing = true
           try {
             // Asked of the agent, which sees every socket: refused here leaves the sandbox untouched.
+            // With the host-backed socket, until the agent has closed it (SUSPENDED_LISTENER_WAIT_MS).
             await client
-              .suspendChannel(snapshotSignal, { refuseOpenTcp: true })
+              .suspendChannel(snapshotSignal, {
+                refuseOpenTcp: true,
+                ...(hostSocketWanted ? { waitForCloseMs: SUSPENDED_LISTENER_WAIT_MS } : {}),
+              })
               .catch((error: unknown) => {
                 throw refusedForOpenSockets(error, this.name)
               })

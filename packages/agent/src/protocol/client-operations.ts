@@ -180,10 +180,18 @@ export async function requestClocks(
  * Asks a stdio agent to drop its channel's session and wait for a resume
  * line (see `SuspendChannelRequest`); resolves once it has answered, which
  * is the last frame it sends on that session.
+ *
+ * With `waitForCloseMs`, it then waits (that long at most) for the agent to
+ * close the connection. An agent with a host-backed listener closes that
+ * listener and then its connections right after the answer, and gVisor cannot
+ * checkpoint a sandbox whose listener is still bound on the host: the close of
+ * this connection is the host's sign that the listener went first. Over the
+ * engine's attach the agent drops its streams without a word, so the wait is
+ * bounded.
  */
 export async function requestSuspendChannel(
   connection: FramedConnection,
-  options: { readonly refuseOpenTcp?: boolean } = {},
+  options: { readonly refuseOpenTcp?: boolean; readonly waitForCloseMs?: number } = {},
 ): Promise<void> {
   requireRevision(connection, 'suspend-channel', 3)
   await connection.send({
@@ -192,7 +200,24 @@ export async function requestSuspendChannel(
   })
   const reply = await nextMessage(connection)
   if (reply.type !== 'channel-suspended') throw remoteOrUnexpected(reply, 'channel-suspended')
+  if (options.waitForCloseMs !== undefined) await closedWithin(connection, options.waitForCloseMs)
   connection.close()
+}
+
+/** Resolves when the peer ends or drops `connection` (anything it still sends is dropped), or after `ms`. */
+async function closedWithin(connection: FramedConnection, ms: number): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined
+  const timedOut = new Promise<void>((resolve) => {
+    timer = setTimeout(resolve, ms)
+  })
+  const ended = (async () => {
+    for (;;) if ((await connection.read()) === undefined) return
+  })().catch(() => {})
+  try {
+    await Promise.race([ended, timedOut])
+  } finally {
+    clearTimeout(timer)
+  }
 }
 
 /**

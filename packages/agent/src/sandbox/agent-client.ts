@@ -139,7 +139,7 @@ export class AgentClient {
    */
   async suspendChannel(
     signal?: AbortSignal,
-    options: { readonly refuseOpenTcp?: boolean } = {},
+    options: { readonly refuseOpenTcp?: boolean; readonly waitForCloseMs?: number } = {},
   ): Promise<void> {
     await this.withConnection('suspend-channel', undefined, signal, (connection) =>
       requestSuspendChannel(connection, options),
