@@ -50,7 +50,8 @@ export const AGENT_MEMORY_ALLOWANCE_MB = 48
  * Memory gVisor's kernel (the sentry) needs on top, under runsc: its Go heap
  * is charged to the sandbox's cgroup, and this runsc keeps a `/proc/<pid>`
  * entry of about 30 KiB for every process that read `/proc/self` (busybox
- * and Node do at start) in a cache of up to about a thousand. Measured
+ * and Node do at start), in a cache that stopped growing after two to
+ * three thousand processes here. Measured
  * through cordon: an idle sandbox's cgroup held 22 MB, and after 1,000,
  * 2,000, 3,000, 4,000 and 6,000 commands 119, 159, 164, 164 and 164 MB at
  * most; the sentry's heap profile put 60 MiB of it in those entries and the

@@ -275,8 +275,8 @@ describe('memory snapshots under gVisor', () => {
     const none = await sizeAfter(0)
     const many = await sizeAfter(2_000)
     // Measured: about 3 KB more per process while gVisor keeps them (0.23 MB
-    // after none, 1.46 MB after 400 in a plain container; it keeps about the
-    // last thousand); bench/misses.md has what it costs a restore.
+    // after none, 1.46 MB after 400 in a plain container; the growth slows
+    // past a thousand or two, as gVisor's cache of them fills); bench/misses.md has what it costs a restore.
     expect(many - none).toBeGreaterThan(1_000 * 1_500)
   }, 360_000)
 
