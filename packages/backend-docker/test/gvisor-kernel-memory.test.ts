@@ -1,5 +1,3 @@
-import { readFileSync } from 'node:fs'
-import { join } from 'node:path'
 import type { CordonSandboxProvider } from '@cordon/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import {
@@ -7,18 +5,15 @@ import {
   GVISOR_KERNEL_MEMORY_ALLOWANCE_MB,
   MIN_MEMORY_LIMIT_MB,
 } from '../src/container-spec.js'
+import { type MemoryCgroup, memoryCgroupOf } from './memory-cgroup.js'
 import { docker, testProvider } from './test-run.js'
 
 const MiB = 1024 * 1024
 
-/** The host's memory cgroup file of a sandbox's container (cgroup v1, as on these machines). */
-async function memoryCgroupFile(sandboxId: string, file: string): Promise<string> {
+/** The host's memory cgroup of a sandbox's container. */
+async function sandboxMemoryCgroup(sandboxId: string): Promise<MemoryCgroup> {
   const info = await docker.getContainer(`cordon-${sandboxId}`).inspect()
-  const line = readFileSync(`/proc/${info.State.Pid}/cgroup`, 'utf8')
-    .split('\n')
-    .find((entry) => entry.split(':')[1] === 'memory')
-  expect(line, 'the container has a memory cgroup').toBeDefined()
-  return join('/sys/fs/cgroup/memory', line!.split(':')[2]!, file)
+  return memoryCgroupOf(info.State.Pid)
 }
 
 // Under gVisor the sandbox's kernel is a process in the container's cgroup,
@@ -46,9 +41,7 @@ describe('gVisor kernel memory (runsc)', () => {
       expect(churn.stdout).toBe('ran 3000\n')
       // The kernel really took more than the agent's allowance: without its
       // own, this sandbox would have been ended during the loop.
-      const peak = Number(
-        readFileSync(await memoryCgroupFile(sandbox.id, 'memory.max_usage_in_bytes'), 'utf8'),
-      )
+      const peak = (await sandboxMemoryCgroup(sandbox.id)).peak()
       expect(peak).toBeGreaterThan((MIN_MEMORY_LIMIT_MB + AGENT_MEMORY_ALLOWANCE_MB) * MiB)
       // And the commands still get what they were promised: one buffer of
       // all but 8 MiB of memoryLimitMb (busybox's dd fills a block of bs
@@ -63,9 +56,7 @@ describe('gVisor kernel memory (runsc)', () => {
       expect(fill.oomKilled).toBeFalsy()
       expect((await sandbox.exec('echo', ['alive'])).stdout).toBe('alive\n')
       expect(sandbox.endReason).toBeUndefined()
-      const limit = Number(
-        readFileSync(await memoryCgroupFile(sandbox.id, 'memory.limit_in_bytes'), 'utf8'),
-      )
+      const limit = (await sandboxMemoryCgroup(sandbox.id)).limit()
       expect(limit).toBe(
         (MIN_MEMORY_LIMIT_MB + AGENT_MEMORY_ALLOWANCE_MB + GVISOR_KERNEL_MEMORY_ALLOWANCE_MB) * MiB,
       )

@@ -32,6 +32,7 @@ import {
   explainCheckpointFailure,
   listMemoryCheckpoints,
 } from '../src/memory-snapshot.js'
+import { memoryCgroupOf } from './memory-cgroup.js'
 import { docker } from './test-run.js'
 
 /** The copies of a checkpoint's image that containerd's temporary directories hold. */
@@ -255,18 +256,12 @@ describe('memory snapshots under gVisor', () => {
           filters: { label: [`cordon.sandbox=${sandbox.id}`], status: ['running'] },
         })
         const info = await docker.getContainer(listed!.Id).inspect()
-        const memoryLine = readFileSync(`/proc/${info.State.Pid}/cgroup`, 'utf8')
-          .split('\n')
-          .find((line) => line.split(':')[1]?.split(',').includes('memory'))
-        const limit = readFileSync(
-          join('/sys/fs/cgroup/memory', memoryLine!.split(':')[2]!, 'memory.limit_in_bytes'),
-          'utf8',
-        )
+        const limit = memoryCgroupOf(info.State.Pid).limit()
         // The sandbox's 96 MiB and the allowances, as created; not the headroom.
         expect(info.HostConfig.Memory).toBe(
           (96 + AGENT_MEMORY_ALLOWANCE_MB + GVISOR_KERNEL_MEMORY_ALLOWANCE_MB) * 1024 * 1024,
         )
-        expect(Number(limit)).toBe(info.HostConfig.Memory)
+        expect(limit).toBe(info.HostConfig.Memory)
         return taken.sizeBytes
       } finally {
         await sandbox.destroy()

@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest'
 import { currentRuntimeVolume } from '../src/agent-runtime.js'
 import { ensureHugePageNode, KEEPER_MEMORY_MB } from '../src/huge-page-node.js'
 import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
+import { memoryCgroupOf } from './memory-cgroup.js'
 import { privateEngineForSuite } from './private-engine.js'
 
 /**
@@ -38,21 +39,6 @@ describe('agent runtime volumes', () => {
     const children = (pid: number) =>
       readFileSync(`/proc/${pid}/task/${pid}/children`, 'utf8').trim().split(' ').map(Number)
     return children(children(init)[0]!)[0]!
-  }
-  /** A container's memory cgroup on this host, from its init's /proc entry (cgroup v1 or v2). */
-  const memoryCgroup = (pid: number): { usage: number; limit: number } => {
-    const lines = readFileSync(`/proc/${pid}/cgroup`, 'utf8').trim().split('\n')
-    const v1 = lines.find((line) => line.split(':')[1]?.split(',').includes('memory'))
-    const read = (file: string) => Number(readFileSync(file, 'utf8').trim())
-    if (v1) {
-      const dir = `/sys/fs/cgroup/memory${v1.split(':')[2]}`
-      return {
-        usage: read(`${dir}/memory.usage_in_bytes`),
-        limit: read(`${dir}/memory.limit_in_bytes`),
-      }
-    }
-    const dir = `/sys/fs/cgroup${lines.find((line) => line.startsWith('0::'))!.slice(3)}`
-    return { usage: read(`${dir}/memory.current`), limit: read(`${dir}/memory.max`) }
   }
   const runtimeLabels = (hash: string) => ({
     [LABEL.managed]: '1',
@@ -118,10 +104,10 @@ describe('agent runtime volumes', () => {
       // The keeper holds Node's ~100 MiB on its volume within a small memory
       // limit: the engine's archive API wrote those pages, so they are not charged to it.
       const keeper = await engine.docker.getContainer(keepers[0]!.Id).inspect()
-      const memory = memoryCgroup(keeper.State.Pid)
-      expect(memory.limit).toBe(KEEPER_MEMORY_MB * 1024 * 1024)
-      expect(memory.usage).toBeLessThan(memory.limit / 2)
-      expect(memory.usage).toBeLessThan(statSync(process.execPath).size / 16)
+      const memory = memoryCgroupOf(keeper.State.Pid)
+      expect(memory.limit()).toBe(KEEPER_MEMORY_MB * 1024 * 1024)
+      expect(memory.usage()).toBeLessThan(memory.limit() / 2)
+      expect(memory.usage()).toBeLessThan(statSync(process.execPath).size / 16)
       for (const sandbox of sandboxes) await sandbox.destroy()
     } finally {
       await hosted.close()
