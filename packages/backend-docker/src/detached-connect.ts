@@ -35,6 +35,7 @@ import {
 import { openDockerTerminal } from './docker-terminal.js'
 import type { EgressGateway } from './egress-gateway.js'
 import { isNotFound, translateEngineError } from './engine-errors.js'
+import { pauseContainer, unpauseContainer } from './engine-freezer.js'
 import { engineUsage } from './engine-usage.js'
 import { imageEnvironment } from './image-environment.js'
 import type { ProxiedPolicy } from './sandbox-egress.js'
@@ -207,7 +208,7 @@ export async function connectDetached(
   const endsAt = Number.isFinite(expires) && expires > 0 ? expires : Date.now()
   if (!layout) throw new SandboxNotFoundError(id, 'this provider has no layout')
   // A sandbox a host paused answers nothing: connecting continues it (and its clocks, below).
-  if (info.State.Paused) await docker.getContainer(info.Id).unpause()
+  if (info.State.Paused) await unpauseContainer(docker.getContainer(info.Id))
 
   const relay = new RelayChannel(docker, info)
   // Under gVisor, its host-backed socket where it has one; else the relay (one engine exec).
@@ -357,12 +358,8 @@ export async function connectDetached(
       return undefined
     },
     freezer: {
-      pause: async (signal) => {
-        await docker.getContainer(info.Id).pause(signal ? { abortSignal: signal } : {})
-      },
-      resume: async (signal) => {
-        await docker.getContainer(info.Id).unpause(signal ? { abortSignal: signal } : {})
-      },
+      pause: (signal) => pauseContainer(docker.getContainer(info.Id), signal),
+      resume: (signal) => unpauseContainer(docker.getContainer(info.Id), signal),
     },
   })
   return { sandbox, endsAt }

@@ -87,6 +87,7 @@ import {
   translateEngineError,
 } from './engine-errors.js'
 import { EngineEvents } from './engine-events.js'
+import { pauseContainer, unpauseContainer } from './engine-freezer.js'
 import { engineUsage } from './engine-usage.js'
 import {
   findSnapshot,
@@ -888,13 +889,9 @@ export class DockerBackend implements CordonSandboxBackend {
           // The engine's freezer: the cgroup freezer under runc, the sandbox's own pause under gVisor.
           freezer: {
             pause: (freezeSignal) =>
-              this.engineCall('pause', () =>
-                container.pause(freezeSignal ? { abortSignal: freezeSignal } : {}),
-              ),
+              this.engineCall('pause', () => pauseContainer(container, freezeSignal)),
             resume: (thawSignal) =>
-              this.engineCall('resume', () =>
-                container.unpause(thawSignal ? { abortSignal: thawSignal } : {}),
-              ),
+              this.engineCall('resume', () => unpauseContainer(container, thawSignal)),
           },
           snapshot: async (snapshotOptions) => {
             if (snapshotOptions.memory)

@@ -125,9 +125,11 @@ export async function startGuest(docker: Dockerode, spec: GuestSpec): Promise<Gu
     runDir,
     pause: async () => {
       await container.pause()
+      await untilEngineSaysPaused(container, true)
     },
     resume: async () => {
       await container.unpause()
+      await untilEngineSaysPaused(container, false)
     },
     run: (command, stdout) => runInGuest(docker, container, command, stdout),
     remove,
@@ -166,5 +168,24 @@ async function runInGuest(
   if (state.ExitCode !== 0) {
     const said = Buffer.concat(diagnostics).toString('utf8').trim().slice(0, 500)
     throw new Error(`${command.join(' ')} exited ${state.ExitCode} in the guest: ${said}`)
+  }
+}
+
+/**
+ * Docker 20.10 records a pause again when it handles containerd's "paused"
+ * event, which can come after an unpause that followed at once (under gVisor
+ * most of all); until the "resumed" event is handled, the engine refuses an
+ * exec into the running guest as paused. A snapshot right after a resume
+ * runs tar by an exec, so pause and resume return once the engine agrees.
+ */
+async function untilEngineSaysPaused(
+  container: Dockerode.Container,
+  paused: boolean,
+): Promise<void> {
+  const deadline = Date.now() + 5_000
+  for (;;) {
+    const state = (await container.inspect()).State
+    if (state.Paused === paused || !state.Running || Date.now() >= deadline) return
+    await new Promise((resolve) => setTimeout(resolve, 20))
   }
 }
