@@ -8,6 +8,8 @@
  * matching: `*` is not a pattern character, and an empty list allows nothing.
  */
 
+import { boundedMemo } from './bounded-memo.js'
+
 export interface AllowlistEntry {
   readonly kind: 'exact' | 'domain'
   /** Lowercase ASCII host without a trailing dot. */
@@ -74,23 +76,28 @@ export function compileAllowlist(allowedHosts: readonly string[]): CompiledAllow
     if (entry.kind === 'exact') exact.add(entry.host)
     else domains.add(entry.host)
   }
-  return {
-    allows(host) {
-      const subject = normalizeHostname(host)
-      if (subject === undefined) return false
-      if (exact.has(subject)) return true
-      // A domain entry matches the name itself and every name under it: try
-      // the subject and each of its parents, label by label.
-      let candidate = subject
-      while (domains.size > 0) {
-        if (domains.has(candidate)) return true
-        const dot = candidate.indexOf('.')
-        if (dot === -1) return false
-        candidate = candidate.slice(dot + 1)
-      }
-      return false
-    },
+  const allows = (host: string): boolean => {
+    const subject = normalizeHostname(host)
+    if (subject === undefined) return false
+    if (exact.has(subject)) return true
+    // A domain entry matches the name itself and every name under it: try
+    // the subject and each of its parents, label by label.
+    let candidate = subject
+    while (domains.size > 0) {
+      if (domains.has(candidate)) return true
+      const dot = candidate.indexOf('.')
+      if (dot === -1) return false
+      candidate = candidate.slice(dot + 1)
+    }
+    return false
   }
+  // The list never changes once compiled, so a verdict depends on the host
+  // alone. The egress proxy asks twice a CONNECT (its policy and
+  // `allowInwardFor`), nearly always for the same few names; the
+  // normalization (a WHATWG URL parse) was about 10 µs of its CPU per tunnel
+  // (a CPU profile of 5,000 tunnels, bench scenario 5's load).
+  const remembered = boundedMemo(allows, { maxEntries: 256, maxInputLength: 253 })
+  return { allows: (host) => (typeof host === 'string' ? remembered(host) : false) }
 }
 
 /**

@@ -72,6 +72,7 @@ describe('entry points', () => {
       'SANDBOX_ID_PATTERN',
       'SNAPSHOT_ID_PATTERN',
       'askResolver',
+      'boundedMemo',
       'cleanupFailureEvent',
       'compileAllowlist',
       'composeProvider',

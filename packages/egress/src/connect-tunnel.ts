@@ -80,9 +80,10 @@ export async function handleConnect(
   // same turn of the event loop as the connect) are copied and sent first.
   const early: Buffer[] = []
   let dialled: DialedSocket
+  const readBuffer = runtime.readBuffers.take()
   try {
     dialled = await dialPinned(admission.addresses, port, runtime.options.limits.connectTimeoutMs, {
-      buffer: Buffer.allocUnsafe(TUNNEL_READ_BYTES),
+      buffer: readBuffer,
       callback: (bytes, buffer) => {
         if (relayDown) return relayDown(bytes, buffer)
         early.push(Buffer.from(buffer.subarray(0, bytes)))
@@ -124,7 +125,10 @@ export async function handleConnect(
   let closed = 0
   const finish = (): void => {
     closed += 1
-    if (closed === 2) report()
+    if (closed !== 2) return
+    // Both sockets closed: nothing reads into the buffer or writes from it.
+    runtime.readBuffers.giveBack(readBuffer)
+    report()
   }
   upstream.once('close', finish)
   client.once('close', finish)
@@ -173,6 +177,3 @@ export async function handleConnect(
 function endUnlessEnded(socket: Socket): void {
   if (!socket.destroyed && !socket.writableEnded) socket.end()
 }
-
-/** Read buffer of one tunnel's upstream socket (libuv reads 64 KiB at a time anyway). */
-const TUNNEL_READ_BYTES = 64 * 1024

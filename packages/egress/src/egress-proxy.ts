@@ -33,6 +33,7 @@ import { type ClientPolicy, canonicalClientAddress, PolicyState } from './policy
 import type { ProxyRuntime } from './proxy-runtime.js'
 import { ProxySelf } from './proxy-self.js'
 import { systemResolver } from './resolve-and-screen.js'
+import { TunnelReadBuffers } from './tunnel-read-buffers.js'
 
 export interface EgressListenOptions {
   /** Address to bind. Default `127.0.0.1`; a gateway binds its sandbox-facing address. */
@@ -55,6 +56,11 @@ export interface RunningEgressProxy {
   /** Stops accepting, ends every open tunnel and exchange; idempotent. */
   close(): Promise<void>
 }
+
+/** Read buffer of one tunnel's upstream socket (libuv reads 64 KiB at a time anyway). */
+const TUNNEL_READ_BYTES = 64 * 1024
+/** Read buffers kept for later tunnels: 4 MiB at most. */
+const KEPT_READ_BUFFERS = 64
 
 /** Parser failures that are about message length: the request-smuggling family. */
 const FRAMING_ERRORS = new Set([
@@ -269,6 +275,7 @@ export class EgressProxy {
       state: this.#state,
       slots: this.#slots,
       emit: this.#emit,
+      readBuffers: new TunnelReadBuffers(TUNNEL_READ_BYTES, KEPT_READ_BUFFERS),
       track: (socket) => {
         if (this.#closing !== undefined) {
           socket.destroy()

@@ -10,6 +10,8 @@
  * `inet_aton`.
  */
 
+import { boundedMemo } from '@cordon/core/backend'
+
 export interface IpLiteral {
   /**
    * Canonical text: dotted decimal for IPv4; for IPv6 the RFC 5952 form
@@ -38,27 +40,21 @@ export function looksLikeIpLiteral(host: string): boolean {
 }
 
 /**
- * The last answers of `parseIpLiteral`, by input. Every CONNECT parses the
- * client's source address and each resolved address, nearly always the same
- * few strings; on the bench machine parsing the client's address alone took
- * about 20 µs of CPU per tunnel (perf, bench scenario 5), before the upstream
- * is dialled. Bounded: emptied when full,
- * so hostile input can only make it miss.
+ * Parses an IPv4 or IPv6 literal in any accepted spelling; `undefined` if it
+ * is not one. Remembered by input: every CONNECT parses the client's source
+ * address and each resolved address, nearly always the same few strings; on
+ * the bench machine parsing the client's address alone took about 20 µs of
+ * CPU per tunnel (perf, bench scenario 5), before the upstream is dialled.
  */
-const parsedLiterals = new Map<string, IpLiteral | undefined>()
-const PARSED_LITERALS_MAX = 1024
-
-/** Parses an IPv4 or IPv6 literal in any accepted spelling; `undefined` if it is not one. */
 export function parseIpLiteral(input: string): IpLiteral | undefined {
   if (typeof input !== 'string' || input.length === 0 || input.length > 512) return undefined
-  const known = parsedLiterals.get(input)
-  if (known !== undefined || parsedLiterals.has(input)) return known
-  const parsed = parseIpLiteralText(input)
-  if (parsedLiterals.size >= PARSED_LITERALS_MAX) parsedLiterals.clear()
-  // Frozen, since every caller with the same input shares the object.
-  parsedLiterals.set(input, parsed === undefined ? undefined : Object.freeze(parsed))
-  return parsed
+  return parseIpLiteralRemembered(input)
 }
+
+const parseIpLiteralRemembered = boundedMemo(parseIpLiteralText, {
+  maxEntries: 1024,
+  maxInputLength: 512,
+})
 
 function parseIpLiteralText(input: string): IpLiteral | undefined {
   if (input.startsWith('[')) {

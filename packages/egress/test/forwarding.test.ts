@@ -377,6 +377,67 @@ describe('CONNECT tunnels', () => {
     for (const tunnel of [a1, a2, b1]) tunnel.socket.destroy()
   })
 
+  it("reuses upstream read buffers without one tunnel ever receiving another tunnel's bytes", async () => {
+    const echo = await startEchoTcp()
+    cleanups.push(() => echo.close())
+    const proxy = await proxyWith({
+      policy: { kind: 'allow-all' },
+      allowInwardFor: ['echo.test'],
+      allowedPorts: [echo.port],
+      lookup: fakeDns({ 'echo.test': ['127.0.0.1'] }).lookup,
+    })
+    // Waves of concurrent tunnels, each echoing 12 MiB of its own byte value
+    // (many reads of a 64 KiB buffer). Each client stops reading for a while,
+    // so the proxy's writes to it queue (a queued write still points into
+    // the read buffer) while the other tunnels read; in each wave half the
+    // clients then hang up, so their buffers go back mid-transfer and the
+    // next wave's tunnels take them. A build that hands every tunnel the
+    // same buffer failed this in 4 of 6 runs with three waves; six are run.
+    const bytes = 12 * 1024 * 1024
+    let value = 0
+    for (let wave = 0; wave < 6; wave += 1) {
+      const tunnels = await Promise.all(
+        Array.from({ length: 6 }, async (_, index) => {
+          value = (value % 250) + 1
+          const own = value
+          const tunnel = await openTunnel(proxy.running.port, `echo.test:${echo.port}`)
+          expect(tunnel.response.status).toBe(200)
+          tunnel.socket.pause()
+          return { ...tunnel, own, quits: index % 2 === 1 }
+        }),
+      )
+      await Promise.all(
+        tunnels.map(async ({ socket, own, quits }) => {
+          socket.write(Buffer.alloc(bytes, own))
+          await sleep(150)
+          if (quits) {
+            socket.destroy()
+            return
+          }
+          const chunks: Buffer[] = []
+          let count = 0
+          const received = await new Promise<Buffer>((resolve, reject) => {
+            const timer = setTimeout(() => reject(new Error(`${count} of ${bytes} bytes`)), 15_000)
+            socket.on('data', (chunk: Buffer) => {
+              chunks.push(chunk)
+              count += chunk.length
+              if (count < bytes) return
+              clearTimeout(timer)
+              resolve(Buffer.concat(chunks))
+            })
+            socket.resume()
+          })
+          expect(received.equals(Buffer.alloc(bytes, own))).toBe(true)
+          socket.destroy()
+        }),
+      )
+    }
+    // Every tunnel's teardown ran (each reports once both sides closed).
+    for (let waited = 0; proxy.proxy.activeTunnels > 0 && waited < 3_000; waited += 20)
+      await sleep(20)
+    expect(proxy.proxy.activeTunnels).toBe(0)
+  })
+
   it('ends every open tunnel when the proxy closes', async () => {
     const echo = await startEchoTcp()
     cleanups.push(() => echo.close())
