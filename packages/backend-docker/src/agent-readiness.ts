@@ -8,8 +8,18 @@ import type { DirectRoute } from './direct-socket.js'
  * attach, so a socket that has not connected by then failed to open (the
  * agent logs why); an agent booting on a loaded machine past it only gets
  * both tried, the first to answer winning.
+ *
+ * Under gVisor the agent listens later: its Node alone takes 150-180 ms to
+ * reach the agent's first line there, and the listener was up 230-340 ms
+ * after the engine's start call returned (traced on a quiet machine, four
+ * creates). With 250 ms nearly every gVisor create tried the attach too,
+ * and the second handshake on the agent's one thread held up the first
+ * command: 67-91 ms to the first exec's answer against 50-57 ms with one.
+ * A host socket that never opens costs such a create the longer wait.
  */
-const ATTACH_FALLBACK_MS = 250
+export function attachFallbackMs(runtime: string | undefined): number {
+  return runtime === 'runsc' ? 1_000 : 250
+}
 
 /** Resolves when the agent answers; fails at once, with its log, if the container stops first. */
 export async function waitForAgent(
@@ -17,7 +27,7 @@ export async function waitForAgent(
   sandboxId: SandboxId,
   signal: AbortSignal,
   channel: StdioChannel,
-  direct: DirectRoute | undefined,
+  direct: { readonly route: DirectRoute; readonly attachAfterMs: number } | undefined,
 ): Promise<void> {
   const stopped = new Promise<never>((_, reject) =>
     channel.onClose(() =>
@@ -37,7 +47,7 @@ export async function waitForAgent(
   // starting agent's one thread milliseconds that the first command waits
   // behind. The attach, which always works, is tried if the socket is not
   // found, fails its handshake, or has not connected within
-  // ATTACH_FALLBACK_MS (an agent that could not listen on it); then the
+  // `attachAfterMs` (an agent that could not listen on it); then the
   // first to authenticate counts.
   const decided = new AbortController()
   const either = AbortSignal.any([signal, decided.signal])
@@ -57,8 +67,8 @@ export async function waitForAgent(
   let fallback: ReturnType<typeof setTimeout> | undefined
   let viaDirect: Promise<void> | undefined
   if (direct) {
-    fallback = setTimeout(attach, ATTACH_FALLBACK_MS)
-    viaDirect = direct
+    fallback = setTimeout(attach, direct.attachAfterMs)
+    viaDirect = direct.route
       .firstConnection(either)
       .catch(() => undefined)
       .then(async (stream) => {

@@ -31,7 +31,7 @@ import {
   writableRoots,
 } from '@cordon/core/backend'
 import type Docker from 'dockerode'
-import { waitForAgent } from './agent-readiness.js'
+import { attachFallbackMs, waitForAgent } from './agent-readiness.js'
 import {
   type AgentRuntime,
   agentRuntimeIsPresent,
@@ -661,7 +661,13 @@ export class DockerBackend implements CordonSandboxBackend {
         })
         const [registered] = await Promise.all([
           registering,
-          waitForAgent(client, request.id, signal, channel, direct),
+          waitForAgent(
+            client,
+            request.id,
+            signal,
+            channel,
+            direct && { route: direct, attachAfterMs: attachFallbackMs(this.config.runtime) },
+          ),
         ])
         egress = registered
         direct?.enable()

@@ -3,6 +3,7 @@ import { chmod, lstat, mkdtemp, readdir, rm, stat } from 'node:fs/promises'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
+import { AgentClient } from '@cordon/agent/sandbox'
 import { LABEL } from '@cordon/core/backend'
 import { containerTestBackend, EPHEMERAL_OUTPUTS, NODE_IMAGE } from '@cordon/test-support'
 import Docker from 'dockerode'
@@ -77,6 +78,45 @@ describe('the host-backed socket (gVisor)', () => {
       const settled = await Promise.allSettled(dials.mock.results.slice(before).map((r) => r.value))
       expect(settled.length).toBeGreaterThan(0)
       expect(settled.every((result) => result.status === 'fulfilled')).toBe(true)
+    } finally {
+      await provider.close()
+    }
+  })
+
+  it('readiness makes one handshake, over the host socket: the attach is tried only once it has been silent for a second', async () => {
+    // Under gVisor the agent's listener is up 230-340 ms after the engine's
+    // start call on a quiet machine; at runc's 250 ms most creates tried
+    // the attach as well, a second handshake on the agent's one thread.
+    const found = watchFindOnHost()
+    const original = DirectSocket.prototype.connect
+    const firstDial = new Map<DirectSocket, number>()
+    vi.spyOn(DirectSocket.prototype, 'connect').mockImplementation(function (
+      this: DirectSocket,
+      signal,
+    ) {
+      if (!firstDial.has(this)) firstDial.set(this, performance.now())
+      return original.call(this, signal)
+    })
+    const viaAttach: number[] = []
+    vi.spyOn(AgentClient.prototype, 'openSpareConnection').mockImplementation(async () => {
+      viaAttach.push(performance.now())
+      throw new Error('readiness went to the attach')
+    })
+    const adopted = vi.spyOn(AgentClient.prototype, 'adoptSpareConnection')
+    const provider = testProvider({ runtime: 'runsc' })
+    try {
+      for (let round = 0; round < 3; round += 1) {
+        const sandbox = await provider.create()
+        const container = await docker.getContainer(`cordon-${sandbox.id}`).inspect()
+        const socket = await found.get(container.Id)
+        expect(socket).toBeInstanceOf(DirectSocket)
+        // An agent that booted slower than that (a loaded machine) gets both tried; never sooner.
+        for (const at of viaAttach.splice(0))
+          expect(at - firstDial.get(socket!)!).toBeGreaterThanOrEqual(950)
+        expect((await sandbox.exec('echo', ['ready'])).stdout).toBe('ready\n')
+        await sandbox.destroy()
+      }
+      expect(adopted).toHaveBeenCalledTimes(3)
     } finally {
       await provider.close()
     }
