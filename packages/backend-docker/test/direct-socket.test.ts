@@ -6,7 +6,7 @@ import { connect, createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Duplex } from 'node:stream'
-import { AgentClient, RetryableDialError } from '@cordon/agent/sandbox'
+import { RetryableDialError } from '@cordon/agent/sandbox'
 import { BUSYBOX_IMAGE, testRunLabels } from '@cordon/test-support'
 import { afterEach, describe, expect, it, vi } from 'vitest'
 import {
@@ -16,6 +16,7 @@ import {
   DirectSocket,
   isSocketDirectory,
 } from '../src/direct-socket.js'
+import { watchReadiness } from './readiness-watch.js'
 import { docker, testProvider } from './test-run.js'
 
 /**
@@ -75,28 +76,16 @@ describe('the direct socket (Docker)', () => {
 
   it('readiness makes one handshake, over the socket: the attach is tried only once the socket has been silent for 250 ms', async () => {
     const { opened } = watchOpen()
-    const original = DirectSocket.prototype.connect
-    let firstDial: number | undefined
-    vi.spyOn(DirectSocket.prototype, 'connect').mockImplementation(function (
-      this: DirectSocket,
-      signal,
-    ) {
-      firstDial ??= performance.now()
-      return original.call(this, signal)
-    })
-    const viaAttach: number[] = []
-    vi.spyOn(AgentClient.prototype, 'openSpareConnection').mockImplementation(async () => {
-      viaAttach.push(performance.now())
-      throw new Error('readiness went to the attach')
-    })
-    const adopted = vi.spyOn(AgentClient.prototype, 'adoptSpareConnection')
+    const { firstDial, viaAttach, adopted } = watchReadiness()
     const provider = testProvider()
     try {
       const sandbox = await provider.create()
-      expect(await opened).toBeInstanceOf(DirectSocket)
+      const socket = await opened
+      expect(socket).toBeInstanceOf(DirectSocket)
       expect(adopted).toHaveBeenCalledTimes(1)
       // An agent that booted slower than the fallback (a loaded machine) gets both tried; never sooner.
-      for (const at of viaAttach) expect(at - firstDial!).toBeGreaterThanOrEqual(200)
+      for (const at of viaAttach)
+        expect(at - firstDial.get(socket as DirectSocket)!).toBeGreaterThanOrEqual(200)
       expect((await sandbox.exec('echo', ['ready'])).stdout).toBe('ready\n')
     } finally {
       await provider.close()

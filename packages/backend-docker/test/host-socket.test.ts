@@ -3,7 +3,6 @@ import { chmod, lstat, mkdtemp, readdir, rm, stat } from 'node:fs/promises'
 import { createServer } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { AgentClient } from '@cordon/agent/sandbox'
 import { LABEL } from '@cordon/core/backend'
 import { containerTestBackend, EPHEMERAL_OUTPUTS, NODE_IMAGE } from '@cordon/test-support'
 import Docker from 'dockerode'
@@ -15,6 +14,7 @@ import {
   HOST_SOCKETS_RUNTIME,
 } from '../src/direct-socket.js'
 import { createDockerSandboxProvider } from '../src/index.js'
+import { watchReadiness } from './readiness-watch.js'
 import { docker, testProvider } from './test-run.js'
 
 /**
@@ -88,21 +88,7 @@ describe('the host-backed socket (gVisor)', () => {
     // start call on a quiet machine; at runc's 250 ms most creates tried
     // the attach as well, a second handshake on the agent's one thread.
     const found = watchFindOnHost()
-    const original = DirectSocket.prototype.connect
-    const firstDial = new Map<DirectSocket, number>()
-    vi.spyOn(DirectSocket.prototype, 'connect').mockImplementation(function (
-      this: DirectSocket,
-      signal,
-    ) {
-      if (!firstDial.has(this)) firstDial.set(this, performance.now())
-      return original.call(this, signal)
-    })
-    const viaAttach: number[] = []
-    vi.spyOn(AgentClient.prototype, 'openSpareConnection').mockImplementation(async () => {
-      viaAttach.push(performance.now())
-      throw new Error('readiness went to the attach')
-    })
-    const adopted = vi.spyOn(AgentClient.prototype, 'adoptSpareConnection')
+    const { firstDial, viaAttach, adopted } = watchReadiness()
     const provider = testProvider({ runtime: 'runsc' })
     try {
       for (let round = 0; round < 3; round += 1) {
