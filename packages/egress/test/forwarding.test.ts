@@ -6,7 +6,7 @@ import { spawn } from 'node:child_process'
 import { connect } from 'node:net'
 import { SandboxAbortedError, SandboxConfigValidationError } from '@cordon/core'
 import { afterEach, describe, expect, it } from 'vitest'
-import { EGRESS_DENIED_HEADER, EgressProxy } from '../src/index.js'
+import { EGRESS_DENIED_HEADER, EgressProxy, type EgressProxyOptions } from '../src/index.js'
 import {
   fakeDns,
   openTunnel,
@@ -34,6 +34,19 @@ async function proxyWith(...args: Parameters<typeof startProxy>): Promise<TestPr
   const proxy = await startProxy(...args)
   cleanups.push(() => proxy.close())
   return proxy
+}
+
+/** A loopback echo server, and the options that let a proxy tunnel to it as `echo.test`. */
+async function echoTarget() {
+  const echo = await startEchoTcp()
+  cleanups.push(() => echo.close())
+  const options: EgressProxyOptions = {
+    policy: { kind: 'allow-all' },
+    allowInwardFor: ['echo.test'],
+    allowedPorts: [echo.port],
+    lookup: fakeDns({ 'echo.test': ['127.0.0.1'] }).lookup,
+  }
+  return { echo, options }
 }
 
 describe('plain HTTP forwarding', () => {
@@ -310,14 +323,8 @@ describe('CONNECT tunnels', () => {
   })
 
   it('relays bytes the client sent right behind the CONNECT request', async () => {
-    const echo = await startEchoTcp()
-    cleanups.push(() => echo.close())
-    const proxy = await proxyWith({
-      policy: { kind: 'allow-all' },
-      allowInwardFor: ['echo.test'],
-      allowedPorts: [echo.port],
-      lookup: fakeDns({ 'echo.test': ['127.0.0.1'] }).lookup,
-    })
+    const { echo, options } = await echoTarget()
+    const proxy = await proxyWith(options)
     const response = await rawExchange(
       proxy.running.port,
       `CONNECT echo.test:${echo.port} HTTP/1.1\r\nHost: echo.test:${echo.port}\r\n\r\nearly-bytes`,
@@ -327,15 +334,8 @@ describe('CONNECT tunnels', () => {
   })
 
   it('closes a tunnel that stays idle past the idle timeout', async () => {
-    const echo = await startEchoTcp()
-    cleanups.push(() => echo.close())
-    const proxy = await proxyWith({
-      policy: { kind: 'allow-all' },
-      allowInwardFor: ['echo.test'],
-      allowedPorts: [echo.port],
-      lookup: fakeDns({ 'echo.test': ['127.0.0.1'] }).lookup,
-      limits: { idleTimeoutMs: 150 },
-    })
+    const { echo, options } = await echoTarget()
+    const proxy = await proxyWith({ ...options, limits: { idleTimeoutMs: 150 } })
     const { socket } = await openTunnel(proxy.running.port, `echo.test:${echo.port}`)
     const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()))
     await Promise.race([
@@ -346,14 +346,7 @@ describe('CONNECT tunnels', () => {
   })
 
   it('bounds tunnels globally and per client', async () => {
-    const echo = await startEchoTcp()
-    cleanups.push(() => echo.close())
-    const options = {
-      policy: { kind: 'allow-all' as const },
-      allowInwardFor: ['echo.test'],
-      allowedPorts: [echo.port],
-      lookup: fakeDns({ 'echo.test': ['127.0.0.1'] }).lookup,
-    }
+    const { echo, options } = await echoTarget()
     const global = await proxyWith({ ...options, limits: { maxTunnels: 1 } })
     const first = await openTunnel(global.running.port, `echo.test:${echo.port}`)
     expect(first.response.status).toBe(200)
@@ -378,14 +371,8 @@ describe('CONNECT tunnels', () => {
   })
 
   it("reuses upstream read buffers without one tunnel ever receiving another tunnel's bytes", async () => {
-    const echo = await startEchoTcp()
-    cleanups.push(() => echo.close())
-    const proxy = await proxyWith({
-      policy: { kind: 'allow-all' },
-      allowInwardFor: ['echo.test'],
-      allowedPorts: [echo.port],
-      lookup: fakeDns({ 'echo.test': ['127.0.0.1'] }).lookup,
-    })
+    const { echo, options } = await echoTarget()
+    const proxy = await proxyWith(options)
     // Waves of concurrent tunnels, each echoing 12 MiB of its own byte value
     // (many reads of a 64 KiB buffer). Each client stops reading for a while,
     // so the proxy's writes to it queue (a queued write still points into
@@ -439,14 +426,8 @@ describe('CONNECT tunnels', () => {
   })
 
   it('ends every open tunnel when the proxy closes', async () => {
-    const echo = await startEchoTcp()
-    cleanups.push(() => echo.close())
-    const proxy = await startProxy({
-      policy: { kind: 'allow-all' },
-      allowInwardFor: ['echo.test'],
-      allowedPorts: [echo.port],
-      lookup: fakeDns({ 'echo.test': ['127.0.0.1'] }).lookup,
-    })
+    const { echo, options } = await echoTarget()
+    const proxy = await startProxy(options)
     const { socket } = await openTunnel(proxy.running.port, `echo.test:${echo.port}`)
     const closed = new Promise<void>((resolve) => socket.once('close', () => resolve()))
     await proxy.close()
@@ -560,13 +541,10 @@ describe('policies', () => {
   })
 
   it('setPolicy applies to new connections and leaves open tunnels alone', async () => {
-    const echo = await startEchoTcp()
-    cleanups.push(() => echo.close())
+    const { echo, options } = await echoTarget()
     const proxy = await proxyWith({
+      ...options,
       policy: { kind: 'static', allowedHosts: ['echo.test'] },
-      allowInwardFor: ['echo.test'],
-      allowedPorts: [echo.port],
-      lookup: fakeDns({ 'echo.test': ['127.0.0.1'] }).lookup,
     })
     const open = await openTunnel(proxy.running.port, `echo.test:${echo.port}`)
     expect(open.response.status).toBe(200)
