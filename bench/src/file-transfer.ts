@@ -32,6 +32,7 @@ export const SMALL_COUNT = 2000
 const SOURCE_1MIB = 'cordon, source read in 1 MiB pieces (information only)'
 const DOWNLOAD_DISCARD = 'cordon, bytes counted, not written to a file (information only)'
 const SMALL_DISCARD = 'cordon, files counted, not written to disk (information only)'
+const SMALL_IN_MEMORY = 'cordon, contents already in memory (information only)'
 /** cordon has no multi-file call, so a host writes small files several at a time. */
 export const CORDON_FILE_CONCURRENCY = 8
 
@@ -43,7 +44,11 @@ type Direction = 'upload' | 'download'
  * installed cordon has them and falls back to one call per file when not.
  */
 interface BatchFiles {
-  writeFiles?(files: ReadonlyArray<{ path: string; content: Uint8Array }>): Promise<void>
+  writeFiles?(
+    files: ReadonlyArray<
+      { path: string; content: Uint8Array } | { path: string; hostPath: string }
+    >,
+  ): Promise<unknown>
   readFiles?(dir?: string): Promise<AsyncIterable<{ path: string; content: Uint8Array }>>
 }
 
@@ -269,13 +274,11 @@ export function fileTransferScenario(variant: BenchRuntime): Scenario {
           prepare: async () => renamed(freshRemote('cordon')),
           run: async (files: HostFile[]) => {
             if (batchWrite) {
-              const contents = await Promise.all(
-                files.map(async (file) => ({
-                  path: file.name,
-                  content: await readFile(file.source),
-                })),
+              // As `docker cp` is given the directory: cordon is given the host
+              // files and reads each as the batch is sent.
+              await batch.writeFiles!(
+                files.map((file) => ({ path: file.name, hostPath: file.source })),
               )
-              await batch.writeFiles!(contents)
               return
             }
             await mapLimit(files, CORDON_FILE_CONCURRENCY, async (file) => {
@@ -283,6 +286,26 @@ export function fileTransferScenario(variant: BenchRuntime): Scenario {
             })
           },
         },
+        // Informational, with a batch write only: the same files read into
+        // memory before the clock starts, to separate the transfer and the
+        // sandbox's writes from this process's reads of 2,000 host files.
+        ...(batchWrite
+          ? [
+              {
+                name: SMALL_IN_MEMORY,
+                prepare: async () =>
+                  Promise.all(
+                    renamed(freshRemote(SMALL_IN_MEMORY)).map(async (file) => ({
+                      path: file.name,
+                      content: await readFile(file.source),
+                    })),
+                  ),
+                run: async (contents: Array<{ path: string; content: Uint8Array }>) => {
+                  await batch.writeFiles!(contents)
+                },
+              },
+            ]
+          : []),
         {
           name: 'docker cp',
           prepare: async () => freshRemote('docker cp'),
@@ -385,7 +408,9 @@ export function fileTransferScenario(variant: BenchRuntime): Scenario {
       ): ArmResult[] =>
         [
           ...arms,
-          ...[SOURCE_1MIB, DOWNLOAD_DISCARD, SMALL_DISCARD].filter((name) => samples.has(name)),
+          ...[SOURCE_1MIB, DOWNLOAD_DISCARD, SMALL_IN_MEMORY, SMALL_DISCARD].filter((name) =>
+            samples.has(name),
+          ),
         ].map((name) => {
           const summary = summarize(samples.get(name)!)
           const extra: Record<string, string> = {
@@ -426,7 +451,7 @@ export function fileTransferScenario(variant: BenchRuntime): Scenario {
       return {
         id: `file-transfer${variant.idSuffix}`,
         title: `4. File transfer: 100 MiB up and down, 2,000 small files up and down${variant.label}`,
-        method: `100 MiB of random bytes from a host file to \`${bigRemote}\` (the tmpfs workspace volume) and back into a host file: ${bigRounds.warmup} warm-up + ${bigRounds.iterations} measured rounds per arm, round-robin. ${SMALL_COUNT} files of 512 B to 4 KiB (${(smallBytes / MiB).toFixed(1)} MiB in 20 directories) into a fresh directory and back out: ${smallRounds.warmup} warm-up + ${smallRounds.iterations} measured rounds for the peers${batchWrite && batchRead ? ' and cordon' : `, ${perFileRounds.warmup} + ${perFileRounds.iterations} for cordon's per-file calls (one round takes about 100 s)`}${runtime ? `; every container under \`runtime: '${runtime}'\`` : ''}. cordon uses \`writeFileStream\` (with \`size\`) / \`readFileStream\` for the big file and, for the small ones, ${batchWrite ? '`writeFiles` (one call)' : `\`writeFile\` per file, ${CORDON_FILE_CONCURRENCY} at a time (this cordon has no \`writeFiles\`)`} / ${batchRead ? '`readFiles` (one call)' : `\`listFiles\` + \`readFile\` per file, ${CORDON_FILE_CONCURRENCY} at a time (no \`readFiles\`)`}; \`docker cp\` copies the file or directory${started ? '; testcontainers uses `copyArchiveToContainer` / `copyArchiveFromContainer` with a tar streamed from and to disk' : ''}. Memory: this process's RSS and heap+external growth over the value just before the transfer, sampled every 20 ms, reported as the median (and maximum) over all runs including warm-ups, in a process warmed by one plain file copy (see below); the verdict is on the median, because single peaks swing with V8's collection timing.`,
+        method: `100 MiB of random bytes from a host file to \`${bigRemote}\` (the tmpfs workspace volume) and back into a host file: ${bigRounds.warmup} warm-up + ${bigRounds.iterations} measured rounds per arm, round-robin. ${SMALL_COUNT} files of 512 B to 4 KiB (${(smallBytes / MiB).toFixed(1)} MiB in 20 directories) into a fresh directory and back out: ${smallRounds.warmup} warm-up + ${smallRounds.iterations} measured rounds for the peers${batchWrite && batchRead ? ' and cordon' : `, ${perFileRounds.warmup} + ${perFileRounds.iterations} for cordon's per-file calls (one round takes about 100 s)`}${runtime ? `; every container under \`runtime: '${runtime}'\`` : ''}. cordon uses \`writeFileStream\` (with \`size\`) / \`readFileStream\` for the big file and, for the small ones, ${batchWrite ? '`writeFiles` naming the host files (`hostPath`, one call)' : `\`writeFile\` per file, ${CORDON_FILE_CONCURRENCY} at a time (this cordon has no \`writeFiles\`)`} / ${batchRead ? '`readFiles` (one call)' : `\`listFiles\` + \`readFile\` per file, ${CORDON_FILE_CONCURRENCY} at a time (no \`readFiles\`)`}; \`docker cp\` copies the file or directory${started ? '; testcontainers uses `copyArchiveToContainer` / `copyArchiveFromContainer` with a tar streamed from and to disk' : ''}. Memory: this process's RSS and heap+external growth over the value just before the transfer, sampled every 20 ms, reported as the median (and maximum) over all runs including warm-ups, in a process warmed by one plain file copy (see below); the verdict is on the median, because single peaks swing with V8's collection timing.`,
         tables: [
           {
             caption: `100 MiB upload${variant.label}`,
@@ -465,9 +490,14 @@ export function fileTransferScenario(variant: BenchRuntime): Scenario {
           `Node's own first-stream cost, measured before any arm with a plain \`fs\` copy of the same file (no cordon, no engine): RSS +${nodeFirstStream.rssMiB.toFixed(1)} MiB, heap+external +${nodeFirstStream.heapMiB.toFixed(1)} MiB. It is a one-time growth of V8's young generation in a fresh process; paying it first means every arm below is measured in a warmed process.`,
           "The information-only upload row passes cordon the same file read with `createReadStream(path, { highWaterMark: 1 MiB })` instead of the default 64 KiB pieces: the difference is the host's own file reads (one thread-pool round trip per piece), which `docker cp`, a Go program reading the file itself, does not pay.",
           "The information-only download row reads the same file through `readFileStream` and drops the bytes: what is left of cordon's time once this process's own file writes (64 KiB at a time through the thread pool) are taken out.",
+          ...(batchWrite
+            ? [
+                "The information-only small-file upload row passes `writeFiles` the same 2,000 files already read into memory (read before the clock starts): what is left of cordon's time once this process's reads of the host files are taken out. cordon's own row names the host files (`hostPath`), as `docker cp` is given the directory, and reads each as the batch is sent.",
+              ]
+            : []),
           ...(batchRead
             ? [
-                "The information-only small-file row reads the 2,000 files through `readFiles` and drops them: the rest of cordon's download time is this process writing 2,000 files (16 at a time, with the same writer the testcontainers arm uses), which `docker cp` does in Go.",
+                "The information-only small-file download row reads the 2,000 files through `readFiles` and drops them: the rest of cordon's download time is this process writing 2,000 files (16 at a time, with the same writer the testcontainers arm uses), which `docker cp` does in Go.",
               ]
             : []),
           "`docker cp` runs in its own process; its memory is not this process's, so its growth column only shows the cost of waiting for it.",

@@ -1,6 +1,23 @@
-import { SandboxPathError } from '@cordon/core'
-import { describe, expect, it } from 'vitest'
+import { execFileSync } from 'node:child_process'
+import { createHash, randomBytes } from 'node:crypto'
+import { appendFileSync, chmodSync, mkdirSync, mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { type SandboxEvent, SandboxHostFileError, SandboxPathError } from '@cordon/core'
+import { afterAll, describe, expect, it } from 'vitest'
 import { testProvider } from './test-run.js'
+
+const hostDir = mkdtempSync(join(tmpdir(), 'cordon-host-files-'))
+afterAll(() => rmSync(hostDir, { recursive: true, force: true }))
+
+/** Writes a host file under the test's directory and returns its path. */
+function hostFile(name: string, content: string | Uint8Array, mode = 0o644): string {
+  const path = join(hostDir, name)
+  mkdirSync(join(path, '..'), { recursive: true })
+  writeFileSync(path, content)
+  chmodSync(path, mode)
+  return path
+}
 
 describe('batch file transfer (writeFiles / readFiles)', () => {
   it('writes 2,000 files in one call and reads them back in one call', async () => {
@@ -46,6 +63,112 @@ describe('batch file transfer (writeFiles / readFiles)', () => {
       const none: unknown[] = []
       for await (const file of await sandbox.readFiles!('missing')) none.push(file)
       expect(none).toEqual([])
+    } finally {
+      await provider.close()
+    }
+  })
+
+  it('copies host files as the batch is sent: their bytes and modes, a large one in pieces, and the event counts them', async () => {
+    const events: SandboxEvent[] = []
+    const provider = testProvider({}, { onEvent: (event) => events.push(event) })
+    try {
+      const sandbox = await provider.create()
+      const big = randomBytes(3 * 1024 * 1024 + 17)
+      const scriptText = '#!/bin/sh\necho ran from the host\n'
+      const secretText = 'only the owner\n'
+      const script = hostFile('tree/run.sh', scriptText, 0o755)
+      const secret = hostFile('tree/data/secret.txt', secretText, 0o600)
+      const bigPath = hostFile('tree/big.bin', big)
+      const empty = hostFile('tree/empty', '')
+      const report = await sandbox.writeFiles!([
+        { path: 'up/run.sh', hostPath: script },
+        { path: 'up/data/secret.txt', hostPath: secret },
+        { path: 'up/big.bin', hostPath: bigPath },
+        { path: 'up/empty', hostPath: empty },
+        { path: 'up/given-mode.txt', hostPath: secret, mode: 0o640 },
+        { path: 'up/inline.txt', content: 'in hand' },
+      ])
+      const bytes = scriptText.length + 2 * secretText.length + big.byteLength + 'in hand'.length
+      expect(report).toEqual({ files: 6, bytes })
+      const inside = await sandbox.exec('sh', [
+        '-c',
+        'cd up && ./run.sh && stat -c "%n %a %s" run.sh data/secret.txt big.bin empty given-mode.txt inline.txt && sha256sum big.bin && cat data/secret.txt inline.txt',
+      ])
+      expect(inside.stderr).toBe('')
+      expect(inside.stdout.split('\n')).toEqual([
+        'ran from the host',
+        `run.sh 755 ${scriptText.length}`,
+        `data/secret.txt 600 ${secretText.length}`,
+        `big.bin 644 ${big.byteLength}`,
+        'empty 644 0',
+        `given-mode.txt 640 ${secretText.length}`,
+        'inline.txt 644 7',
+        `${createHash('sha256').update(big).digest('hex')}  big.bin`,
+        'only the owner',
+        'in hand',
+      ])
+      const written = events.find(
+        (event) =>
+          event.type === 'file' && (event as { operation?: string }).operation === 'write-batch',
+      ) as { bytes?: number; files?: number } | undefined
+      expect(written).toMatchObject({ bytes, files: 6 })
+    } finally {
+      await provider.close()
+    }
+  })
+
+  it('refuses a missing or irregular host file before writing anything', async () => {
+    const provider = testProvider()
+    try {
+      const sandbox = await provider.create()
+      const fine = hostFile('refused/fine.txt', 'fine')
+      const fifo = join(hostDir, 'refused/fifo')
+      execFileSync('mkfifo', [fifo])
+      const cases: Array<[string, string]> = [
+        [join(hostDir, 'refused/missing.txt'), 'no such file'],
+        [join(hostDir, 'refused'), 'it is a directory'],
+        [fifo, 'it is not a regular file'],
+        [join(fine, 'below'), 'a part of its path is not a directory'],
+      ]
+      for (const [hostPath, reason] of cases) {
+        const refused = await sandbox.writeFiles!([
+          { path: 'first.txt', hostPath: fine },
+          { path: 'second.txt', content: 'x' },
+          { path: 'bad', hostPath },
+        ]).then(
+          () => undefined,
+          (error: unknown) => error,
+        )
+        expect(SandboxHostFileError.isInstance(refused), String(refused)).toBe(true)
+        expect(refused).toMatchObject({ hostPath, reason, code: 'HOST_FILE_UNUSABLE' })
+      }
+      expect(await sandbox.listFiles()).toEqual([])
+    } finally {
+      await provider.close()
+    }
+  })
+
+  it('fails the batch, without the file, when a host file changes size after it was checked', async () => {
+    const provider = testProvider()
+    try {
+      const sandbox = await provider.create()
+      for (const [name, size] of [
+        ['grows-small.txt', 100],
+        ['grows-large.bin', 2 * 1024 * 1024],
+      ] as const) {
+        const hostPath = hostFile(`changing/${name}`, Buffer.alloc(size, 97))
+        // The check runs when writeFiles is called; the read comes later, once the batch is sent.
+        const pending = sandbox.writeFiles!([{ path: `changed/${name}`, hostPath }])
+        appendFileSync(hostPath, 'more')
+        await expect(pending).rejects.toSatisfy(
+          (error) => SandboxHostFileError.isInstance(error) && /size changed/.test(error.reason),
+        )
+        const there = await sandbox.exec('sh', [
+          '-c',
+          `test -e changed/${name} && echo there || echo absent`,
+        ])
+        expect(there.stdout.trim()).toBe('absent')
+      }
     } finally {
       await provider.close()
     }

@@ -1,5 +1,13 @@
 import { createHash, randomBytes } from 'node:crypto'
-import { SandboxFileNotFoundError, SandboxFileTooLargeError, SandboxPathError } from '@cordon/core'
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import {
+  SandboxFileNotFoundError,
+  SandboxFileTooLargeError,
+  SandboxHostFileError,
+  SandboxPathError,
+} from '@cordon/core'
 import { describe, expect, it } from 'vitest'
 import type { SandboxesUnderTest } from './shared-sandbox.js'
 import type { SandboxConformanceOptions } from './suite-options.js'
@@ -237,6 +245,55 @@ export function fileCases(options: SandboxConformanceOptions, sandboxes: Sandbox
         }
         // Nothing was left behind by the refused reads: the sandbox still answers.
         expect((await sandbox.exec('echo', ['ok'])).stdout).toBe('ok\n')
+      },
+      timeout,
+    )
+
+    it(
+      'copies host files named in a batch write, with their modes, and refuses a missing one before writing',
+      async () => {
+        const sandbox = sandboxes.sandbox
+        if (!sandbox.writeFiles) return
+        const hostDir = mkdtempSync(join(tmpdir(), 'cordon-conformance-host-'))
+        try {
+          const big = randomBytes(1536 * 1024)
+          writeFileSync(join(hostDir, 'tool.sh'), '#!/bin/sh\necho tool ran\n', { mode: 0o750 })
+          writeFileSync(join(hostDir, 'big.bin'), big)
+          await sandbox.writeFiles([
+            { path: 'from-host/tool.sh', hostPath: join(hostDir, 'tool.sh') },
+            { path: 'from-host/big.bin', hostPath: join(hostDir, 'big.bin') },
+          ])
+          const inside = await sandbox.exec(
+            'sh',
+            [
+              '-c',
+              'sh from-host/tool.sh && stat -c %a from-host/tool.sh && wc -c < from-host/big.bin',
+            ],
+            { cwd: sandbox.rootDir },
+          )
+          expect(inside.stderr).toBe('')
+          expect(inside.stdout.split('\n')).toEqual(['tool ran', '750', String(big.byteLength), ''])
+          expect(
+            createHash('sha256')
+              .update(await sandbox.readFile('from-host/big.bin'))
+              .digest('hex'),
+          ).toBe(createHash('sha256').update(big).digest('hex'))
+          const missing = join(hostDir, 'missing.txt')
+          const refused = await sandbox
+            .writeFiles([
+              { path: 'refused/first.txt', content: 'first' },
+              { path: 'refused/missing.txt', hostPath: missing },
+            ])
+            .catch((caught: unknown) => caught)
+          expect(SandboxHostFileError.isInstance(refused)).toBe(true)
+          expect(refused).toMatchObject({ code: 'HOST_FILE_UNUSABLE', hostPath: missing })
+          const first = await sandbox
+            .readFile('refused/first.txt')
+            .catch((caught: unknown) => caught)
+          expect(SandboxFileNotFoundError.isInstance(first)).toBe(true)
+        } finally {
+          rmSync(hostDir, { recursive: true, force: true })
+        }
       },
       timeout,
     )

@@ -50,6 +50,7 @@ export type SandboxErrorCode =
   | 'PATH_REFUSED'
   | 'FILE_NOT_FOUND'
   | 'FILE_TOO_LARGE'
+  | 'HOST_FILE_UNUSABLE'
   | 'IMAGE_PULL_FAILED'
   | 'OPERATION_FAILED'
   | 'SNAPSHOT_NOT_FOUND'
@@ -536,6 +537,34 @@ export class SandboxFileNotFoundError extends SandboxError {
 
   static override isInstance(value: unknown): value is SandboxFileNotFoundError {
     return hasMarker(value, notFoundMarker)
+  }
+}
+
+const hostFileMarker = markerFor('SandboxHostFileError')
+
+/**
+ * A host file named as a batch write's source (`hostPath`) cannot be
+ * copied: it is missing, unreadable or not a regular file (found before
+ * anything was written), or its size changed while it was being sent (the
+ * files before it are written, it is not). `reason` says which.
+ */
+export class SandboxHostFileError extends SandboxError {
+  protected readonly [hostFileMarker] = true
+  readonly hostPath: string
+  readonly reason: string
+
+  constructor(hostPath: string, reason: string, options: SandboxErrorOptions = {}) {
+    super(`Host file "${hostPath}" cannot be copied into the sandbox: ${reason}`, {
+      ...options,
+      code: 'HOST_FILE_UNUSABLE',
+    })
+    this.name = 'SandboxHostFileError'
+    this.hostPath = hostPath
+    this.reason = reason
+  }
+
+  static override isInstance(value: unknown): value is SandboxHostFileError {
+    return hasMarker(value, hostFileMarker)
   }
 }
 

@@ -17,6 +17,7 @@ import type {
   CordonSandbox,
   SandboxAttachOptions,
   SandboxBackendUsage,
+  SandboxBatchWriteReport,
   SandboxByteSource,
   SandboxDestroyOptions,
   SandboxDirectoryWatch,
@@ -141,7 +142,8 @@ export class ManagedSandbox implements CordonSandbox {
   readonly writeFiles?: (
     files: readonly SandboxFileWrite[],
     options?: SandboxFileOptions,
-  ) => Promise<void>
+    // biome-ignore lint/suspicious/noConfusingVoidType: a backend without a count resolves with nothing, typed as Promise<void>
+  ) => Promise<SandboxBatchWriteReport | void>
   readonly readFiles?: (
     dir?: string,
     options?: SandboxReadFileOptions,
@@ -184,17 +186,26 @@ export class ManagedSandbox implements CordonSandbox {
       this.setNetworkPolicy = (policy, options) => this.track(() => set(policy, options))
     }
     if (inner.writeFiles) {
+      // A backend may resolve with what it wrote: only it knows the sizes of
+      // the host files it read.
       const write = inner.writeFiles.bind(inner)
-      this.writeFiles = (files, options) =>
-        this.fileOperation(
+      this.writeFiles = async (files, options) => {
+        const inHand = files.reduce(
+          (sum, file) => sum + ('content' in file ? byteLength(file.content) : 0),
+          0,
+        )
+        return this.fileOperation(
           'write-batch',
           files.length > 0 ? commonDirectory(files.map((file) => file.path)) : this.rootDir,
           () => write(files, options),
           {
-            bytes: files.reduce((sum, file) => sum + byteLength(file.content), 0),
-            files: files.length,
+            measure: (report) => ({
+              bytes: report ? report.bytes : inHand,
+              files: files.length,
+            }),
           },
         )
+      }
     }
     if (inner.forwardPort) {
       const forward = inner.forwardPort.bind(inner)

@@ -283,13 +283,42 @@ export interface SandboxWriteFileOptions extends SandboxFileOptions {
   readonly size?: number
 }
 
-/** One file of a batch write (`Sandbox.writeFiles`). */
-export interface SandboxFileWrite {
+/** One file of a batch write (`Sandbox.writeFiles`): bytes in hand, or a file of the host's. */
+export type SandboxFileWrite = SandboxContentWrite | SandboxHostFileWrite
+
+/** A batch file whose bytes the caller holds. */
+export interface SandboxContentWrite {
   /** Path in the sandbox; a relative path resolves against `rootDir`. */
   readonly path: string
   readonly content: string | Uint8Array
   /** Permission bits of a new file (default 0o644). */
   readonly mode?: number
+}
+
+/**
+ * A batch file copied from a regular file on the host, as `docker cp` copies
+ * one: the backend reads it while the batch is sent, so a batch of host files
+ * is never held in host memory whole and its reading overlaps the sandbox's
+ * writing. Every host path is checked (it must be a regular file, links
+ * followed) before anything is written; a host file whose size changes while
+ * it is sent fails the batch with `SandboxHostFileError`, that file unwritten.
+ */
+export interface SandboxHostFileWrite {
+  /** Path in the sandbox; a relative path resolves against `rootDir`. */
+  readonly path: string
+  /** The host file to copy, read with the host process's own rights. */
+  readonly hostPath: string
+  /** Permission bits of a new file (default: the host file's, `0o777` at most). */
+  readonly mode?: number
+}
+
+/**
+ * What `writeFiles` wrote, where the backend counts it (host files' sizes
+ * are known only to the backend that read them).
+ */
+export interface SandboxBatchWriteReport {
+  readonly files: number
+  readonly bytes: number
 }
 
 /** One file of a batch read (`Sandbox.readFiles`). */
@@ -690,11 +719,17 @@ export interface Sandbox {
   readFileStream?(path: string, options?: SandboxFileOptions): Promise<AsyncIterable<Uint8Array>>
   /**
    * Writes many files, creating missing parent directories, with
-   * `writeFile`'s path rules; for many small files. Every path is checked
-   * before anything is written. Absent on backends without a batch path;
-   * hosts then call `writeFile` per file.
+   * `writeFile`'s path rules; for many small files, or a host directory's
+   * files ({@link SandboxHostFileWrite}). Every path is checked before
+   * anything is written. Resolves with the files and bytes written where
+   * the backend counts them (the agent's backends do). Absent on backends
+   * without a batch path; hosts then call `writeFile` per file.
    */
-  writeFiles?(files: readonly SandboxFileWrite[], options?: SandboxFileOptions): Promise<void>
+  writeFiles?(
+    files: readonly SandboxFileWrite[],
+    options?: SandboxFileOptions,
+    // biome-ignore lint/suspicious/noConfusingVoidType: a backend without a count resolves with nothing, typed as Promise<void>
+  ): Promise<SandboxBatchWriteReport | void>
   /**
    * Every regular file under `dir` (default `rootDir`), recursively, with its
    * content; nothing for a missing `dir`. Each file is held in memory while

@@ -36,6 +36,7 @@ describe('entry points', () => {
       'SandboxError',
       'SandboxFileNotFoundError',
       'SandboxFileTooLargeError',
+      'SandboxHostFileError',
       'SandboxImagePullError',
       'SandboxNotFoundError',
       'SandboxOperationError',

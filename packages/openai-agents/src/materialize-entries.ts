@@ -22,8 +22,9 @@ export function placeManifestEntries(manifest: Manifest, root = manifest.root): 
 
 /**
  * Writes manifest entries into a sandbox: directories in one command, every
- * file (inline, or read from the host for `local_file` and `local_dir`) in
- * one batch where the backend has one. Entries are checked by
+ * file (inline, or copied from the host for `local_file` and `local_dir`,
+ * with the host file's mode unless the entry gives one) in one batch where
+ * the backend has one. Entries are checked by
  * `assertEntrySupported` first; only the four kinds it admits arrive here.
  */
 export async function materializeEntries(
@@ -43,18 +44,15 @@ export async function materializeEntries(
       case 'file':
         files.push({ path: absolutePath, content: entry.content, ...(mode ? { mode } : {}) })
         break
+      // Host files are named, not read here: the batch reads each as it is sent.
       case 'local_file':
-        files.push({
-          path: absolutePath,
-          content: await readFile(resolve(entry.src)),
-          ...(mode ? { mode } : {}),
-        })
+        files.push({ path: absolutePath, hostPath: resolve(entry.src), ...(mode ? { mode } : {}) })
         break
       case 'local_dir':
         for (const relative of await listHostFiles(resolve(entry.src))) {
           files.push({
             path: `${absolutePath}/${relative}`,
-            content: await readFile(join(resolve(entry.src), relative)),
+            hostPath: join(resolve(entry.src), relative),
           })
         }
         break
@@ -87,7 +85,8 @@ export async function materializeEntries(
     return
   }
   for (const file of files) {
-    await sandbox.writeFile(file.path, file.content, file.mode ? { mode: file.mode } : undefined)
+    const content = 'content' in file ? file.content : await readFile(file.hostPath)
+    await sandbox.writeFile(file.path, content, file.mode ? { mode: file.mode } : undefined)
   }
 }
 

@@ -324,7 +324,7 @@ describe('CordonSandboxSession: the apply_patch editor', () => {
 })
 
 describe('CordonSandboxClient: host files in the manifest', () => {
-  it('writes local_file and local_dir entries from the host into the workspace', async () => {
+  it('writes local_file and local_dir entries from the host into the workspace, with their modes', async () => {
     const { mkdtemp, mkdir, writeFile, rm } = await import('node:fs/promises')
     const { tmpdir } = await import('node:os')
     const { join } = await import('node:path')
@@ -332,7 +332,10 @@ describe('CordonSandboxClient: host files in the manifest', () => {
     const client = new CordonSandboxClient(provider)
     try {
       await mkdir(join(hostDir, 'project/src'), { recursive: true })
-      await writeFile(join(hostDir, 'project/src/main.sh'), 'echo main\n')
+      // A script stays executable: local entries keep the host file's mode.
+      await writeFile(join(hostDir, 'project/src/main.sh'), '#!/bin/sh\necho main\n', {
+        mode: 0o755,
+      })
       await writeFile(join(hostDir, 'project/README'), 'readme\n')
       await writeFile(join(hostDir, 'single.txt'), 'single\n')
       const session = await client.create({
@@ -353,8 +356,12 @@ describe('CordonSandboxClient: host files in the manifest', () => {
           '/workspace/repo/src/main.sh',
         ])
         expect(
-          (await session.exec({ cmd: 'sh repo/src/main.sh; cat notes/single.txt' })).output,
-        ).toBe('main\nsingle\n')
+          (
+            await session.exec({
+              cmd: './repo/src/main.sh; cat notes/single.txt; stat -c %a repo/src/main.sh repo/README',
+            })
+          ).output,
+        ).toBe('main\nsingle\n755\n644\n')
       } finally {
         await client.delete(session.state)
       }

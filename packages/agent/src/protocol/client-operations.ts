@@ -295,35 +295,95 @@ const UPLOAD_GATHER_BYTES = 1024 * 1024
 const BATCH_CHUNK_BYTES = 256 * 1024
 
 /**
+ * A batch file whose bytes are produced while the batch is sent (a host
+ * file read as it goes): exactly `size` bytes from `pieces()`, which throws
+ * if it cannot deliver them.
+ */
+export interface StreamedBatchContent {
+  readonly size: number
+  /**
+   * All `size` bytes, read now, for a source small enough to read whole
+   * without waiting (a small host file); absent or undefined otherwise.
+   */
+  readNow?(): Uint8Array | undefined
+  pieces(): AsyncIterable<Uint8Array>
+}
+
+/** One file of a batch upload: its bytes in hand, or streamed. */
+export interface BatchUploadFile {
+  readonly path: string
+  readonly content: Uint8Array | StreamedBatchContent
+  readonly mode?: number
+}
+
+/**
  * Uploads many files on one connection (`write-files`): for each a
  * `file-begin` and its bytes, then `end`. Resolves with the files and bytes
  * the agent placed; an early refusal (a path it may not write, a full disk)
- * stops the upload and rejects.
+ * stops the upload and rejects. A streamed file is read only when its turn
+ * comes, so its reading overlaps the agent's writing of the files before it;
+ * one that fails to deliver its declared bytes ends the connection, which
+ * the agent takes as the batch's end without that file.
  */
 export async function requestWriteFiles(
   connection: FramedConnection,
-  files: Iterable<{ readonly path: string; readonly content: Uint8Array; readonly mode?: number }>,
+  files: Iterable<BatchUploadFile>,
 ): Promise<{ files: number; bytes: number }> {
   await connection.send({ type: 'write-files' })
   const reply = await uploadReply(connection)
+  // Small files leave in groups, each one gathered write: the agent then
+  // wakes and reads once for many files rather than once a file (under
+  // gVisor each of its reads is a round trip through the sandbox's kernel).
+  // A group is sent while the next one is gathered (a host file source reads
+  // its bytes then), so at most two groups are held besides the socket's buffer.
+  let group: Array<{ path: string; mode: number | undefined; bytes: Uint8Array }> = []
+  let groupBytes = 0
+  let groupInFlight: Promise<void> = Promise.resolve()
+  const sendGroup = async () => {
+    await groupInFlight
+    if (group.length === 0) return
+    const sending = group
+    group = []
+    groupBytes = 0
+    groupInFlight = connection.gather(() =>
+      sending.flatMap(({ path, mode, bytes }) => [
+        connection.send({
+          type: 'file-begin',
+          path,
+          size: bytes.byteLength,
+          ...(mode === undefined ? {} : { mode }),
+        }),
+        connection.sendData('file', bytes),
+      ]),
+    )
+    // Awaited by the next group or the batch's end; a failure meanwhile is theirs to throw.
+    groupInFlight.catch(() => {})
+  }
   try {
     for (const file of files) {
       if (reply.arrived()) break
+      const content = file.content
+      const inHand = content instanceof Uint8Array ? content : content.readNow?.()
+      if (inHand && inHand.byteLength <= GROUPED_FILE_BYTES) {
+        group.push({ path: file.path, mode: file.mode, bytes: inHand })
+        groupBytes += inHand.byteLength
+        if (groupBytes >= GROUP_BYTES || group.length >= GROUP_FILES) await sendGroup()
+        continue
+      }
+      await sendGroup()
+      await groupInFlight
+      const size = inHand ? inHand.byteLength : (content as StreamedBatchContent).size
       await connection.send({
         type: 'file-begin',
         path: file.path,
-        size: file.content.byteLength,
+        size,
         ...(file.mode === undefined ? {} : { mode: file.mode }),
       })
-      for (let offset = 0; offset < file.content.byteLength; offset += BATCH_CHUNK_BYTES)
-        await connection.sendData(
-          'file',
-          file.content.subarray(
-            offset,
-            Math.min(offset + BATCH_CHUNK_BYTES, file.content.byteLength),
-          ),
-        )
+      if (inHand) await sendBatchBytes(connection, inHand)
+      else await sendStreamedBatchFile(connection, file.path, content as StreamedBatchContent)
     }
+    await sendGroup()
+    await groupInFlight
     if (!reply.arrived()) await connection.send({ type: 'end' })
     const done = await reply.message
     if (done.type !== 'write-done') throw remoteOrUnexpected(done, 'write-done')
@@ -333,6 +393,37 @@ export async function requestWriteFiles(
     connection.destroy()
     throw error
   }
+}
+
+/** A batch's files up to this size are sent in groups... */
+const GROUPED_FILE_BYTES = 64 * 1024
+/** ...of up to this many bytes or files, each group one gathered write. */
+const GROUP_BYTES = 256 * 1024
+const GROUP_FILES = 256
+
+async function sendBatchBytes(connection: FramedConnection, bytes: Uint8Array): Promise<void> {
+  for (let offset = 0; offset < bytes.byteLength; offset += BATCH_CHUNK_BYTES)
+    await connection.sendData(
+      'file',
+      bytes.subarray(offset, Math.min(offset + BATCH_CHUNK_BYTES, bytes.byteLength)),
+    )
+}
+
+/** Sends a streamed file's pieces, never more or fewer bytes than its `file-begin` declared. */
+async function sendStreamedBatchFile(
+  connection: FramedConnection,
+  path: string,
+  content: StreamedBatchContent,
+): Promise<void> {
+  let sent = 0
+  for await (const piece of content.pieces()) {
+    if (sent + piece.byteLength > content.size)
+      throw new Error(`${path}: its source gave more than the ${content.size} bytes declared`)
+    await sendBatchBytes(connection, piece)
+    sent += piece.byteLength
+  }
+  if (sent !== content.size)
+    throw new Error(`${path}: its source gave ${sent} of the ${content.size} bytes declared`)
 }
 
 /** A `read-files` in progress: the listing, then the files once `proceed` is called. */

@@ -21,6 +21,7 @@ export {
   AgentStdinClosedError,
   type AgentWatch,
   authenticateToAgent,
+  type BatchUploadFile,
   DEFAULT_HEARTBEAT_MS,
   IDLE_HEARTBEATS,
   requestAdoptSession,
@@ -42,6 +43,7 @@ export {
   requestWatch,
   requestWriteFile,
   requestWriteFiles,
+  type StreamedBatchContent,
 } from './client-operations.js'
 export { AGENT_EXIT_CODES } from './exit-codes.js'
 export {

@@ -10,6 +10,7 @@ import {
   AgentRemoteError,
   type AgentWatch,
   authenticateToAgent,
+  type BatchUploadFile,
   type ExecRequest,
   type FileEntryMessage,
   FramedConnection,
@@ -417,11 +418,7 @@ export class AgentClient {
   /** Uploads many files on one file connection (see `requestWriteFiles`). */
   async writeFiles(
     directory: string,
-    files: Iterable<{
-      readonly path: string
-      readonly content: Uint8Array
-      readonly mode?: number
-    }>,
+    files: Iterable<BatchUploadFile>,
     signal?: AbortSignal,
   ): Promise<{ files: number; bytes: number }> {
     return this.withConnection('writeFiles', directory, signal, (connection) =>

@@ -5,6 +5,7 @@ import {
   type SandboxAttachOptions,
   type SandboxBackendEnforcement,
   type SandboxBackendUsage,
+  type SandboxBatchWriteReport,
   type SandboxByteSource,
   SandboxConfigValidationError,
   SandboxControlRefusedError,
@@ -52,9 +53,14 @@ import {
   throwIfAborted,
   validateExecRequest,
 } from '@cordon/core/backend'
-import { type AgentExecSession, AgentStdinClosedError } from '../protocol/index.js'
+import {
+  type AgentExecSession,
+  AgentStdinClosedError,
+  type BatchUploadFile,
+} from '../protocol/index.js'
 import type { AgentClient } from './agent-client.js'
 import { AgentProcess } from './agent-process.js'
+import { checkHostFile } from './host-file-source.js'
 import { forwardPort, type SandboxPortDialer } from './port-forward.js'
 
 const textEncoder = new TextEncoder()
@@ -446,32 +452,33 @@ export class AgentSandbox implements CordonBackendSandbox {
   }
 
   /**
-   * Writes every file, up to eight at a time. Every path is checked before
-   * the first byte is written; a failure stops files not yet started and
-   * rejects with the first error.
+   * Writes every file on one connection. Every sandbox path is checked, and
+   * every host file a `hostPath` names, before the first byte is written;
+   * host files are read as the batch is sent (`host-file-source.ts`).
+   * Resolves with what the agent wrote, which the provider's event reports.
    */
   async writeFiles(
     files: readonly SandboxFileWrite[],
     options: SandboxFileOptions = {},
-  ): Promise<void> {
+  ): Promise<SandboxBatchWriteReport> {
     this.assertUsable('writeFiles', options.signal)
-    const targets = files.map((file) => {
+    const roots = this.init.writeRoots
+    const batch = files.map((file): BatchUploadFile => {
       const target = this.resolvePath(file.path)
-      const roots = this.init.writeRoots
       if (roots && !roots.some((root) => target === root || target.startsWith(`${root}/`)))
         throw new SandboxPathError(target, `outside the writable directories (${roots.join(', ')})`)
-      return target
-    })
-    // One connection for the whole batch: no handshake or round trip per file.
-    await this.init.client.writeFiles(
-      this.rootDir,
-      files.map((file, index) => ({
-        path: targets[index]!,
+      if ('hostPath' in file) {
+        const source = checkHostFile(file.hostPath)
+        return { path: target, content: source, mode: file.mode ?? source.mode }
+      }
+      return {
+        path: target,
         content: typeof file.content === 'string' ? textEncoder.encode(file.content) : file.content,
         ...(file.mode === undefined ? {} : { mode: file.mode }),
-      })),
-      options.signal,
-    )
+      }
+    })
+    // One connection for the whole batch: no handshake or round trip per file.
+    return this.init.client.writeFiles(this.rootDir, batch, options.signal)
   }
 
   /**
