@@ -46,6 +46,9 @@ export async function serveReadFiles(
   if (!frame) return
   if (frame.kind !== 'message' || parseClientMessage(frame.message).type !== 'proceed')
     throw new AgentOperationError('bad-request', 'expected "proceed" after the listing')
+  // A group is read while the one before it drains to the host, which is
+  // then parsing and saving it: at most two groups are held.
+  let previous: Promise<void> = Promise.resolve()
   for (let start = 0; start < entries.length; ) {
     const group: FileEntryMessage[] = []
     let bytes = 0
@@ -60,8 +63,9 @@ export async function serveReadFiles(
     const contents = jail.actAs(() =>
       group.map((entry) => readWhole(jail, entry, join(realRoot, relative(shownRoot, entry.path)))),
     )
+    await previous
     // The group (at most GROUP_BYTES) leaves in one gathered write.
-    await connection.gather(() =>
+    previous = connection.gather(() =>
       contents.flatMap((content, index) =>
         content
           ? [
@@ -75,7 +79,10 @@ export async function serveReadFiles(
           : [],
       ),
     )
+    // Awaited before the next group or the end; a failure meanwhile is thrown there.
+    previous.catch(() => {})
   }
+  await previous
   await connection.send({ type: 'end' })
 }
 
