@@ -173,4 +173,34 @@ describe('batch file transfer (writeFiles / readFiles)', () => {
       await provider.close()
     }
   })
+
+  it("reports the agent's refusal of a file in the middle of a batch, not the connection it ended", async () => {
+    const provider = testProvider()
+    try {
+      const sandbox = await provider.create()
+      // The sandbox's own link out of its workspace: only the agent, resolving it, can refuse it.
+      expect((await sandbox.exec('ln', ['-s', '/etc', 'escape'])).exitCode).toBe(0)
+      const around = (side: string) =>
+        Array.from({ length: 300 }, (_, index) => ({
+          path: `${side}/f${index}.txt`,
+          content: `${side} ${index}\n`.repeat(50),
+        }))
+      const refused = await sandbox.writeFiles!([
+        ...around('before'),
+        { path: 'escape/passwd-2', content: 'x' },
+        ...around('after'),
+      ]).then(
+        () => undefined,
+        (error: unknown) => error,
+      )
+      expect(SandboxPathError.isInstance(refused), String(refused)).toBe(true)
+      const outside = await sandbox.exec('sh', [
+        '-c',
+        'test -e /etc/passwd-2 && echo there || echo absent',
+      ])
+      expect(outside.stdout.trim()).toBe('absent')
+    } finally {
+      await provider.close()
+    }
+  })
 })

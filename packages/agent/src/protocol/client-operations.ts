@@ -382,8 +382,12 @@ export async function requestWriteFiles(
       if (inHand) await sendBatchBytes(connection, inHand)
       else await sendStreamedBatchFile(connection, file.path, content as StreamedBatchContent)
     }
-    await sendGroup()
-    await groupInFlight
+    if (!reply.arrived()) await sendGroup()
+    // A group that failed to leave because the agent refused and hung up:
+    // its refusal, once arrived, is the error to report.
+    await groupInFlight.catch((error: unknown) => {
+      if (!reply.arrived()) throw error
+    })
     if (!reply.arrived()) await connection.send({ type: 'end' })
     const done = await reply.message
     if (done.type !== 'write-done') throw remoteOrUnexpected(done, 'write-done')
