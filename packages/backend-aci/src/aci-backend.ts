@@ -17,11 +17,13 @@ import {
   SandboxReadinessError,
 } from '@cordon/core'
 import {
+  backgroundSweep,
   type ConnectedBackendSandbox,
   type CordonSandboxBackend,
   enforcedLayoutMounts,
   LABEL,
   parseBackendConfig,
+  removeEach,
   resolveBackendOptions,
   resolveSandboxPath,
   runCreateSequence,
@@ -306,21 +308,18 @@ export function createAciStandbyPoolBackend(
     })
 
   /**
-   * Once per backend, in the background of its first successful create, or
-   * of its first connect or list: deletes the detached groups of the
+   * In the background of the backend's first successful create, or of its
+   * first connect or list (and of the next one after a sweep that failed): deletes the detached groups of the
    * resource group whose end time has passed. Their agents ended themselves
    * then (the group stopped); what is left is the group's record, which
    * nothing else would remove if their hosts never come back. A group that
    * is not detached is never touched: it belongs to the host that claimed it.
    */
-  let swept: Promise<string[]> | undefined
-  const stopSweep = new AbortController()
-  const sweepEndedDetached = (): void => {
-    swept ??= removeEndedDetachedGroups(
-      claims,
-      AbortSignal.any([stopSweep.signal, AbortSignal.timeout(SWEEP_TIMEOUT_MS)]),
-    ).catch(() => [])
-  }
+  const detachedSweep = backgroundSweep(
+    (signal) => removeEndedDetachedGroups(claims, signal),
+    SWEEP_TIMEOUT_MS,
+  )
+  const sweepEndedDetached = (): void => detachedSweep.run()
 
   const connect = async (
     request: SandboxBackendConnectRequest,
@@ -401,8 +400,7 @@ export function createAciStandbyPoolBackend(
     connect,
     list,
     async close() {
-      stopSweep.abort()
-      await swept
+      await detachedSweep.stop()
       await client.close()
     },
   }
@@ -472,10 +470,11 @@ async function removeEndedDetachedGroups(
   const ended = (await claims.listGroups(signal))
     .map(groupFacts)
     .filter((facts) => isExpiredDetached(facts, now))
-  const removed: string[] = []
-  for (const facts of ended) {
-    if (!dryRun) await claims.release(facts.name, signal)
-    removed.push(facts.name)
-  }
-  return removed
+  if (dryRun) return ended.map((facts) => facts.name)
+  // One group Azure fails to delete does not keep the others.
+  return removeEach(
+    ended,
+    (facts) => facts.name,
+    (facts) => claims.release(facts.name, signal),
+  )
 }

@@ -1,5 +1,5 @@
 import type { MicroVMBackendConfig } from '@cordon/builtin-backends'
-import { LABEL, parseBackendConfig } from '@cordon/core/backend'
+import { LABEL, parseBackendConfig, removeEach } from '@cordon/core/backend'
 import { type ControlPlaneClient, controlPlaneFor } from './control-plane-client.js'
 import { microVMBackend } from './definition.js'
 import { hasPassedEndTime } from './reconnect-state.js'
@@ -14,7 +14,8 @@ export const SWEEP_TIMEOUT_MS = 60_000
  * nothing). The orchestrator deletes a guest when its `timeoutMs` runs out,
  * but paused time does not count, so a detached guest a host paused and let
  * go of would otherwise never end. A guest that is not detached is never
- * touched: it is its creator's.
+ * touched: it is its creator's. A guest whose deletion fails does not stop
+ * the others; the sweep then rejects, after trying them all.
  */
 export async function removeEndedDetachedGuests(
   controlPlane: ControlPlaneClient,
@@ -26,12 +27,14 @@ export async function removeEndedDetachedGuests(
     signal,
   )
   const now = Date.now()
-  const removed: string[] = []
-  for (const guest of guests.filter((listed) => hasPassedEndTime(listed, now))) {
-    if (!dryRun) await controlPlane.deleteSandbox(guest.sandboxId, signal)
-    removed.push(guest.sandboxId)
-  }
-  return removed
+  const ended = guests.filter((listed) => hasPassedEndTime(listed, now))
+  if (dryRun) return ended.map((guest) => guest.sandboxId)
+  // One guest the control plane fails to delete does not keep the others.
+  return removeEach(
+    ended,
+    (guest) => guest.sandboxId,
+    (guest) => controlPlane.deleteSandbox(guest.sandboxId, signal),
+  )
 }
 
 /**

@@ -16,6 +16,7 @@ import {
   SandboxTransportError,
 } from '@cordon/core'
 import {
+  backgroundSweep,
   type ConnectedBackendSandbox,
   type CordonSandboxBackend,
   LABEL,
@@ -105,21 +106,16 @@ export function createMicroVMBackend(
   }
 
   /**
-   * Once per backend, in the background of its first create, connect or
-   * list: deletes the detached guests past their end time
-   * ({@link removeEndedDetachedGuests}; what `cordon gc --microvm` runs too).
+   * In the background of the backend's first create, connect or list (and
+   * of the next one after a sweep that failed): deletes the detached guests
+   * past their end time ({@link removeEndedDetachedGuests}; what `cordon gc
+   * --microvm` runs too).
    */
-  let detachedSweep: Promise<void> | undefined
-  const stopSweep = new AbortController()
-  const sweepEndedDetached = (): void => {
-    detachedSweep ??= removeEndedDetachedGuests(
-      controlPlane,
-      AbortSignal.any([stopSweep.signal, AbortSignal.timeout(SWEEP_TIMEOUT_MS)]),
-    ).then(
-      () => {},
-      () => {},
-    )
-  }
+  const detachedSweep = backgroundSweep(
+    (signal) => removeEndedDetachedGuests(controlPlane, signal),
+    SWEEP_TIMEOUT_MS,
+  )
+  const sweepEndedDetached = (): void => detachedSweep.run()
 
   const create = async (backendOptions: SandboxBackendOptions): Promise<AgentSandbox> => {
     const request = withEnforcedLimits(
@@ -371,8 +367,7 @@ export function createMicroVMBackend(
     list,
     snapshots,
     async close() {
-      stopSweep.abort()
-      await detachedSweep
+      await detachedSweep.stop()
       await controlPlane.close()
     },
   }

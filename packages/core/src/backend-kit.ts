@@ -21,6 +21,7 @@ export {
   type SandboxBackendConfigBase,
   type SandboxBackendDefinition,
 } from './backend-definition.js'
+export { type BackgroundSweep, backgroundSweep, removeEach } from './background-sweep.js'
 export { boundedMemo } from './bounded-memo.js'
 export { cleanupFailureEvent } from './cleanup-failure-event.js'
 export {

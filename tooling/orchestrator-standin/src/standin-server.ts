@@ -137,6 +137,8 @@ export async function startOrchestratorStandin(
   const expectedToken = Buffer.from(`Bearer ${options.token}`)
 
   const removeGuest = (id: string, record: GuestRecord): Promise<void> => {
+    // From here on the guest is on its way out, even if this try fails (its relays are closed).
+    record.deleteRequested = true
     record.removal ??= (async () => {
       if (record.lifetime) clearTimeout(record.lifetime)
       await record.ready.catch(() => {})
@@ -145,7 +147,11 @@ export async function startOrchestratorStandin(
       // Also when the container was never made: the run directory may still hold the secret file.
       await rm(join(stateDir, id), { recursive: true, force: true })
       records.delete(id)
-    })()
+    })().catch((error: unknown) => {
+      // A removal the engine failed (a busy engine, a container mid-change) is tried again by the next DELETE.
+      record.removal = undefined
+      throw error
+    })
     return record.removal
   }
 
