@@ -1,5 +1,7 @@
 import { execFile } from 'node:child_process'
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
+import { createServer, type Server } from 'node:http'
+import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -64,6 +66,52 @@ function relabelled(credential: string, sandboxId: string): string {
   const fields = JSON.parse(Buffer.from(credential.slice(dot + 1), 'base64url').toString())
   fields.sandboxId = sandboxId
   return `${credential.slice(0, dot + 1)}${Buffer.from(JSON.stringify(fields)).toString('base64url')}`
+}
+
+/**
+ * An HTTP front for the stand-in's control plane that refuses (409) the first
+ * `refusals` listings of detached guests, the sweep's own request, and passes
+ * everything else through.
+ */
+async function refusingSweepListings(
+  target: string,
+  refusals: number,
+): Promise<{ endpoint: string; refused: () => number; close: () => Promise<void> }> {
+  let refused = 0
+  const server: Server = createServer(async (req, res) => {
+    const url = new URL(req.url ?? '/', target)
+    if (
+      req.method === 'GET' &&
+      url.pathname === '/v1/sandboxes' &&
+      url.searchParams.getAll('label').includes(`${LABEL.detached}=1`) &&
+      refused < refusals
+    ) {
+      refused++
+      res.writeHead(409, { 'content-type': 'application/json' })
+      res.end(JSON.stringify({ error: { code: 'conflict', message: 'refused for the test' } }))
+      return
+    }
+    const chunks: Buffer[] = []
+    for await (const chunk of req) chunks.push(chunk as Buffer)
+    const answer = await fetch(url, {
+      method: req.method ?? 'GET',
+      headers: {
+        ...(req.headers.authorization ? { authorization: req.headers.authorization } : {}),
+        ...(chunks.length > 0 ? { 'content-type': 'application/json' } : {}),
+      },
+      ...(chunks.length > 0 ? { body: Buffer.concat(chunks) } : {}),
+    })
+    res.writeHead(answer.status, {
+      'content-type': answer.headers.get('content-type') ?? 'application/json',
+    })
+    res.end(Buffer.from(await answer.arrayBuffer()))
+  })
+  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
+  return {
+    endpoint: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
+    refused: () => refused,
+    close: () => new Promise((resolve) => server.close(() => resolve())),
+  }
 }
 
 describe('reconnect on the orchestrator stand-in', () => {
@@ -248,4 +296,37 @@ describe('reconnect on the orchestrator stand-in', () => {
       await next.close()
     }
   }, 180_000)
+
+  it('a sweep the control plane refused runs again at the next list, and deletes the ended paused guest', async () => {
+    const other = makeProvider(false)
+    const sandbox = await other.create({ detached: true, lifetimeMs: 3_000 })
+    await sandbox.pause()
+    await sandbox.disconnect()
+    await other.close()
+    const endsAt = Number((await describeGuest(standin, sandbox.id))!.labels[LABEL.expires])
+    while (Date.now() < endsAt + 500) await sleep(250)
+    const front = await refusingSweepListings(standin.backendConfig().orchestratorEndpoint, 1)
+    const next = createMicroVMSandboxProvider({
+      backend: { ...standin.backendConfig(), orchestratorEndpoint: front.endpoint },
+      credentialStore: false,
+    })
+    try {
+      await next.list()
+      expect(await eventually(async () => front.refused() === 1, 10_000)).toBe(true)
+      await sleep(1_000)
+      // The refused sweep deleted nothing, and nothing started it again by itself.
+      expect((await describeGuest(standin, sandbox.id))?.state).toBe('paused')
+      await next.list()
+      expect(
+        await eventually(
+          async () => (await describeGuest(standin, sandbox.id)) === undefined,
+          60_000,
+        ),
+        "the second list's sweep deleted the guest",
+      ).toBe(true)
+    } finally {
+      await next.close()
+      await front.close()
+    }
+  }, 120_000)
 })
