@@ -90,6 +90,15 @@ for (const runtime of ['docker', 'runsc'] as const) {
           direct: { exitCode: 0, stdout: 'binary ran\n' },
           fromShell: 'script ran\nstatus 0\n',
         })
+        // And sandbox.enforced says so, mount by mount (what the conformance suite checks it against).
+        const said = Object.fromEntries(
+          sandbox.enforced.mounts.map((mount) => [mount.path, mount.noexec]),
+        )
+        expect(said).toMatchObject({
+          '/mnt/user-data/outputs': true,
+          '/tmp': true,
+          '/mnt/user-data/scratch': false,
+        })
       } finally {
         await provider.close()
       }

@@ -108,5 +108,28 @@ export function declarationCases(
       },
       timeout,
     )
+
+    it(
+      'each writable mount sandbox.enforced names runs a program the sandbox writes there, unless it says noexec, and then refuses it',
+      async () => {
+        const { sandbox } = sandboxes
+        const writable = sandbox.enforced.mounts.filter((mount) => mount.access === 'read-write')
+        for (const mount of writable) {
+          // Written, marked executable and run by the sandbox's own user, as a build would.
+          const ran = await sandbox.exec('sh', [
+            '-c',
+            'printf "#!/bin/sh\\necho built and ran\\n" > "$1" && chmod 755 "$1" && { "$1"; echo "exit $?"; }; rm -f "$1"',
+            'sh',
+            `${mount.path.replace(/\/$/, '')}/cordon-conformance-program-${process.pid}`,
+          ])
+          if (mount.noexec) expect(ran.stdout, `${mount.path} says noexec`).toBe('exit 126\n')
+          else
+            expect(ran.stdout, `${mount.path} says it runs programs`).toBe(
+              'built and ran\nexit 0\n',
+            )
+        }
+      },
+      timeout,
+    )
   })
 }

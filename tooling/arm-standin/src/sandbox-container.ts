@@ -38,7 +38,7 @@ export interface SandboxContainer {
  * Starts one container of the pool, hardened the way a cordon sandbox must
  * be: non-root, every capability dropped, no-new-privileges, read-only root
  * filesystem, tmpfs for `/tmp` and for each of the profile's `emptyDir`
- * volumes, memory limit without extra swap, CPU limit, the engine's default
+ * volumes (the latter not noexec, as in ACI), memory limit without extra swap, CPU limit, the engine's default
  * seccomp profile, no privileged mode, no host namespaces, the engine socket
  * never mounted. Its only network is the pool's `--internal` network.
  *
@@ -61,8 +61,10 @@ export async function startSandboxContainer(
   await chmod(spec.configMapDir, 0o755)
   const memoryBytes = profile.memoryMb * 1024 * 1024
   const tmpfs: Record<string, string> = { '/tmp': 'rw,nosuid,nodev,size=64m,mode=1777' }
+  // `exec`: the engine makes a tmpfs noexec unless told, and ACI's emptyDir
+  // volumes have no noexec option: programs built there run.
   for (const path of profile.emptyDirs)
-    tmpfs[path] = `rw,nosuid,nodev,size=1024m,uid=${uid},gid=${uid},mode=0755`
+    tmpfs[path] = `rw,nosuid,nodev,exec,size=1024m,uid=${uid},gid=${uid},mode=0755`
   const container = await docker.createContainer({
     name: spec.name,
     Image: profile.image,

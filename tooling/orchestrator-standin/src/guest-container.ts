@@ -92,7 +92,8 @@ export async function startGuest(docker: Dockerode, spec: GuestSpec): Promise<Gu
       ReadonlyRootfs: true,
       Tmpfs: {
         '/tmp': `rw,nosuid,nodev,size=${spec.tmpSizeMb}m,mode=1777`,
-        [GUEST_OUTPUTS_DIR]: `rw,nosuid,nodev,size=${spec.outputsSizeMb}m,uid=${GUEST_UID},gid=${GUEST_UID},mode=0755`,
+        // `exec`: the engine makes a tmpfs noexec unless told, and a guest's own disk is not.
+        [GUEST_OUTPUTS_DIR]: `rw,nosuid,nodev,exec,size=${spec.outputsSizeMb}m,uid=${GUEST_UID},gid=${GUEST_UID},mode=0755`,
       },
       CapDrop: ['ALL'],
       SecurityOpt: ['no-new-privileges'],
