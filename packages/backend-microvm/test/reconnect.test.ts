@@ -125,6 +125,20 @@ describe('reconnect on the orchestrator stand-in', () => {
     store = mkdtempSync(join(tmpdir(), 'cordon-microvm-credentials-'))
     provider = makeProvider(store)
   })
+  /**
+   * A detached guest created by another provider, paused and let go of,
+   * once its end time (`cordon.expires`) has passed.
+   */
+  const leaveEndedPausedGuest = async (lifetimeMs: number) => {
+    const other = makeProvider(false)
+    const sandbox = await other.create({ detached: true, lifetimeMs })
+    await sandbox.pause()
+    await sandbox.disconnect()
+    await other.close()
+    const endsAt = Number((await describeGuest(standin, sandbox.id))!.labels[LABEL.expires])
+    while (Date.now() < endsAt + 500) await sleep(250)
+    return sandbox
+  }
   afterAll(async () => {
     await provider?.close()
     rmSync(store, { recursive: true, force: true })
@@ -267,13 +281,7 @@ describe('reconnect on the orchestrator stand-in', () => {
     expect(SandboxNotFoundError.isInstance(ended)).toBe(true)
   }, 180_000)
   it("a detached guest left paused (whose lifetime the orchestrator does not count) is deleted past its end time by the next backend's sweep", async () => {
-    const other = makeProvider(false)
-    const sandbox = await other.create({ detached: true, lifetimeMs: 6_000 })
-    await sandbox.pause()
-    await sandbox.disconnect()
-    await other.close()
-    const endsAt = Number((await describeGuest(standin, sandbox.id))!.labels[LABEL.expires])
-    while (Date.now() < endsAt + 500) await sleep(250)
+    const sandbox = await leaveEndedPausedGuest(6_000)
     // Past its end time, still there: paused time does not count toward timeoutMs.
     expect((await describeGuest(standin, sandbox.id))?.state).toBe('paused')
     // The sweep `cordon gc --microvm` runs, dry: it names the guest and deletes nothing.
@@ -298,13 +306,7 @@ describe('reconnect on the orchestrator stand-in', () => {
   }, 180_000)
 
   it('a sweep the control plane refused runs again at the next list, and deletes the ended paused guest', async () => {
-    const other = makeProvider(false)
-    const sandbox = await other.create({ detached: true, lifetimeMs: 3_000 })
-    await sandbox.pause()
-    await sandbox.disconnect()
-    await other.close()
-    const endsAt = Number((await describeGuest(standin, sandbox.id))!.labels[LABEL.expires])
-    while (Date.now() < endsAt + 500) await sleep(250)
+    const sandbox = await leaveEndedPausedGuest(3_000)
     const front = await refusingSweepListings(standin.backendConfig().orchestratorEndpoint, 1)
     const next = createMicroVMSandboxProvider({
       backend: { ...standin.backendConfig(), orchestratorEndpoint: front.endpoint },
