@@ -309,8 +309,9 @@ export function createAciStandbyPoolBackend(
 
   /**
    * In the background of the backend's first successful create, or of its
-   * first connect or list (and of the next one after a sweep that failed): deletes the detached groups of the
-   * resource group whose end time has passed. Their agents ended themselves
+   * first connect or list (and of the next one after a sweep that failed):
+   * deletes the detached groups of the resource group whose end time has
+   * passed. Their agents ended themselves
    * then (the group stopped); what is left is the group's record, which
    * nothing else would remove if their hosts never come back. A group that
    * is not detached is never touched: it belongs to the host that claimed it.

@@ -38,9 +38,9 @@ export interface SandboxContainer {
  * Starts one container of the pool, hardened the way a cordon sandbox must
  * be: non-root, every capability dropped, no-new-privileges, read-only root
  * filesystem, tmpfs for `/tmp` and for each of the profile's `emptyDir`
- * volumes (the latter not noexec, as in ACI), memory limit without extra swap, CPU limit, the engine's default
- * seccomp profile, no privileged mode, no host namespaces, the engine socket
- * never mounted. Its only network is the pool's `--internal` network.
+ * volumes (the latter not noexec, as in ACI), memory limit without extra
+ * swap, CPU limit, the engine's default seccomp profile, no privileged
+ * mode, no host namespaces, the engine socket never mounted. Its only network is the pool's `--internal` network.
  *
  * Two choices mirror ACI rather than the Docker backend:
  * - No init process: ACI runs the profile's command as PID 1, so the
