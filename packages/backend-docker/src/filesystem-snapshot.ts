@@ -10,7 +10,7 @@ import {
 import { LABEL, newSnapshotId, planLayoutMounts } from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import type { AgentRuntime } from './agent-runtime.js'
-import { isNotFound } from './engine-errors.js'
+import { isBeingRemoved, isNotFound } from './engine-errors.js'
 import { CAPTURE_SCRIPT, RESTORE_SCRIPT } from './snapshot-scripts.js'
 
 /** The repository of every snapshot image; its tag is the snapshot's id. */
@@ -144,14 +144,8 @@ export async function takeFilesystemSnapshot(source: SnapshotSource): Promise<St
   const id = newSnapshotId()
   const createdAt = Date.now()
   const { labels, limits, egress } = snapshotLabels(source, id, createdAt, false)
-  const abort = source.signal ? { abortSignal: source.signal } : {}
-  const helperName = `cordon-snapshot-${id}`
-  // By name, not by handle: a call cut off by the signal may still have landed on the engine.
-  const removeHelper = () =>
-    docker
-      .getContainer(helperName)
-      .remove({ force: true })
-      .catch(() => {})
+  const signal = source.signal
+  const abort = signal ? { abortSignal: signal } : {}
   const removeImage = () =>
     docker
       .getImage(snapshotImage(id))
@@ -161,26 +155,27 @@ export async function takeFilesystemSnapshot(source: SnapshotSource): Promise<St
     return await capture()
   } catch (error) {
     await removeImage()
-    // A create or commit the signal cut off can land on a busy engine a moment later.
-    for (const delay of LATE_SWEEPS_MS)
-      setTimeout(() => void removeHelper().then(removeImage), delay).unref()
     throw error
-  } finally {
-    await removeHelper()
   }
 
   async function capture(): Promise<StoredSnapshot> {
+    // The two calls that make something on the engine (this create and the
+    // commit) are not cut off by the signal, which is looked at once each
+    // returns: a call cut off on the client goes on in the engine and can
+    // land after the snapshot was given up, leaving what it made behind
+    // (seen on a busy engine: the helper listed, not yet removable by name).
     const helper = await docker.createContainer({
-      name: helperName,
+      name: `cordon-snapshot-${id}`,
       Image: source.baseImage,
       Entrypoint: ['/.cordon-snapshot-is-never-run'],
       Cmd: [],
       Labels: labels,
       NetworkDisabled: true,
       HostConfig: { NetworkMode: 'none', LogConfig: { Type: 'none', Config: {} } },
-      ...abort,
     })
+    let failed = false
     try {
+      signal?.throwIfAborted()
       const tar = new PassThrough()
       const captured = runInContainer(
         source,
@@ -201,13 +196,15 @@ export async function takeFilesystemSnapshot(source: SnapshotSource): Promise<St
           `capturing the sandbox's files failed (exit ${result.exitCode}): ${result.stderr.trim().slice(0, 500)}`,
         )
       const bytes = Number(/cordon-snapshot-bytes=(\d+)/.exec(result.stderr)?.[1] ?? 0)
+      signal?.throwIfAborted()
       const committed = await helper.commit({
         repo: SNAPSHOT_REPOSITORY,
         tag: id,
         pause: false,
         changes: `LABEL ${SNAPSHOT_LABEL.bytes}=${bytes}`,
-        ...abort,
       })
+      // Given up while it committed: the image is removed by the caller's catch.
+      signal?.throwIfAborted()
       return {
         id,
         createdAt,
@@ -222,14 +219,26 @@ export async function takeFilesystemSnapshot(source: SnapshotSource): Promise<St
         roots: [...source.roots],
         imageId: (committed as { Id?: string }).Id ?? '',
       }
+    } catch (error) {
+      failed = true
+      throw error
     } finally {
-      await removeHelper()
+      // A helper the engine would not remove fails a snapshot that had
+      // succeeded; after a failure, that failure is the one reported (the
+      // helper is labelled, and gc removes it).
+      await removeContainer(helper).catch((error: unknown) => {
+        if (!failed) throw error
+      })
     }
   }
 }
 
-/** When to look again for a helper or image a cut-off engine call made late. */
-const LATE_SWEEPS_MS = [1000, 3000, 8000]
+/** Removes a container; one already gone, or going, counts as removed. */
+async function removeContainer(container: Docker.Container): Promise<void> {
+  await container.remove({ force: true }).catch((error: unknown) => {
+    if (!isNotFound(error) && !isBeingRemoved(error)) throw error
+  })
+}
 
 /**
  * Runs the runtime's Node inside the container as the sandbox's user,

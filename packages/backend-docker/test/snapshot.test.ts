@@ -11,6 +11,7 @@ import {
   createDockerSandboxProvider,
   DEFAULT_SNAPSHOT_RETENTION_MS,
 } from '../src/index.js'
+import { delayingEngineFront } from './delaying-engine-front.js'
 import { docker } from './test-run.js'
 
 const SCRATCH = '/mnt/user-data/scratch'
@@ -293,6 +294,45 @@ describe('snapshot garbage and failures', () => {
       expect((await source.exec('echo', ['ok'])).stdout).toBe('ok\n')
     } finally {
       await source.destroy()
+    }
+  })
+
+  it('a snapshot given up while the engine is slow to make its helper leaves nothing once it rejects', async () => {
+    // The engine takes the helper's create only after the snapshot was given
+    // up: a call cut off on the client would still land, after the rejection.
+    const front = await delayingEngineFront('/containers/create?name=cordon-snapshot-', 400)
+    const slowEngine = createDockerSandboxProvider({
+      backend: {
+        tier: 'container',
+        runtime: 'docker',
+        image: BUSYBOX_IMAGE,
+        labels: testRunLabels(),
+        socketPath: front.socketPath,
+      },
+      layout: { outputs: { source: { type: 'ephemeral' } } },
+    })
+    try {
+      const source = await slowEngine.create()
+      try {
+        const controller = new AbortController()
+        void front.seen.then(() => controller.abort(new Error('given up')))
+        const outcome = await source.snapshot({ signal: controller.signal }).then(
+          () => 'taken',
+          (error: unknown) => error,
+        )
+        // Whatever the engine did with the create, it has answered by now.
+        await front.answered
+        const left = { label: [`${LABEL.sandbox}=${source.id}`, `${LABEL.role}=snapshot`] }
+        expect(await docker.listContainers({ all: true, filters: left })).toHaveLength(0)
+        expect(await docker.listImages({ filters: left })).toHaveLength(0)
+        expect(outcome).toMatchObject({ operation: 'snapshot', cause: { message: 'given up' } })
+        expect((await source.exec('echo', ['ok'])).stdout).toBe('ok\n')
+      } finally {
+        await source.destroy()
+      }
+    } finally {
+      await slowEngine.close()
+      await front.close()
     }
   })
 
