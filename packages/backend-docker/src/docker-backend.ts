@@ -12,6 +12,8 @@ import {
   type SandboxSnapshotStore,
 } from '@cordon/core'
 import {
+  type BackgroundSweep,
+  backgroundSweep,
   type ConnectedBackendSandbox,
   type CordonSandboxBackend,
   enforcedLayoutMounts,
@@ -121,6 +123,8 @@ export const DEFAULT_READINESS_TIMEOUT_MS = 30_000
 
 /** When to sweep again after a failed create: a cut-off engine call can land seconds later on a busy engine. */
 const LATE_SWEEPS_MS = [1000, 3000, 8000]
+/** How long the background sweep of dead owners' leftovers may take before it is given up (and run again later). */
+const DEAD_OWNER_SWEEP_TIMEOUT_MS = 5 * 60_000
 /**
  * How long `destroy()` lets the agent seal writable host directories (kill
  * the user's processes, walk the outputs) before the engine kills it.
@@ -197,7 +201,8 @@ export class DockerBackend implements CordonSandboxBackend {
   private readonly events: EngineEvents
   private readonly images: ImagePuller
   private egressGateway: EgressGateway | undefined
-  private swept = false
+  /** The background sweep of what dead owners left (sweepDeadOwners). */
+  private readonly deadOwnerSweep: BackgroundSweep
   /** Late removals scheduled by a failed create, by container name. */
   private readonly lateSweeps = new Map<string, NodeJS.Timeout[]>()
   private engineFactsRead: Promise<EngineFacts> | undefined
@@ -214,6 +219,18 @@ export class DockerBackend implements CordonSandboxBackend {
     this.name = this.definition.name
     this.engine = connectEngine(config)
     this.events = new EngineEvents(this.engine.docker, context.providerId)
+    this.deadOwnerSweep = backgroundSweep(
+      (signal) =>
+        collectGarbage({
+          docker: this.engine.docker,
+          engine: this.engine.description,
+          signal,
+          ...(config.snapshotRetentionMs !== undefined
+            ? { snapshotRetentionMs: config.snapshotRetentionMs }
+            : {}),
+        }),
+      DEAD_OWNER_SWEEP_TIMEOUT_MS,
+    )
     this.volumes = new DockerVolumes({
       docker: this.engine.docker,
       backend: this.name,
@@ -276,17 +293,12 @@ export class DockerBackend implements CordonSandboxBackend {
    * someone ran `cordon gc`. Only resources whose owner is provably gone (or
    * whose lifetime passed) are touched: an owner in another PID namespace or
    * on another machine sharing this engine cannot be seen from here and is
-   * kept (judgeOwner). Off with `sweepDeadOwners: false`.
+   * kept (judgeOwner). Off with `sweepDeadOwners: false`. A sweep that
+   * failed (the engine busy or away) is run again by the next create;
+   * `close()` stops one in progress.
    */
   private sweepDeadOwners(): void {
-    if (this.swept || this.config.sweepDeadOwners === false) return
-    this.swept = true
-    void collectGarbage({
-      docker: this.engine.docker,
-      ...(this.config.snapshotRetentionMs !== undefined
-        ? { snapshotRetentionMs: this.config.snapshotRetentionMs }
-        : {}),
-    }).catch(() => {})
+    if (this.config.sweepDeadOwners !== false) this.deadOwnerSweep.run()
   }
 
   async create(options: SandboxBackendOptions): Promise<CordonBackendSandbox> {
@@ -1098,6 +1110,7 @@ export class DockerBackend implements CordonSandboxBackend {
 
   async close(): Promise<void> {
     this.events.close()
+    await this.deadOwnerSweep.stop()
     await this.egressGateway?.stop()
   }
 }

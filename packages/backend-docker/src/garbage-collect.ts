@@ -1,4 +1,4 @@
-import type { SandboxVolumeInfo } from '@cordon/core'
+import { SandboxAbortedError, type SandboxVolumeInfo } from '@cordon/core'
 import { judgeOwner, LABEL, type UnjudgedOwnerReason } from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import { isBeingRemoved, isNotFound, translateEngineError } from './engine-errors.js'
@@ -93,6 +93,11 @@ export interface CollectGarbageOptions {
    * started from one goes on; its image goes when the last such sandbox does.
    */
   readonly snapshotRetentionMs?: number
+  /**
+   * Stops the collection between two removals (a removal already sent goes
+   * on) and cuts off a listing in progress; the collection then rejects.
+   */
+  readonly signal?: AbortSignal
 }
 
 /**
@@ -116,6 +121,8 @@ export async function collectGarbage(options: CollectGarbageOptions): Promise<Ga
   try {
     return await collect(options)
   } catch (error) {
+    if (options.signal?.aborted)
+      throw new SandboxAbortedError('collect garbage', { cause: options.signal.reason })
     throw translateEngineError(
       error,
       'container:docker',
@@ -129,6 +136,7 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
   const { docker } = options
   const now = options.now ?? Date.now()
   const filters = { label: [`${LABEL.managed}=1`] }
+  const listing = options.signal ? { abortSignal: options.signal } : {}
   const unjudged: UnjudgedResource[] = []
   const detachedKept: string[] = []
   const report: GarbageReport = {
@@ -146,6 +154,7 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
   }
   // One resource that cannot go (in use, or being removed by someone else) does not stop the rest.
   const remove = async (id: string, operation: () => Promise<unknown>): Promise<void> => {
+    options.signal?.throwIfAborted()
     try {
       await operation()
     } catch (error) {
@@ -176,7 +185,7 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
     return owner.state === 'gone'
   }
 
-  for (const info of await docker.listContainers({ all: true, filters })) {
+  for (const info of await docker.listContainers({ all: true, filters, ...listing })) {
     if (info.Labels?.[LABEL.role] === 'runtime') continue
     if (!isGarbage('container', info.Id, info.Labels)) {
       ;(report as { kept: number }).kept++
@@ -200,7 +209,7 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
     if (!options.dryRun)
       await remove(id, () => docker.getContainer(id).remove({ force: true, v: true }))
   }
-  const volumes = (await docker.listVolumes({ filters })).Volumes ?? []
+  const volumes = (await docker.listVolumes({ filters, ...listing })).Volumes ?? []
   for (const volume of volumes) {
     const role = (volume.Labels as Record<string, string> | null)?.[LABEL.role]
     if (role === 'runtime' || role === 'volume' || role === 'volume-use') continue
@@ -222,6 +231,7 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
   const retentionMs = options.snapshotRetentionMs ?? DEFAULT_SNAPSHOT_RETENTION_MS
   const snapshots = await docker.listImages({
     filters: { label: [`${LABEL.managed}=1`, `${LABEL.role}=snapshot`] },
+    ...listing,
   })
   /** The snapshots whose records go in this run: their checkpoints go too, however recent. */
   const goneSnapshots = new Set<string>()
@@ -239,6 +249,7 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
       report.images.push(image.Id)
       continue
     }
+    options.signal?.throwIfAborted()
     try {
       // Untagged first: no new sandbox starts from it, whatever happens next.
       for (const tag of tags) await docker.getImage(tag).remove({ force: true })
@@ -250,9 +261,10 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
       else (report as { kept: number }).kept++
     }
   }
+  options.signal?.throwIfAborted()
   await collectCheckpoints(docker, options, report, goneSnapshots, now)
   await collectNamedVolumes(options, now, report, remove)
-  for (const network of await docker.listNetworks({ filters })) {
+  for (const network of await docker.listNetworks({ filters, ...listing })) {
     if (!isGarbage('network', network.Id, network.Labels)) {
       ;(report as { kept: number }).kept++
       continue

@@ -4,6 +4,7 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import {
+  SandboxAbortedError,
   SandboxBackendUnavailableError,
   SandboxControlRefusedError,
   SandboxCreateTimeoutError,
@@ -14,6 +15,7 @@ import {
 import { BUSYBOX_IMAGE, engineLeftovers, testRunId, testRunLabels } from '@cordon/test-support'
 import { describe, expect, it } from 'vitest'
 import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
+import { engineFront } from './engine-front.js'
 import { docker, testProvider } from './test-run.js'
 
 describe('create and destroy', () => {
@@ -266,39 +268,14 @@ describe('a host that dies', () => {
 
   // (Any provider on this host may do the sweep: test files run side by side.)
   it("a new provider sweeps what dead owners left on the engine, and never a live owner's", async () => {
-    // A volume made by a process that has since exited, with cordon's owner labels.
-    const script = `
-      import { ownerLabels } from '@cordon/core/backend'
-      import { testRunLabels } from '@cordon/test-support'
-      import Docker from 'dockerode'
-      const labels = { ...ownerLabels('dead-owner-test'), ...testRunLabels() }
-      const volume = await new Docker().createVolume({ Name: 'cordon-test-dead-' + process.pid, Labels: labels })
-      process.stdout.write(volume.name)
-    `
-    const made = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
-      cwd: fileURLToPath(new URL('..', import.meta.url)),
-      encoding: 'utf8',
-    })
-    expect(made.status, made.stderr).toBe(0)
-    const deadVolume = made.stdout.trim()
+    const deadVolume = leaveDeadOwnersVolume()
     const live = testProvider()
     const kept = await live.create()
     try {
       const sweeper = testProvider()
       try {
         await sweeper.create()
-        let gone = false
-        for (let attempt = 0; attempt < 40 && !gone; attempt++) {
-          await new Promise((resolve) => setTimeout(resolve, 250))
-          gone = await docker
-            .getVolume(deadVolume)
-            .inspect()
-            .then(
-              () => false,
-              (error: { statusCode?: number }) => error.statusCode === 404,
-            )
-        }
-        expect(gone).toBe(true)
+        expect(await volumeGoneWithin(deadVolume, 10_000)).toBe(true)
         // The live owner's sandbox is untouched.
         expect((await docker.getContainer(`cordon-${kept.id}`).inspect()).State.Running).toBe(true)
       } finally {
@@ -312,9 +289,85 @@ describe('a host that dies', () => {
         .catch(() => {})
     }
   })
+
+  it("a dead owners' sweep that failed is run again by the provider's next create", async () => {
+    const deadVolume = leaveDeadOwnersVolume()
+    // The sweep's first call, its listing of cordon's containers, fails once.
+    const front = await engineFront({ refuse: SWEEP_LISTING })
+    const provider = testProvider({ socketPath: front.socketPath })
+    try {
+      const first = await provider.create()
+      await front.refused
+      const second = await provider.create()
+      // The second create started the sweep again, and this time it went through.
+      let listings = 0
+      for (let attempt = 0; attempt < 100 && listings === 0; attempt++) {
+        listings = front.passed.filter((line) => line.includes(SWEEP_LISTING)).length
+        if (listings === 0) await new Promise((resolve) => setTimeout(resolve, 100))
+      }
+      expect(listings).toBe(1)
+      expect(await volumeGoneWithin(deadVolume, 10_000)).toBe(true)
+      await Promise.all([first.destroy(), second.destroy()])
+    } finally {
+      await provider.close()
+      await front.close()
+      await docker
+        .getVolume(deadVolume)
+        .remove()
+        .catch(() => {})
+    }
+  })
 })
 
+/** The sweep's listing of the containers cordon made, as the engine's request line has it. */
+const SWEEP_LISTING = `/containers/json?all=true&filters=${encodeURIComponent(
+  JSON.stringify({ label: ['cordon.managed=1'] }),
+)}`
+
+/** A volume with cordon's owner labels, made by a process that has exited since. */
+function leaveDeadOwnersVolume(): string {
+  const script = `
+    import { ownerLabels } from '@cordon/core/backend'
+    import { testRunLabels } from '@cordon/test-support'
+    import Docker from 'dockerode'
+    const labels = { ...ownerLabels('dead-owner-test'), ...testRunLabels() }
+    const volume = await new Docker().createVolume({ Name: 'cordon-test-dead-' + process.pid, Labels: labels })
+    process.stdout.write(volume.name)
+  `
+  const made = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
+    cwd: fileURLToPath(new URL('..', import.meta.url)),
+    encoding: 'utf8',
+  })
+  expect(made.status, made.stderr).toBe(0)
+  return made.stdout.trim()
+}
+
+async function volumeGoneWithin(name: string, ms: number): Promise<boolean> {
+  for (const deadline = Date.now() + ms; Date.now() < deadline; ) {
+    const gone = await docker
+      .getVolume(name)
+      .inspect()
+      .then(
+        () => false,
+        (error: { statusCode?: number }) => error.statusCode === 404,
+      )
+    if (gone) return true
+    await new Promise((resolve) => setTimeout(resolve, 250))
+  }
+  return false
+}
+
 describe('cordon gc', () => {
+  it('stops at its signal with SandboxAbortedError', async () => {
+    const controller = new AbortController()
+    controller.abort(new Error('enough'))
+    const error = await collectGarbage({ docker, signal: controller.signal }).catch(
+      (caught: unknown) => caught,
+    )
+    expect(SandboxAbortedError.isInstance(error)).toBe(true)
+    expect(error).toMatchObject({ operation: 'collect garbage', cause: { message: 'enough' } })
+  })
+
   it("removes the leftovers of a crashed owner and never a live owner's", async () => {
     const live = testProvider()
     const kept = await live.create()

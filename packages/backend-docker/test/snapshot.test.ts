@@ -11,7 +11,7 @@ import {
   createDockerSandboxProvider,
   DEFAULT_SNAPSHOT_RETENTION_MS,
 } from '../src/index.js'
-import { delayingEngineFront } from './delaying-engine-front.js'
+import { engineFront } from './engine-front.js'
 import { docker } from './test-run.js'
 
 const SCRATCH = '/mnt/user-data/scratch'
@@ -300,7 +300,9 @@ describe('snapshot garbage and failures', () => {
   it('a snapshot given up while the engine is slow to make its helper leaves nothing once it rejects', async () => {
     // The engine takes the helper's create only after the snapshot was given
     // up: a call cut off on the client would still land, after the rejection.
-    const front = await delayingEngineFront('/containers/create?name=cordon-snapshot-', 400)
+    const front = await engineFront({
+      hold: { request: '/containers/create?name=cordon-snapshot-', ms: 400 },
+    })
     const slowEngine = createDockerSandboxProvider({
       backend: {
         tier: 'container',
@@ -315,7 +317,7 @@ describe('snapshot garbage and failures', () => {
       const source = await slowEngine.create()
       try {
         const controller = new AbortController()
-        void front.seen.then(() => controller.abort(new Error('given up')))
+        void front.held.then(() => controller.abort(new Error('given up')))
         const outcome = await source.snapshot({ signal: controller.signal }).then(
           () => 'taken',
           (error: unknown) => error,
