@@ -121,7 +121,11 @@ import { SandboxEgress } from './sandbox-egress.js'
 
 export const DEFAULT_READINESS_TIMEOUT_MS = 30_000
 
-/** When to sweep again after a failed create: a cut-off engine call can land seconds later on a busy engine. */
+/**
+ * When to sweep again after a failed create: the container's create is left
+ * to finish before the cleanup runs, but only for withDeadline's settle time;
+ * on an engine slower than that it can land later still.
+ */
 const LATE_SWEEPS_MS = [1000, 3000, 8000]
 /** How long the background sweep of dead owners' leftovers may take before it is given up (and run again later). */
 const DEAD_OWNER_SWEEP_TIMEOUT_MS = 5 * 60_000
@@ -443,7 +447,7 @@ export class DockerBackend implements CordonSandboxBackend {
     }
     const removeAfterFailure = async (): Promise<void> => {
       await remove()
-      // A create call the deadline cut off may still land on the engine; sweep once more shortly after.
+      // A create call slower than the settle time may still land on the engine; sweep once more shortly after.
       const sweeps = LATE_SWEEPS_MS.map((delay, index) =>
         setTimeout(() => {
           if (index === LATE_SWEEPS_MS.length - 1) this.lateSweeps.delete(name)
@@ -559,8 +563,11 @@ export class DockerBackend implements CordonSandboxBackend {
               poolThreads: agentPoolThreads(this.config.runtime),
             }),
           }),
-          abortSignal: signal,
         } as Docker.ContainerCreateOptions
+        // Not cut off by the signal: cut off here, the engine can still make
+        // the container after the cleanup looked for it. The cleanup waits
+        // for this call (withDeadline's settle), and the signal is looked at
+        // once it returns.
         let container = await this.engine.docker.createContainer(spec).catch(async (error) => {
           // Removed from the engine since this backend last looked: pulled again, as docker run would.
           if (!isMissingImage(error) || snapshot) throw error
@@ -570,6 +577,7 @@ export class DockerBackend implements CordonSandboxBackend {
           step('creating the container')
           return this.engine.docker.createContainer(spec)
         })
+        signal.throwIfAborted()
         if (volumesWanted.length > 0) {
           // Again with this container on the engine: of two creates racing
           // for one volume, each sees the other here, and neither goes on unseen.

@@ -65,6 +65,29 @@ describe('create and destroy', () => {
     expect(containers).toEqual([])
   })
 
+  it('a create aborted while the engine is slow to make its container leaves nothing once it rejects', async () => {
+    // The engine takes the container's create only after the abort: cut off
+    // on the client, the call would still land, after the cleanup looked.
+    const front = await engineFront({
+      hold: { request: '/containers/create?name=cordon-sbx_', ms: 400 },
+    })
+    const provider = testProvider({ socketPath: front.socketPath })
+    try {
+      const controller = new AbortController()
+      void front.held.then(() => controller.abort(new Error('given up')))
+      const error = await provider
+        .create({ signal: controller.signal })
+        .catch((caught: unknown) => caught)
+      // Whatever the engine did with the create, it has answered by now.
+      await front.answered
+      expect(await providerResources(provider.instanceId)).toEqual([])
+      expect(SandboxAbortedError.isInstance(error), String(error)).toBe(true)
+    } finally {
+      await provider.close()
+      await front.close()
+    }
+  })
+
   it('reports an unreachable engine clearly', async () => {
     const provider = testProvider({ socketPath: '/nonexistent/docker.sock' })
     const error = await provider.create().catch((caught: unknown) => caught)

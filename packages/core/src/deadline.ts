@@ -26,6 +26,14 @@ export interface DeadlineOptions<T> {
    */
   readonly disposeLate?: (late: T) => Promise<void>
   readonly cleanupGraceMs?: number
+  /**
+   * After a timeout or abort, how long the cleanup waits for the operation to
+   * settle before it runs (default half the cleanup grace). An engine call in
+   * flight when the deadline fell (a container being created) then lands
+   * first, and the cleanup finds and removes what it made; an operation that
+   * does not settle in time is cleaned up after anyway.
+   */
+  readonly settleMs?: number
   readonly onCleanupError?: (error: unknown) => void
 }
 
@@ -33,10 +41,14 @@ export interface DeadlineOptions<T> {
  * Runs `operation` against a deadline and the caller's abort signal.
  *
  * The operation receives a signal that fires on expiry, on the caller's abort,
- * or never; it should pass it to everything it awaits. Whichever comes first
- * decides the outcome: a result that arrives after expiry or abort is refused
- * (and given to `disposeLate`), and failure cleanup runs with a bounded grace so
- * a wedged cleanup cannot hang the caller.
+ * or never; it should pass it to everything it awaits, but for a call that
+ * makes something on a server (cut off on the client, such a call can still
+ * land there after the cleanup looked): that one is left to finish and the
+ * signal looked at once it returns. Whichever comes first decides the
+ * outcome: a result that arrives after expiry or abort is refused (and given
+ * to `disposeLate`), and failure cleanup runs once the operation settled (or
+ * `settleMs` passed), with a bounded grace so a wedged cleanup cannot hang
+ * the caller.
  */
 export async function withDeadline<T>(
   operation: (signal: AbortSignal) => Promise<T>,
@@ -88,12 +100,31 @@ export async function withDeadline<T>(
         () => {},
       )
     }
-    if (options.cleanup) await runBounded(options.cleanup, options)
+    if (options.cleanup) {
+      const settleMs = options.settleMs ?? (options.cleanupGraceMs ?? DEFAULT_CLEANUP_GRACE_MS) / 2
+      await settled(running, settleMs)
+      await runBounded(options.cleanup, options)
+    }
     throw error
   } finally {
     if (timer) clearTimeout(timer)
     removeAbortListener()
   }
+}
+
+/** Resolves when `operation` settles, or after `ms`, whichever is first. */
+async function settled(operation: Promise<unknown>, ms: number): Promise<void> {
+  let timer: ReturnType<typeof setTimeout> | undefined
+  await Promise.race([
+    operation.then(
+      () => {},
+      () => {},
+    ),
+    new Promise<void>((resolve) => {
+      timer = setTimeout(resolve, ms)
+    }),
+  ])
+  clearTimeout(timer)
 }
 
 async function runBounded(

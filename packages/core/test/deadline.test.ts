@@ -19,12 +19,53 @@ describe('withDeadline', () => {
         seen = signal
         return new Promise<number>(() => {})
       },
-      { timeoutMs: 30, operation: 'op', onTimeout: timeoutError, cleanup },
+      { timeoutMs: 30, operation: 'op', onTimeout: timeoutError, cleanup, settleMs: 20 },
     )
     await expect(promise).rejects.toBeInstanceOf(SandboxCreateTimeoutError)
     expect(seen?.aborted).toBe(true)
     expect(seen?.reason).toBeInstanceOf(SandboxCreateTimeoutError)
     expect(cleanup).toHaveBeenCalledTimes(1)
+  })
+
+  it('runs the cleanup after the operation settled, so it finds what a call in flight made', async () => {
+    const order: string[] = []
+    const controller = new AbortController()
+    const promise = withDeadline(
+      async (signal) => {
+        // A call that makes something, left to finish: it lands after the abort.
+        await sleep(60)
+        order.push('made')
+        signal.throwIfAborted()
+        return 1
+      },
+      {
+        signal: controller.signal,
+        operation: 'create',
+        onTimeout: timeoutError,
+        cleanup: async () => {
+          order.push('cleanup')
+        },
+      },
+    )
+    setTimeout(() => controller.abort('enough'), 10)
+    await expect(promise).rejects.toBeInstanceOf(SandboxAbortedError)
+    expect(order).toEqual(['made', 'cleanup'])
+  })
+
+  it('cleans up after settleMs when the operation does not settle', async () => {
+    const cleanup = vi.fn(async () => {})
+    const started = performance.now()
+    await expect(
+      withDeadline(() => new Promise<number>(() => {}), {
+        timeoutMs: 10,
+        operation: 'op',
+        onTimeout: timeoutError,
+        cleanup,
+        settleMs: 50,
+      }),
+    ).rejects.toBeInstanceOf(SandboxCreateTimeoutError)
+    expect(cleanup).toHaveBeenCalledTimes(1)
+    expect(performance.now() - started).toBeGreaterThanOrEqual(55)
   })
 
   it('refuses a result that arrives late and disposes of it', async () => {
@@ -64,6 +105,7 @@ describe('withDeadline', () => {
       operation: 'create',
       onTimeout: timeoutError,
       cleanup,
+      settleMs: 20,
     })
     setTimeout(() => during.abort('late'), 10)
     const error = await pending.catch((caught: unknown) => caught)
