@@ -48,6 +48,7 @@ import {
   asSandboxSnapshot,
   ControlPlaneSnapshotStore,
   DEFAULT_SNAPSHOT_RETENTION_MS,
+  SNAPSHOT_SWEEP_TIMEOUT_MS,
   snapshotLabels,
   snapshotReference,
 } from './snapshot-store.js'
@@ -92,18 +93,13 @@ export function createMicroVMBackend(
   const snapshotScope = config.agentSnapshot
   const snapshots = new ControlPlaneSnapshotStore(controlPlane, snapshotScope)
   const snapshotRetentionMs = config.snapshotRetentionMs ?? DEFAULT_SNAPSHOT_RETENTION_MS
-  // Once per backend, on its first create: snapshots past their retention go.
-  let retentionSweep: Promise<void> | undefined
-  const sweepExpiredSnapshots = (): Promise<void> => {
-    retentionSweep ??= snapshots
-      .removeOlderThan(snapshotRetentionMs, AbortSignal.timeout(10_000))
-      .then(
-        () => {},
-        // A control plane without snapshots, or one that is down, must not stop creates.
-        () => {},
-      )
-    return retentionSweep
-  }
+  // In the background of the backend's first create (and of the next one
+  // after a sweep that failed: a control plane down or slow for a moment,
+  // one deletion refused): snapshots past their retention go.
+  const retentionSweep = backgroundSweep(
+    (signal) => snapshots.removeOlderThan(snapshotRetentionMs, signal),
+    SNAPSHOT_SWEEP_TIMEOUT_MS,
+  )
 
   /**
    * In the background of the backend's first create, connect or list (and
@@ -122,7 +118,7 @@ export function createMicroVMBackend(
       resolveBackendOptions(backendOptions, microVMBackend, config),
     )
     // In the background: an orchestrator that is slow or down must not hold up (or fail) the create.
-    void sweepExpiredSnapshots()
+    retentionSweep.run()
     sweepEndedDetached()
     return runCreateSequence(
       {
@@ -367,7 +363,7 @@ export function createMicroVMBackend(
     list,
     snapshots,
     async close() {
-      await detachedSweep.stop()
+      await Promise.all([detachedSweep.stop(), retentionSweep.stop()])
       await controlPlane.close()
     },
   }

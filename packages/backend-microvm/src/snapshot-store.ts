@@ -6,7 +6,7 @@ import {
   SandboxSnapshotNotFoundError,
   type SandboxSnapshotStore,
 } from '@cordon/core'
-import { LABEL, parseBackendConfig } from '@cordon/core/backend'
+import { LABEL, parseBackendConfig, removeEach } from '@cordon/core/backend'
 import { BACKEND_NAME, type ControlPlaneClient, controlPlaneFor } from './control-plane-client.js'
 import type { AgentSnapshotReference, SnapshotBody } from './control-plane-types.js'
 import { microVMBackend } from './definition.js'
@@ -15,7 +15,7 @@ import type { ReportedEgress } from './reconnect-state.js'
 /** How long a snapshot cordon took is kept on the orchestrator unless the config says otherwise: 7 days. */
 export const DEFAULT_SNAPSHOT_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
 /** How long removing expired snapshots may take when the caller gives no signal. */
-const SNAPSHOT_SWEEP_TIMEOUT_MS = 60_000
+export const SNAPSHOT_SWEEP_TIMEOUT_MS = 60_000
 
 /** Labels a cordon snapshot carries on the control plane, beside the owner's. */
 export const SNAPSHOT_LABEL = {
@@ -134,8 +134,13 @@ export class ControlPlaneSnapshotStore implements SandboxSnapshotStore {
       (snapshot) => snapshot.createdAt < cutoff,
     )
     if (!dryRun)
-      for (const snapshot of expired)
-        await this.controlPlane.deleteSnapshot(snapshotReference(snapshot.id, this.scope), signal)
+      // One that cannot be deleted does not keep the others: all are tried, then it is reported.
+      await removeEach(
+        expired,
+        (snapshot) => snapshot.id,
+        (snapshot) =>
+          this.controlPlane.deleteSnapshot(snapshotReference(snapshot.id, this.scope), signal),
+      )
     return expired.map((snapshot) => snapshot.id)
   }
 

@@ -24,6 +24,7 @@ import {
   createMicroVMBackend,
   createMicroVMSandboxProvider,
 } from '../src/index.js'
+import { refusingFront } from './refusing-front.js'
 
 /**
  * The control plane's pause, resume and snapshot operations against the
@@ -373,6 +374,9 @@ describe('snapshot retention on the control plane (orchestrator stand-in)', () =
       try {
         const sandbox = await sweeper.create()
         await sandbox.destroy()
+        // The sweep runs in the background of the create; close() would stop it.
+        for (let waited = 0; standin.snapshots().length > 1 && waited < 10_000; waited += 100)
+          await new Promise((resolve) => setTimeout(resolve, 100))
       } finally {
         await sweeper.close()
       }
@@ -384,6 +388,50 @@ describe('snapshot retention on the control plane (orchestrator stand-in)', () =
     } finally {
       await client.deleteSnapshot(foreign)
       await client.close()
+      await taker.close()
+    }
+  })
+
+  it('a retention sweep that failed is run again by the next create', async () => {
+    const taker = createMicroVMSandboxProvider({ backend: standin.backendConfig() })
+    // The sweep's listing of cordon's snapshots is refused once.
+    const front = await refusingFront(
+      standin.backendConfig().orchestratorEndpoint,
+      1,
+      (method, url) => method === 'GET' && url.pathname === '/v1/snapshots',
+    )
+    const sweeper = createMicroVMSandboxProvider({
+      backend: {
+        ...standin.backendConfig(),
+        orchestratorEndpoint: front.endpoint,
+        snapshotRetentionMs: 10,
+      },
+    })
+    const within = async (check: () => boolean, ms: number): Promise<boolean> => {
+      for (let waited = 0; !check() && waited < ms; waited += 100)
+        await new Promise((resolve) => setTimeout(resolve, 100))
+      return check()
+    }
+    try {
+      const source = await taker.create()
+      await source.snapshot()
+      await source.destroy()
+      await new Promise((resolve) => setTimeout(resolve, 50))
+      const first = await sweeper.create()
+      expect(await within(() => front.refused() === 1, 10_000)).toBe(true)
+      await first.destroy()
+      // The refused sweep removed nothing, and nothing started it again by itself.
+      await new Promise((resolve) => setTimeout(resolve, 1_000))
+      expect(standin.snapshots()).toHaveLength(1)
+      const second = await sweeper.create()
+      await second.destroy()
+      expect(
+        await within(() => standin.snapshots().length === 0, 10_000),
+        "the second create's sweep removed the expired snapshot",
+      ).toBe(true)
+    } finally {
+      await sweeper.close()
+      await front.close()
       await taker.close()
     }
   })

@@ -1,7 +1,5 @@
 import { execFile } from 'node:child_process'
 import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
-import { createServer, type Server } from 'node:http'
-import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -15,6 +13,7 @@ import { LABEL } from '@cordon/core/backend'
 import { startTestOrchestrator, type TestOrchestratorStandin } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createMicroVMSandboxProvider, removeEndedDetachedMicroVMGuests } from '../src/index.js'
+import { refusingFront } from './refusing-front.js'
 
 const run = promisify(execFile)
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
@@ -66,52 +65,6 @@ function relabelled(credential: string, sandboxId: string): string {
   const fields = JSON.parse(Buffer.from(credential.slice(dot + 1), 'base64url').toString())
   fields.sandboxId = sandboxId
   return `${credential.slice(0, dot + 1)}${Buffer.from(JSON.stringify(fields)).toString('base64url')}`
-}
-
-/**
- * An HTTP front for the stand-in's control plane that refuses (409) the first
- * `refusals` listings of detached guests, the sweep's own request, and passes
- * everything else through.
- */
-async function refusingSweepListings(
-  target: string,
-  refusals: number,
-): Promise<{ endpoint: string; refused: () => number; close: () => Promise<void> }> {
-  let refused = 0
-  const server: Server = createServer(async (req, res) => {
-    const url = new URL(req.url ?? '/', target)
-    if (
-      req.method === 'GET' &&
-      url.pathname === '/v1/sandboxes' &&
-      url.searchParams.getAll('label').includes(`${LABEL.detached}=1`) &&
-      refused < refusals
-    ) {
-      refused++
-      res.writeHead(409, { 'content-type': 'application/json' })
-      res.end(JSON.stringify({ error: { code: 'conflict', message: 'refused for the test' } }))
-      return
-    }
-    const chunks: Buffer[] = []
-    for await (const chunk of req) chunks.push(chunk as Buffer)
-    const answer = await fetch(url, {
-      method: req.method ?? 'GET',
-      headers: {
-        ...(req.headers.authorization ? { authorization: req.headers.authorization } : {}),
-        ...(chunks.length > 0 ? { 'content-type': 'application/json' } : {}),
-      },
-      ...(chunks.length > 0 ? { body: Buffer.concat(chunks) } : {}),
-    })
-    res.writeHead(answer.status, {
-      'content-type': answer.headers.get('content-type') ?? 'application/json',
-    })
-    res.end(Buffer.from(await answer.arrayBuffer()))
-  })
-  await new Promise<void>((resolve) => server.listen(0, '127.0.0.1', resolve))
-  return {
-    endpoint: `http://127.0.0.1:${(server.address() as AddressInfo).port}`,
-    refused: () => refused,
-    close: () => new Promise((resolve) => server.close(() => resolve())),
-  }
 }
 
 describe('reconnect on the orchestrator stand-in', () => {
@@ -307,7 +260,14 @@ describe('reconnect on the orchestrator stand-in', () => {
 
   it('a sweep the control plane refused runs again at the next list, and deletes the ended paused guest', async () => {
     const sandbox = await leaveEndedPausedGuest(3_000)
-    const front = await refusingSweepListings(standin.backendConfig().orchestratorEndpoint, 1)
+    const front = await refusingFront(
+      standin.backendConfig().orchestratorEndpoint,
+      1,
+      (method, url) =>
+        method === 'GET' &&
+        url.pathname === '/v1/sandboxes' &&
+        url.searchParams.getAll('label').includes(`${LABEL.detached}=1`),
+    )
     const next = createMicroVMSandboxProvider({
       backend: { ...standin.backendConfig(), orchestratorEndpoint: front.endpoint },
       credentialStore: false,
