@@ -42,6 +42,7 @@ import {
 } from './agent-runtime.js'
 import { resumeOverSocketPipe, type SocketPipeSession } from './agent-socket-pipe.js'
 import { attachChannel } from './attached-channel.js'
+import { removeContainerAndWait } from './container-removal.js'
 import {
   agentEnvironment,
   containerSpec,
@@ -82,12 +83,7 @@ import { openDockerTerminal } from './docker-terminal.js'
 import { EgressGateway } from './egress-gateway.js'
 import { endReason, explainLostCommand } from './end-reason.js'
 import { connectEngine, type EngineConnection } from './engine-connection.js'
-import {
-  isBeingRemoved,
-  isMissingImage,
-  isNotFound,
-  translateEngineError,
-} from './engine-errors.js'
+import { isMissingImage, isNotFound, translateEngineError } from './engine-errors.js'
 import { EngineEvents } from './engine-events.js'
 import { pauseContainer, unpauseContainer } from './engine-freezer.js'
 import { engineUsage } from './engine-usage.js'
@@ -134,9 +130,6 @@ const DEAD_OWNER_SWEEP_TIMEOUT_MS = 5 * 60_000
  * the user's processes, walk the outputs) before the engine kills it.
  */
 const SEAL_WAIT_MS = 10_000
-/** How long `destroy()` waits for a removal the engine already started: 10 s. */
-const REMOVAL_WAIT_ATTEMPTS = 200
-const REMOVAL_WAIT_INTERVAL_MS = 50
 /**
  * How long a restored agent may take to listen on its host-backed socket
  * once told (host-socket-resume.ts) before the resume goes through the
@@ -1071,26 +1064,7 @@ export class DockerBackend implements CordonSandboxBackend {
    * so `destroy()` never resolves while the container still exists.
    */
   private async removeContainer(name: string): Promise<void> {
-    const container = this.engine.docker.getContainer(name)
-    try {
-      // `v`: its anonymous volumes (a gVisor agent's socket directory) go with it.
-      await container.remove({ force: true, v: true })
-      return
-    } catch (error) {
-      if (isNotFound(error)) return
-      if (!isBeingRemoved(error)) throw error
-    }
-    for (let attempt = 0; attempt < REMOVAL_WAIT_ATTEMPTS; attempt++) {
-      const gone = await container.inspect().then(
-        () => false,
-        (error: unknown) => {
-          if (isNotFound(error)) return true
-          throw error
-        },
-      )
-      if (gone) return
-      await new Promise((resolve) => setTimeout(resolve, REMOVAL_WAIT_INTERVAL_MS))
-    }
+    await removeContainerAndWait(this.engine.docker.getContainer(name))
   }
 
   /** Reaches a detached sandbox of this engine again (detached-connect.ts). */

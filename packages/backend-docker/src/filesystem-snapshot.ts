@@ -10,7 +10,8 @@ import {
 import { LABEL, newSnapshotId, planLayoutMounts } from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import type { AgentRuntime } from './agent-runtime.js'
-import { isBeingRemoved, isNotFound } from './engine-errors.js'
+import { removeContainerAndWait } from './container-removal.js'
+import { isNotFound } from './engine-errors.js'
 import { CAPTURE_SCRIPT, RESTORE_SCRIPT } from './snapshot-scripts.js'
 
 /** The repository of every snapshot image; its tag is the snapshot's id. */
@@ -226,18 +227,11 @@ export async function takeFilesystemSnapshot(source: SnapshotSource): Promise<St
       // A helper the engine would not remove fails a snapshot that had
       // succeeded; after a failure, that failure is the one reported (the
       // helper is labelled, and gc removes it).
-      await removeContainer(helper).catch((error: unknown) => {
+      await removeContainerAndWait(helper).catch((error: unknown) => {
         if (!failed) throw error
       })
     }
   }
-}
-
-/** Removes a container; one already gone, or going, counts as removed. */
-async function removeContainer(container: Docker.Container): Promise<void> {
-  await container.remove({ force: true }).catch((error: unknown) => {
-    if (!isNotFound(error) && !isBeingRemoved(error)) throw error
-  })
 }
 
 /**

@@ -5,6 +5,7 @@ import { type SandboxConfigIssue, SandboxConfigValidationError, SandboxError } f
 import { LABEL, throwIfAborted, withDeadline } from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import { buildContextEntries } from './build-context.js'
+import { removeContainerAndWait } from './container-removal.js'
 import { connectEngine } from './engine-connection.js'
 import { engineMessage, isNotFound, isUnreachable, translateEngineError } from './engine-errors.js'
 import { followEngineProgress } from './engine-progress-stream.js'
@@ -226,12 +227,9 @@ class BuildOutput {
  * engine refuses to remove it, and it stays.
  */
 async function removeBuildLeftovers(docker: Docker, build: BuildOutput): Promise<void> {
-  if (build.stepContainer) {
-    await docker
-      .getContainer(build.stepContainer)
-      .remove({ force: true })
-      .catch(() => {})
-  }
+  // Gone before the images: the step's image cannot be removed while its container exists.
+  if (build.stepContainer)
+    await removeContainerAndWait(docker.getContainer(build.stepContainer)).catch(() => {})
   for (const id of [...build.madeImages].reverse()) {
     const image = docker.getImage(id)
     const info = await image.inspect().catch((error: unknown) => {
