@@ -53,12 +53,15 @@ async function rawThroughProxy(sandbox: CordonSandbox, request: string): Promise
   return result.stdout
 }
 
-/** Decision events arrive when an exchange closes, which may be just after the client saw its reply. */
+/**
+ * Decision events arrive when an exchange closes, which may be just after the
+ * client saw its reply (seconds after, on a loaded two-core host).
+ */
 async function eventFor(
   events: () => SandboxEgressEvent[],
   match: (event: SandboxEgressEvent) => boolean,
 ): Promise<SandboxEgressEvent | undefined> {
-  for (let attempt = 0; attempt < 40; attempt++) {
+  for (let attempt = 0; attempt < 300; attempt++) {
     const found = events().find(match)
     if (found) return found
     await new Promise((resolve) => setTimeout(resolve, 50))
@@ -206,10 +209,12 @@ describe('egress through the gateway (Docker backend)', () => {
         { timeout: 15_000 },
       )
       expect(result.exitCode).toBe(0)
-      await eventFor(
-        egressEvents,
-        (event) => event.sandboxId === sandbox.id && event.decision === 'allow',
-      )
+      expect(
+        await eventFor(
+          egressEvents,
+          (event) => event.sandboxId === sandbox.id && event.decision === 'allow',
+        ),
+      ).toBeDefined()
       // For plain HTTP the gateway counts bodies: the 100 bytes posted, the answer read.
       expect(await sandbox.stats()).toMatchObject({
         egressBytesOut: 100,

@@ -171,35 +171,45 @@ describe('layout', () => {
           },
         },
       )
-      const sandbox = await provider.create()
-      expect(sandbox.rootDir).toBe('/mnt/user-data/outputs')
-      await sandbox.exec('sh', ['-c', 'echo result > /mnt/user-data/outputs/report.txt'])
-      expect(await readFile(join(dirs.outputs, 'report.txt'), 'utf8')).toBe('result\n')
-      expect((await sandbox.exec('cat', ['/mnt/user-data/uploads/input.csv'])).stdout).toBe('a,b\n')
-      expect((await sandbox.exec('cat', ['/mnt/skills/csv-tools/SKILL.md'])).stdout).toBe(
-        '# skill\n',
-      )
-      const writeUpload = await sandbox.exec('sh', [
-        '-c',
-        'echo x > /mnt/user-data/uploads/new.txt',
-      ])
-      expect(writeUpload.stderr).toMatch(/read-only/i)
-      const apiWrite = await sandbox
-        .writeFile('/mnt/user-data/uploads/new.txt', 'x')
-        .catch((caught: unknown) => caught)
-      expect(SandboxPathError.isInstance(apiWrite)).toBe(true)
-      expect(
-        new TextDecoder().decode(await sandbox.readFile('/mnt/user-data/uploads/input.csv')),
-      ).toBe('a,b\n')
-      await sandbox.writeFile('/mnt/user-data/scratch/tmp.txt', 'scratch')
-      const scratchFill = await sandbox.exec('dd', [
-        'if=/dev/zero',
-        'of=/mnt/user-data/scratch/fill',
-        'bs=1M',
-        'count=20',
-      ])
-      expect(scratchFill.stderr).toMatch(/no space/i)
-      await provider.close()
+      try {
+        const sandbox = await provider.create()
+        expect(sandbox.rootDir).toBe('/mnt/user-data/outputs')
+        const written = await sandbox.exec('sh', [
+          '-c',
+          'echo result > /mnt/user-data/outputs/report.txt',
+        ])
+        expect(written.exitCode, written.stderr).toBe(0)
+        expect(await readFile(join(dirs.outputs, 'report.txt'), 'utf8')).toBe('result\n')
+        expect((await sandbox.exec('cat', ['/mnt/user-data/uploads/input.csv'])).stdout).toBe(
+          'a,b\n',
+        )
+        expect((await sandbox.exec('cat', ['/mnt/skills/csv-tools/SKILL.md'])).stdout).toBe(
+          '# skill\n',
+        )
+        const writeUpload = await sandbox.exec('sh', [
+          '-c',
+          'echo x > /mnt/user-data/uploads/new.txt',
+        ])
+        expect(writeUpload.stderr).toMatch(/read-only/i)
+        const apiWrite = await sandbox
+          .writeFile('/mnt/user-data/uploads/new.txt', 'x')
+          .catch((caught: unknown) => caught)
+        expect(SandboxPathError.isInstance(apiWrite)).toBe(true)
+        expect(
+          new TextDecoder().decode(await sandbox.readFile('/mnt/user-data/uploads/input.csv')),
+        ).toBe('a,b\n')
+        await sandbox.writeFile('/mnt/user-data/scratch/tmp.txt', 'scratch')
+        const scratchFill = await sandbox.exec('dd', [
+          'if=/dev/zero',
+          'of=/mnt/user-data/scratch/fill',
+          'bs=1M',
+          'count=20',
+        ])
+        expect(scratchFill.stderr).toMatch(/no space/i)
+      } finally {
+        // Its sandboxes go with it: a failure here must not leave one for the tests after.
+        await provider.close()
+      }
     } finally {
       await rm(root, { recursive: true, force: true })
     }
