@@ -1,4 +1,8 @@
-import { SandboxAbortedError, type SandboxVolumeInfo } from '@cordon/core'
+import {
+  SandboxAbortedError,
+  SandboxConfigValidationError,
+  type SandboxVolumeInfo,
+} from '@cordon/core'
 import { judgeOwner, LABEL, type UnjudgedOwnerReason } from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import { isBeingRemoved, isNotFound, translateEngineError } from './engine-errors.js'
@@ -65,7 +69,10 @@ export interface GarbageReport {
    * engine name is in `volumes` too.
    */
   readonly namedVolumes: ReadonlyArray<SandboxVolumeInfo & { readonly removed: boolean }>
-  /** The sandbox ids of the detached sandboxes kept (before their end): their credentials still matter. */
+  /**
+   * The sandbox ids of the detached sandboxes kept (before their end): their
+   * credentials still matter. With `labels`, only those within the scope.
+   */
   readonly detachedKept: readonly string[]
 }
 
@@ -93,6 +100,18 @@ export interface CollectGarbageOptions {
    * started from one goes on; its image goes when the last such sandbox does.
    */
   readonly snapshotRetentionMs?: number
+  /**
+   * Collects only what carries every one of these labels, as a provider's
+   * `labels` config puts them on all it makes (containers, volumes,
+   * networks, snapshot images, named volumes and their use records): for a
+   * host sharing an engine with others that collects its own resources and
+   * nothing else. What no provider labels is then left to an unscoped run:
+   * agent runtimes, and the memory checkpoints and containerd's copies of
+   * snapshots not in the scope. Keys and values as Docker labels take them;
+   * a key that is empty or holds `=` or white space is refused with
+   * `SandboxConfigValidationError`.
+   */
+  readonly labels?: Readonly<Record<string, string>>
   /**
    * Stops the collection between two removals (a removal already sent goes
    * on) and cuts off a listing in progress; the collection then rejects.
@@ -132,10 +151,36 @@ export async function collectGarbage(options: CollectGarbageOptions): Promise<Ga
   }
 }
 
+/**
+ * The scope's labels as the engine's label filters (`key=value`, all of
+ * which must match), checked first: a key the filter would read differently
+ * than it was meant would widen the scope, not narrow it.
+ */
+function scopeFilters(labels: Readonly<Record<string, string>> | undefined): string[] {
+  const entries = Object.entries(labels ?? {})
+  const issues = entries.flatMap(([key, value]) =>
+    key === '' || /[=\s]/.test(key)
+      ? [
+          {
+            path: `labels.${key}`,
+            message: 'a label key must be non-empty, without "=" or white space',
+          },
+        ]
+      : typeof value !== 'string'
+        ? [{ path: `labels.${key}`, message: 'a label value must be a string' }]
+        : [],
+  )
+  if (issues.length > 0)
+    throw new SandboxConfigValidationError('garbage collection options', issues)
+  return entries.map(([key, value]) => `${key}=${value}`)
+}
+
 async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
   const { docker } = options
   const now = options.now ?? Date.now()
-  const filters = { label: [`${LABEL.managed}=1`] }
+  const scope = scopeFilters(options.labels)
+  const scoped = scope.length > 0
+  const filters = { label: [`${LABEL.managed}=1`, ...scope] }
   const listing = options.signal ? { abortSignal: options.signal } : {}
   const unjudged: UnjudgedResource[] = []
   const detachedKept: string[] = []
@@ -203,7 +248,10 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
       })
   }
   // After the sandboxes above, which may have been the last to mount a runtime.
-  const runtimes = await findRuntimeGarbage(docker, now)
+  // Runtimes are shared by every provider and carry no one's labels: not in any scope.
+  const runtimes = scoped
+    ? { containers: [], volumes: [], kept: 0 }
+    : await findRuntimeGarbage(docker, now)
   for (const id of runtimes.containers) {
     report.containers.push(id)
     if (!options.dryRun)
@@ -230,9 +278,13 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
   // Snapshots outlive their owner by design: only their age (or their host's removal) decides.
   const retentionMs = options.snapshotRetentionMs ?? DEFAULT_SNAPSHOT_RETENTION_MS
   const snapshots = await docker.listImages({
-    filters: { label: [`${LABEL.managed}=1`, `${LABEL.role}=snapshot`] },
+    filters: { label: [`${LABEL.managed}=1`, `${LABEL.role}=snapshot`, ...scope] },
     ...listing,
   })
+  /** With a scope, the snapshots within it: only their checkpoints are looked at. */
+  const scopedSnapshots = scoped
+    ? new Set(snapshots.flatMap((image) => image.Labels?.[SNAPSHOT_LABEL.id] ?? []))
+    : undefined
   /** The snapshots whose records go in this run: their checkpoints go too, however recent. */
   const goneSnapshots = new Set<string>()
   for (const image of snapshots) {
@@ -262,8 +314,8 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
     }
   }
   options.signal?.throwIfAborted()
-  await collectCheckpoints(docker, options, report, goneSnapshots, now)
-  await collectNamedVolumes(options, now, report, remove)
+  await collectCheckpoints(docker, options, report, goneSnapshots, now, scopedSnapshots)
+  await collectNamedVolumes(options, now, report, remove, scope)
   for (const network of await docker.listNetworks({ filters, ...listing })) {
     if (!isGarbage('network', network.Id, network.Labels)) {
       ;(report as { kept: number }).kept++
@@ -285,6 +337,7 @@ async function collectNamedVolumes(
   now: number,
   report: GarbageReport,
   remove: (id: string, operation: () => Promise<unknown>) => Promise<void>,
+  scope: readonly string[],
 ): Promise<void> {
   const { docker } = options
   const volumes = new DockerVolumes({
@@ -295,7 +348,7 @@ async function collectNamedVolumes(
   })
   const retention = options.volumeRetentionMs
   const named: Array<SandboxVolumeInfo & { removed: boolean }> = []
-  const listed = await volumes.listVolumes(now)
+  const listed = await volumes.listVolumes(now, scope)
   for (const volume of listed) {
     const expired =
       retention !== undefined && volume.usedBy.length === 0 && now - volume.lastUsedAt > retention
@@ -314,7 +367,7 @@ async function collectNamedVolumes(
   }
   const present = new Set(listed.map((volume) => volume.name))
   if (!options.dryRun)
-    for (const [name] of await volumes.useRecords())
+    for (const [name] of await volumes.useRecords(scope))
       if (!present.has(name)) await volumes.removeUseRecords(name, () => true)
   ;(report as unknown as { namedVolumes: typeof named }).namedVolumes = named
 }
@@ -334,11 +387,14 @@ async function collectCheckpoints(
   report: GarbageReport,
   goneSnapshots: ReadonlySet<string>,
   now: number,
+  scopedSnapshots: ReadonlySet<string> | undefined,
 ): Promise<void> {
   const rootDir = await engineRootDir(docker)
   if (!rootDir) return
   const recorded = new Set((await listSnapshots(docker)).map((snapshot) => snapshot.id))
   for (const id of listMemoryCheckpoints(rootDir)) {
+    // A checkpoint is a directory named by its snapshot: only the snapshot's image says whose it is.
+    if (scopedSnapshots && !scopedSnapshots.has(id)) continue
     report.checkpointCopies.push(
       ...(await sweepContainerdCopies(rootDir, id, options.dryRun === true)),
     )

@@ -237,12 +237,15 @@ export class DockerVolumes implements SandboxBackendVolumes {
     return this.engineCall('volumes.list', () => this.listVolumes(Date.now()))
   }
 
-  /** Every cordon volume, with its users and when it was last used. */
-  async listVolumes(now: number): Promise<SandboxVolumeInfo[]> {
+  /**
+   * Every cordon volume, with its users and when it was last used; with
+   * `scope` (label filters, `key=value`), only those carrying all of them.
+   */
+  async listVolumes(now: number, scope: readonly string[] = []): Promise<SandboxVolumeInfo[]> {
     const listed =
       (
         await this.docker.listVolumes({
-          filters: { label: [`${LABEL.managed}=1`, `${LABEL.role}=volume`] },
+          filters: { label: [`${LABEL.managed}=1`, `${LABEL.role}=volume`, ...scope] },
         })
       ).Volumes ?? []
     const users = await liveUsers(this.docker, now)
@@ -373,12 +376,17 @@ export class DockerVolumes implements SandboxBackendVolumes {
     )
   }
 
-  /** The use records on the engine, by volume name. */
-  async useRecords(): Promise<Map<string, Array<{ engineName: string; usedAt: number }>>> {
+  /**
+   * The use records on the engine, by volume name; with `scope`, those made
+   * by a process whose labels carry all of it.
+   */
+  async useRecords(
+    scope: readonly string[] = [],
+  ): Promise<Map<string, Array<{ engineName: string; usedAt: number }>>> {
     const listed =
       (
         await this.docker.listVolumes({
-          filters: { label: [`${LABEL.managed}=1`, `${LABEL.role}=volume-use`] },
+          filters: { label: [`${LABEL.managed}=1`, `${LABEL.role}=volume-use`, ...scope] },
         })
       ).Volumes ?? []
     const uses = new Map<string, Array<{ engineName: string; usedAt: number }>>()

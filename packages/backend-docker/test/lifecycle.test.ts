@@ -1,4 +1,4 @@
-import { spawn, spawnSync } from 'node:child_process'
+import { spawn } from 'node:child_process'
 import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -15,6 +15,7 @@ import {
 import { BUSYBOX_IMAGE, engineLeftovers, testRunId, testRunLabels } from '@cordon/test-support'
 import { describe, expect, it } from 'vitest'
 import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
+import { leaveDeadOwnersVolume, volumeGoneWithin } from './dead-owner.js'
 import { engineFront } from './engine-front.js'
 import { docker, testProvider } from './test-run.js'
 
@@ -356,39 +357,6 @@ describe('a host that dies', () => {
 const SWEEP_LISTING = `/containers/json?all=true&filters=${encodeURIComponent(
   JSON.stringify({ label: ['cordon.managed=1'] }),
 )}`
-
-/** A volume with cordon's owner labels, made by a process that has exited since. */
-function leaveDeadOwnersVolume(): string {
-  const script = `
-    import { ownerLabels } from '@cordon/core/backend'
-    import { testRunLabels } from '@cordon/test-support'
-    import Docker from 'dockerode'
-    const labels = { ...ownerLabels('dead-owner-test'), ...testRunLabels() }
-    const volume = await new Docker().createVolume({ Name: 'cordon-test-dead-' + process.pid, Labels: labels })
-    process.stdout.write(volume.name)
-  `
-  const made = spawnSync(process.execPath, ['--input-type=module', '-e', script], {
-    cwd: fileURLToPath(new URL('..', import.meta.url)),
-    encoding: 'utf8',
-  })
-  expect(made.status, made.stderr).toBe(0)
-  return made.stdout.trim()
-}
-
-async function volumeGoneWithin(name: string, ms: number): Promise<boolean> {
-  for (const deadline = Date.now() + ms; Date.now() < deadline; ) {
-    const gone = await docker
-      .getVolume(name)
-      .inspect()
-      .then(
-        () => false,
-        (error: { statusCode?: number }) => error.statusCode === 404,
-      )
-    if (gone) return true
-    await new Promise((resolve) => setTimeout(resolve, 250))
-  }
-  return false
-}
 
 describe('cordon gc', () => {
   it('stops at its signal with SandboxAbortedError', async () => {

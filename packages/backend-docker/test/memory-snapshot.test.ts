@@ -295,15 +295,16 @@ describe('memory snapshots under gVisor', () => {
         const leftover = mkdtempSync(join(temporary!, 'ctrd-checkpoint'))
         copyFileSync(join(checkpoint, 'checkpoint.img'), join(leftover, 'checkpoint.img'))
         const seen = await collectGarbage({ docker, dryRun: true })
-        expect(seen.checkpointCopies).toEqual([leftover])
-        expect(existsSync(leftover)).toBe(true)
+        // Every sweep on the engine removes such copies: a provider of another
+        // package's tests, starting now, may have taken it first. Still there
+        // after this dry run, it was there during it, and must have been seen.
+        if (existsSync(leftover)) expect(seen.checkpointCopies).toEqual([leftover])
         // Its record removed by hand (as a person's `docker rmi` would), and an hour old: gc removes it.
         await docker.getImage(`cordon-snapshot:${taken.id}`).remove({ force: true })
         const hourAgo = new Date(Date.now() - 3_600_000)
         utimesSync(checkpoint, hourAgo, hourAgo)
-        const collected = await collectGarbage({ docker })
-        expect(collected.checkpoints).toContain(taken.id)
-        expect(collected.checkpointCopies).toEqual([leftover])
+        await collectGarbage({ docker })
+        // Named by this run unless another sweep got there first; gone either way.
         expect(existsSync(checkpoint)).toBe(false)
         expect(existsSync(leftover)).toBe(false)
       } finally {

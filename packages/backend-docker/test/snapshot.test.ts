@@ -257,8 +257,9 @@ describe('snapshot garbage and failures', () => {
       expect((await docker.getImage(image!.Id).inspect()).Id).toBe(image!.Id)
       // ...and once nothing uses it, gc removes it.
       await holder.remove({ force: true })
-      const report = await collectGarbage({ docker })
-      expect(report.images).toContain(image!.Id)
+      await collectGarbage({ docker, labels: testRunLabels() })
+      // Every sweep on the engine removes such an image: a provider of another
+      // package's tests may have taken it first. Gone either way.
       await expect(docker.getImage(image!.Id).inspect()).rejects.toThrow()
     } finally {
       await source.destroy()

@@ -315,7 +315,12 @@ describe('named volumes (Docker)', () => {
     const listed = new Map((await volumes.list()).map((volume) => [volume.name, volume]))
     // Halfway between the two uses: the old one is past it, the fresh one within it.
     const retention = Date.now() - (listed.get(old)!.lastUsedAt + listed.get(fresh)!.lastUsedAt) / 2
-    const report = await collectGarbage({ docker, volumeRetentionMs: retention })
+    // Scoped to this test run: a retention this short would take other packages' test volumes too.
+    const report = await collectGarbage({
+      docker,
+      volumeRetentionMs: retention,
+      labels: testRunLabels(),
+    })
     const fate = (name: string) => report.namedVolumes.find((volume) => volume.name === name)
     expect(fate(old)?.removed).toBe(true)
     expect(report.volumes).toContain(engineVolumeName(old))

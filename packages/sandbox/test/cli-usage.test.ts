@@ -40,6 +40,11 @@ describe('cordon usage errors exit 64 and name what to fix', () => {
       ['gc', '--snapshot-retention', '0s'],
       'cordon gc: --snapshot-retention must be longer than 0, got "0s"',
     ],
+    [['gc', '--label', 'team'], 'cordon gc: --label takes <key>=<value>, not "team"'],
+    [
+      ['gc', '--label', 'team=a', '--microvm', 'microvm.json'],
+      'cordon gc: --label scopes only the Docker sweep: it cannot be combined with --aci or --microvm',
+    ],
     [
       ['prepare', 'extra'],
       'cordon prepare: cordon prepare takes no arguments, only flags (got "extra")',

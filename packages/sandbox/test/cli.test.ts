@@ -267,6 +267,51 @@ describe('the cordon command', () => {
     }
   }, 120_000)
 
+  it('gc --label removes only what carries the label, and refuses a key the engine cannot filter by', async () => {
+    const { createSandboxProvider } = await import('../src/index.js')
+    const scope = `team-${randomBytes(4).toString('hex')}`
+    const host = (labels: Record<string, string>) =>
+      createSandboxProvider({
+        backend: {
+          tier: 'container',
+          runtime: 'docker',
+          image: 'cordon-test/busybox:latest',
+          labels,
+        },
+        layout: { outputs: { source: { type: 'ephemeral' } } },
+      })
+    const mine = host({ 'cli-test.scope': scope })
+    const theirs = host({ 'cli-test.scope': `not-${scope}` })
+    const myVolume = `cli-gc-mine-${randomBytes(4).toString('hex')}`
+    const theirVolume = `cli-gc-theirs-${randomBytes(4).toString('hex')}`
+    await mine.volumes.create({ name: myVolume, sizeMb: 8 })
+    await theirs.volumes.create({ name: theirVolume, sizeMb: 8 })
+    try {
+      const result = await cordon([
+        'gc',
+        '--label',
+        `cli-test.scope=${scope}`,
+        '--volume-retention',
+        '0s',
+      ])
+      expect(result.code, result.stderr).toBe(0)
+      expect(result.stdout).toContain(`[labels cli-test.scope=${scope}]): removed`)
+      expect(result.stdout).toMatch(new RegExp(`volume ${myVolume} .*: removed\n`))
+      expect(result.stdout).not.toContain(theirVolume)
+      expect((await mine.volumes.list()).map((volume) => volume.name)).not.toContain(myVolume)
+      expect((await theirs.volumes.list()).map((volume) => volume.name)).toContain(theirVolume)
+
+      const refused = await cordon(['gc', '--label', 'has space=x', '--volume-retention', '0s'])
+      expect(refused.code).toBe(125)
+      expect(refused.stderr).toContain('labels.has space')
+      expect((await theirs.volumes.list()).map((volume) => volume.name)).toContain(theirVolume)
+    } finally {
+      await mine.volumes.remove(myVolume).catch(() => {})
+      await theirs.volumes.remove(theirVolume)
+      await Promise.all([mine.close(), theirs.close()])
+    }
+  }, 120_000)
+
   it('gc keeps what an owner in another PID namespace made, and says why', async () => {
     // The owner labels of a host in a PID namespace of its own on this machine.
     const labels = JSON.parse(

@@ -34,6 +34,7 @@ export interface DockerBackendModule {
     dryRun?: boolean
     snapshotRetentionMs?: number
     volumeRetentionMs?: number
+    labels?: Record<string, string>
   }): Promise<GarbageReport>
   connectEngine(config: Record<string, never>): {
     docker: unknown

@@ -6,7 +6,7 @@ import {
   type UnjudgedOwnerReason,
 } from '@cordon/core/backend'
 import { BACKEND_PACKAGES } from '../backend-packages.js'
-import { parseFlags } from './command-line.js'
+import { parseFlags, UsageError } from './command-line.js'
 import { type GarbageReport, loadDockerBackend } from './docker-backend-module.js'
 import { parseDurationFlag } from './duration-flag.js'
 import { ACI_GC, MICROVM_GC, prepareRemoteSweeps } from './remote-backend-sweeps.js'
@@ -25,7 +25,7 @@ const UNJUDGED_OWNER: Record<UnjudgedOwnerReason, string> = {
 }
 
 export const GC_USAGE = `usage: cordon gc [--dry-run] [--snapshot-retention <duration>] [--credential-store <dir>] [--volume-retention <duration>]
-                 [--aci <config.json>]... [--microvm <config.json>]...
+                 [--label <key>=<value>]... [--aci <config.json>]... [--microvm <config.json>]...
 
 Removes what cordon left on the Docker Engine for owners that are gone
 (containers, volumes, networks) and agent runtimes nothing uses; never what
@@ -43,6 +43,15 @@ Named volumes (provider.volumes) are the user's data: gc lists each one and
 keeps it, unless --volume-retention is given (0s takes every such volume);
 then a volume no sandbox mounts and none has used for longer than that is
 removed with everything in it.
+
+--label scopes the Docker sweep to what carries that label (the labels of
+a provider's backend config are on everything it makes); given more than
+once, to what carries all of them. For hosts sharing an engine: each
+collects its own and nothing else. Agent runtimes, which no provider
+labels, are then left alone, and so are the checkpoints of snapshots out
+of the scope; a detached sandbox's credential goes only at its end time.
+--label cannot be combined with --aci or --microvm, whose sweeps it would
+not scope.
 
 --aci and --microvm reach the other backends: each names a JSON file with
 the backend config's fields but its token function (tier and runtime or
@@ -85,6 +94,7 @@ export async function gcCommand(
       'snapshot-retention': { type: 'string' },
       'credential-store': { type: 'string' },
       'volume-retention': { type: 'string' },
+      label: { type: 'string', multiple: true },
       aci: { type: 'string', multiple: true },
       microvm: { type: 'string', multiple: true },
       help: { type: 'boolean', short: 'h' },
@@ -99,6 +109,11 @@ export async function gcCommand(
   const retention = values['volume-retention']
   const volumeRetentionMs =
     retention === undefined ? undefined : parseDurationFlag('volume-retention', retention)
+  const labels = parseLabelFlags(values.label ?? [])
+  if (labels && (values.aci?.length || values.microvm?.length))
+    throw new UsageError(
+      '--label scopes only the Docker sweep: it cannot be combined with --aci or --microvm',
+    )
   // Every file, token and package is checked before anything is removed anywhere.
   const remote = [
     ...(await prepareRemoteSweeps(ACI_GC, values.aci ?? [], { snapshotRetentionMs }, env)),
@@ -117,8 +132,14 @@ export async function gcCommand(
       dryRun,
       ...(snapshotRetentionMs !== undefined ? { snapshotRetentionMs } : {}),
       ...(volumeRetentionMs === undefined ? {} : { volumeRetentionMs }),
+      ...(labels ? { labels } : {}),
     })
-    printDockerReport(report, endpoint, { verb, volumeRetentionMs }, io)
+    const scope = labels
+      ? ` [labels ${Object.entries(labels)
+          .map(([key, value]) => `${key}=${value}`)
+          .join(', ')}]`
+      : ''
+    printDockerReport(report, `${endpoint}${scope}`, { verb, volumeRetentionMs }, io)
   } catch (error) {
     // Asked to sweep other backends, gc goes on without an engine it cannot reach.
     if (remote.length === 0 || !SandboxBackendUnavailableError.isInstance(error)) throw error
@@ -146,10 +167,14 @@ export async function gcCommand(
   const store = new CredentialStore(
     (values['credential-store'] as string | undefined) ?? defaultCredentialStore(),
   )
-  // Only the Docker sweep, when it ran, knows which detached sandboxes still run, and only its own
-  // backends'; a credential of another backend's sandbox goes at its end time.
+  // Only the Docker sweep, when it ran unscoped, knows which detached sandboxes still run, and only
+  // its own backends'; a credential of another backend's sandbox, or out of a --label scope, goes at
+  // its end time.
   const isGone = (id: SandboxId): boolean =>
-    report !== undefined && DOCKER_BACKENDS.has(store.load(id)?.backend ?? '') && !running.has(id)
+    report !== undefined &&
+    labels === undefined &&
+    DOCKER_BACKENDS.has(store.load(id)?.backend ?? '') &&
+    !running.has(id)
   const credentials = store.prune(Date.now(), isGone, dryRun)
   io.stdout(
     `cordon gc: ${verb} ${credentials.length} credentials of ended detached sandboxes from ${store.directory}\n`,
@@ -157,6 +182,18 @@ export async function gcCommand(
   for (const failure of report?.failed ?? [])
     io.stderr(`cordon gc: could not remove ${failure.id}: ${failure.reason}\n`)
   return (report?.failed.length ?? 0) > 0 || remoteFailed ? 1 : 0
+}
+
+/** `--label key=value` flags as labels, or undefined when none is given. */
+function parseLabelFlags(flags: readonly string[]): Record<string, string> | undefined {
+  if (flags.length === 0) return undefined
+  const labels: Record<string, string> = {}
+  for (const flag of flags) {
+    const split = flag.indexOf('=')
+    if (split <= 0) throw new UsageError(`--label takes <key>=<value>, not ${JSON.stringify(flag)}`)
+    labels[flag.slice(0, split)] = flag.slice(split + 1)
+  }
+  return labels
 }
 
 /** What the Docker sweep did and kept, as the person who ran gc reads it. */
