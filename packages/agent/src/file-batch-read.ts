@@ -1,5 +1,6 @@
 import { closeSync, constants, fstatSync, openSync, readSync } from 'node:fs'
-import { join, relative, resolve } from 'node:path'
+import { basename, dirname, join, relative, resolve } from 'node:path'
+import { DirectoryHandles } from './directory-handles.js'
 import { walk } from './file-list.js'
 import { AgentOperationError } from './operation-error.js'
 import type { PathJail } from './path-jail.js'
@@ -49,40 +50,47 @@ export async function serveReadFiles(
   // A group is read while the one before it drains to the host, which is
   // then parsing and saving it: at most two groups are held.
   let previous: Promise<void> = Promise.resolve()
-  for (let start = 0; start < entries.length; ) {
-    const group: FileEntryMessage[] = []
-    let bytes = 0
-    while (
-      start < entries.length &&
-      group.length < GROUP_FILES &&
-      (group.length === 0 || bytes + entries[start]!.size <= GROUP_BYTES)
-    ) {
-      bytes += entries[start]!.size
-      group.push(entries[start++]!)
+  const directories = new DirectoryHandles(jail, 'read')
+  try {
+    for (let start = 0; start < entries.length; ) {
+      const group: FileEntryMessage[] = []
+      let bytes = 0
+      while (
+        start < entries.length &&
+        group.length < GROUP_FILES &&
+        (group.length === 0 || bytes + entries[start]!.size <= GROUP_BYTES)
+      ) {
+        bytes += entries[start]!.size
+        group.push(entries[start++]!)
+      }
+      const contents = jail.actAs(() =>
+        group.map((entry) =>
+          readWhole(jail, directories, entry, join(realRoot, relative(shownRoot, entry.path))),
+        ),
+      )
+      await previous
+      // The group (at most GROUP_BYTES) leaves in one gathered write.
+      previous = connection.gather(() =>
+        contents.flatMap((content, index) =>
+          content
+            ? [
+                connection.send({
+                  type: 'file-begin',
+                  path: group[index]!.path,
+                  size: content.byteLength,
+                }),
+                ...(content.byteLength > 0 ? [connection.sendData('file', content)] : []),
+              ]
+            : [],
+        ),
+      )
+      // Awaited before the next group or the end; a failure meanwhile is thrown there.
+      previous.catch(() => {})
     }
-    const contents = jail.actAs(() =>
-      group.map((entry) => readWhole(jail, entry, join(realRoot, relative(shownRoot, entry.path)))),
-    )
     await previous
-    // The group (at most GROUP_BYTES) leaves in one gathered write.
-    previous = connection.gather(() =>
-      contents.flatMap((content, index) =>
-        content
-          ? [
-              connection.send({
-                type: 'file-begin',
-                path: group[index]!.path,
-                size: content.byteLength,
-              }),
-              ...(content.byteLength > 0 ? [connection.sendData('file', content)] : []),
-            ]
-          : [],
-      ),
-    )
-    // Awaited before the next group or the end; a failure meanwhile is thrown there.
-    previous.catch(() => {})
+  } finally {
+    directories.close()
   }
-  await previous
   await connection.send({ type: 'end' })
 }
 
@@ -91,22 +99,38 @@ export async function serveReadFiles(
  * undefined if it is gone, or what stands there now cannot be opened or read
  * as a file. `real` is where the walk found it, under the walk's resolved
  * root, and is opened without resolving it again: the file itself is not
- * followed if it became a link (`O_NOFOLLOW`), and the opened descriptor's
- * real path is checked against the roots before a byte is read, which also
- * catches a directory above it swapped for a link since the walk. Resolving
- * each file first as well cost a `readlink` per path component, a system
- * call that under gVisor is a round trip through its kernel.
+ * followed if it became a link (`O_NOFOLLOW`), and it is opened by name in
+ * its directory as `directories` opened and checked it against the roots,
+ * which also catches a directory above it swapped for a link since the
+ * walk. Where that cannot be done, the opened file's own descriptor is
+ * checked instead before a byte is read. Resolving each file first as well
+ * cost a `readlink` per path component, a system call that under gVisor is
+ * a round trip through its kernel.
  */
-function readWhole(jail: PathJail, entry: FileEntryMessage, real: string): Buffer | undefined {
+function readWhole(
+  jail: PathJail,
+  directories: DirectoryHandles,
+  entry: FileEntryMessage,
+  real: string,
+): Buffer | undefined {
   let fd: number
+  let inChecked: string | undefined
   try {
-    fd = openSync(real, constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK)
+    inChecked = directories.childPath(dirname(real), basename(real), entry.path)
+    fd = openSync(
+      inChecked ?? real,
+      constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK,
+    )
   } catch {
     return undefined
   }
   try {
     // Without /proc to check the descriptor, the path is judged as it now resolves.
-    if (!jail.checkOpened(fd, entry.path, 'read') && jail.resolveForRead(real) !== real)
+    if (
+      inChecked === undefined &&
+      !jail.checkOpened(fd, entry.path, 'read') &&
+      jail.resolveForRead(real) !== real
+    )
       return undefined
     // At most what was listed: the host sized its checks by the listing, and a
     // file the sandbox grows in between must not make either side allocate

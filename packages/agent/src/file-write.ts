@@ -12,6 +12,7 @@ import {
   writevSync,
 } from 'node:fs'
 import { basename, dirname, isAbsolute, join, resolve } from 'node:path'
+import { DirectoryHandles } from './directory-handles.js'
 import { AgentOperationError } from './operation-error.js'
 import type { PathJail } from './path-jail.js'
 import type { FramedConnection } from './protocol/framed-connection.js'
@@ -56,13 +57,16 @@ interface Upload {
  * sandbox have put something there meanwhile, the create fails and the file
  * takes the usual way. Only for a file whose bytes are all in hand, written
  * in one go: a stream would leave a partial file visible while it arrived.
+ * `direct` holds the batch's directories opened and checked once: the file
+ * is created by name in its directory as checked, so its own descriptor
+ * needs no check (one `readlink` fewer a file).
  */
 function openUploadAsUser(
   jail: PathJail,
   path: string,
   requestedMode: number | undefined,
   directories?: Map<string, BatchDirectory>,
-  direct = false,
+  direct?: DirectoryHandles,
 ): Upload {
   // As the host named it; a relative path is refused by the jail below.
   const named = isAbsolute(path) ? resolve(path) : undefined
@@ -87,9 +91,12 @@ function openUploadAsUser(
   if (direct && fresh) {
     const mode = requestedMode ?? 0o644
     const createdWithMode = createsExactly(mode)
-    const fd = createExclusive(real, createdWithMode ? mode : 0o600)
+    // Created by name in its directory as opened and checked once for the
+    // batch, it needs no check of its own (directory-handles.ts).
+    const inChecked = direct.childPath(dirname(real), basename(real), path)
+    const fd = createExclusive(inChecked ?? real, createdWithMode ? mode : 0o600)
     if (fd !== undefined) {
-      return checkedUpload(jail, path, {
+      const upload: Upload = {
         fd,
         temporary: real,
         real,
@@ -98,7 +105,8 @@ function openUploadAsUser(
         createdWithMode,
         open: true,
         placed: false,
-      })
+      }
+      return inChecked === undefined ? checkedUpload(jail, path, upload) : upload
     }
   }
   let existing = lstatSync(real, { throwIfNoEntry: false })
@@ -212,10 +220,11 @@ function writeWholeFiles(
   jail: PathJail,
   files: ReadonlyArray<{ path: string; mode: number | undefined; content: Uint8Array }>,
   directories: Map<string, BatchDirectory>,
+  handles: DirectoryHandles,
 ): void {
   jail.actAs(() => {
     for (const file of files) {
-      const upload = openUploadAsUser(jail, file.path, file.mode, directories, true)
+      const upload = openUploadAsUser(jail, file.path, file.mode, directories, handles)
       try {
         for (let offset = 0; offset < file.content.byteLength; )
           offset += writeSync(upload.fd, file.content, offset, file.content.byteLength - offset)
@@ -385,9 +394,10 @@ export async function serveWriteFiles(connection: FramedConnection, jail: PathJa
   // The directories the batch's small files went to, for the whole batch: a
   // directory it made stays one whose files it may create at their names.
   const directories = new Map<string, BatchDirectory>()
+  const handles = new DirectoryHandles(jail, 'write')
   const flush = () => {
     if (pending.length === 0) return
-    writeWholeFiles(jail, pending, directories)
+    writeWholeFiles(jail, pending, directories, handles)
     files += pending.length
     pending = []
     pendingBytes = 0
@@ -450,6 +460,7 @@ export async function serveWriteFiles(connection: FramedConnection, jail: PathJa
       }
     }
   } finally {
+    handles.close()
     if (upload) abandonUpload(jail, upload.file)
   }
 }

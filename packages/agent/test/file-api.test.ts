@@ -1,4 +1,13 @@
-import { mkdir, mkdtemp, readdir, readFile, stat, symlink, writeFile } from 'node:fs/promises'
+import {
+  mkdir,
+  mkdtemp,
+  readdir,
+  readFile,
+  rename,
+  stat,
+  symlink,
+  writeFile,
+} from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -402,6 +411,37 @@ describe('file API through the agent', () => {
       for await (const file of await sandbox.readFiles('rbatch'))
         seen.set(file.path, Buffer.from(file.content).toString())
       expect([...seen.values()].sort()).toEqual(['a', 'b'])
+    })
+
+    it('a batch checks each directory once, not each file, and a directory swapped for a link since the listing yields nothing', async () => {
+      const names = Array.from({ length: 30 }, (_, index) => `f${index}.txt`)
+      const checks = async () => (await loggedCalls('descriptorCheck')).length
+      let before = await checks()
+      await sandbox.writeFiles(
+        ['once/a', 'once/b'].flatMap((directory) =>
+          names.map((name) => ({ path: `${directory}/${name}`, content: `${directory}/${name}` })),
+        ),
+      )
+      // The two directories the batch made: one check each, none for the 60 files.
+      expect((await checks()) - before).toBe(2)
+      before = await checks()
+      const seen = new Map<string, string>()
+      for await (const file of await sandbox.readFiles('once'))
+        seen.set(file.path, Buffer.from(file.content).toString())
+      expect(seen.size).toBe(60)
+      for (const [path, content] of seen) expect(path.endsWith(content)).toBe(true)
+      expect((await checks()) - before).toBe(2)
+
+      // Listed, then the directory moved away and a link to the host's files put in its place.
+      await writeFile(join(outside, 'f0.txt'), 'host data')
+      const listed = await sandbox.readFiles('once')
+      await rename(join(agent.outputs, 'once/a'), join(agent.outputs, 'moved-away'))
+      await symlink(outside, join(agent.outputs, 'once/a'))
+      const after = new Map<string, string>()
+      for await (const file of listed) after.set(file.path, Buffer.from(file.content).toString())
+      expect([...after.keys()].every((path) => path.includes('/once/b/'))).toBe(true)
+      expect(after.size).toBe(30)
+      expect([...after.values()]).not.toContain('host data')
     })
 
     it('a batch read gives each file whole up to its listed size without asking its size again, an empty one included', async () => {

@@ -20,34 +20,62 @@ function hostFile(name: string, content: string | Uint8Array, mode = 0o644): str
 }
 
 describe('batch file transfer (writeFiles / readFiles)', () => {
-  it('writes 2,000 files in one call and reads them back in one call', async () => {
-    const provider = testProvider()
-    try {
-      const sandbox = await provider.create()
-      const files = Array.from({ length: 2000 }, (_, index) => ({
-        path: `tree/d${index % 20}/f${index}.txt`,
-        content: `file ${index}\n`.repeat((index % 7) + 1),
-      }))
-      await sandbox.writeFiles!(files)
-      const read = new Map<string, string>()
-      for await (const file of await sandbox.readFiles!('tree')) {
-        read.set(file.path, new TextDecoder().decode(file.content))
+  it.each(['docker', 'runsc'] as const)(
+    'writes 2,000 files in one call and reads them back in one call (%s)',
+    async (runtime) => {
+      const provider = testProvider({ runtime })
+      try {
+        const sandbox = await provider.create()
+        const files = Array.from({ length: 2000 }, (_, index) => ({
+          path: `tree/d${index % 20}/f${index}.txt`,
+          content: `file ${index}\n`.repeat((index % 7) + 1),
+        }))
+        await sandbox.writeFiles!(files)
+        const read = new Map<string, string>()
+        for await (const file of await sandbox.readFiles!('tree')) {
+          read.set(file.path, new TextDecoder().decode(file.content))
+        }
+        expect(read.size).toBe(2000)
+        for (const file of files)
+          expect(read.get(`${sandbox.rootDir}/${file.path}`)).toBe(file.content)
+        // Owned by the sandbox user, so the sandbox can change them.
+        const inside = await sandbox.exec('sh', [
+          '-c',
+          'echo more >> tree/d3/f3.txt && id -u && stat -c %u tree tree/d3 tree/d3/f3.txt',
+        ])
+        expect(inside.exitCode).toBe(0)
+        const [uid, ...owners] = inside.stdout.trim().split('\n')
+        expect(owners).toEqual([uid, uid, uid])
+      } finally {
+        await provider.close()
       }
-      expect(read.size).toBe(2000)
-      for (const file of files)
-        expect(read.get(`${sandbox.rootDir}/${file.path}`)).toBe(file.content)
-      // Owned by the sandbox user, so the sandbox can change them.
-      const inside = await sandbox.exec('sh', [
-        '-c',
-        'echo more >> tree/d3/f3.txt && id -u && stat -c %u tree tree/d3 tree/d3/f3.txt',
-      ])
-      expect(inside.exitCode).toBe(0)
-      const [uid, ...owners] = inside.stdout.trim().split('\n')
-      expect(owners).toEqual([uid, uid, uid])
-    } finally {
-      await provider.close()
-    }
-  })
+    },
+  )
+
+  it.each(['docker', 'runsc'] as const)(
+    'a directory the sandbox swaps for a link to the outside after the listing yields nothing of the outside (%s)',
+    async (runtime) => {
+      const provider = testProvider({ runtime })
+      try {
+        const sandbox = await provider.create()
+        // Named as files that exist outside the roots, readable by the sandbox's user.
+        await sandbox.writeFiles!([
+          { path: 'swap/a/passwd', content: 'mine' },
+          { path: 'swap/a/group', content: 'mine' },
+          { path: 'swap/b/kept', content: 'kept' },
+        ])
+        const listed = await sandbox.readFiles!('swap')
+        const swapped = await sandbox.exec('sh', ['-c', 'mv swap/a moved && ln -s /etc swap/a'])
+        expect(swapped.exitCode, swapped.stderr).toBe(0)
+        const read = new Map<string, string>()
+        for await (const file of listed) read.set(file.path, new TextDecoder().decode(file.content))
+        expect([...read.keys()]).toEqual([`${sandbox.rootDir}/swap/b/kept`])
+        expect(read.get(`${sandbox.rootDir}/swap/b/kept`)).toBe('kept')
+      } finally {
+        await provider.close()
+      }
+    },
+  )
 
   it('refuses a path outside the writable mounts before writing anything, and yields nothing for a missing directory', async () => {
     const provider = testProvider()
