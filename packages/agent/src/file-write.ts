@@ -27,6 +27,7 @@ interface Upload {
   fd: number
   /** Where the bytes go: a temporary name, or {@link real} itself when `direct`. */
   readonly temporary: string
+  /** The target, or in a batch the target by name inside its checked directory (directory-handles.ts). */
   readonly real: string
   /** Created at its own name, in a directory this batch made: no rename to place it. */
   readonly direct: boolean
@@ -57,16 +58,19 @@ interface Upload {
  * sandbox have put something there meanwhile, the create fails and the file
  * takes the usual way. Only for a file whose bytes are all in hand, written
  * in one go: a stream would leave a partial file visible while it arrived.
- * `direct` holds the batch's directories opened and checked once: the file
- * is created by name in its directory as checked, so its own descriptor
- * needs no check (one `readlink` fewer a file).
+ * `handles` holds the batch's directories opened and checked once: a file
+ * (or its temporary file, and the rename) is made by name in its directory
+ * as checked, so its own descriptor needs no check (one `readlink` fewer a
+ * file); a link at the name takes the usual way. Only the small files of a
+ * batch, placed before the next is opened: a directory stays open while
+ * its file is in hand.
  */
 function openUploadAsUser(
   jail: PathJail,
   path: string,
   requestedMode: number | undefined,
   directories?: Map<string, BatchDirectory>,
-  direct?: DirectoryHandles,
+  handles?: DirectoryHandles,
 ): Upload {
   // As the host named it; a relative path is refused by the jail below.
   const named = isAbsolute(path) ? resolve(path) : undefined
@@ -88,12 +92,12 @@ function openUploadAsUser(
     fresh = first !== undefined && (made === first || made.startsWith(`${first}/`))
     if (named !== undefined) directories?.set(dirname(named), { real: made, made: fresh })
   }
-  if (direct && fresh) {
+  if (handles && fresh) {
     const mode = requestedMode ?? 0o644
     const createdWithMode = createsExactly(mode)
     // Created by name in its directory as opened and checked once for the
     // batch, it needs no check of its own (directory-handles.ts).
-    const inChecked = direct.childPath(dirname(real), basename(real), path)
+    const inChecked = handles.childPath(dirname(real), basename(real), path)
     const fd = createExclusive(inChecked ?? real, createdWithMode ? mode : 0o600)
     if (fd !== undefined) {
       const upload: Upload = {
@@ -110,7 +114,10 @@ function openUploadAsUser(
     }
   }
   let existing = lstatSync(real, { throwIfNoEntry: false })
+  // The name itself, not a link there: its directory is the one resolved above.
+  let inChecked = handles?.childPath(dirname(real), basename(real), path)
   if (existing?.isSymbolicLink()) {
+    inChecked = undefined
     real = jail.resolveForWrite(path)
     existing = statSync(real, { throwIfNoEntry: false })
   }
@@ -118,21 +125,24 @@ function openUploadAsUser(
     throw new AgentOperationError('bad-request', `${path} is a directory`)
   const mode = requestedMode ?? (existing ? existing.mode & 0o7777 : 0o644)
   const createdWithMode = createsExactly(mode)
+  // In a batch, the temporary file is made and then renamed over the name
+  // inside the directory as checked, so neither needs a check of its own.
   const { fd, temporary } = createTemporary(
-    dirname(real),
+    inChecked === undefined ? dirname(real) : dirname(inChecked),
     basename(real),
     createdWithMode ? mode : 0o600,
   )
-  return checkedUpload(jail, path, {
+  const upload: Upload = {
     fd,
     temporary,
-    real,
+    real: inChecked ?? real,
     direct: false,
     mode,
     createdWithMode,
     open: true,
     placed: false,
-  })
+  }
+  return inChecked === undefined ? checkedUpload(jail, path, upload) : upload
 }
 
 /** A directory a batch has made (or found) and resolved once. */

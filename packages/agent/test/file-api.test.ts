@@ -431,6 +431,14 @@ describe('file API through the agent', () => {
       expect(seen.size).toBe(60)
       for (const [path, content] of seen) expect(path.endsWith(content)).toBe(true)
       expect((await checks()) - before).toBe(2)
+      // Over the same files: each replaced through a temporary name, still one check a directory.
+      before = await checks()
+      await sandbox.writeFiles(
+        ['once/a', 'once/b'].flatMap((directory) =>
+          names.map((name) => ({ path: `${directory}/${name}`, content: `${directory}/${name}` })),
+        ),
+      )
+      expect((await checks()) - before).toBe(2)
 
       // Listed, then the directory moved away and a link to the host's files put in its place.
       await writeFile(join(outside, 'f0.txt'), 'host data')
