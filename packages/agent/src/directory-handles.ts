@@ -16,9 +16,9 @@ const O_PATH = 0o10000000
 const KEPT_OPEN = 64
 
 /**
- * A directory opened again for at least one file in this many gives the
- * handles up for the batch: opening and checking one is two system calls,
- * spared one a file.
+ * A directory opened again, after it was closed to make room, for at least
+ * one lookup in this many gives the handles up for the batch: opening and
+ * checking one is two system calls, spared one a file.
  */
 const REOPENS_WORTH_IT = 8
 
@@ -47,12 +47,19 @@ export class DirectoryHandles {
   private readonly open = new Map<string, number>()
   private unavailable = process.platform !== 'linux'
   private lookups = 0
-  private evictions = 0
+  /** Directories closed to make room, and how many of them were needed again. */
+  private readonly closedForRoom = new Set<string>()
+  private reopens = 0
 
   constructor(
     private readonly jail: PathJail,
     private readonly access: 'read' | 'write',
   ) {}
+
+  /** False once this batch cannot use them (no `/proc`, or given up): then every path is taken as it is. */
+  get usable(): boolean {
+    return !this.unavailable
+  }
 
   /**
    * The path that names `name` inside the directory at `directory` (a real
@@ -61,21 +68,34 @@ export class DirectoryHandles {
    * (`requested` is the path the host asked for, for the refusal's text).
    */
   childPath(directory: string, name: string, requested: string): string | undefined {
-    if (this.unavailable || name.includes('/') || name === '.' || name === '..') return undefined
+    if (name.includes('/') || name === '.' || name === '..') return undefined
+    const held = this.directoryPath(directory, requested)
+    return held === undefined ? undefined : `${held}/${name}`
+  }
+
+  /**
+   * The directory at `directory` (a real path) as opened and checked,
+   * `/proc/self/fd/<descriptor>`; `undefined` if it cannot be used so (see
+   * {@link usable} for whether that is this directory or the batch).
+   * Throws the jail's refusal when the directory lies outside the roots.
+   */
+  directoryPath(directory: string, requested: string): string | undefined {
+    if (this.unavailable) return undefined
     this.lookups++
     let fd = this.open.get(directory)
     if (fd === undefined) {
+      // Files from more directories in turn than are kept open: each would
+      // cost more than it spares.
+      if (this.closedForRoom.has(directory) && ++this.reopens * REOPENS_WORTH_IT > this.lookups) {
+        this.unavailable = true
+        this.close()
+        return undefined
+      }
       if (this.open.size >= KEPT_OPEN) {
         const [oldest, oldestFd] = this.open.entries().next().value as [string, number]
         this.open.delete(oldest)
         closeSync(oldestFd)
-        // Files from more directories at once than are kept open: each would
-        // cost more than it spares.
-        if (++this.evictions * REOPENS_WORTH_IT > this.lookups) {
-          this.unavailable = true
-          this.close()
-          return undefined
-        }
+        this.closedForRoom.add(oldest)
       }
       fd = this.openChecked(directory, requested)
       if (fd === undefined) return undefined
@@ -84,7 +104,7 @@ export class DirectoryHandles {
       this.open.delete(directory)
       this.open.set(directory, fd)
     }
-    return `/proc/self/fd/${fd}/${name}`
+    return `/proc/self/fd/${fd}`
   }
 
   /** Closes every directory kept open. */

@@ -33,9 +33,26 @@ export async function serveReadFiles(
   jail: PathJail,
 ): Promise<void> {
   const shownRoot = resolve(request.path)
+  // Opened and checked by the walk, the directories are those the files are read in.
+  const directories = new DirectoryHandles(jail, 'read')
+  try {
+    await serveListedFiles(connection, request, jail, shownRoot, directories)
+  } finally {
+    directories.close()
+  }
+}
+
+/** The listing, then (once the host proceeds) the files, as {@link serveReadFiles} says. */
+async function serveListedFiles(
+  connection: FramedConnection,
+  request: ReadFilesRequest,
+  jail: PathJail,
+  shownRoot: string,
+  directories: DirectoryHandles,
+): Promise<void> {
   const { realRoot, entries } = jail.actAs(() => {
     const real = jail.resolveForRead(request.path)
-    return { realRoot: real, entries: walk(real, shownRoot) }
+    return { realRoot: real, entries: walk(real, shownRoot, directories) }
   })
   for (let start = 0; start < entries.length; start += ENTRIES_PER_MESSAGE)
     await connection.send({
@@ -50,47 +67,42 @@ export async function serveReadFiles(
   // A group is read while the one before it drains to the host, which is
   // then parsing and saving it: at most two groups are held.
   let previous: Promise<void> = Promise.resolve()
-  const directories = new DirectoryHandles(jail, 'read')
-  try {
-    for (let start = 0; start < entries.length; ) {
-      const group: FileEntryMessage[] = []
-      let bytes = 0
-      while (
-        start < entries.length &&
-        group.length < GROUP_FILES &&
-        (group.length === 0 || bytes + entries[start]!.size <= GROUP_BYTES)
-      ) {
-        bytes += entries[start]!.size
-        group.push(entries[start++]!)
-      }
-      const contents = jail.actAs(() =>
-        group.map((entry) =>
-          readWhole(jail, directories, entry, join(realRoot, relative(shownRoot, entry.path))),
-        ),
-      )
-      await previous
-      // The group (at most GROUP_BYTES) leaves in one gathered write.
-      previous = connection.gather(() =>
-        contents.flatMap((content, index) =>
-          content
-            ? [
-                connection.send({
-                  type: 'file-begin',
-                  path: group[index]!.path,
-                  size: content.byteLength,
-                }),
-                ...(content.byteLength > 0 ? [connection.sendData('file', content)] : []),
-              ]
-            : [],
-        ),
-      )
-      // Awaited before the next group or the end; a failure meanwhile is thrown there.
-      previous.catch(() => {})
+  for (let start = 0; start < entries.length; ) {
+    const group: FileEntryMessage[] = []
+    let bytes = 0
+    while (
+      start < entries.length &&
+      group.length < GROUP_FILES &&
+      (group.length === 0 || bytes + entries[start]!.size <= GROUP_BYTES)
+    ) {
+      bytes += entries[start]!.size
+      group.push(entries[start++]!)
     }
+    const contents = jail.actAs(() =>
+      group.map((entry) =>
+        readWhole(jail, directories, entry, join(realRoot, relative(shownRoot, entry.path))),
+      ),
+    )
     await previous
-  } finally {
-    directories.close()
+    // The group (at most GROUP_BYTES) leaves in one gathered write.
+    previous = connection.gather(() =>
+      contents.flatMap((content, index) =>
+        content
+          ? [
+              connection.send({
+                type: 'file-begin',
+                path: group[index]!.path,
+                size: content.byteLength,
+              }),
+              ...(content.byteLength > 0 ? [connection.sendData('file', content)] : []),
+            ]
+          : [],
+      ),
+    )
+    // Awaited before the next group or the end; a failure meanwhile is thrown there.
+    previous.catch(() => {})
   }
+  await previous
   await connection.send({ type: 'end' })
 }
 

@@ -47,17 +47,22 @@ describe('file API through the agent', () => {
   let outside: string
   /** The agent's renames and fstats, one a line (fixtures/fs-call-log.cjs). */
   let fsLog: string
+  /** The swap the preloaded module makes on a directory's read (fixtures/fs-call-log.cjs). */
+  let swapOnRead: string
   const loggedCalls = async (name: string): Promise<string[]> =>
     (await readFile(fsLog, 'utf8')).split('\n').filter((line) => line.startsWith(name))
   beforeAll(async () => {
     fsLog = join(await mkdtemp(join(tmpdir(), 'cordon-fs-calls-')), 'calls.log')
     await writeFile(fsLog, '')
+    swapOnRead = join(fsLog, '..', 'swap-on-read')
+    await writeFile(swapOnRead, '')
     agent = await startAgentProcess({
       listen: 'tcp:127.0.0.1:0',
       secretVia: 'env',
       env: {
         NODE_OPTIONS: `--require ${fileURLToPath(new URL('./fixtures/fs-call-log.cjs', import.meta.url))}`,
         CORDON_TEST_FS_LOG: fsLog,
+        CORDON_TEST_SWAP_ON_READ: swapOnRead,
       },
     })
     sandbox = sandboxOn(agent)
@@ -413,7 +418,8 @@ describe('file API through the agent', () => {
       expect([...seen.values()].sort()).toEqual(['a', 'b'])
     })
 
-    it('a batch checks each directory once, not each file, and a directory swapped for a link since the listing yields nothing', async () => {
+    it('a batch checks each directory once, not each file, and reads in the directories it listed even when one is swapped for a link since', async () => {
+      // (The walk of a listing is checked the same way: see the test after this one.)
       const names = Array.from({ length: 30 }, (_, index) => `f${index}.txt`)
       const checks = async () => (await loggedCalls('descriptorCheck')).length
       let before = await checks()
@@ -430,7 +436,8 @@ describe('file API through the agent', () => {
         seen.set(file.path, Buffer.from(file.content).toString())
       expect(seen.size).toBe(60)
       for (const [path, content] of seen) expect(path.endsWith(content)).toBe(true)
-      expect((await checks()) - before).toBe(2)
+      // The walk's: the directory named and its two; the reads need none more.
+      expect((await checks()) - before).toBe(3)
       // Over the same files: each replaced through a temporary name, still one check a directory.
       before = await checks()
       await sandbox.writeFiles(
@@ -447,9 +454,30 @@ describe('file API through the agent', () => {
       await symlink(outside, join(agent.outputs, 'once/a'))
       const after = new Map<string, string>()
       for await (const file of listed) after.set(file.path, Buffer.from(file.content).toString())
-      expect([...after.keys()].every((path) => path.includes('/once/b/'))).toBe(true)
-      expect(after.size).toBe(30)
+      // Read in the directories the walk opened: the files it listed, as they are, none of the host's.
+      expect(after).toEqual(seen)
       expect([...after.values()]).not.toContain('host data')
+    })
+
+    it('a walk does not follow a directory swapped for a link to the outside after its parent was read', async () => {
+      await mkdir(join(agent.outputs, 'walked/inner'), { recursive: true })
+      await writeFile(join(agent.outputs, 'walked/inner/mine.txt'), 'mine')
+      await writeFile(join(agent.outputs, 'walked/kept.txt'), 'kept')
+      // Swapped in the moment between the parent's read and the directory's: made
+      // deterministic by a preloaded hook that does the swap on the parent's readdir.
+      // (/etc: readable by the sandbox user, as the host's private directory is not.)
+      await writeFile(
+        swapOnRead,
+        `${join(agent.outputs, 'walked')}\n${join(agent.outputs, 'walked/inner')}\n/etc\n`,
+      )
+      try {
+        const listed = (await sandbox.listFiles('walked')).map((entry) =>
+          entry.path.split('/').pop(),
+        )
+        expect(listed.sort()).toEqual(['kept.txt'])
+      } finally {
+        await writeFile(swapOnRead, '')
+      }
     })
 
     it('a batch read gives each file whole up to its listed size without asking its size again, an empty one included', async () => {
