@@ -1,7 +1,7 @@
 import { describe, expect, it } from 'vitest'
 import { cordon } from './run-cli.js'
 
-const COMMANDS = ['run', 'shell', 'demo', 'gc', 'prepare'] as const
+const COMMANDS = ['run', 'shell', 'demo', 'gc', 'prepare', 'build'] as const
 
 describe('cordon help', () => {
   it.each(COMMANDS)(
@@ -94,6 +94,25 @@ describe('cordon usage errors exit 64 and name what to fix', () => {
     [
       ['shell', '--memory', '31'],
       "cordon shell: --memory 31: 31 MiB is below the minimum of 32 MiB; the sandbox's memory limit is memoryLimitMb plus 48 MiB for cordon's agent",
+    ],
+    [['build', '--bogus'], "cordon build: Unknown option '--bogus'"],
+    [['build', '-t'], "cordon build: Option '-t, --tag <value>' argument missing"],
+    [['build', '.'], 'cordon build: --tag is missing: the name to give the image'],
+    [
+      ['build', '--tag', 'app:1'],
+      'cordon build: the directory to build (DIR, holding the Dockerfile) is missing',
+    ],
+    [
+      ['build', '--tag', 'app:1', 'a', 'b'],
+      'cordon build: takes one directory to build, got 2: a b',
+    ],
+    [
+      ['build', '--tag', 'app:1', '--build-arg', 'FOO', '.'],
+      'cordon build: --build-arg takes KEY=VALUE (got "FOO"); to pass on your own value, write --build-arg FOO="$FOO"',
+    ],
+    [
+      ['build', '--tag', 'app:1', '--build-arg', '=1', '.'],
+      'cordon build: --build-arg takes KEY=VALUE (got "=1"); to pass on your own value, write --build-arg KEY="$KEY"',
     ],
   ])('cordon %j', async (args, message) => {
     const result = await cordon([...args])

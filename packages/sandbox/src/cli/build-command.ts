@@ -1,7 +1,6 @@
-import { parseArgs } from 'node:util'
 import { escapeTerminalControls } from '@cordon/core'
+import { keyValueFlag, parseCommandLine, UsageError } from './command-line.js'
 import { loadDockerBackend } from './docker-backend-module.js'
-import { EXIT_USAGE } from './exit-codes.js'
 import type { RunIo } from './run-command.js'
 
 export const BUILD_USAGE = `usage: cordon build --tag TAG [--file DOCKERFILE] [--build-arg KEY=VALUE]... DIR
@@ -13,25 +12,21 @@ stdout. Ctrl-C ends the build and removes what it made.`
 
 /** `cordon build`: a Dockerfile directory becomes an image on the engine. */
 export async function buildCommand(argv: readonly string[], io: RunIo): Promise<number> {
-  const { values, positionals } = parseArgs({
-    args: [...argv],
-    options: {
-      tag: { type: 'string', short: 't' },
-      file: { type: 'string', short: 'f' },
-      'build-arg': { type: 'string', multiple: true, default: [] },
-    },
-    allowPositionals: true,
+  const { values, positionals } = parseCommandLine(argv, {
+    tag: { type: 'string', short: 't' },
+    file: { type: 'string', short: 'f' },
+    'build-arg': { type: 'string', multiple: true, default: [] },
   })
-  if (!values.tag || positionals.length !== 1) {
-    io.stderr(`${BUILD_USAGE}\n`)
-    return EXIT_USAGE
+  if (!values.tag) throw new UsageError('--tag is missing: the name to give the image')
+  if (positionals.length === 0) {
+    throw new UsageError('the directory to build (DIR, holding the Dockerfile) is missing')
   }
-  const buildArgs = Object.fromEntries(
-    (values['build-arg'] ?? []).map((pair) => [
-      pair.slice(0, pair.indexOf('=')),
-      pair.slice(pair.indexOf('=') + 1),
-    ]),
-  )
+  if (positionals.length > 1) {
+    throw new UsageError(
+      `takes one directory to build, got ${positionals.length}: ${positionals.join(' ')}`,
+    )
+  }
+  const buildArgs = keyValueFlag('build-arg', values['build-arg'])
   // What the Dockerfile's commands print is theirs: inert on a terminal, as `cordon run` makes it.
   const shown = (line: string): string =>
     io.terminal?.stderr ? escapeTerminalControls(line) : line

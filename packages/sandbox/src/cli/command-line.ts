@@ -41,9 +41,31 @@ export type FlagValues<Options extends Readonly<Record<string, FlagSpec>>> = {
 }
 
 /**
- * `util.parseArgs` for a command's flags (what comes before `--`), with its
- * failures as {@link UsageError}. A word where flags belong is most often
- * the sandbox's command given without `--`, so the error says where it goes.
+ * `util.parseArgs` for a command line of flags and arguments, with its
+ * failures as {@link UsageError} naming the flag.
+ */
+export function parseCommandLine<const Options extends Readonly<Record<string, FlagSpec>>>(
+  argv: readonly string[],
+  options: Options,
+): { values: FlagValues<Options>; positionals: string[] } {
+  try {
+    const parsed = parseArgs({
+      args: [...argv],
+      options: options as NonNullable<ParseArgsConfig['options']>,
+      allowPositionals: true,
+      strict: true,
+    })
+    return { values: parsed.values as FlagValues<Options>, positionals: parsed.positionals }
+  } catch (error) {
+    // Node's first sentence names the flag; the rest is advice for its own programs.
+    throw new UsageError((error as Error).message.split('. ')[0]!)
+  }
+}
+
+/**
+ * A command's flags (what comes before `--`), parsed by
+ * {@link parseCommandLine}. A word where flags belong is most often the
+ * sandbox's command given without `--`, so the error says where it goes.
  */
 export function parseFlags<const Options extends Readonly<Record<string, FlagSpec>>>(
   command: string,
@@ -51,18 +73,7 @@ export function parseFlags<const Options extends Readonly<Record<string, FlagSpe
   options: Options,
   takesCommand: boolean,
 ): FlagValues<Options> {
-  let parsed: { values: unknown; positionals: string[] }
-  try {
-    parsed = parseArgs({
-      args: [...flags],
-      options: options as NonNullable<ParseArgsConfig['options']>,
-      allowPositionals: true,
-      strict: true,
-    })
-  } catch (error) {
-    // Node's first sentence names the flag; the rest is advice for its own programs.
-    throw new UsageError((error as Error).message.split('. ')[0]!)
-  }
+  const parsed = parseCommandLine(flags, options)
   if (parsed.positionals.length > 0) {
     throw new UsageError(
       takesCommand
@@ -70,7 +81,7 @@ export function parseFlags<const Options extends Readonly<Record<string, FlagSpe
         : `cordon ${command} takes no arguments, only flags (got "${parsed.positionals[0]}")`,
     )
   }
-  return parsed.values as FlagValues<Options>
+  return parsed.values
 }
 
 /** A flag's value as a whole number of at least 1, or a {@link UsageError} naming the flag. */
@@ -81,17 +92,26 @@ export function wholeNumberFlag(flag: string, value: string, unit: string): numb
   return Number(value)
 }
 
-/** `--env KEY=VALUE` pairs as an environment; a pair without `=` is refused, not dropped. */
-export function environmentFlag(pairs: readonly string[]): Record<string, string> {
-  const env: Record<string, string> = {}
+/**
+ * `--<flag> KEY=VALUE` pairs as a record; a pair without a key or without
+ * `=` is refused, not dropped or cut.
+ */
+export function keyValueFlag(flag: string, pairs: readonly string[]): Record<string, string> {
+  const record: Record<string, string> = {}
   for (const pair of pairs) {
     const equals = pair.indexOf('=')
     if (equals <= 0) {
+      const key = equals === 0 ? 'KEY' : pair
       throw new UsageError(
-        `--env takes KEY=VALUE (got "${pair}"); to pass on your own value, write --env ${equals === 0 ? 'KEY' : pair}="$${equals === 0 ? 'KEY' : pair}"`,
+        `--${flag} takes KEY=VALUE (got "${pair}"); to pass on your own value, write --${flag} ${key}="$${key}"`,
       )
     }
-    env[pair.slice(0, equals)] = pair.slice(equals + 1)
+    record[pair.slice(0, equals)] = pair.slice(equals + 1)
   }
-  return env
+  return record
+}
+
+/** `--env KEY=VALUE` pairs as an environment. */
+export function environmentFlag(pairs: readonly string[]): Record<string, string> {
+  return keyValueFlag('env', pairs)
 }
