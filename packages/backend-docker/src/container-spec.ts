@@ -1,6 +1,10 @@
 import { createHash } from 'node:crypto'
 import type { ContainerBackendConfig } from '@cordon/builtin-backends'
-import { type ResolvedContainerSandboxLayout, SandboxControlRefusedError } from '@cordon/core'
+import {
+  type ResolvedContainerSandboxLayout,
+  SandboxConfigValidationError,
+  SandboxControlRefusedError,
+} from '@cordon/core'
 import {
   type LayoutMountPlan,
   planLayoutMounts,
@@ -11,6 +15,7 @@ import {
 import type { ContainerCreateOptions, MountSettings } from 'dockerode'
 import { type AgentRuntime, RUNTIME_MOUNT } from './agent-runtime.js'
 import { hardenedHostConfig } from './container-hardening.js'
+import { engineMessage } from './engine-errors.js'
 import { agentNodeOptions } from './gvisor-agent-threads.js'
 import { HUGE_PAGE_NODE_MOUNT } from './huge-page-node.js'
 import { engineVolumeName, type VolumeMountRequest } from './named-volumes.js'
@@ -149,6 +154,34 @@ export function layoutMounts(
     })
   }
   return mounts
+}
+
+/**
+ * The engine's refusal of a bind mount whose host directory does not exist,
+ * as a config error naming the layout's key. Asked of the engine, not of
+ * this process's file system: the directory is on the engine's host, which
+ * may be another machine.
+ */
+export function missingHostDirectory(
+  error: unknown,
+  layout: ResolvedContainerSandboxLayout,
+): SandboxConfigValidationError | undefined {
+  const said = /bind source path does not exist: (.+)$/m.exec(engineMessage(error))
+  if (!said) return undefined
+  const missing = said[1]!.trim()
+  const issues = planLayoutMounts(layout).flatMap((mount) =>
+    mount.source.type === 'hostDir' && mount.source.hostPath.replace(/\/+$/, '') === missing
+      ? [
+          {
+            path: `layout.${mount.role === 'skill' ? `skills.${mount.skillId}` : mount.role}.source.hostPath`,
+            message: `host directory ${mount.source.hostPath} does not exist on the engine's host; make it first`,
+          },
+        ]
+      : [],
+  )
+  return issues.length > 0
+    ? new SandboxConfigValidationError('sandbox layout', issues, { cause: error })
+    : undefined
 }
 
 function engineMount(

@@ -52,6 +52,7 @@ import {
   layoutMounts,
   MIN_MEMORY_LIMIT_MB,
   memoryAllowanceText,
+  missingHostDirectory,
   ownedVolumePaths,
   proxyEnvironment,
   refuseUnmountableLayout,
@@ -562,6 +563,8 @@ export class DockerBackend implements CordonSandboxBackend {
         // for this call (withDeadline's settle), and the signal is looked at
         // once it returns.
         let container = await this.engine.docker.createContainer(spec).catch(async (error) => {
+          const missing = missingHostDirectory(error, layout)
+          if (missing) throw missing
           // Removed from the engine since this backend last looked: pulled again, as docker run would.
           if (!isMissingImage(error) || snapshot) throw error
           forgetImageEnvironment(this.engine.docker, this.config.image)

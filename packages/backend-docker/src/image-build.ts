@@ -1,6 +1,6 @@
 import { stat } from 'node:fs/promises'
 import { isAbsolute, join, normalize } from 'node:path'
-import type { ContainerBackendConfig } from '@cordon/builtin-backends'
+import { type ContainerBackendConfig, imageReferenceProblem } from '@cordon/builtin-backends'
 import { type SandboxConfigIssue, SandboxConfigValidationError, SandboxError } from '@cordon/core'
 import { LABEL, throwIfAborted, withDeadline } from '@cordon/core/backend'
 import type Docker from 'dockerode'
@@ -114,6 +114,11 @@ async function checkOptions(options: ImageBuildOptions): Promise<string> {
   const dockerfile = normalize(options.dockerfile ?? 'Dockerfile')
   if (typeof options.tag !== 'string' || options.tag.trim() === '') {
     issues.push({ path: 'tag', message: 'name the image to build, e.g. "agent-tools:1"' })
+  } else {
+    const problem = options.tag.includes('@')
+      ? `"${options.tag}" names a digest; a build is tagged name[:tag]`
+      : imageReferenceProblem(options.tag)
+    if (problem) issues.push({ path: 'tag', message: problem })
   }
   if (isAbsolute(dockerfile) || dockerfile.startsWith('..')) {
     issues.push({ path: 'dockerfile', message: 'must be a path inside the context' })

@@ -1,7 +1,7 @@
 import { chmod, lstat, mkdtemp, readdir, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { SandboxError } from '@cordon/core'
+import { SandboxConfigValidationError, SandboxError } from '@cordon/core'
 import { engineLeftovers } from '@cordon/test-support'
 import { afterEach, describe, expect, it } from 'vitest'
 import { testProvider } from './test-run.js'
@@ -140,6 +140,26 @@ describe('a writable host directory cannot grow past its cap (Docker)', () => {
     } finally {
       await provider.close()
     }
+    expect((await engineLeftovers()).containers).toEqual([])
+  })
+
+  it('a host directory that does not exist is refused at create as a config error naming its key', async () => {
+    const missing = join(await hostDirectory(), 'not-made')
+    const provider = cappedProvider('docker', missing, undefined)
+    try {
+      const refused = await provider.create().catch((error: unknown) => error)
+      expect(SandboxConfigValidationError.isInstance(refused), String(refused)).toBe(true)
+      expect((refused as SandboxConfigValidationError).issues).toEqual([
+        {
+          path: 'layout.outputs.source.hostPath',
+          message: `host directory ${missing} does not exist on the engine's host; make it first`,
+        },
+      ])
+    } finally {
+      await provider.close()
+    }
+    // Nothing was made in its place, and nothing is left on the engine.
+    await expect(lstat(missing)).rejects.toMatchObject({ code: 'ENOENT' })
     expect((await engineLeftovers()).containers).toEqual([])
   })
 

@@ -242,5 +242,19 @@ describe('buildImage', () => {
     expect((missing as SandboxConfigValidationError).issues).toEqual([
       { path: 'dockerfile', message: 'the context has no file Dockerfile' },
     ])
+    // A tag the engine cannot parse, or one naming a digest, is refused before the engine sees it.
+    for (const [badTag, why] of [
+      ['Agent-Tools:1', /the repository name must be lowercase/],
+      ['agent tools', /not an image reference the engine accepts/],
+      [`agent-tools@sha256:${'a'.repeat(64)}`, /names a digest/],
+    ] as const) {
+      const refused = await buildImage({}, { context: dir, tag: badTag }).then(
+        () => undefined,
+        (error: unknown) => error,
+      )
+      expect((refused as SandboxConfigValidationError).issues, badTag).toEqual([
+        { path: 'tag', message: expect.stringMatching(why) },
+      ])
+    }
   })
 })

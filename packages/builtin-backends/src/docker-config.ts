@@ -1,6 +1,7 @@
 import type { TlsClientMaterial } from '@cordon/core'
 import { durationMsSchema, tcpPortSchema, tlsClientSchema } from '@cordon/core/backend'
 import { z } from 'zod'
+import { imageReferenceProblem, REGISTRY_HOST } from './image-reference-syntax.js'
 
 /** Credentials for one container registry: what `docker login` would take. */
 export interface RegistryCredential {
@@ -108,10 +109,6 @@ const labelsSchema = z
   )
   .readonly()
 
-/** A registry host as image names spell it: `name[.name...][:port]`, no scheme or path. */
-const REGISTRY_HOST =
-  /^[a-z0-9]([a-z0-9-]*[a-z0-9])?(\.[a-z0-9]([a-z0-9-]*[a-z0-9])?)*(:[0-9]{1,5})?$/i
-
 const registryCredentialSchema: z.ZodType<RegistryCredential> = z
   .object({ username: z.string().min(1), password: z.string().min(1) })
   .strict()
@@ -158,7 +155,13 @@ export const containerBackendConfigSchema: z.ZodType<ContainerBackendConfig> = z
   .object({
     tier: z.literal('container'),
     runtime: z.enum(['docker', 'runc', 'runsc']).optional(),
-    image: z.string().min(1),
+    image: z
+      .string()
+      .min(1)
+      .superRefine((image, ctx) => {
+        const problem = imageReferenceProblem(image)
+        if (problem) ctx.addIssue({ code: 'custom', message: problem })
+      }),
     registryAuth: registryAuthSchema.optional(),
     hostReachability: z.enum(['host-port', 'container-network']).optional(),
     network: z.string().min(1).optional(),

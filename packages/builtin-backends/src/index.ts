@@ -20,6 +20,7 @@ export {
   type RegistryCredential,
   registryHostKey,
 } from './docker-config.js'
+export { imageReferenceProblem } from './image-reference-syntax.js'
 export {
   type AgentSnapshotRef,
   agentSnapshotRefSchema,

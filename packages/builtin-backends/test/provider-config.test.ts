@@ -106,6 +106,36 @@ describe('prepareProviderConfig', () => {
     expect(text).toContain('defaultEgress.allowedHosts.2')
   })
 
+  it('refuses an image name the engine cannot parse, naming backend.image and why', () => {
+    for (const image of [
+      'cordon-test/busybox:latest',
+      'node:20-slim',
+      'busybox',
+      'localhost:5000/team/tool:1',
+      'Registry.Example.com:5000/team/tool:1.0_rc-2',
+      'ghcr.io/team/tool@sha256:'.concat('a'.repeat(64)),
+      'a__b/c--d',
+    ]) {
+      expect(() => parseBackendConfig({ tier: 'container', image }), image).not.toThrow()
+    }
+    for (const [image, why] of [
+      ['bad image!', /"bad image!" is not an image reference the engine accepts/],
+      ['Cordon-Test/BusyBox:latest', /the repository name must be lowercase/],
+      ['team//tool', /not an image reference/],
+      ['tool:', /not an image reference/],
+      ['-tool', /not an image reference/],
+      ['tool:1@sha256:short', /not an image reference/],
+      ['a'.repeat(256), /longer than 255 characters/],
+    ] as const) {
+      const issues = issuesOf(() =>
+        prepareProviderConfig({ backend: { tier: 'container', image }, layout }),
+      )
+      expect(issues, image).toHaveLength(1)
+      expect(issues[0], image).toMatch(/^backend\.image: /)
+      expect(issues[0], image).toMatch(why)
+    }
+  })
+
   it('takes registry credentials by registry host, and reports every bad entry without its secret', () => {
     const good = parseBackendConfig({
       tier: 'container',

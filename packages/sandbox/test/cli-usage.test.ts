@@ -114,6 +114,18 @@ describe('cordon usage errors exit 64 and name what to fix', () => {
       ['build', '--tag', 'app:1', '--build-arg', '=1', '.'],
       'cordon build: --build-arg takes KEY=VALUE (got "=1"); to pass on your own value, write --build-arg KEY="$KEY"',
     ],
+    [
+      ['build', '--tag', 'Tools:1', '/'],
+      'cordon build: --tag: "Tools:1" is not an image reference the engine accepts ([host[:port]/]name[:tag][@digest], the name in lowercase letters, digits and . _ - separators): the repository name must be lowercase',
+    ],
+    [
+      ['build', '--tag', 'tools:1', '/nonexistent-cordon-context'],
+      'cordon build: DIR: /nonexistent-cordon-context is not a directory',
+    ],
+    [
+      ['run', '--image', 'bad image!', '--', 'true'],
+      'cordon run: --image: "bad image!" is not an image reference the engine accepts ([host[:port]/]name[:tag][@digest], the name in lowercase letters, digits and . _ - separators)',
+    ],
   ])('cordon %j', async (args, message) => {
     const result = await cordon([...args])
     expect(result).toMatchObject({

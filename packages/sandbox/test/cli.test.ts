@@ -1,6 +1,14 @@
 import { execFileSync } from 'node:child_process'
 import { createHash, randomBytes } from 'node:crypto'
-import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
+import {
+  chmodSync,
+  existsSync,
+  mkdirSync,
+  mkdtempSync,
+  readFileSync,
+  rmSync,
+  writeFileSync,
+} from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -109,6 +117,20 @@ describe('the cordon command', () => {
       )
       expect(result).toMatchObject({ code: 0, stderr: '' })
       expect(readFileSync(join(cwd, 'out', 'result.txt'), 'utf8')).toBe('kept\n')
+    } finally {
+      rmSync(cwd, { recursive: true, force: true })
+    }
+  })
+
+  it('names --outputs when its directory does not exist, and makes none', async () => {
+    const cwd = mkdtempSync(join(tmpdir(), 'cordon-cli-outputs-'))
+    try {
+      const result = await cordon(['run', '--outputs', 'absent', '--', 'true'], {}, undefined, cwd)
+      expect(result).toMatchObject({
+        code: 64,
+        stderr: `cordon run: --outputs: host directory ${join(cwd, 'absent')} does not exist on the engine's host; make it first\n(cordon run --help shows its usage)\n`,
+      })
+      expect(existsSync(join(cwd, 'absent'))).toBe(false)
     } finally {
       rmSync(cwd, { recursive: true, force: true })
     }

@@ -1,4 +1,4 @@
-import { escapeTerminalControls } from '@cordon/core'
+import { escapeTerminalControls, SandboxConfigValidationError } from '@cordon/core'
 import { keyValueFlag, parseCommandLine, UsageError } from './command-line.js'
 import { loadDockerBackend } from './docker-backend-module.js'
 import type { RunIo } from './run-command.js'
@@ -36,21 +36,43 @@ export async function buildCommand(argv: readonly string[], io: RunIo): Promise<
   process.once('SIGINT', onSignal)
   process.once('SIGTERM', onSignal)
   try {
-    const built = await backend.buildImage(
-      {},
-      {
-        context: positionals[0]!,
-        tag: values.tag,
-        ...(values.file ? { dockerfile: values.file } : {}),
-        buildArgs,
-        signal: interrupt.signal,
-        onProgress: ({ line }) => io.stderr(`${shown(line)}\n`),
-      },
-    )
+    const built = await backend
+      .buildImage(
+        {},
+        {
+          context: positionals[0]!,
+          tag: values.tag,
+          ...(values.file ? { dockerfile: values.file } : {}),
+          buildArgs,
+          signal: interrupt.signal,
+          onProgress: ({ line }) => io.stderr(`${shown(line)}\n`),
+        },
+      )
+      .catch((error: unknown) => {
+        throw buildFlagError(error)
+      })
     io.stdout(`cordon build: built ${built.tag} (${built.id})\n`)
     return 0
   } finally {
     process.off('SIGINT', onSignal)
     process.off('SIGTERM', onSignal)
   }
+}
+
+/** Where each build option comes from on the command line. */
+const BUILD_FLAGS: Readonly<Record<string, string>> = {
+  tag: '--tag',
+  dockerfile: '--file',
+  context: 'DIR',
+  buildArgs: '--build-arg',
+}
+
+/** A refusal of what the command line gave, as a {@link UsageError} naming the flag. */
+function buildFlagError(error: unknown): unknown {
+  if (!SandboxConfigValidationError.isInstance(error)) return error
+  return new UsageError(
+    error.issues
+      .map((issue) => `${BUILD_FLAGS[issue.path.split('.')[0]!] ?? issue.path}: ${issue.message}`)
+      .join('; '),
+  )
 }

@@ -1,0 +1,50 @@
+/**
+ * The grammar of an image reference, as the engine reads one
+ * (`[host[:port]/]path[:tag][@digest]`, the path in lowercase; the Docker
+ * distribution project's `reference` grammar). Checked with the config, so
+ * that a name the engine cannot parse is refused naming `image` before
+ * anything is made, not turned into an engine call that fails with the
+ * engine's words ("Request path contains unescaped characters").
+ */
+
+const HOST_COMPONENT = '[a-z0-9](?:[a-z0-9-]*[a-z0-9])?'
+const HOST = `${HOST_COMPONENT}(?:\\.${HOST_COMPONENT})*`
+const PORT = '(?::[0-9]{1,5})?'
+
+/** A registry host as image names spell it: `name[.name...][:port]`, no scheme or path. */
+export const REGISTRY_HOST = new RegExp(`^${HOST}${PORT}$`, 'i')
+
+const PATH_COMPONENT = '[a-z0-9]+(?:(?:[._]|__|-+)[a-z0-9]+)*'
+const TAG = '[A-Za-z0-9_][A-Za-z0-9_.-]{0,127}'
+const DIGEST = '[A-Za-z][A-Za-z0-9]*(?:[-_+.][A-Za-z][A-Za-z0-9]*)*:[0-9a-fA-F]{32,}'
+
+/** `[host[:port]/]path`, tag, digest; the host may be in any case, the path may not. */
+const REFERENCE = new RegExp(
+  `^((?:(?:${HOST}${PORT}|\\[[0-9a-fA-F:.]+\\]${PORT})/)?${PATH_COMPONENT}(?:/${PATH_COMPONENT})*)(?::${TAG})?(?:@${DIGEST})?$`,
+)
+
+/** The engine's limit on a repository name (host and path). */
+const MAX_NAME_LENGTH = 255
+
+/** Why `name` is not an image reference the engine accepts, or undefined if it is one. */
+export function imageReferenceProblem(name: string): string | undefined {
+  // A host part may be in upper case (registries compare hosts without it); the path may not.
+  const slash = name.indexOf('/')
+  const first = slash < 0 ? '' : name.slice(0, slash)
+  const hasHost = /[.:[]/.test(first) || first === 'localhost'
+  const checked = hasHost ? `${first.toLowerCase()}${name.slice(slash)}` : name
+  const match = REFERENCE.exec(checked)
+  if (!match) {
+    const path = hasHost ? name.slice(slash + 1) : name
+    const lowered = hasHost ? `${first.toLowerCase()}/${path.toLowerCase()}` : path.toLowerCase()
+    const hint =
+      /[A-Z]/.test(path.replace(/[:@].*$/, '')) && REFERENCE.test(lowered)
+        ? ': the repository name must be lowercase'
+        : ''
+    return `"${name}" is not an image reference the engine accepts ([host[:port]/]name[:tag][@digest], the name in lowercase letters, digits and . _ - separators)${hint}`
+  }
+  if (match[1]!.length > MAX_NAME_LENGTH) {
+    return `"${name}" is not an image reference the engine accepts: its name is longer than ${MAX_NAME_LENGTH} characters`
+  }
+  return undefined
+}
