@@ -1,4 +1,4 @@
-import { registryHostKey } from '@cordon/builtin-backends'
+import { imageRegistry } from '@cordon/builtin-backends'
 
 /** What an image name says about where the image comes from. */
 export interface ImageReference {
@@ -13,22 +13,11 @@ export interface ImageReference {
   readonly registry: string
 }
 
-/**
- * Reads an image name the way the engine does: the part before the first
- * `/` is a registry host when it has a `.` or a `:` or is `localhost`;
- * anything else is on Docker Hub (`node:20-slim`, `team/tool`).
- */
+/** Reads an image name the way the engine does (`imageRegistry`). */
 export function parseImageReference(name: string): ImageReference {
-  const slash = name.indexOf('/')
-  const first = slash < 0 ? '' : name.slice(0, slash)
-  const hasRegistry = /[.:]/.test(first) || first === 'localhost'
-  const path = hasRegistry ? name.slice(slash + 1) : name
+  const { registry, path } = imageRegistry(name)
   const tagged = name.includes('@') || path.includes(':')
-  return {
-    name,
-    pullName: tagged ? name : `${name}:latest`,
-    registry: hasRegistry ? registryHostKey(first) : 'docker.io',
-  }
+  return { name, pullName: tagged ? name : `${name}:latest`, registry }
 }
 
 /**

@@ -1,7 +1,7 @@
 import type { TlsClientMaterial } from '@cordon/core'
 import { durationMsSchema, tcpPortSchema, tlsClientSchema } from '@cordon/core/backend'
 import { z } from 'zod'
-import { imageReferenceProblem, REGISTRY_HOST } from './image-reference-syntax.js'
+import { imageReferenceProblem, REGISTRY_HOST, registryHostKey } from './image-reference-syntax.js'
 
 /** Credentials for one container registry: what `docker login` would take. */
 export interface RegistryCredential {
@@ -141,15 +141,6 @@ const registryAuthSchema = z
       seen.set(registry, key)
     }
   })
-
-/**
- * The registry a `registryAuth` key or an image name's host part stands for:
- * hosts compare without case, and Docker Hub's other names are `docker.io`.
- */
-export function registryHostKey(host: string): string {
-  const lower = host.toLowerCase()
-  return lower === 'index.docker.io' || lower === 'registry-1.docker.io' ? 'docker.io' : lower
-}
 
 export const containerBackendConfigSchema: z.ZodType<ContainerBackendConfig> = z
   .object({

@@ -23,6 +23,29 @@ const REFERENCE = new RegExp(
   `^((?:(?:${HOST}${PORT}|\\[[0-9a-fA-F:.]+\\]${PORT})/)?${PATH_COMPONENT}(?:/${PATH_COMPONENT})*)(?::${TAG})?(?:@${DIGEST})?$`,
 )
 
+/**
+ * The registry an image name is pulled from, as the engine reads the name:
+ * the part before the first `/` is a registry host when it has a `.` or a
+ * `:` or is `localhost` (compared without case, Docker Hub's other names as
+ * `docker.io`); anything else is on Docker Hub (`node:20-slim`, `team/tool`).
+ */
+export function imageRegistry(name: string): { readonly registry: string; readonly path: string } {
+  const slash = name.indexOf('/')
+  const first = slash < 0 ? '' : name.slice(0, slash)
+  return /[.:[]/.test(first) || first === 'localhost'
+    ? { registry: registryHostKey(first), path: name.slice(slash + 1) }
+    : { registry: 'docker.io', path: name }
+}
+
+/**
+ * A registry host as a key: hosts compare without case, and Docker Hub's
+ * other names are `docker.io`.
+ */
+export function registryHostKey(host: string): string {
+  const lower = host.toLowerCase()
+  return lower === 'index.docker.io' || lower === 'registry-1.docker.io' ? 'docker.io' : lower
+}
+
 /** The engine's limit on a repository name (host and path). */
 const MAX_NAME_LENGTH = 255
 

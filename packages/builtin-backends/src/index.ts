@@ -18,9 +18,12 @@ export {
   type ContainerBackendConfig,
   containerBackendConfigSchema,
   type RegistryCredential,
-  registryHostKey,
 } from './docker-config.js'
-export { imageReferenceProblem } from './image-reference-syntax.js'
+export {
+  imageReferenceProblem,
+  imageRegistry,
+  registryHostKey,
+} from './image-reference-syntax.js'
 export {
   type AgentSnapshotRef,
   agentSnapshotRefSchema,

@@ -194,6 +194,92 @@ describe('the cordon command', () => {
     }
   }, 120_000)
 
+  it("pulls a private image with the Docker CLI's stored login: an auths entry, a credential helper, and names a wrong one", async () => {
+    const password = `pw-${randomBytes(6).toString('hex')}`
+    const registry = await startLocalRegistry({ users: { tester: password } })
+    const home = mkdtempSync(join(tmpdir(), 'cordon-cli-docker-config-'))
+    const images = [1, 2, 3].map((tag) => `${registry.host}/cordon-test/private:${tag}`)
+    const login = { username: 'tester', password, serveraddress: registry.host }
+    const pull = (image: string, env: Record<string, string>) =>
+      cordon(['run', '--image', image, '--', 'cat', '/etc/private-mark'], env)
+    try {
+      const context = join(home, 'context')
+      mkdirSync(context)
+      writeFileSync(
+        join(context, 'Dockerfile'),
+        'FROM cordon-test/busybox:latest\nUSER 0\nRUN echo private > /etc/private-mark\n',
+      )
+      const source = `cordon-test-cli-private-${process.pid}:1`
+      expect((await cordon(['build', '--tag', source, context])).code).toBe(0)
+      for (const image of images) await pushTestImage(source, image, login)
+      execFileSync('docker', ['image', 'rm', source])
+
+      // `docker login` without a store: the config's auths entry.
+      const plain = join(home, 'plain')
+      mkdirSync(plain)
+      const auth = Buffer.from(`tester:${password}`).toString('base64')
+      writeFileSync(
+        join(plain, 'config.json'),
+        JSON.stringify({ auths: { [registry.host]: { auth } } }),
+      )
+      const first = await pull(images[0]!, { DOCKER_CONFIG: plain })
+      expect(first.code, first.stderr).toBe(0)
+      expect(first.stdout).toBe('private\n')
+      expect(first.stderr).toContain(`cordon: pulled ${images[0]}`)
+
+      // A credential store: the helper is asked for the registry, as the Docker CLI asks it.
+      const stored = join(home, 'stored')
+      const bin = join(home, 'bin')
+      mkdirSync(stored)
+      mkdirSync(bin)
+      writeFileSync(join(stored, 'config.json'), JSON.stringify({ credsStore: 'cordon-test' }))
+      writeFileSync(
+        join(bin, 'docker-credential-cordon-test'),
+        `#!/bin/sh\nread server\n[ "$1" = get ] && [ "$server" = "${registry.host}" ] || { echo "credentials not found in native keychain"; exit 1; }\necho '{"ServerURL":"${registry.host}","Username":"tester","Secret":"${password}"}'\n`,
+        { mode: 0o755 },
+      )
+      const path = `${bin}:${process.env.PATH}`
+      const second = await pull(images[1]!, { DOCKER_CONFIG: stored, PATH: path })
+      expect(second.code, second.stderr).toBe(0)
+      expect(second.stdout).toBe('private\n')
+
+      // A wrong password is the registry's refusal, named; nothing stored is a pull without one.
+      const wrong = join(home, 'wrong')
+      mkdirSync(wrong)
+      writeFileSync(
+        join(wrong, 'config.json'),
+        JSON.stringify({ auths: { [registry.host]: { username: 'tester', password: 'nope' } } }),
+      )
+      for (const env of [{ DOCKER_CONFIG: wrong }, { DOCKER_CONFIG: join(home, 'none') }]) {
+        const refused = await pull(images[2]!, env)
+        expect(refused.code).toBe(125)
+        expect(refused.stderr).toContain(`Could not pull image "${images[2]}"`)
+        expect(refused.stderr).toContain('[IMAGE_PULL_FAILED]')
+        expect(refused.stderr).not.toContain(password)
+      }
+
+      // A login cordon cannot use is refused naming the config and the registry.
+      const token = join(home, 'token')
+      mkdirSync(token)
+      writeFileSync(
+        join(token, 'config.json'),
+        JSON.stringify({ auths: { [registry.host]: { identitytoken: 'opaque' } } }),
+      )
+      const unusable = await pull(images[2]!, { DOCKER_CONFIG: token })
+      expect(unusable.code).toBe(125)
+      expect(unusable.stderr).toContain(`Invalid Docker CLI config ${join(token, 'config.json')}`)
+      expect(unusable.stderr).toContain(`${registry.host}: holds an identity token`)
+    } finally {
+      for (const image of images) {
+        try {
+          execFileSync('docker', ['image', 'rm', image], { stdio: 'ignore' })
+        } catch {}
+      }
+      await registry.stop()
+      rmSync(home, { recursive: true, force: true })
+    }
+  }, 180_000)
+
   it('explains an unreachable engine and exits 125', async () => {
     const result = await cordon(['run', '--', 'true'], {
       DOCKER_HOST: 'unix:///nonexistent/docker.sock',

@@ -3,6 +3,7 @@ import { createSandboxProvider } from '../create-sandbox-provider.js'
 import { parseFlags } from './command-line.js'
 import { hostBridgeAddress, startDemoUpstream } from './demo-upstream.js'
 import { loadDockerBackend } from './docker-backend-module.js'
+import { registryAuthForImage } from './docker-cli-credentials.js'
 import type { RunIo } from './run-command.js'
 import { DEFAULT_IMAGE, runtimeFlag } from './sandbox-flags.js'
 
@@ -36,7 +37,11 @@ export async function demoCommand(argv: readonly string[], io: RunIo): Promise<n
   const docker = await loadDockerBackend()
   // The engine is asked first through the backend, so that one that cannot
   // be reached is reported as such, before the demo starts anything.
-  await docker.prepareAgentRuntime({ image: values.image }, {})
+  const registryAuth = await registryAuthForImage(values.image)
+  await docker.prepareAgentRuntime(
+    { image: values.image, ...(registryAuth ? { registryAuth } : {}) },
+    {},
+  )
   const { docker: engine } = docker.connectEngine({})
   const upstreamAddress = await hostBridgeAddress(engine as Parameters<typeof hostBridgeAddress>[0])
   const upstream = await startDemoUpstream()
@@ -46,6 +51,7 @@ export async function demoCommand(argv: readonly string[], io: RunIo): Promise<n
       tier: 'container',
       runtime,
       image: values.image,
+      ...(registryAuth ? { registryAuth } : {}),
       gatewayHosts: { 'demo.upstream': upstreamAddress },
       gatewayAllowedPorts: [upstream.port],
     },

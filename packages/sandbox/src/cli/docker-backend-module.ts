@@ -1,4 +1,4 @@
-import { BUILTIN_BACKEND_PACKAGES } from '@cordon/builtin-backends'
+import { BUILTIN_BACKEND_PACKAGES, type RegistryCredential } from '@cordon/builtin-backends'
 import type { SandboxEvent } from '@cordon/core'
 import type { UnjudgedOwnerReason } from '@cordon/core/backend'
 import { importBackendPackage } from '../load-backend.js'
@@ -42,7 +42,7 @@ export interface DockerBackendModule {
     description: string
   }
   prepareAgentRuntime(
-    config: { image: string },
+    config: { image: string; registryAuth?: Record<string, RegistryCredential> },
     options: { signal?: AbortSignal; onEvent?: (event: SandboxEvent) => void },
   ): Promise<{ volume: string }>
   buildImage(

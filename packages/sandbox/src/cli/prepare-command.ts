@@ -1,5 +1,6 @@
 import { parseFlags } from './command-line.js'
 import { loadDockerBackend } from './docker-backend-module.js'
+import { registryAuthForImage } from './docker-cli-credentials.js'
 import { imagePullReporter } from './image-pull-report.js'
 import type { RunIo } from './run-command.js'
 import { DEFAULT_IMAGE } from './sandbox-flags.js'
@@ -34,8 +35,9 @@ export async function prepareCommand(argv: readonly string[], io: RunIo): Promis
   process.once('SIGINT', onSignal)
   process.once('SIGTERM', onSignal)
   try {
+    const registryAuth = await registryAuthForImage(values.image)
     const { volume } = await backend.prepareAgentRuntime(
-      { image: values.image },
+      { image: values.image, ...(registryAuth ? { registryAuth } : {}) },
       {
         signal: interrupt.signal,
         onEvent: imagePullReporter(io.stderr, io.terminal?.stderr === true),

@@ -46,7 +46,7 @@ export async function runCommand(argv: readonly string[], io: RunIo): Promise<nu
   if (command.length === 0 || !command[0])
     throw new UsageError('no command to run: cordon run [options] -- COMMAND [ARGS...]')
   const config = {
-    ...providerConfigFromFlags(values),
+    ...(await providerConfigFromFlags(values)),
     onEvent: imagePullReporter(io.stderr, io.terminal?.stderr === true),
   }
   const env = environmentFlag(values.env)

@@ -2,6 +2,7 @@ import { resolve } from 'node:path'
 import type { SandboxProviderConfig } from '@cordon/builtin-backends'
 import { SandboxConfigValidationError, SandboxControlRefusedError } from '@cordon/core'
 import { UsageError, wholeNumberFlag } from './command-line.js'
+import { registryAuthForImage } from './docker-cli-credentials.js'
 
 export const DEFAULT_IMAGE = 'cordon-test/busybox:latest'
 
@@ -38,13 +39,25 @@ export function runtimeFlag(value: string): (typeof RUNTIMES)[number] {
   return runtime
 }
 
-export function providerConfigFromFlags(values: {
+/**
+ * The provider config the flags describe; a private image the engine lacks
+ * is pulled with the Docker CLI's stored login for its registry
+ * (docker-cli-credentials.ts).
+ */
+export async function providerConfigFromFlags(values: {
   readonly image: string
   readonly runtime: string
   readonly outputs?: string | undefined
-}): SandboxProviderConfig {
+}): Promise<SandboxProviderConfig> {
+  const runtime = runtimeFlag(values.runtime)
+  const registryAuth = await registryAuthForImage(values.image)
   return {
-    backend: { tier: 'container', runtime: runtimeFlag(values.runtime), image: values.image },
+    backend: {
+      tier: 'container',
+      runtime,
+      image: values.image,
+      ...(registryAuth ? { registryAuth } : {}),
+    },
     layout: {
       outputs: {
         // A relative directory is taken from where cordon runs, as a shell user expects.

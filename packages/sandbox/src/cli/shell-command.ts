@@ -42,11 +42,9 @@ export async function shellCommand(argv: readonly string[], io: ShellIo): Promis
   const { flags, command } = splitAtSeparator(argv)
   const values = parseFlags('shell', flags, SANDBOX_FLAG_OPTIONS, true)
   const limits = memoryFromFlags(values)
+  const config = await providerConfigFromFlags(values)
   const provider = withFlagErrors(values, () =>
-    createSandboxProvider({
-      ...providerConfigFromFlags(values),
-      onEvent: imagePullReporter(io.stderr, false),
-    }),
+    createSandboxProvider({ ...config, onEvent: imagePullReporter(io.stderr, false) }),
   )
   const program = { command: command[0] ?? '/bin/sh', args: command.slice(1) }
   try {
