@@ -101,7 +101,10 @@ export async function serveExec(
   let timedOut = false
   let aborted = false
   let killTimer: ReturnType<typeof setTimeout> | undefined
-  let exited = false
+  // Finished once its output has closed, not when its first process exits:
+  // a background process still holding the output keeps the exec going, and
+  // the timeout, an abort and a vanished client still end it.
+  let finished = false
   const kill = (signal: KillSignalName): void => {
     signalExecProcesses(pid, marker, signal, context.runAs)
     if (signal === 'SIGTERM' && !killTimer) {
@@ -117,14 +120,10 @@ export async function serveExec(
     request.timeoutMs === undefined
       ? undefined
       : context.clock.after(request.timeoutMs, () => {
-          if (exited) return
+          if (finished) return
           timedOut = true
           kill('SIGKILL')
         })
-
-  void child.exited.then(() => {
-    exited = true
-  })
 
   const outputs = [
     forward(child.stdout!, 'stdout', connection),
@@ -139,12 +138,13 @@ export async function serveExec(
       })
   // The client vanishing means nobody will read the result: end the command.
   connection.onClose(() => {
-    if (!exited) kill('SIGKILL')
+    if (!finished) kill('SIGKILL')
   })
   void stdinDone.catch(() => {})
 
   const { code, signal } = await child.closed
   await Promise.allSettled(outputs)
+  finished = true
   timeout?.cancel()
   if (killTimer) clearTimeout(killTimer)
   const oomAfter = readOomKillCount()

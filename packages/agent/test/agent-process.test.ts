@@ -255,6 +255,41 @@ describe.each(LAUNCHERS)('agent program (bundled, real child process), %s', (_, 
       expect(await processesMatching(marker)).toEqual([])
     })
 
+    it('a timeout ends an exec whose first process exited while a background one holds its output', async () => {
+      const marker = `cordon-held-${Date.now()}`
+      const began = Date.now()
+      const { exit, stdout } = await run(
+        agent,
+        'sh',
+        ['-c', `sh -c 'sleep 501; echo ${marker}' & echo started`],
+        { timeoutMs: 500 },
+      )
+      // Not the background sleep's 501 s: the timeout killed what held the output.
+      expect(Date.now() - began).toBeLessThan(30_000)
+      expect(stdout).toBe('started\n')
+      expect(exit).toMatchObject({ timedOut: true, aborted: false, exitCode: 0 })
+      expect(await processesMatching(marker)).toEqual([])
+    })
+
+    it('dropping the connection kills what holds the output after the first process exited', async () => {
+      const marker = `cordon-held-drop-${Date.now()}`
+      const connection = await agent.connect()
+      await requestExec(connection, {
+        command: 'sh',
+        args: ['-c', `sh -c 'sleep 601; echo ${marker}' & echo started`],
+        env: {},
+        stdin: false,
+      })
+      for (let i = 0; i < 30 && (await processesMatching(marker)).length === 0; i++)
+        await delay(100)
+      expect(await processesMatching(marker)).not.toEqual([])
+      // The first `sh` has exited by now (it only started the background one).
+      await delay(300)
+      connection.destroy()
+      for (let i = 0; i < 30 && (await processesMatching(marker)).length > 0; i++) await delay(100)
+      expect(await processesMatching(marker)).toEqual([])
+    })
+
     it('dropping the connection kills the command', async () => {
       const marker = `cordon-drop-${Date.now()}`
       const connection = await agent.connect()

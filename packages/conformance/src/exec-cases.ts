@@ -229,6 +229,25 @@ export function execCases(options: SandboxConformanceOptions, sandboxes: Sandbox
     )
 
     it(
+      'a timeout also ends an exec whose first process exited while a background one holds its output',
+      async () => {
+        const sleep = uniqueSleep()
+        const started = Date.now()
+        const result = await sandboxes.sandbox.exec(
+          'sh',
+          ['-c', `sh -c 'sleep ${sleep}2' & echo started`],
+          { timeout: 1500 },
+        )
+        // Not the background sleep's minutes: what held the output was killed on time.
+        expect(Date.now() - started).toBeLessThan(15_000)
+        expect(result.stdout).toBe('started\n')
+        expect(result.timedOut).toBe(true)
+        expect(await processesMatching(sandboxes, `sleep ${sleep}`)).toEqual([])
+      },
+      timeout,
+    )
+
+    it(
       'kills the whole process tree when the signal aborts',
       async () => {
         const controller = new AbortController()
