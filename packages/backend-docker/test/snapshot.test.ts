@@ -1,5 +1,6 @@
 import {
   type CordonSandboxProvider,
+  SandboxAbortedError,
   type SandboxEvent,
   SandboxSnapshotNotFoundError,
 } from '@cordon/core'
@@ -287,11 +288,52 @@ describe('snapshot garbage and failures', () => {
       )
       controller.abort()
       await watching
-      expect(outcome).not.toBe('taken')
+      expect(SandboxAbortedError.isInstance(outcome), String(outcome)).toBe(true)
+      expect(outcome).toMatchObject({
+        operation: 'snapshot',
+        cause: { message: 'stopped half-way' },
+      })
       const left = { label: [`${LABEL.sandbox}=${source.id}`, `${LABEL.role}=snapshot`] }
       expect(await docker.listContainers({ all: true, filters: left })).toHaveLength(0)
       expect(await docker.listImages({ filters: left })).toHaveLength(0)
       // The sandbox goes on, and a snapshot taken now works.
+      expect((await source.exec('echo', ['ok'])).stdout).toBe('ok\n')
+    } finally {
+      await source.destroy()
+    }
+  })
+
+  it('a fork aborted once its snapshot is taken is a SandboxAbortedError and leaves no fork and no snapshot', async () => {
+    const source = await provider.create()
+    try {
+      const controller = new AbortController()
+      const snapshotImages = {
+        label: [`${LABEL.sandbox}=${source.id}`, `${LABEL.role}=snapshot`],
+      }
+      const watching = (async () => {
+        for (let attempt = 0; attempt < 2_000 && !controller.signal.aborted; attempt++) {
+          if ((await docker.listImages({ filters: snapshotImages })).length > 0)
+            controller.abort(new Error('no forks after all'))
+          else await new Promise((resolve) => setTimeout(resolve, 10))
+        }
+      })()
+      const outcome = await source
+        .fork({ count: 2, memory: false, signal: controller.signal })
+        .then(
+          (forks) => forks,
+          (error: unknown) => error,
+        )
+      controller.abort()
+      await watching
+      expect(SandboxAbortedError.isInstance(outcome), String(outcome)).toBe(true)
+      expect(outcome).toMatchObject({ operation: 'fork', cause: { message: 'no forks after all' } })
+      // Only the source runs under this run's labels, and its snapshot is gone.
+      const running = await docker.listContainers({
+        all: true,
+        filters: { label: Object.entries(testRunLabels()).map(([k, v]) => `${k}=${v}`) },
+      })
+      expect(running.map((container) => container.Names[0])).toEqual([`/cordon-${source.id}`])
+      expect(await docker.listImages({ filters: snapshotImages })).toHaveLength(0)
       expect((await source.exec('echo', ['ok'])).stdout).toBe('ok\n')
     } finally {
       await source.destroy()
@@ -328,6 +370,7 @@ describe('snapshot garbage and failures', () => {
         const left = { label: [`${LABEL.sandbox}=${source.id}`, `${LABEL.role}=snapshot`] }
         expect(await docker.listContainers({ all: true, filters: left })).toHaveLength(0)
         expect(await docker.listImages({ filters: left })).toHaveLength(0)
+        expect(SandboxAbortedError.isInstance(outcome), String(outcome)).toBe(true)
         expect(outcome).toMatchObject({ operation: 'snapshot', cause: { message: 'given up' } })
         expect((await source.exec('echo', ['ok'])).stdout).toBe('ok\n')
       } finally {

@@ -659,6 +659,31 @@ export function throwIfAborted(signal: AbortSignal | undefined, operation: strin
   if (signal?.aborted) throw new SandboxAbortedError(operation, { cause: signal.reason })
 }
 
+/**
+ * What an operation that failed after its caller's `signal` fired throws:
+ * the failure a backend saw then (an engine call cut off, a stream ended
+ * under it) is the abort's doing, so it is a {@link SandboxAbortedError}
+ * with that failure as its cause. A refusal or a validation error, which
+ * the abort did not cause, stays as it is.
+ */
+export function failureAfterAbort(
+  error: unknown,
+  signal: AbortSignal | undefined,
+  operation: string,
+): unknown {
+  if (!signal?.aborted) return error
+  // A step's own abort (a fork's snapshot) is named as the operation the caller asked for.
+  if (SandboxAbortedError.isInstance(error) && error.operation === operation) return error
+  if (
+    SandboxControlRefusedError.isInstance(error) ||
+    SandboxConfigValidationError.isInstance(error) ||
+    SandboxDestroyedError.isInstance(error)
+  ) {
+    return error
+  }
+  return new SandboxAbortedError(operation, { cause: signal.reason })
+}
+
 const volumeMarker = markerFor('SandboxVolumeError')
 
 /** Why a volume operation or a mount of a volume was refused. */

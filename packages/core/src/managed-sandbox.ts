@@ -2,6 +2,7 @@ import type { Buffer } from 'node:buffer'
 import { SANDBOX_FORK_MAX } from './constants.js'
 import type { MeasuredUsageField, SandboxEnforcementReport } from './enforcement.js'
 import {
+  failureAfterAbort,
   SandboxConfigValidationError,
   SandboxControlRefusedError,
   SandboxDestroyedError,
@@ -606,7 +607,8 @@ export class ManagedSandbox implements CordonSandbox {
         snapshotId: taken.id,
       })
       return taken
-    } catch (error) {
+    } catch (failure) {
+      const error = failureAfterAbort(failure, options.signal, 'snapshot')
       this.hooks.emit({
         ...this.lifecycle('snapshot'),
         durationMs: performance.now() - started,
@@ -668,7 +670,8 @@ export class ManagedSandbox implements CordonSandbox {
         forkedSandboxIds: forks.map((fork) => fork.id),
       })
       return forks
-    } catch (error) {
+    } catch (failure) {
+      const error = failureAfterAbort(failure, options.signal, 'fork')
       this.hooks.emit({
         ...this.lifecycle('fork'),
         durationMs: performance.now() - started,

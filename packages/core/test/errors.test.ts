@@ -1,5 +1,6 @@
 import { describe, expect, it } from 'vitest'
 import { throwIfAborted } from '../src/backend-kit.js'
+import { failureAfterAbort } from '../src/errors.js'
 import {
   ContainerSandboxLayoutValidationError,
   SandboxAbortedError,
@@ -300,6 +301,29 @@ describe('error hierarchy', () => {
     } catch (error) {
       expect((error as SandboxAbortedError).cause).toBe('stop')
     }
+  })
+
+  it('failureAfterAbort names a failure the abort caused as SandboxAbortedError, and leaves the rest', () => {
+    const controller = new AbortController()
+    const broken = new SandboxOperationError('snapshot', 'the engine call was cut off')
+    expect(failureAfterAbort(broken, controller.signal, 'fork')).toBe(broken)
+    controller.abort('stop')
+    const named = failureAfterAbort(broken, controller.signal, 'fork')
+    expect(SandboxAbortedError.isInstance(named)).toBe(true)
+    expect(named).toMatchObject({ operation: 'fork', cause: 'stop' })
+    // A step's own abort is the caller's operation's; the caller's own abort stays.
+    expect(
+      failureAfterAbort(new SandboxAbortedError('snapshot'), controller.signal, 'fork'),
+    ).toMatchObject({ operation: 'fork' })
+    const own = new SandboxAbortedError('fork')
+    expect(failureAfterAbort(own, controller.signal, 'fork')).toBe(own)
+    // What the abort did not cause stays as it is.
+    const refused = new SandboxControlRefusedError('fork', 'container:docker', 'no')
+    expect(failureAfterAbort(refused, controller.signal, 'fork')).toBe(refused)
+    const invalid = new SandboxConfigValidationError('fork options', [
+      { path: 'count', message: 'x' },
+    ])
+    expect(failureAfterAbort(invalid, controller.signal, 'fork')).toBe(invalid)
   })
 })
 
