@@ -40,9 +40,10 @@ export interface CordonHarnessSandboxOptions {
  * is one cordon sandbox. Like every harness provider it does no I/O when
  * made; `createSession` creates the sandbox.
  *
- * cordon keeps no snapshots, so `identity` names nothing to reuse and
- * `onFirstCreate` runs on every fresh sandbox, as the harness contract asks
- * of providers without snapshots. `resumeSession` reattaches to a session
+ * This adapter keys no snapshot by `identity` (not every cordon backend
+ * takes snapshots, and one keyed so would outlive the sessions that made
+ * it): `onFirstCreate` runs on every fresh sandbox, as the harness contract
+ * asks of providers without snapshots. `resumeSession` reattaches to a session
  * that is live in this process (by the `sessionId` it was created with, or
  * its sandbox id), and, for a detached session (`sandbox: { detached: true,
  * lifetimeMs }`), from any other process: the session id leads to the

@@ -7,6 +7,7 @@ import {
   type BrokeredCredential,
   egressPolicySchema,
   type SandboxBackendEnforcement,
+  SandboxControlRefusedError,
   SandboxCredentialRefusedError,
   type SandboxEvent,
   type SandboxId,
@@ -22,6 +23,7 @@ import {
   writableRoots,
 } from '@cordon/core/backend'
 import type Docker from 'dockerode'
+import type { AgentRuntime } from './agent-runtime.js'
 import { engineStreamCarrier, startAttachedRootExec } from './attached-channel.js'
 import { DEFAULT_CPUS, proxyEnvironment, sandboxUser } from './container-spec.js'
 import type { dockerBackend } from './definition.js'
@@ -37,7 +39,14 @@ import type { EgressGateway } from './egress-gateway.js'
 import { isNotFound, translateEngineError } from './engine-errors.js'
 import { pauseContainer, unpauseContainer } from './engine-freezer.js'
 import { engineUsage } from './engine-usage.js'
+import {
+  baseImageOf,
+  publicSnapshot,
+  snapshotRoots,
+  takeFilesystemSnapshot,
+} from './filesystem-snapshot.js'
 import { imageEnvironment } from './image-environment.js'
+import { DETACHED_MEMORY_SNAPSHOT_REFUSAL } from './memory-snapshot.js'
 import type { ProxiedPolicy } from './sandbox-egress.js'
 
 /**
@@ -126,6 +135,10 @@ export interface ConnectDependencies {
   readonly gateway: () => EgressGateway
   /** This provider's brokered credentials: those a connected sandbox's egress carries. */
   readonly brokeredCredentials: readonly BrokeredCredential[]
+  /** This provider's agent runtime: a snapshot's capture runs with its Node. */
+  readonly runtime: () => Promise<AgentRuntime>
+  /** The labels all this provider makes carries (a snapshot's image among them). */
+  readonly ownerLabels: Readonly<Record<string, string>>
 }
 
 /**
@@ -360,6 +373,37 @@ export async function connectDetached(
     freezer: {
       pause: (signal) => pauseContainer(docker.getContainer(info.Id), signal),
       resume: (signal) => unpauseContainer(docker.getContainer(info.Id), signal),
+    },
+    // Its files, as the process that made it would take them; its processes never
+    // (memory-snapshot.ts: a detached sandbox is not checkpointed).
+    snapshot: async (snapshotOptions) => {
+      if (snapshotOptions.memory) {
+        throw new SandboxControlRefusedError(
+          'snapshot.memory',
+          backend,
+          DETACHED_MEMORY_SNAPSHOT_REFUSAL,
+        )
+      }
+      const taken = await Promise.all([deps.runtime(), baseImageOf(docker, info)])
+        .then(([agentRuntime, baseImage]) =>
+          takeFilesystemSnapshot({
+            docker,
+            backend,
+            containerId: info.Id,
+            sandboxId: id,
+            runtime: agentRuntime,
+            user,
+            roots: snapshotRoots(layout),
+            baseImage,
+            enforcement,
+            ownerLabels: deps.ownerLabels,
+            signal: snapshotOptions.signal,
+          }),
+        )
+        .catch((error: unknown) => {
+          throw translateEngineError(error, backend, deps.engineDescription, 'snapshot')
+        })
+      return publicSnapshot(taken)
     },
   })
   return { sandbox, endsAt }

@@ -8,7 +8,6 @@ import {
   SandboxControlRefusedError,
   SandboxDestroyedError,
   SandboxOperationError,
-  type SandboxSnapshot,
   type SandboxSnapshotStore,
 } from '@cordon/core'
 import {
@@ -91,6 +90,7 @@ import { engineUsage } from './engine-usage.js'
 import {
   findSnapshot,
   listSnapshots,
+  publicSnapshot,
   releaseSnapshotImage,
   removeSnapshot,
   restoreFilesystemSnapshot,
@@ -1082,6 +1082,8 @@ export class DockerBackend implements CordonSandboxBackend {
       emit: this.context.emit,
       gateway: () => this.gateway(),
       brokeredCredentials: this.context.brokeredCredentials,
+      runtime: () => this.runtime(),
+      ownerLabels: { ...this.config.labels, ...ownerLabels(this.context.providerId) },
     })
   }
 
@@ -1098,17 +1100,4 @@ export class DockerBackend implements CordonSandboxBackend {
     await this.deadOwnerSweep.stop()
     await this.egressGateway?.stop()
   }
-}
-
-/** What a host sees of a stored snapshot: the engine's own details (image, roots) stay inside. */
-function publicSnapshot(stored: StoredSnapshot): SandboxSnapshot {
-  const {
-    image: _image,
-    baseImage: _base,
-    roots: _roots,
-    imageId: _id,
-    user: _user,
-    ...snapshot
-  } = stored
-  return snapshot
 }

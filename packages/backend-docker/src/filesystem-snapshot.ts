@@ -413,3 +413,32 @@ export async function releaseSnapshotImage(docker: Docker, imageId: string): Pro
     // In use by another sandbox made from it, or gone already: the last one, or gc, removes it.
   }
 }
+
+/** What a host sees of a stored snapshot: the engine's own details (image, roots) stay inside. */
+export function publicSnapshot(stored: StoredSnapshot): SandboxSnapshot {
+  const {
+    image: _image,
+    baseImage: _base,
+    roots: _roots,
+    imageId: _id,
+    user: _user,
+    ...snapshot
+  } = stored
+  return snapshot
+}
+
+/**
+ * The image a running sandbox's files were laid over: its container's own,
+ * or, for a sandbox started from a snapshot's image, the image that snapshot
+ * was taken over (its label), so that a snapshot of it is of the same base.
+ */
+export async function baseImageOf(
+  docker: Docker,
+  container: Pick<Docker.ContainerInspectInfo, 'Config' | 'Image'>,
+): Promise<string> {
+  const image = await docker
+    .getImage(container.Image)
+    .inspect()
+    .catch(() => undefined)
+  return image?.Config?.Labels?.[SNAPSHOT_LABEL.base] || container.Config.Image
+}

@@ -28,6 +28,10 @@ import {
   snapshotLabels,
 } from './filesystem-snapshot.js'
 
+/** Why a detached sandbox's processes are not captured, wherever it is asked. */
+export const DETACHED_MEMORY_SNAPSHOT_REFUSAL =
+  'a detached sandbox is not checkpointed: its agent outlives its host by its own settings, which a sandbox restored from it would keep'
+
 /**
  * Memory snapshots on the Docker Engine: the engine's checkpoint API
  * (experimental mode), under gVisor, which checkpoints a whole sandbox
@@ -75,10 +79,7 @@ export async function checkMemorySnapshot(
     throw new SandboxControlRefusedError('snapshot.memory', sandbox.backend, reason)
   }
   if (sandbox.runtime !== 'runsc') refuse(RUNC_MEMORY_SNAPSHOT_REFUSAL)
-  if (sandbox.detached)
-    refuse(
-      'a detached sandbox is not checkpointed: its agent outlives its host by its own settings, which a sandbox restored from it would keep',
-    )
+  if (sandbox.detached) refuse(DETACHED_MEMORY_SNAPSHOT_REFUSAL)
   const shared = planLayoutMounts(sandbox.layout).filter(
     (mount) => !mount.readOnly && mount.source.type !== 'ephemeral',
   )

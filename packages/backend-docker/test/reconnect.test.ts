@@ -214,6 +214,46 @@ for (const runtime of ['docker', 'runsc'] as const) {
       expect(SandboxNotFoundError.isInstance(notFound)).toBe(true)
     }, 180_000)
 
+    it('a connected sandbox is snapshotted and forked as its creator would: its files, never its processes', async () => {
+      const { id } = await createInChildProcess(runtime, {
+        CORDON_TEST_DETACHED: '1',
+        CORDON_TEST_STORE: store,
+        CORDON_TEST_TEXT: 'written by the creator',
+      })
+      const sandbox = await provider.connect(id)
+      const made: { destroy(): Promise<void> }[] = []
+      let snapshotId: string | undefined
+      try {
+        await sandbox.writeFile('later.txt', 'written through the connection')
+        const snapshot = await sandbox.snapshot()
+        snapshotId = snapshot.id
+        expect(snapshot).toMatchObject({ memory: false, sourceSandboxId: id })
+        const restored = await provider.create({ snapshot: snapshot.id })
+        made.push(restored)
+        expect((await restored.readFile('note.txt')).toString()).toBe('written by the creator')
+        expect((await restored.readFile('later.txt')).toString()).toBe(
+          'written through the connection',
+        )
+        // A fork copies its files (under gVisor too: its processes are not captured).
+        const [fork] = await sandbox.fork({ count: 1 })
+        made.push(fork!)
+        expect((await fork!.readFile('later.txt')).toString()).toBe(
+          'written through the connection',
+        )
+        await fork!.writeFile('later.txt', 'the fork’s own')
+        expect((await sandbox.readFile('later.txt')).toString()).toBe(
+          'written through the connection',
+        )
+        const memory = await sandbox.snapshot({ memory: true }).catch((error: unknown) => error)
+        expect(SandboxControlRefusedError.isInstance(memory)).toBe(true)
+        expect(memory).toMatchObject({ control: 'snapshot.memory' })
+      } finally {
+        await Promise.all(made.map((each) => each.destroy()))
+        if (snapshotId) await provider.snapshots.remove(snapshotId)
+        await sandbox.destroy()
+      }
+    }, 180_000)
+
     it('disconnect and provider.close() let go without ending it (connecting resumes a paused one); the agent ends it at its lifetime though no host connects', async () => {
       const other = makeProvider()
       // Long enough for a loaded machine to get through the steps below before it ends.

@@ -28,7 +28,7 @@ export function reconnectCases(options: SandboxConformanceOptions, sandboxes: Sa
 
   describe('reconnect', () => {
     it(
-      'reconnect: where declared, a detached sandbox is reached by id from a second provider (exec, list, destroy) and a wrong credential is refused; where not, detached and connect are refused naming the control',
+      'reconnect: where declared, a detached sandbox is reached by id from a second provider (exec, list, a snapshot where declared, destroy) and a wrong credential is refused; where not, detached and connect are refused naming the control',
       async () => {
         const provider = sandboxes.provider
         if (!sandboxes.declared.reconnect) {
@@ -66,6 +66,24 @@ export function reconnectCases(options: SandboxConformanceOptions, sandboxes: Sa
           expect(listed, 'the second provider lists it').toBeDefined()
           expect(listed!.detached).toBe(true)
           expect(listed!.endsAt).toBeGreaterThan(Date.now())
+
+          // Reached again, it is the same sandbox: where the backend takes
+          // snapshots, one taken through the connection holds its files.
+          if (sandboxes.declared.snapshot) {
+            const snapshot = await reached.snapshot()
+            try {
+              const copy = await second.create({ snapshot: snapshot.id })
+              try {
+                expect((await copy.readFile('reconnect.txt')).toString()).toBe(
+                  'written through the first provider',
+                )
+              } finally {
+                await copy.destroy()
+              }
+            } finally {
+              await second.snapshots.remove(snapshot.id)
+            }
+          }
 
           const refused = await second
             .connect(first.id, { credential: borrowedCredential(decoy, first) })
