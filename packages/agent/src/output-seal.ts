@@ -197,29 +197,62 @@ function sealTree(root: string, who: Parties, counts: Counts): void {
   // verdicts do not depend on the order of the walk: a link kept only ever
   // passes through links that are kept (a link through one that leads out
   // leads out at the same step).
+  //
+  // Links are reached through their directory's descriptor, never by a
+  // path joined from the root, which a deep tree makes longer than PATH_MAX;
+  // and a link that cannot be judged is removed, not kept.
   const verdicts = links.map((link) => {
     try {
-      const path = [root, ...link.path].join('/')
-      return resolvesInside(root, link.path.slice(0, -1), readlinkSync(path))
+      const target = inDirectory(root, link.path.slice(0, -1), (directory) =>
+        readlinkSync(`${directory}/${link.path.at(-1)}`),
+      )
+      return resolvesInside(root, link.path.slice(0, -1), target)
     } catch {
       counts.failures++
-      return true
+      return false
     }
   })
   links.forEach((link, index) => {
-    const path = [root, ...link.path].join('/')
     try {
-      if (!verdicts[index]) {
-        unlinkSync(path)
-        counts.removed++
-      } else if (link.handsOver) {
-        lchownSync(path, who.owner.uid, who.owner.gid)
-        counts.handedOver++
-      }
+      inDirectory(root, link.path.slice(0, -1), (directory) => {
+        const path = `${directory}/${link.path.at(-1)}`
+        if (!verdicts[index]) {
+          unlinkSync(path)
+          counts.removed++
+        } else if (link.handsOver) {
+          lchownSync(path, who.owner.uid, who.owner.gid)
+          counts.handedOver++
+        }
+      })
     } catch {
       counts.failures++
     }
   })
+}
+
+/**
+ * Runs `use` with a short path naming the directory `components` below
+ * `root`, opened one name at a time through its parent's descriptor with no
+ * link followed: however deep the tree, no path passed to the kernel grows
+ * past a name. Throws what opening a component threw (ENOENT, ENOTDIR for a
+ * component that is missing or not a directory, ELOOP for a link).
+ */
+function inDirectory<T>(
+  root: string,
+  components: readonly string[],
+  use: (directory: string) => T,
+): T {
+  let fd = openSync(root, OPEN_DIRECTORY)
+  try {
+    for (const name of components) {
+      const next = openSync(`/proc/self/fd/${fd}/${name}`, OPEN_DIRECTORY)
+      closeSync(fd)
+      fd = next
+    }
+    return use(`/proc/self/fd/${fd}`)
+  } finally {
+    closeSync(fd)
+  }
 }
 
 interface Parties {
@@ -276,10 +309,15 @@ export function resolvesInside(root: string, linkDirectory: string[], target: st
     }
     let next: string | undefined
     try {
-      const path = [root, ...at, part].join('/')
-      if (lstatSync(path).isSymbolicLink()) next = readlinkSync(path)
-    } catch {
-      // Missing, or under something that is not a directory: taken as a directory that may appear.
+      next = inDirectory(root, at, (directory) => {
+        const path = `${directory}/${part}`
+        return lstatSync(path).isSymbolicLink() ? readlinkSync(path) : undefined
+      })
+    } catch (error) {
+      // Missing, or under something that is not a directory: taken as a
+      // directory that may appear. Anything else cannot be judged: out.
+      const code = (error as NodeJS.ErrnoException).code
+      if (code !== 'ENOENT' && code !== 'ENOTDIR') return false
     }
     if (next === undefined) {
       at.push(part)

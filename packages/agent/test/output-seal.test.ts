@@ -1,5 +1,14 @@
 import { execFileSync } from 'node:child_process'
 import {
+  closeSync,
+  constants,
+  existsSync,
+  mkdirSync,
+  openSync,
+  readdirSync,
+  symlinkSync,
+} from 'node:fs'
+import {
   chmod,
   lchown,
   lstat,
@@ -7,7 +16,6 @@ import {
   mkdtemp,
   readdir,
   realpath,
-  rm,
   symlink,
   writeFile,
 } from 'node:fs/promises'
@@ -41,8 +49,9 @@ async function describeTree(root: string): Promise<string[]> {
 
 describe('sealOutputs', () => {
   let root: string
-  afterEach(async () => {
-    await rm(root, { recursive: true, force: true })
+  afterEach(() => {
+    // GNU rm walks by descriptor: a tree deeper than PATH_MAX goes too.
+    execFileSync('rm', ['-rf', '--', root])
   })
 
   it('removes FIFOs and links out, clears set-id bits, keeps the rest', async () => {
@@ -81,6 +90,43 @@ describe('sealOutputs', () => {
     sealOutputs([{ root }], { uid: SANDBOX_UID })
 
     expect((await readdir(root)).sort()).toEqual(['l0'])
+  })
+
+  it('judges and removes a link deeper than PATH_MAX through its directory, and keeps one that stays in there', async () => {
+    root = await mkdtemp(join(tmpdir(), 'cordon-seal-deep-'))
+    // 18 directories of 250-character names: the deepest entries' paths from
+    // the root are over 4,500 bytes, past PATH_MAX (4,096). Made through
+    // descriptors, one level at a time, as a sandbox's process would.
+    const names = Array.from(
+      { length: 18 },
+      (_, level) => `${String(level).padStart(2, '0')}${'d'.repeat(248)}`,
+    )
+    expect([root, ...names].join('/').length).toBeGreaterThan(4_096)
+    const atBottom = <T>(use: (directory: string) => T): T => {
+      let fd = openSync(root, constants.O_RDONLY | constants.O_DIRECTORY)
+      try {
+        for (const name of names) {
+          const at = `/proc/self/fd/${fd}/${name}`
+          if (!existsSync(at)) mkdirSync(at)
+          const next = openSync(at, constants.O_RDONLY | constants.O_DIRECTORY)
+          closeSync(fd)
+          fd = next
+        }
+        return use(`/proc/self/fd/${fd}`)
+      } finally {
+        closeSync(fd)
+      }
+    }
+    atBottom((bottom) => {
+      symlinkSync(`${'../'.repeat(60)}etc/passwd`, `${bottom}/out`)
+      symlinkSync(`nowhere/${'../'.repeat(20)}outside`, `${bottom}/up`)
+      symlinkSync(`../${names[16]}`, `${bottom}/in`)
+    })
+
+    const report = sealOutputs([{ root }], { uid: SANDBOX_UID })
+
+    expect(report).toMatchObject({ removed: 2, failures: 0 })
+    expect(atBottom((bottom) => readdirSync(bottom))).toEqual(['in'])
   })
 
   it('follows links through subdirectories and links to links, keeping those that stay inside', async () => {
