@@ -138,6 +138,42 @@ describe('writable host directories are safe for host tools once the sandbox end
   }
 
   for (const runtime of ['docker', 'runsc'] as const) {
+    it(`a link out at a depth past PATH_MAX is removed too, and one that stays in is kept (${runtime})`, async () => {
+      const root = await hostDirectory()
+      const provider = testProvider(
+        { runtime },
+        { layout: { outputs: { source: { type: 'hostDir', hostPath: root } } } },
+      )
+      // A link out and one in, then 18 directories of 250-character names
+      // put over them one at a time (each `mv` names short paths): the links
+      // end up over 4,500 bytes from the root, which no single path call reaches.
+      const plant = [
+        `mkdir bottom && ln -s ${'../'.repeat(60)}etc/shadow bottom/deep-shadow`,
+        'echo kept > bottom/deep-kept.txt && ln -s deep-kept.txt bottom/deep-inside',
+        'n=10; while [ $n -lt 28 ]; do mkdir over && mv bottom over/$n$(printf "%0248d" 0) && mv over bottom || exit 3; n=$((n+1)); done',
+      ].join(' && ')
+      const find = (...args: string[]) =>
+        execFileSync('find', [root, ...args], { encoding: 'utf8' })
+          .split('\n')
+          .filter(Boolean)
+      try {
+        const sandbox = await provider.create()
+        const planted = await sandbox.exec('sh', ['-c', plant], { cwd: sandbox.rootDir })
+        expect(planted.exitCode, planted.stderr).toBe(0)
+        expect(find('-name', 'deep-shadow')).toHaveLength(1)
+        await sandbox.destroy()
+        // find walks by descriptor, as cp -r, tar and rsync do: it reaches the bottom.
+        expect(find('-name', 'deep-shadow')).toEqual([])
+        expect(find('-name', 'deep-inside', '-type', 'l')).toHaveLength(1)
+        expect(find('-name', 'deep-kept.txt', '-type', 'f')).toHaveLength(1)
+      } finally {
+        await provider.close()
+        execFileSync('rm', ['-rf', '--', root])
+      }
+    })
+  }
+
+  for (const runtime of ['docker', 'runsc'] as const) {
     it(`hands what the sandbox left to the directory's owner, who can then manage it without privileges (${runtime})`, async () => {
       const root = await hostDirectory()
       const hostUser = { uid: 3456, gid: 3457 }
