@@ -17,6 +17,7 @@ import {
   type CordonSandboxProvider,
   SandboxControlRefusedError,
   SandboxOperationError,
+  SandboxTransportError,
 } from '@cordon/core'
 import { BUSYBOX_IMAGE, EPHEMERAL_OUTPUTS, NODE_IMAGE, testRunLabels } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -100,10 +101,21 @@ describe('memory snapshots under gVisor', () => {
     const source = await gvisor.create()
     let snapshotId: string | undefined
     try {
-      await source.start('sh', COUNTER_LOOP)
+      const loop = await source.start('sh', COUNTER_LOOP)
       const before = await countsPast(source, 0)
+      // A command in flight for the host when the checkpoint is taken loses its stream.
+      const inFlight = source.exec('sleep', ['30']).then(
+        () => 'finished',
+        (error: unknown) => error,
+      )
+      await new Promise((resolve) => setTimeout(resolve, 300))
       const taken = await source.snapshot({ memory: true })
       snapshotId = taken.id
+      const lost = await inFlight
+      expect(SandboxTransportError.isInstance(lost), String(lost)).toBe(true)
+      // A started process goes on, and is reached again by its id.
+      const again = await source.attachProcess(loop.id)
+      expect(again.id).toBe(loop.id)
       expect(taken.memory).toBe(true)
       expect(taken.sizeBytes).toBeGreaterThan(0)
       expect(taken.limits).toEqual({ memoryLimitMb: 96, maxProcesses: 40 })
