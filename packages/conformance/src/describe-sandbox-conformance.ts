@@ -1,5 +1,6 @@
 import { describe } from 'vitest'
 import { declarationCases } from './declaration-cases.js'
+import { egressEnforcementCases } from './egress-enforcement-cases.js'
 import { execCases } from './exec-cases.js'
 import { fileApiCases } from './file-api-cases.js'
 import { fileCases } from './file-cases.js'
@@ -46,6 +47,7 @@ export function describeSandboxConformance(options: SandboxConformanceOptions): 
     processCases(options, sandboxes)
     limitCases(options, sandboxes)
     networkCases(options, sandboxes)
+    egressEnforcementCases(options, sandboxes)
     workAndUsageCases(options, sandboxes)
     pauseCases(options, sandboxes)
     snapshotCases(options, sandboxes)

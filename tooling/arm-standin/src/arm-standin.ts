@@ -13,6 +13,7 @@ import { startSandboxContainer } from './sandbox-container.js'
 import { StandbyPool } from './standby-pool.js'
 import { DEFAULT_SUBNET, StandinNetwork, type StandinSubnetSpec } from './standin-network.js'
 import { DEFAULT_PROFILE, profileDocument, type StandinProfileSpec } from './standin-profile.js'
+import { isolateFromHost } from './subnet-isolation.js'
 
 /** api-versions each resource provider accepts, as ARM checks them. */
 export const SUPPORTED_API_VERSIONS = {
@@ -124,6 +125,10 @@ export async function startArmStandin(options: ArmStandinOptions): Promise<ArmSt
     Internal: true,
     CheckDuplicate: true,
     Labels: labels,
+  })
+  const reopenToHost = await isolateFromHost(network.id).catch(async (error: unknown) => {
+    await network.remove().catch(() => {})
+    throw error
   })
   const stateDir = await mkdtemp(join(tmpdir(), 'cordon-arm-standin-'))
   const subscriptionId = options.subscriptionId ?? '00000000-0000-4000-8000-000000000000'
@@ -365,6 +370,7 @@ export async function startArmStandin(options: ArmStandinOptions): Promise<ArmSt
       await Promise.allSettled(
         leftovers.map((info) => docker.getContainer(info.Id).remove({ force: true, v: true })),
       )
+      await reopenToHost()
       await network.remove().catch((error: { statusCode?: number }) => {
         if (error?.statusCode !== 404) throw error
       })

@@ -2,7 +2,8 @@
  * The pool's subnet and its network security group, as `Microsoft.Network`
  * serves them. Only the documents are modelled: the sandboxes' real network
  * is Docker's `--internal` network, which lets nothing out whatever the rules
- * say. Tests configure the rules to see how the backend judges them.
+ * say (subnet-isolation.ts keeps the host out of reach too). Tests configure
+ * the rules to see how the backend judges them.
  */
 
 /** One security rule, with the fields ARM returns in `properties`. */
