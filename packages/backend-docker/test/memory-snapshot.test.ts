@@ -114,7 +114,7 @@ describe('memory snapshots under gVisor', () => {
       const lost = await inFlight
       expect(SandboxTransportError.isInstance(lost), String(lost)).toBe(true)
       // A started process goes on, and is reached again by its id.
-      const again = await source.attachProcess(loop.id)
+      const again = await source.attachProcess(loop.id!)
       expect(again.id).toBe(loop.id)
       expect(taken.memory).toBe(true)
       expect(taken.sizeBytes).toBeGreaterThan(0)
