@@ -24,17 +24,26 @@ const REFERENCE = new RegExp(
 )
 
 /**
- * The registry an image name is pulled from, as the engine reads the name:
- * the part before the first `/` is a registry host when it has a `.` or a
- * `:` or is `localhost` (compared without case, Docker Hub's other names as
- * `docker.io`); anything else is on Docker Hub (`node:20-slim`, `team/tool`).
+ * An image name's host part and the rest, as the engine splits them: the
+ * part before the first `/` is a registry host when it has a `.`, a `:` or a
+ * `[` or is `localhost`; anything else is a path on Docker Hub
+ * (`node:20-slim`, `team/tool`).
  */
-export function imageRegistry(name: string): { readonly registry: string; readonly path: string } {
+function splitHost(name: string): { readonly host: string | undefined; readonly path: string } {
   const slash = name.indexOf('/')
   const first = slash < 0 ? '' : name.slice(0, slash)
   return /[.:[]/.test(first) || first === 'localhost'
-    ? { registry: registryHostKey(first), path: name.slice(slash + 1) }
-    : { registry: 'docker.io', path: name }
+    ? { host: first, path: name.slice(slash + 1) }
+    : { host: undefined, path: name }
+}
+
+/**
+ * The registry an image name is pulled from (compared without case, Docker
+ * Hub's other names as `docker.io`), and the path within it.
+ */
+export function imageRegistry(name: string): { readonly registry: string; readonly path: string } {
+  const { host, path } = splitHost(name)
+  return { registry: host === undefined ? 'docker.io' : registryHostKey(host), path }
 }
 
 /**
@@ -52,16 +61,12 @@ const MAX_NAME_LENGTH = 255
 /** Why `name` is not an image reference the engine accepts, or undefined if it is one. */
 export function imageReferenceProblem(name: string): string | undefined {
   // A host part may be in upper case (registries compare hosts without it); the path may not.
-  const slash = name.indexOf('/')
-  const first = slash < 0 ? '' : name.slice(0, slash)
-  const hasHost = /[.:[]/.test(first) || first === 'localhost'
-  const checked = hasHost ? `${first.toLowerCase()}${name.slice(slash)}` : name
-  const match = REFERENCE.exec(checked)
+  const { host, path } = splitHost(name)
+  const prefix = host === undefined ? '' : `${host.toLowerCase()}/`
+  const match = REFERENCE.exec(prefix + path)
   if (!match) {
-    const path = hasHost ? name.slice(slash + 1) : name
-    const lowered = hasHost ? `${first.toLowerCase()}/${path.toLowerCase()}` : path.toLowerCase()
     const hint =
-      /[A-Z]/.test(path.replace(/[:@].*$/, '')) && REFERENCE.test(lowered)
+      /[A-Z]/.test(path.replace(/[:@].*$/, '')) && REFERENCE.test(prefix + path.toLowerCase())
         ? ': the repository name must be lowercase'
         : ''
     return `"${name}" is not an image reference the engine accepts ([host[:port]/]name[:tag][@digest], the name in lowercase letters, digits and . _ - separators)${hint}`
