@@ -158,7 +158,6 @@ async function fromHelper(
         : `its credential helper ${program} failed: ${answer.failure}`,
     )
   }
-  if (answer === undefined) return undefined
   let parsed: { Username?: unknown; Secret?: unknown }
   try {
     parsed = JSON.parse(answer.out) as { Username?: unknown; Secret?: unknown }
