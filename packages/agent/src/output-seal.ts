@@ -12,6 +12,7 @@ import {
   type Stats,
   unlinkSync,
 } from 'node:fs'
+import { type DirectoryNode, DirectoryTree, LinkJudge } from './link-verdicts.js'
 import { readProcessTable } from './process-table.js'
 
 /**
@@ -59,6 +60,8 @@ export interface SealReport {
   readonly modesCleared: number
   readonly handedOver: number
   readonly failures: number
+  /** Whether judging ran past its time, so that later links were judged by their text. */
+  readonly judgedByText: boolean
 }
 
 /** One writable directory to seal, and who gets what the sandbox left in it. */
@@ -71,13 +74,18 @@ export interface SealRoot {
 export interface SealOptions {
   /** The sandbox's user: its entries are handed over. */
   readonly uid: number
+  /** Each tree's links are judged by where they resolve for this long after its walk; default 5 s. */
+  readonly preciseJudgingMs?: number
 }
 
 const SET_ID_BITS = 0o6000
 /** Passes over `/proc` before the agent gives up on processes that keep forking. */
 const MAX_KILL_PASSES = 50
-/** Links followed while judging one (the kernel's own limit, ELOOP, is 40). */
-const MAX_LINK_HOPS = 40
+/**
+ * How long a tree's links are judged by where they resolve, from the end of
+ * its walk; later ones by their text alone (link-verdicts.ts).
+ */
+const PRECISE_JUDGING_MS = 5_000
 const OPEN_DIRECTORY = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW
 /** For fchmod and fchown: never a link, and never blocking on a FIFO swapped in. */
 const OPEN_ENTRY = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK
@@ -109,8 +117,7 @@ export function killProcessesOf(uid: number): number {
 
 interface OpenDirectory {
   readonly fd: number
-  /** Names from the sealed root down to this directory. */
-  readonly path: readonly string[]
+  readonly node: DirectoryNode
   waitingChildren: number
 }
 
@@ -119,11 +126,18 @@ interface Counts {
   modesCleared: number
   handedOver: number
   failures: number
+  judgedByText: boolean
 }
 
 /** Walks each root and removes or defuses every trap in it, then hands the user's entries over. */
 export function sealOutputs(roots: readonly SealRoot[], options: SealOptions): SealReport {
-  const counts: Counts = { removed: 0, modesCleared: 0, handedOver: 0, failures: 0 }
+  const counts: Counts = {
+    removed: 0,
+    modesCleared: 0,
+    handedOver: 0,
+    failures: 0,
+    judgedByText: false,
+  }
   for (const root of roots) {
     let owner: { uid: number; gid: number }
     try {
@@ -133,32 +147,85 @@ export function sealOutputs(roots: readonly SealRoot[], options: SealOptions): S
       counts.failures++
       continue
     }
-    sealTree(root.root, { sandboxUid: options.uid, owner }, counts)
+    sealTree(
+      root.root,
+      { sandboxUid: options.uid, owner },
+      counts,
+      options.preciseJudgingMs ?? PRECISE_JUDGING_MS,
+    )
   }
   return counts
 }
 
-function sealTree(root: string, who: Parties, counts: Counts): void {
-  const pending: Array<{ parent: OpenDirectory | undefined; name: string }> = [
-    { parent: undefined, name: root },
+function sealTree(root: string, who: Parties, counts: Counts, preciseJudgingMs: number): void {
+  const tree = new DirectoryTree(root)
+  try {
+    const links = walkTree(tree, who, counts)
+    // Every link that resolves out is judged before any is removed, so the
+    // verdicts do not depend on the order of the walk: a link kept only ever
+    // passes through links that are kept (a link through one that leads out
+    // leads out at the same step). Links are reached through their
+    // directory's descriptor (link-verdicts.ts), never by a path joined from
+    // the root, which a deep tree makes longer than PATH_MAX; and a link that
+    // cannot be judged is removed, not kept.
+    const judge = new LinkJudge(tree, performance.now() + preciseJudgingMs)
+    const verdicts = links.map((link) => {
+      try {
+        const target = readlinkSync(`${tree.pathOf(link.directory)}/${link.name}`)
+        return judge.resolvesInside(link.directory, target)
+      } catch {
+        counts.failures++
+        return false
+      }
+    })
+    if (judge.pastDeadline) counts.judgedByText = true
+    links.forEach((link, index) => {
+      try {
+        const path = `${tree.pathOf(link.directory)}/${link.name}`
+        if (!verdicts[index]) {
+          unlinkSync(path)
+          counts.removed++
+        } else if (link.handsOver) {
+          lchownSync(path, who.owner.uid, who.owner.gid)
+          counts.handedOver++
+        }
+      } catch {
+        counts.failures++
+      }
+    })
+  } finally {
+    tree.close()
+  }
+}
+
+interface FoundLink {
+  readonly directory: DirectoryNode
+  readonly name: string
+  readonly handsOver: boolean
+}
+
+/**
+ * Walks the tree once: removes FIFOs and sockets, defuses set-id bits and
+ * hands entries over as it goes; returns the links, to be judged once the
+ * whole tree has been seen.
+ */
+function walkTree(tree: DirectoryTree, who: Parties, counts: Counts): FoundLink[] {
+  const pending: Array<{ parent: OpenDirectory | undefined; node: DirectoryNode }> = [
+    { parent: undefined, node: tree.top },
   ]
-  const links: Array<{ path: string[]; handsOver: boolean }> = []
+  const links: FoundLink[] = []
   while (pending.length > 0) {
-    const { parent, name } = pending.pop()!
+    const { parent, node } = pending.pop()!
     let fd: number
     try {
-      fd = openSync(parent ? `/proc/self/fd/${parent.fd}/${name}` : name, OPEN_DIRECTORY)
+      fd = openSync(parent ? `/proc/self/fd/${parent.fd}/${node.name}` : node.name, OPEN_DIRECTORY)
     } catch {
       counts.failures++
       continue
     } finally {
       if (parent) release(parent)
     }
-    const directory: OpenDirectory = {
-      fd,
-      path: parent ? [...parent.path, name] : [],
-      waitingChildren: 1,
-    }
+    const directory: OpenDirectory = { fd, node, waitingChildren: 1 }
     const at = `/proc/self/fd/${fd}/`
     let entries: Dirent[] = []
     try {
@@ -171,8 +238,7 @@ function sealTree(root: string, who: Parties, counts: Counts): void {
       try {
         const stats = lstatSync(path)
         if (stats.isSymbolicLink()) {
-          // Judged once the walk is done, all against the tree as the sandbox left it.
-          links.push({ path: [...directory.path, entry.name], handsOver: handsOver(stats, who) })
+          links.push({ directory: node, name: entry.name, handsOver: handsOver(stats, who) })
           continue
         }
         if (!stats.isFile() && !stats.isDirectory()) {
@@ -185,7 +251,7 @@ function sealTree(root: string, who: Parties, counts: Counts): void {
           defuseAndHandOver(path, stats, who, counts)
         if (stats.isDirectory()) {
           directory.waitingChildren++
-          pending.push({ parent: directory, name: entry.name })
+          pending.push({ parent: directory, node: tree.child(node, entry.name) })
         }
       } catch {
         counts.failures++
@@ -193,66 +259,7 @@ function sealTree(root: string, who: Parties, counts: Counts): void {
     }
     release(directory)
   }
-  // Every link that resolves out is judged before any is removed, so the
-  // verdicts do not depend on the order of the walk: a link kept only ever
-  // passes through links that are kept (a link through one that leads out
-  // leads out at the same step).
-  //
-  // Links are reached through their directory's descriptor, never by a
-  // path joined from the root, which a deep tree makes longer than PATH_MAX;
-  // and a link that cannot be judged is removed, not kept.
-  const verdicts = links.map((link) => {
-    try {
-      const target = inDirectory(root, link.path.slice(0, -1), (directory) =>
-        readlinkSync(`${directory}/${link.path.at(-1)}`),
-      )
-      return resolvesInside(root, link.path.slice(0, -1), target)
-    } catch {
-      counts.failures++
-      return false
-    }
-  })
-  links.forEach((link, index) => {
-    try {
-      inDirectory(root, link.path.slice(0, -1), (directory) => {
-        const path = `${directory}/${link.path.at(-1)}`
-        if (!verdicts[index]) {
-          unlinkSync(path)
-          counts.removed++
-        } else if (link.handsOver) {
-          lchownSync(path, who.owner.uid, who.owner.gid)
-          counts.handedOver++
-        }
-      })
-    } catch {
-      counts.failures++
-    }
-  })
-}
-
-/**
- * Runs `use` with a short path naming the directory `components` below
- * `root`, opened one name at a time through its parent's descriptor with no
- * link followed: however deep the tree, no path passed to the kernel grows
- * past a name. Throws what opening a component threw (ENOENT, ENOTDIR for a
- * component that is missing or not a directory, ELOOP for a link).
- */
-function inDirectory<T>(
-  root: string,
-  components: readonly string[],
-  use: (directory: string) => T,
-): T {
-  let fd = openSync(root, OPEN_DIRECTORY)
-  try {
-    for (const name of components) {
-      const next = openSync(`/proc/self/fd/${fd}/${name}`, OPEN_DIRECTORY)
-      closeSync(fd)
-      fd = next
-    }
-    return use(`/proc/self/fd/${fd}`)
-  } finally {
-    closeSync(fd)
-  }
+  return links
 }
 
 interface Parties {
@@ -272,8 +279,21 @@ function release(directory: OpenDirectory): void {
   if (directory.waitingChildren === 0) closeSync(directory.fd)
 }
 
-/** Clears set-id bits and gives the entry to its new owner, through a descriptor on it. */
+/**
+ * Clears set-id bits and gives the entry to its new owner. `path` names the
+ * entry in an open directory's descriptor. An entry with no set-id bit is
+ * handed over by one no-follow `lchown` of that name (under gVisor each call
+ * to a host directory is a round trip to its file server: three calls an
+ * entry made a seal of 100,000 files outlast the time the backend gave it);
+ * set-id bits are cleared through a descriptor, since Linux has no
+ * no-follow `chmod`.
+ */
 function defuseAndHandOver(path: string, stats: Stats, who: Parties, counts: Counts): void {
+  if (!(stats.mode & SET_ID_BITS)) {
+    lchownSync(path, who.owner.uid, who.owner.gid)
+    counts.handedOver++
+    return
+  }
   const fd = openSync(path, OPEN_ENTRY)
   try {
     if (stats.mode & SET_ID_BITS) {
@@ -291,41 +311,19 @@ function defuseAndHandOver(path: string, stats: Stats, who: Parties, counts: Cou
 
 /**
  * Whether a link in the directory `linkDirectory` (names from the root)
- * with this target resolves inside the root, as the kernel would resolve it
- * now, or later once missing components are made.
+ * with this target resolves inside the root, judged with no deadline: the
+ * model of the kernel the seal uses, for tests.
  */
-export function resolvesInside(root: string, linkDirectory: string[], target: string): boolean {
-  if (target.startsWith('/')) return false
-  const at = linkDirectory
-  const remaining = target.split('/')
-  let hops = 0
-  while (remaining.length > 0) {
-    const part = remaining.shift()!
-    if (part === '' || part === '.') continue
-    if (part === '..') {
-      if (at.length === 0) return false
-      at.pop()
-      continue
-    }
-    let next: string | undefined
-    try {
-      next = inDirectory(root, at, (directory) => {
-        const path = `${directory}/${part}`
-        return lstatSync(path).isSymbolicLink() ? readlinkSync(path) : undefined
-      })
-    } catch (error) {
-      // Missing, or under something that is not a directory: taken as a
-      // directory that may appear. Anything else cannot be judged: out.
-      const code = (error as NodeJS.ErrnoException).code
-      if (code !== 'ENOENT' && code !== 'ENOTDIR') return false
-    }
-    if (next === undefined) {
-      at.push(part)
-      continue
-    }
-    // A link met on the way resolves from its own directory, which is `at`.
-    if (++hops > MAX_LINK_HOPS || next.startsWith('/')) return false
-    remaining.unshift(...next.split('/'))
+export function resolvesInside(
+  root: string,
+  linkDirectory: readonly string[],
+  target: string,
+): boolean {
+  const tree = new DirectoryTree(root)
+  try {
+    const directory = linkDirectory.reduce((node, name) => tree.child(node, name), tree.top)
+    return new LinkJudge(tree, Number.POSITIVE_INFINITY).resolvesInside(directory, target)
+  } finally {
+    tree.close()
   }
-  return true
 }

@@ -69,7 +69,13 @@ describe('sealOutputs', () => {
 
     const report = sealOutputs([{ root }], { uid: SANDBOX_UID })
 
-    expect(report).toEqual({ removed: 3, modesCleared: 2, handedOver: 0, failures: 0 })
+    expect(report).toEqual({
+      removed: 3,
+      modesCleared: 2,
+      handedOver: 0,
+      failures: 0,
+      judgedByText: false,
+    })
     expect((await readdir(root)).sort()).toEqual(['..name-with-dots', 'dir', 'dotted-link', 'tool'])
     expect((await readdir(join(root, 'dir'))).sort()).toEqual(['inside', 'sub'])
     expect(await readdir(join(root, 'dir/sub'))).toEqual([])
@@ -157,6 +163,54 @@ describe('sealOutputs', () => {
     expect((await readdir(join(root, 'a/b'))).sort()).toEqual(['back', 'data'])
   })
 
+  it('judges a tree made to be slow to judge: deep, with long targets, every verdict precise', async () => {
+    // The attack that outlasted destroy()'s wait: 300 nested directories and
+    // links whose targets are `x/../` 800 times. Reaching each step's
+    // directory from the root cost the old seal 300 opens a step, about 14
+    // million for these 60 links; the escaping link beside them was never
+    // removed because the agent was killed first.
+    root = await mkdtemp(join(tmpdir(), 'cordon-seal-slow-'))
+    const names = Array.from({ length: 300 }, () => 'd')
+    const bottom = join(root, ...names)
+    mkdirSync(bottom, { recursive: true })
+    for (let index = 0; index < 60; index++)
+      symlinkSync('x/../'.repeat(800), join(bottom, `slow${index}`))
+    // Stays in only through `..`: kept only if judged by where it resolves.
+    symlinkSync(`${'../'.repeat(300)}kept.txt`, join(bottom, 'climbs-in'))
+    symlinkSync(`${'../'.repeat(301)}etc`, join(bottom, 'climbs-out'))
+    await writeFile(join(root, 'kept.txt'), 'kept')
+    await symlink('/etc/shadow', join(root, 'shadow'))
+
+    const report = sealOutputs([{ root }], { uid: SANDBOX_UID })
+
+    expect(report).toMatchObject({ removed: 2, failures: 0, judgedByText: false })
+    expect(existsSync(join(root, 'shadow'))).toBe(false)
+    const left = readdirSync(bottom).sort()
+    expect(left).toContain('climbs-in')
+    expect(left).not.toContain('climbs-out')
+    expect(left.filter((name) => name.startsWith('slow'))).toHaveLength(60)
+  })
+
+  it('past its deadline, judges the remaining links by their text: kept only if relative with no `..`', async () => {
+    root = await mkdtemp(join(tmpdir(), 'cordon-seal-late-'))
+    await mkdir(join(root, 'a/b'), { recursive: true })
+    await writeFile(join(root, 'a/b/data'), 'data')
+    await symlink('a/b/data', join(root, 'down'))
+    await symlink('./a//b/', join(root, 'down-dir'))
+    await symlink('down-dir/data', join(root, 'through-link'))
+    // Inside, but only `..` says so: removed once the text is all that is read.
+    await symlink('../data', join(root, 'a/b/up-in'))
+    await symlink('../../../etc', join(root, 'a/out'))
+    await symlink('/etc/shadow', join(root, 'a/b/absolute'))
+
+    const report = sealOutputs([{ root }], { uid: SANDBOX_UID, preciseJudgingMs: 0 })
+
+    expect(report).toMatchObject({ removed: 3, failures: 0, judgedByText: true })
+    expect((await readdir(root)).sort()).toEqual(['a', 'down', 'down-dir', 'through-link'])
+    expect((await readdir(join(root, 'a'))).sort()).toEqual(['b'])
+    expect((await readdir(join(root, 'a/b'))).sort()).toEqual(['data'])
+  })
+
   it('resolvesInside: a component-by-component model of the kernel', async () => {
     root = await mkdtemp(join(tmpdir(), 'cordon-seal-model-'))
     await mkdir(join(root, 'x/y'), { recursive: true })
@@ -196,7 +250,13 @@ describe('sealOutputs', () => {
 
     const report = sealOutputs([{ root }], { uid: SANDBOX_UID })
 
-    expect(report).toEqual({ removed: 1, modesCleared: 0, handedOver: 5, failures: 0 })
+    expect(report).toEqual({
+      removed: 1,
+      modesCleared: 0,
+      handedOver: 5,
+      failures: 0,
+      judgedByText: false,
+    })
     expect(await describeTree(root)).toEqual([
       'hidden: dir 4321:4322 300',
       'hidden/deeper: dir 4321:4322 0',

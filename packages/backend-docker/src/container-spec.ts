@@ -401,9 +401,20 @@ export function agentEnvironment(options: {
  * bits; see the agent's output-seal.ts).
  */
 export function sealedOutputPaths(layout: ResolvedContainerSandboxLayout): string[] {
-  return planLayoutMounts(layout)
-    .filter((mount) => mount.source.type === 'hostDir' && !mount.readOnly)
-    .map((mount) => mount.containerPath)
+  return sealedMounts(layout).map((mount) => mount.containerPath)
+}
+
+/** The host directories behind {@link sealedOutputPaths}, as the host named them. */
+export function sealedHostDirectories(layout: ResolvedContainerSandboxLayout): string[] {
+  return sealedMounts(layout).flatMap((mount) =>
+    mount.source.type === 'hostDir' ? [mount.source.hostPath] : [],
+  )
+}
+
+function sealedMounts(layout: ResolvedContainerSandboxLayout) {
+  return planLayoutMounts(layout).filter(
+    (mount) => mount.source.type === 'hostDir' && !mount.readOnly,
+  )
 }
 
 /**

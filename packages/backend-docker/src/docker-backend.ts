@@ -56,6 +56,7 @@ import {
   proxyEnvironment,
   refuseUnmountableLayout,
   sandboxUser,
+  sealedHostDirectories,
   sealedOutputPaths,
   tmpfsMounts,
   volumeMounts,
@@ -128,9 +129,15 @@ const LATE_SWEEPS_MS = [1000, 3000, 8000]
 const DEAD_OWNER_SWEEP_TIMEOUT_MS = 5 * 60_000
 /**
  * How long `destroy()` lets the agent seal writable host directories (kill
- * the user's processes, walk the outputs) before the engine kills it.
+ * the user's processes, walk the outputs) before the engine kills it. A
+ * seal cut short leaves what it had not reached, links out included, so
+ * this is a bound against a stuck agent, not a budget: the walk's time
+ * grows with the entries the sandbox left (about 2.3 s for 100,000 files
+ * under runc, and ten times that under gVisor, whose every call on a host
+ * directory goes through its file server), and `destroy()` fails, naming
+ * the directories, if the bound is ever reached.
  */
-const SEAL_WAIT_MS = 10_000
+const SEAL_WAIT_MS = 5 * 60_000
 /**
  * How long a restored agent may take to listen on its host-backed socket
  * once told (host-socket-resume.ts) before the resume goes through the
@@ -431,13 +438,18 @@ export class DockerBackend implements CordonSandboxBackend {
       // A detached agent outlives its channel: it is told to end (sealing its outputs) instead.
       if (request.detached && running) await stopAgent(this.engine.docker, name)
       // The agent seals host-visible outputs as it ends; let it finish before the engine kills it.
-      if (running && sealsOutputs) await this.waitForExit(name, SEAL_WAIT_MS)
+      const sealCutShort = running && sealsOutputs && !(await this.waitForExit(name, SEAL_WAIT_MS))
       await this.removeContainer(name)
       // Released: gc's retention counts from here.
       if (volumesMounted) await this.volumes.recordUse(volumesWanted.map((volume) => volume.name))
       await (egress ?? (await registering?.catch(() => undefined)))?.close()
       // The last sandbox made from a removed snapshot takes its image along.
       if (snapshot) await releaseSnapshotImage(this.engine.docker, snapshot.imageId)
+      if (sealCutShort)
+        throw new SandboxOperationError(
+          'destroy',
+          `sandbox ${request.id}: its agent was still sealing ${sealedHostDirectories(layout).join(', ')} after ${SEAL_WAIT_MS / 1000} s and was stopped: what it had not reached may hold FIFOs, set-id files and links that lead out; do not hand the directory to other tools`,
+        )
     }
     const removeAfterFailure = async (): Promise<void> => {
       await remove()
@@ -1046,18 +1058,23 @@ export class DockerBackend implements CordonSandboxBackend {
   }
 
   /** Resolves when the container has stopped (or is gone), or after `timeoutMs`. */
-  private async waitForExit(name: string, timeoutMs: number): Promise<void> {
+  /** Whether the container stopped (or was gone) within `timeoutMs`. */
+  private async waitForExit(name: string, timeoutMs: number): Promise<boolean> {
     let timer: NodeJS.Timeout | undefined
-    await Promise.race([
+    const stopped = await Promise.race([
       this.engine.docker
         .getContainer(name)
         .wait({ condition: 'not-running' })
-        .catch(() => {}),
-      new Promise<void>((resolve) => {
-        timer = setTimeout(resolve, timeoutMs)
+        .then(
+          () => true,
+          () => true,
+        ),
+      new Promise<boolean>((resolve) => {
+        timer = setTimeout(() => resolve(false), timeoutMs)
       }),
     ])
     clearTimeout(timer)
+    return stopped
   }
 
   /**

@@ -174,6 +174,46 @@ describe('writable host directories are safe for host tools once the sandbox end
   }
 
   for (const runtime of ['docker', 'runsc'] as const) {
+    it(`a tree made slow to judge does not outlast the seal: its link out is removed (${runtime})`, async () => {
+      // 300 nested directories and 60 links whose targets are `x/../` 800
+      // times: the seal once reached every step's directory from the root,
+      // about 14 million opens, and destroy() let the engine kill the agent
+      // after 10 s, before any link was removed: `shadow` stayed.
+      const root = await hostDirectory()
+      const provider = testProvider(
+        { runtime },
+        { layout: { outputs: { source: { type: 'hostDir', hostPath: root } } } },
+      )
+      const plant = [
+        'ln -s /etc/shadow shadow',
+        'p=.; i=0; while [ $i -lt 300 ]; do p=$p/d; i=$((i+1)); done; mkdir -p $p',
+        `cd $p && j=0; while [ $j -lt 60 ]; do ln -s '${'x/../'.repeat(800)}' slow$j; j=$((j+1)); done`,
+        `ln -s '${'../'.repeat(301)}etc' out && ln -s '${'../'.repeat(300)}kept.txt' in`,
+        'cd - >/dev/null && echo kept > kept.txt',
+      ].join('\n')
+      const find = (...args: string[]) =>
+        execFileSync('find', [root, ...args], { encoding: 'utf8' })
+          .split('\n')
+          .filter(Boolean)
+      try {
+        const sandbox = await provider.create()
+        const planted = await sandbox.exec('sh', ['-c', plant], { cwd: sandbox.rootDir })
+        expect(planted.exitCode, planted.stderr).toBe(0)
+        expect(find('-maxdepth', '1', '-name', 'shadow')).toHaveLength(1)
+        await sandbox.destroy()
+        expect(find('-maxdepth', '1', '-name', 'shadow')).toEqual([])
+        expect(find('-name', 'out')).toEqual([])
+        // Judged by where they resolve, not by their text: these stay.
+        expect(find('-name', 'in', '-type', 'l')).toHaveLength(1)
+        expect(find('-name', 'slow*', '-type', 'l')).toHaveLength(60)
+      } finally {
+        await provider.close()
+        execFileSync('rm', ['-rf', '--', root])
+      }
+    })
+  }
+
+  for (const runtime of ['docker', 'runsc'] as const) {
     it(`hands what the sandbox left to the directory's owner, who can then manage it without privileges (${runtime})`, async () => {
       const root = await hostDirectory()
       const hostUser = { uid: 3456, gid: 3457 }
