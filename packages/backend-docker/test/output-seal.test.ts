@@ -214,6 +214,34 @@ describe('writable host directories are safe for host tools once the sandbox end
   }
 
   for (const runtime of ['docker', 'runsc'] as const) {
+    it(`a paused sandbox is sealed when destroyed (${runtime})`, async () => {
+      // destroy() waits for the agent's seal, however long it takes: a
+      // frozen agent would never end, so the sandbox must be thawed first.
+      const root = await hostDirectory()
+      const provider = testProvider(
+        { runtime },
+        { layout: { outputs: { source: { type: 'hostDir', hostPath: root } } } },
+      )
+      try {
+        const sandbox = await provider.create()
+        const planted = await sandbox.exec(
+          'sh',
+          ['-c', 'ln -s /etc/shadow shadow && echo kept > kept.txt'],
+          { cwd: sandbox.rootDir },
+        )
+        expect(planted.exitCode, planted.stderr).toBe(0)
+        await sandbox.pause()
+        await sandbox.destroy()
+        expect(await readdir(root)).toEqual(['kept.txt'])
+        expect((await lstat(join(root, 'kept.txt'))).uid).toBe(0)
+      } finally {
+        await provider.close()
+        await rm(root, { recursive: true, force: true })
+      }
+    })
+  }
+
+  for (const runtime of ['docker', 'runsc'] as const) {
     it(`hands what the sandbox left to the directory's owner, who can then manage it without privileges (${runtime})`, async () => {
       const root = await hostDirectory()
       const hostUser = { uid: 3456, gid: 3457 }
