@@ -3,17 +3,24 @@ import {
   mkdtempSync,
   readdirSync,
   readFileSync,
+  rmSync,
   symlinkSync,
   writeFileSync,
 } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { describe, expect, it } from 'vitest'
+import { afterAll, describe, expect, it } from 'vitest'
 import { DirectoryHandles } from '../src/directory-handles.js'
 import { PathJail, PathRefusedError } from '../src/path-jail.js'
 
+const made: string[] = []
+afterAll(() => {
+  for (const base of made) rmSync(base, { recursive: true, force: true })
+})
+
 function tree(directories: number) {
   const base = mkdtempSync(join(tmpdir(), 'cordon-dir-handles-'))
+  made.push(base)
   const root = join(base, 'root')
   const outside = join(base, 'outside')
   mkdirSync(outside)

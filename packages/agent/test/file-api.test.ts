@@ -4,6 +4,7 @@ import {
   readdir,
   readFile,
   rename,
+  rm,
   stat,
   symlink,
   writeFile,
@@ -74,6 +75,7 @@ describe('file API through the agent', () => {
   afterAll(async () => {
     await sandbox?.destroy()
     await agent?.stop()
+    await rm(join(fsLog, '..'), { recursive: true, force: true })
   })
 
   describe('statFile', () => {

@@ -16,12 +16,23 @@ import { spawnSync } from 'node:child_process'
 import { existsSync, mkdtempSync, readdirSync, readFileSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { describe, expect, it } from 'vitest'
+import { afterAll, describe, expect, it } from 'vitest'
 import { abandonedLock, removeLockIf, withStartLock } from '../src/checkpoint-start-lock.js'
+
+const made: string[] = []
+/** A directory of its own for a test's lock, removed after the file's tests. */
+function lockDirectory(): string {
+  const dir = mkdtempSync(join(tmpdir(), 'cordon-lock-'))
+  made.push(dir)
+  return dir
+}
+afterAll(() => {
+  for (const dir of made) rmSync(dir, { recursive: true, force: true })
+})
 
 describe('withStartLock', () => {
   it('lets one holder in at a time and lets go when the work fails', async () => {
-    const path = join(mkdtempSync(join(tmpdir(), 'cordon-lock-')), 'snp_x.start-lock')
+    const path = join(lockDirectory(), 'snp_x.start-lock')
     const order: string[] = []
     const hold = (name: string, ms: number, fail = false) =>
       withStartLock(path, async () => {
@@ -42,14 +53,14 @@ describe('withStartLock', () => {
   })
 
   it("takes over a lock whose holder's process is gone", async () => {
-    const path = join(mkdtempSync(join(tmpdir(), 'cordon-lock-')), 'snp_y.start-lock')
+    const path = join(lockDirectory(), 'snp_y.start-lock')
     writeFileSync(path, deadPid())
     expect(await withStartLock(path, async () => 'taken')).toBe('taken')
     expect(existsSync(path)).toBe(false)
   })
 
   it('waits for a live holder, and a wait can be given up', async () => {
-    const path = join(mkdtempSync(join(tmpdir(), 'cordon-lock-')), 'snp_z.start-lock')
+    const path = join(lockDirectory(), 'snp_z.start-lock')
     writeFileSync(path, String(process.pid))
     const controller = new AbortController()
     setTimeout(() => controller.abort(), 100)
@@ -58,7 +69,7 @@ describe('withStartLock', () => {
   })
 
   it('of two waiters that found the same dead holder, the second does not remove the lock the first took', () => {
-    const dir = mkdtempSync(join(tmpdir(), 'cordon-lock-'))
+    const dir = lockDirectory()
     const path = join(dir, 'snp_w.start-lock')
     writeFileSync(path, deadPid())
     // Both look before either acts.
@@ -79,7 +90,7 @@ describe('withStartLock', () => {
   })
 
   it("a holder whose lock was taken over as stale leaves its successor's lock when it finishes", async () => {
-    const dir = mkdtempSync(join(tmpdir(), 'cordon-lock-'))
+    const dir = lockDirectory()
     const path = join(dir, 'snp_v.start-lock')
     await withStartLock(path, async () => {
       // What a waiter does after STALE_AFTER_MS: removes this lock and takes its own.
@@ -91,7 +102,7 @@ describe('withStartLock', () => {
   })
 
   it('a lock whose holder is alive is not abandoned', () => {
-    const path = join(mkdtempSync(join(tmpdir(), 'cordon-lock-')), 'snp_u.start-lock')
+    const path = join(lockDirectory(), 'snp_u.start-lock')
     writeFileSync(path, String(process.pid))
     expect(abandonedLock(path, Date.now())).toBeUndefined()
     // Past the stale age it is, whoever holds it.
