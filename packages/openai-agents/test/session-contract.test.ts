@@ -194,6 +194,29 @@ describe('CordonSandboxClient: what cordon refuses, in the SDK’s error terms',
     }
   })
 
+  it('keeps only a bounded head and tail of a large output, and tells the model it was cut', async () => {
+    const client = new CordonSandboxClient(provider)
+    const session = await client.create()
+    try {
+      const printed = 30 * 1024 * 1024
+      const result = await session.exec({
+        cmd: `head -c ${printed} /dev/zero | tr "\\0" a; echo; echo END`,
+        maxOutputTokens: 100,
+      })
+      expect(result.exitCode).toBe(0)
+      expect(result.output).toMatch(
+        /^Total output lines: \d+\n\n\[\.\.\.\d+ characters truncated from process output\.\.\.\]\n/,
+      )
+      expect(result.output).toMatch(/\.\.\.\d+ tokens truncated\.\.\./)
+      expect(result.output.endsWith('END\n')).toBe(true)
+      expect(Buffer.byteLength(result.output)).toBeLessThan(1024)
+      // The count is of everything printed, not of what was kept.
+      expect(result.originalTokenCount).toBe(Math.ceil((printed + 5) / 4))
+    } finally {
+      await client.delete(session.state)
+    }
+  })
+
   it('refuses runAs, tty and paths outside the workspace; reports a missing file as the SDK does', async () => {
     const client = new CordonSandboxClient(provider)
     const session = await client.create()
