@@ -323,8 +323,9 @@ function singleChunkStream(bytes: Uint8Array): ReadableStream<Uint8Array> {
 
 /**
  * The harness's result has only an exit code (137 after cordon's SIGKILL), so
- * why cordon ended a command is said where the caller (often a model) reads:
- * a last line of stderr.
+ * why cordon ended a command, and that it cut a stream at its output cap
+ * (otherwise a cut output looks complete), is said where the caller (often a
+ * model) reads: last lines of stderr.
  */
 function withEndNotes(result: SandboxExecResult): string {
   const notes = [
@@ -332,8 +333,14 @@ function withEndNotes(result: SandboxExecResult): string {
       ? `cordon: the command was killed when it reached the sandbox's exec timeout (${Math.round(result.durationMs)} ms)`
       : '',
     result.oomKilled ? 'cordon: the sandbox ran out of memory while the command ran' : '',
+    result.stdoutTruncated ? truncationNote('stdout', result.stdout) : '',
+    result.stderrTruncated ? truncationNote('stderr', result.stderr) : '',
   ].filter(Boolean)
   if (notes.length === 0) return result.stderr
   const separator = result.stderr === '' || result.stderr.endsWith('\n') ? '' : '\n'
   return `${result.stderr}${separator}${notes.join('\n')}\n`
+}
+
+function truncationNote(stream: 'stdout' | 'stderr', kept: string): string {
+  return `cordon: ${stream} was cut at the sandbox's output cap; only its first ${Buffer.byteLength(kept)} bytes are shown`
 }

@@ -8,7 +8,7 @@ import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { HarnessCapabilityUnsupportedError } from '@ai-sdk/harness'
 import { createDockerSandboxProvider } from '@cordon/backend-docker'
-import type { CordonSandboxProvider } from '@cordon/core'
+import { type CordonSandboxProvider, SANDBOX_MAX_OUTPUT_BYTES } from '@cordon/core'
 import { containerTestBackend, EPHEMERAL_OUTPUTS, until } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { type CordonHarnessSession, createCordonHarnessSandbox } from '../src/index.js'
@@ -117,6 +117,19 @@ describe('CordonHarnessSession: files and processes', () => {
         /^cordon: the command was killed when it reached the sandbox's exec timeout \(\d+ ms\)\n$/,
       )
     }, harness)
+  })
+
+  it('says on stderr that cordon cut a stream at its output cap', async () => {
+    await withSession(async (session) => {
+      const result = await session.run({
+        command: 'head -c 12000000 /dev/zero | tr "\\0" a; echo err >&2',
+      })
+      expect(result.exitCode).toBe(0)
+      expect(result.stdout.length).toBe(SANDBOX_MAX_OUTPUT_BYTES)
+      expect(result.stderr).toBe(
+        `err\ncordon: stdout was cut at the sandbox's output cap; only its first ${SANDBOX_MAX_OUTPUT_BYTES} bytes are shown\n`,
+      )
+    })
   })
 
   it('restricted() exposes files and processes only, on the same sandbox', async () => {
