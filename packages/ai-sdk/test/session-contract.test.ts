@@ -8,10 +8,17 @@ import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { HarnessCapabilityUnsupportedError } from '@ai-sdk/harness'
 import { createDockerSandboxProvider } from '@cordon/backend-docker'
-import { type CordonSandboxProvider, SANDBOX_MAX_OUTPUT_BYTES } from '@cordon/core'
+import {
+  type CordonSandboxProvider,
+  SANDBOX_MAX_OUTPUT_BYTES,
+} from '@cordon/core'
 import { containerTestBackend, EPHEMERAL_OUTPUTS, until } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { type CordonHarnessSession, createCordonHarnessSandbox } from '../src/index.js'
+import {
+  type CordonHarnessSession,
+  CordonHarnessSessionExistsError,
+  createCordonHarnessSandbox,
+} from '../src/index.js'
 import { testProvider } from './test-run.js'
 
 /** The host as a container on the default bridge reaches it. */
@@ -289,6 +296,38 @@ describe('createCordonHarnessSandbox: sessions and resume', () => {
       HarnessCapabilityUnsupportedError,
     )
     expect(session.sandbox.status).toBe('destroyed')
+  })
+
+  it('refuses a second createSession with a live session’s id, before making a sandbox', async () => {
+    let created = 0
+    const counting: CordonSandboxProvider = Object.assign(Object.create(provider), {
+      create: (config?: Parameters<CordonSandboxProvider['create']>[0]) => {
+        created += 1
+        return provider.create(config)
+      },
+    })
+    const harness = createCordonHarnessSandbox(counting)
+    const [first, second] = await Promise.allSettled([
+      harness.createSession({ sessionId: 'task-9' }),
+      harness.createSession({ sessionId: 'task-9' }),
+    ])
+    expect(first.status).toBe('fulfilled')
+    expect(second.status === 'rejected' && second.reason).toBeInstanceOf(
+      CordonHarnessSessionExistsError,
+    )
+    const session = (first as PromiseFulfilledResult<CordonHarnessSession>).value
+    try {
+      await expect(harness.createSession({ sessionId: 'task-9' })).rejects.toBeInstanceOf(
+        CordonHarnessSessionExistsError,
+      )
+      expect(created).toBe(1)
+    } finally {
+      await session.stop()
+    }
+    // Once stopped, the id is free again.
+    const again = await harness.createSession({ sessionId: 'task-9' })
+    await (again as CordonHarnessSession).stop()
+    expect(created).toBe(2)
   })
 
   it('resumes by its session id, in this process, a detached session another process created, and stops it', async () => {
