@@ -11,6 +11,7 @@ import { createDockerSandboxProvider } from '@cordon/backend-docker'
 import {
   type CordonSandboxProvider,
   SANDBOX_MAX_OUTPUT_BYTES,
+  SandboxFileNotFoundError,
 } from '@cordon/core'
 import { containerTestBackend, EPHEMERAL_OUTPUTS, until } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
@@ -111,6 +112,19 @@ describe('CordonHarnessSession: files and processes', () => {
       await killed.kill()
       await killed.kill()
       expect((await killed.wait()).exitCode).not.toBe(0)
+    })
+  })
+
+  it('refuses a read of a directory, naming it, rather than answering null as for a missing file', async () => {
+    await withSession(async (session) => {
+      await session.run({ command: 'mkdir -p sub/dir' })
+      for (const read of [session.readTextFile, session.readBinaryFile, session.readFile]) {
+        const error = await read({ path: 'sub/dir' }).catch((caught: unknown) => caught)
+        expect(SandboxFileNotFoundError.isInstance(error)).toBe(true)
+        expect((error as Error).message).toContain('sub/dir')
+        expect((error as Error).message).toContain('is a directory')
+        expect(await read({ path: 'sub/missing' })).toBeNull()
+      }
     })
   })
 
