@@ -13,7 +13,10 @@ import {
   type SandboxProvider,
 } from '@cordon/core'
 import { CordonHarnessSession } from './network-sandbox-session.js'
+import { CordonHarnessSessionExistsError } from './session-exists-error.js'
 import { SessionIndex } from './session-index.js'
+
+type CreateSessionRequest = NonNullable<Parameters<HarnessV1SandboxProvider['createSession']>[0]>
 
 export interface CordonHarnessSandboxOptions {
   /**
@@ -73,6 +76,35 @@ export function createCordonHarnessSandbox(
     if (options.ports && options.ports.length > 0) await session.setPorts(options.ports)
     return session
   }
+  // Sessions being created under a sessionId: a second call while the first
+  // awaits its sandbox would otherwise pass the check in createSession too.
+  const creating = new Set<string>()
+  const createHeld = async (request: CreateSessionRequest): Promise<CordonHarnessSession> => {
+    const sandbox = await provider.create({
+      ...options.sandbox,
+      ...(request.abortSignal ? { signal: request.abortSignal } : {}),
+    })
+    const id = request.sessionId ?? sandbox.id
+    let session: CordonHarnessSession | undefined
+    try {
+      session = await open(id, sandbox)
+      // Written before the first-create hook runs: a process that dies in it leaves a resumable session.
+      if ((sandbox as { detached?: boolean }).detached && request.sessionId)
+        index.set(request.sessionId, sandbox.id)
+      await request.onFirstCreate?.(session.restricted(), {
+        ...(request.abortSignal ? { abortSignal: request.abortSignal } : {}),
+      })
+    } catch (error) {
+      await (session ? session.destroy() : sandbox.destroy())
+      throw error
+    }
+    // Sessions whose sandbox ended without stop (lifetime, lost) are dropped here.
+    for (const [key, held] of live) {
+      if (held.sandbox.status === 'destroyed') live.delete(key)
+    }
+    live.set(id, session)
+    return session
+  }
   const refuseResume = (sessionId: string, reason: string) =>
     new HarnessCapabilityUnsupportedError({
       message: `cordon (${provider.id}) cannot resume sandbox session "${sessionId}": it is not live in this process, and it cannot be reached from another process: ${reason}`,
@@ -82,30 +114,18 @@ export function createCordonHarnessSandbox(
     providerId: `cordon:${provider.id}`,
     async createSession(request = {}): Promise<HarnessV1NetworkSandboxSession> {
       request.abortSignal?.throwIfAborted()
-      const sandbox = await provider.create({
-        ...options.sandbox,
-        ...(request.abortSignal ? { signal: request.abortSignal } : {}),
-      })
-      const id = request.sessionId ?? sandbox.id
-      let session: CordonHarnessSession | undefined
+      const { sessionId } = request
+      if (sessionId !== undefined) {
+        const held = live.get(sessionId)
+        if (creating.has(sessionId) || (held && held.sandbox.status !== 'destroyed'))
+          throw new CordonHarnessSessionExistsError({ sessionId, providerId: provider.id })
+        creating.add(sessionId)
+      }
       try {
-        session = await open(id, sandbox)
-        // Written before the first-create hook runs: a process that dies in it leaves a resumable session.
-        if ((sandbox as { detached?: boolean }).detached && request.sessionId)
-          index.set(request.sessionId, sandbox.id)
-        await request.onFirstCreate?.(session.restricted(), {
-          ...(request.abortSignal ? { abortSignal: request.abortSignal } : {}),
-        })
-      } catch (error) {
-        await (session ? session.destroy() : sandbox.destroy())
-        throw error
+        return await createHeld(request)
+      } finally {
+        if (sessionId !== undefined) creating.delete(sessionId)
       }
-      // Sessions whose sandbox ended without stop (lifetime, lost) are dropped here.
-      for (const [key, held] of live) {
-        if (held.sandbox.status === 'destroyed') live.delete(key)
-      }
-      live.set(id, session)
-      return session
     },
     async resumeSession({ sessionId, abortSignal }): Promise<HarnessV1NetworkSandboxSession> {
       abortSignal?.throwIfAborted()

@@ -12,3 +12,4 @@ export {
   createCordonHarnessSandbox,
 } from './harness-sandbox-provider.js'
 export { CordonHarnessSession } from './network-sandbox-session.js'
+export { CordonHarnessSessionExistsError } from './session-exists-error.js'

@@ -78,7 +78,7 @@ export class CordonHarnessSession implements HarnessV1NetworkSandboxSession {
       return bytes === null ? null : singleChunkStream(bytes)
     }
     const signal = options.abortSignal
-    return await nullIfMissing(async () => {
+    return await nullIfMissing(this.sandbox, options.path, async () => {
       const chunks = (await this.sandbox.readFileStream!(options.path, signal ? { signal } : {}))[
         Symbol.asyncIterator
       ]()
@@ -109,7 +109,7 @@ export class CordonHarnessSession implements HarnessV1NetworkSandboxSession {
   }): Promise<Uint8Array | null> => {
     options.abortSignal?.throwIfAborted()
     const signal = options.abortSignal
-    return await nullIfMissing(async () => {
+    return await nullIfMissing(this.sandbox, options.path, async () => {
       const bytes = await this.sandbox.readFile(options.path, signal ? { signal } : {})
       return new Uint8Array(bytes.buffer, bytes.byteOffset, bytes.byteLength)
     })
@@ -303,12 +303,24 @@ export class CordonHarnessSession implements HarnessV1NetworkSandboxSession {
   }
 }
 
-async function nullIfMissing<T>(read: () => Promise<T>): Promise<T | null> {
+/**
+ * The harness's reads resolve to null only when the file does not exist.
+ * cordon reports a directory (or another non-file) with the same error as a
+ * missing file, so the path is looked at before answering null: what exists
+ * is refused with cordon's error, which names the path and what is there.
+ */
+async function nullIfMissing<T>(
+  sandbox: Sandbox,
+  path: string,
+  read: () => Promise<T>,
+): Promise<T | null> {
   try {
     return await read()
   } catch (error) {
-    if (SandboxFileNotFoundError.isInstance(error)) return null
-    throw error
+    if (!SandboxFileNotFoundError.isInstance(error)) throw error
+    const exists = await sandbox.exec('test', ['-e', path], { cwd: sandbox.rootDir })
+    if (exists.exitCode === 0) throw error
+    return null
   }
 }
 
@@ -323,8 +335,9 @@ function singleChunkStream(bytes: Uint8Array): ReadableStream<Uint8Array> {
 
 /**
  * The harness's result has only an exit code (137 after cordon's SIGKILL), so
- * why cordon ended a command is said where the caller (often a model) reads:
- * a last line of stderr.
+ * why cordon ended a command, and that it cut a stream at its output cap
+ * (otherwise a cut output looks complete), is said where the caller (often a
+ * model) reads: last lines of stderr.
  */
 function withEndNotes(result: SandboxExecResult): string {
   const notes = [
@@ -332,8 +345,14 @@ function withEndNotes(result: SandboxExecResult): string {
       ? `cordon: the command was killed when it reached the sandbox's exec timeout (${Math.round(result.durationMs)} ms)`
       : '',
     result.oomKilled ? 'cordon: the sandbox ran out of memory while the command ran' : '',
+    result.stdoutTruncated ? truncationNote('stdout', result.stdout) : '',
+    result.stderrTruncated ? truncationNote('stderr', result.stderr) : '',
   ].filter(Boolean)
   if (notes.length === 0) return result.stderr
   const separator = result.stderr === '' || result.stderr.endsWith('\n') ? '' : '\n'
   return `${result.stderr}${separator}${notes.join('\n')}\n`
+}
+
+function truncationNote(stream: 'stdout' | 'stderr', kept: string): string {
+  return `cordon: ${stream} was cut at the sandbox's output cap; only its first ${Buffer.byteLength(kept)} bytes are shown`
 }

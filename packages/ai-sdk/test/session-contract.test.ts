@@ -8,10 +8,18 @@ import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { HarnessCapabilityUnsupportedError } from '@ai-sdk/harness'
 import { createDockerSandboxProvider } from '@cordon/backend-docker'
-import type { CordonSandboxProvider } from '@cordon/core'
+import {
+  type CordonSandboxProvider,
+  SANDBOX_MAX_OUTPUT_BYTES,
+  SandboxFileNotFoundError,
+} from '@cordon/core'
 import { containerTestBackend, EPHEMERAL_OUTPUTS, until } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { type CordonHarnessSession, createCordonHarnessSandbox } from '../src/index.js'
+import {
+  type CordonHarnessSession,
+  CordonHarnessSessionExistsError,
+  createCordonHarnessSandbox,
+} from '../src/index.js'
 import { testProvider } from './test-run.js'
 
 /** The host as a container on the default bridge reaches it. */
@@ -107,6 +115,19 @@ describe('CordonHarnessSession: files and processes', () => {
     })
   })
 
+  it('refuses a read of a directory, naming it, rather than answering null as for a missing file', async () => {
+    await withSession(async (session) => {
+      await session.run({ command: 'mkdir -p sub/dir' })
+      for (const read of [session.readTextFile, session.readBinaryFile, session.readFile]) {
+        const error = await read({ path: 'sub/dir' }).catch((caught: unknown) => caught)
+        expect(SandboxFileNotFoundError.isInstance(error)).toBe(true)
+        expect((error as Error).message).toContain('sub/dir')
+        expect((error as Error).message).toContain('is a directory')
+        expect(await read({ path: 'sub/missing' })).toBeNull()
+      }
+    })
+  })
+
   it('says on stderr why cordon ended a command that outlived the exec timeout', async () => {
     const harness = createCordonHarnessSandbox(provider, { sandbox: { timeoutMs: 500 } })
     await withSession(async (session) => {
@@ -117,6 +138,19 @@ describe('CordonHarnessSession: files and processes', () => {
         /^cordon: the command was killed when it reached the sandbox's exec timeout \(\d+ ms\)\n$/,
       )
     }, harness)
+  })
+
+  it('says on stderr that cordon cut a stream at its output cap', async () => {
+    await withSession(async (session) => {
+      const result = await session.run({
+        command: 'head -c 12000000 /dev/zero | tr "\\0" a; echo err >&2',
+      })
+      expect(result.exitCode).toBe(0)
+      expect(result.stdout.length).toBe(SANDBOX_MAX_OUTPUT_BYTES)
+      expect(result.stderr).toBe(
+        `err\ncordon: stdout was cut at the sandbox's output cap; only its first ${SANDBOX_MAX_OUTPUT_BYTES} bytes are shown\n`,
+      )
+    })
   })
 
   it('restricted() exposes files and processes only, on the same sandbox', async () => {
@@ -276,6 +310,38 @@ describe('createCordonHarnessSandbox: sessions and resume', () => {
       HarnessCapabilityUnsupportedError,
     )
     expect(session.sandbox.status).toBe('destroyed')
+  })
+
+  it('refuses a second createSession with a live session’s id, before making a sandbox', async () => {
+    let created = 0
+    const counting: CordonSandboxProvider = Object.assign(Object.create(provider), {
+      create: (config?: Parameters<CordonSandboxProvider['create']>[0]) => {
+        created += 1
+        return provider.create(config)
+      },
+    })
+    const harness = createCordonHarnessSandbox(counting)
+    const [first, second] = await Promise.allSettled([
+      harness.createSession({ sessionId: 'task-9' }),
+      harness.createSession({ sessionId: 'task-9' }),
+    ])
+    expect(first.status).toBe('fulfilled')
+    expect(second.status === 'rejected' && second.reason).toBeInstanceOf(
+      CordonHarnessSessionExistsError,
+    )
+    const session = (first as PromiseFulfilledResult<CordonHarnessSession>).value
+    try {
+      await expect(harness.createSession({ sessionId: 'task-9' })).rejects.toBeInstanceOf(
+        CordonHarnessSessionExistsError,
+      )
+      expect(created).toBe(1)
+    } finally {
+      await session.stop()
+    }
+    // Once stopped, the id is free again.
+    const again = await harness.createSession({ sessionId: 'task-9' })
+    await (again as CordonHarnessSession).stop()
+    expect(created).toBe(2)
   })
 
   it('resumes by its session id, in this process, a detached session another process created, and stops it', async () => {

@@ -1,8 +1,9 @@
-import { readdir, readFile } from 'node:fs/promises'
+import { readFile } from 'node:fs/promises'
 import { join, resolve } from 'node:path'
 import type { Sandbox, SandboxFileWrite } from '@cordon/core'
 import type { Entry, Manifest } from '@openai/agents-core/sandbox'
 import { permissionsForSandboxEntry, SandboxRuntimeError } from '@openai/agents-core/sandbox'
+import { listLocalDir } from './local-dir-tree.js'
 import { resolveWorkspacePath } from './workspace-path.js'
 
 /** One manifest entry at its absolute path in the sandbox. */
@@ -21,10 +22,11 @@ export function placeManifestEntries(manifest: Manifest, root = manifest.root): 
 }
 
 /**
- * Writes manifest entries into a sandbox: directories in one command, every
- * file (inline, or copied from the host for `local_file` and `local_dir`,
- * with the host file's mode unless the entry gives one) in one batch where
- * the backend has one. Entries are checked by
+ * Writes manifest entries into a sandbox: directories (a `local_dir`'s
+ * subdirectories, empty ones included) in one command, every file (inline,
+ * or copied from the host for `local_file` and `local_dir`, with the host
+ * file's mode unless the entry gives one) in one batch where the backend has
+ * one, then directory modes. Entries are checked by
  * `assertEntrySupported` first; only the four kinds it admits arrive here.
  */
 export async function materializeEntries(
@@ -48,14 +50,17 @@ export async function materializeEntries(
       case 'local_file':
         files.push({ path: absolutePath, hostPath: resolve(entry.src), ...(mode ? { mode } : {}) })
         break
-      case 'local_dir':
-        for (const relative of await listHostFiles(resolve(entry.src))) {
-          files.push({
-            path: `${absolutePath}/${relative}`,
-            hostPath: join(resolve(entry.src), relative),
-          })
+      case 'local_dir': {
+        const source = resolve(entry.src)
+        const tree = await listLocalDir(source, absolutePath)
+        directories.push(absolutePath, ...tree.directories.map((dir) => `${absolutePath}/${dir}`))
+        // The entry's permissions are the directory's; its files keep their host modes.
+        if (mode !== undefined) directoryModes.push([absolutePath, mode])
+        for (const relative of tree.files) {
+          files.push({ path: `${absolutePath}/${relative}`, hostPath: join(source, relative) })
         }
         break
+      }
     }
   }
   if (directories.length > 0) {
@@ -70,6 +75,8 @@ export async function materializeEntries(
       )
     }
   }
+  await writeEntryFiles(sandbox, files)
+  // Modes last, so that a directory made read-only still received its files.
   for (const [path, mode] of directoryModes) {
     const changed = await sandbox.exec('chmod', [mode.toString(8), '--', path])
     if (changed.exitCode !== 0) {
@@ -79,6 +86,12 @@ export async function materializeEntries(
       })
     }
   }
+}
+
+async function writeEntryFiles(
+  sandbox: Sandbox,
+  files: readonly SandboxFileWrite[],
+): Promise<void> {
   if (files.length === 0) return
   if (sandbox.writeFiles) {
     await sandbox.writeFiles(files)
@@ -92,13 +105,4 @@ export async function materializeEntries(
 
 function fileMode(entry: Entry): number {
   return permissionsForSandboxEntry(entry.permissions).toMode() & 0o7777
-}
-
-/** Every regular file under a host directory, as paths relative to it. */
-async function listHostFiles(root: string): Promise<string[]> {
-  const entries = await readdir(root, { recursive: true, withFileTypes: true })
-  return entries
-    .filter((entry) => entry.isFile())
-    .map((entry) => join(entry.parentPath, entry.name).slice(root.length + 1))
-    .sort()
 }

@@ -24,6 +24,7 @@ import {
   imageOutputFromBytes,
   truncateOutput,
 } from '@openai/agents-core/sandbox/internal'
+import { BoundedOutput } from './bounded-output.js'
 import { assertEntrySupported, assertManifestSupported } from './manifest-support.js'
 import { materializeEntries, placeManifestEntries } from './materialize-entries.js'
 import { createWorkspaceEditor } from './workspace-editor.js'
@@ -83,7 +84,7 @@ export class CordonSandboxSession implements SandboxSession<CordonSandboxSession
       )
     }
     const cwd = resolveWorkspacePath(this.#root, args.workdir)
-    const interleaved: string[] = []
+    const interleaved = new BoundedOutput(args.maxOutputTokens)
     const result = await this.sandbox.exec(
       args.shell ?? 'sh',
       [(args.login ?? true) ? '-lc' : '-c', args.cmd],
@@ -95,16 +96,18 @@ export class CordonSandboxSession implements SandboxSession<CordonSandboxSession
         { provider: 'cordon', command: args.cmd, stdout: result.stdout, stderr: result.stderr },
       )
     }
-    const output = truncateOutput(interleaved.join(''), args.maxOutputTokens)
+    const output = truncateOutput(interleaved.text(), args.maxOutputTokens)
+    // What was dropped before the SDK's truncation still counts as printed.
+    const originalTokenCount = interleaved.truncated
+      ? interleaved.originalTokenCount
+      : output.originalTokenCount
     return {
       output: output.text,
       stdout: result.stdout,
       stderr: result.stderr,
       wallTimeSeconds: result.durationMs / 1000,
       exitCode: result.exitCode,
-      ...(output.originalTokenCount === undefined
-        ? {}
-        : { originalTokenCount: output.originalTokenCount }),
+      ...(originalTokenCount === undefined ? {} : { originalTokenCount }),
     }
   }
 

@@ -194,6 +194,29 @@ describe('CordonSandboxClient: what cordon refuses, in the SDK’s error terms',
     }
   })
 
+  it('keeps only a bounded head and tail of a large output, and tells the model it was cut', async () => {
+    const client = new CordonSandboxClient(provider)
+    const session = await client.create()
+    try {
+      const printed = 30 * 1024 * 1024
+      const result = await session.exec({
+        cmd: `head -c ${printed} /dev/zero | tr "\\0" a; echo; echo END`,
+        maxOutputTokens: 100,
+      })
+      expect(result.exitCode).toBe(0)
+      expect(result.output).toMatch(
+        /^Total output lines: \d+\n\n\[\.\.\.\d+ characters truncated from process output\.\.\.\]\n/,
+      )
+      expect(result.output).toMatch(/\.\.\.\d+ tokens truncated\.\.\./)
+      expect(result.output.endsWith('END\n')).toBe(true)
+      expect(Buffer.byteLength(result.output)).toBeLessThan(1024)
+      // The count is of everything printed, not of what was kept.
+      expect(result.originalTokenCount).toBe(Math.ceil((printed + 5) / 4))
+    } finally {
+      await client.delete(session.state)
+    }
+  })
+
   it('refuses runAs, tty and paths outside the workspace; reports a missing file as the SDK does', async () => {
     const client = new CordonSandboxClient(provider)
     const session = await client.create()
@@ -362,6 +385,74 @@ describe('CordonSandboxClient: host files in the manifest', () => {
             })
           ).output,
         ).toBe('main\nsingle\n755\n644\n')
+      } finally {
+        await client.delete(session.state)
+      }
+    } finally {
+      await rm(hostDir, { recursive: true, force: true })
+    }
+  })
+  it('gives a local_dir its permissions and its empty subdirectories', async () => {
+    const { mkdtemp, mkdir, writeFile, rm } = await import('node:fs/promises')
+    const { tmpdir } = await import('node:os')
+    const { join } = await import('node:path')
+    const hostDir = await mkdtemp(join(tmpdir(), 'cordon-openai-local-dir-'))
+    const client = new CordonSandboxClient(provider)
+    try {
+      await mkdir(join(hostDir, 'empty/nested'), { recursive: true })
+      await mkdir(join(hostDir, 'full'))
+      await writeFile(join(hostDir, 'full/f.txt'), 'f\n')
+      const session = await client.create({
+        manifest: {
+          entries: { tree: { type: 'local_dir', src: hostDir, permissions: 0o750 } },
+        },
+      })
+      try {
+        expect(
+          (
+            await session.exec({
+              cmd: 'stat -c %a tree; find tree -type d | sort; cat tree/full/f.txt',
+            })
+          ).output,
+        ).toBe('750\ntree\ntree/empty\ntree/empty/nested\ntree/full\nf\n')
+      } finally {
+        await client.delete(session.state)
+      }
+    } finally {
+      await rm(hostDir, { recursive: true, force: true })
+    }
+  })
+
+  it('refuses a local_dir that holds a symbolic link, naming it, and copies nothing through it', async () => {
+    const { mkdtemp, mkdir, writeFile, symlink, rm } = await import('node:fs/promises')
+    const { tmpdir } = await import('node:os')
+    const { join } = await import('node:path')
+    const hostDir = await mkdtemp(join(tmpdir(), 'cordon-openai-local-link-'))
+    const client = new CordonSandboxClient(provider)
+    try {
+      await mkdir(join(hostDir, 'project'))
+      await writeFile(join(hostDir, 'secret.txt'), 'host secret\n')
+      await writeFile(join(hostDir, 'project/ok.txt'), 'ok\n')
+      await symlink(join(hostDir, 'secret.txt'), join(hostDir, 'project/leak'))
+      const error = await client
+        .create({
+          manifest: { entries: { repo: { type: 'local_dir', src: join(hostDir, 'project') } } },
+        })
+        .catch((caught: unknown) => caught)
+      expect(error).toBeInstanceOf(SandboxUnsupportedFeatureError)
+      expect((error as Error).message).toContain('symbolic link "leak"')
+      expect((error as Error).message).toContain('/workspace/repo')
+
+      // Added to a live session, it is refused before anything is written.
+      const session = await client.create()
+      try {
+        await expect(
+          session.materializeEntry({
+            path: 'later',
+            entry: { type: 'local_dir', src: join(hostDir, 'project') },
+          }),
+        ).rejects.toBeInstanceOf(SandboxUnsupportedFeatureError)
+        expect(await session.pathExists('later')).toBe(false)
       } finally {
         await client.delete(session.state)
       }
