@@ -586,9 +586,9 @@ describe('policies', () => {
         },
       )
 
-    expect((await from('127.0.0.1', 'upstream.test')).headers[EGRESS_DENIED_HEADER]).toBe(
-      'client-unknown',
-    )
+    const unknown = await from('127.0.0.1', 'upstream.test')
+    expect(unknown.status).toBe(403)
+    expect(unknown.headers[EGRESS_DENIED_HEADER]).toBe('client-unknown')
     expect((await from('127.0.0.2', 'upstream.test')).status).toBe(200)
     expect(proxy.events.at(-1)).toMatchObject({
       clientAddress: '127.0.0.2',
