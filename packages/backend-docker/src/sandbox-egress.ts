@@ -16,10 +16,16 @@ export type ProxiedPolicy = Exclude<EgressPolicy, { kind: 'deny-all' } | { kind:
  * a static list when the sandbox is created and again every
  * {@link RESOLVER_REFRESH_MS}. A refused answer is reported through
  * `onResolverRefused`, naming the bad entry.
+ *
+ * A change of policy (`setAllowedHosts`, `close`) supersedes every refresh
+ * begun before it: a resolver call still in flight then has its answer
+ * dropped, so a revocation cannot be undone by an answer that was already
+ * on its way.
  */
 export class SandboxEgress {
   private refreshTimer: ReturnType<typeof setInterval> | undefined
-  private closed = false
+  /** Bumped by every policy change; a refresh sends its answer only if none came since it began. */
+  private generation = 0
 
   private constructor(
     private readonly gateway: EgressGateway,
@@ -47,8 +53,11 @@ export class SandboxEgress {
     const egress = new SandboxEgress(gateway, sandboxId, first)
     if (policy.kind === 'resolver') {
       egress.refreshTimer = setInterval(() => {
+        const began = egress.generation
         void resolve().then((next) =>
-          egress.closed ? undefined : gateway.setPolicy(sandboxId, next).catch(() => {}),
+          egress.generation !== began
+            ? undefined
+            : gateway.setPolicy(sandboxId, next).catch(() => {}),
         )
       }, RESOLVER_REFRESH_MS)
       egress.refreshTimer.unref()
@@ -59,7 +68,7 @@ export class SandboxEgress {
   /** Replaces the allowlist for new connections (credentials stay); stops any resolver refresh. */
   async setAllowedHosts(update: SandboxNetworkPolicy): Promise<void> {
     const parsed = parseConfig(networkPolicySchema, update, 'network policy update')
-    if (this.refreshTimer) clearInterval(this.refreshTimer)
+    this.supersedeRefresh()
     await this.gateway.setPolicy(this.sandboxId, {
       kind: 'static',
       allowedHosts: [...parsed.allowedHosts],
@@ -67,8 +76,14 @@ export class SandboxEgress {
   }
 
   async close(): Promise<void> {
-    this.closed = true
-    if (this.refreshTimer) clearInterval(this.refreshTimer)
+    this.supersedeRefresh()
     await this.gateway.removeClient(this.sandboxId)
+  }
+
+  /** Stops later refreshes and drops the answer of one in flight. */
+  private supersedeRefresh(): void {
+    this.generation++
+    if (this.refreshTimer) clearInterval(this.refreshTimer)
+    this.refreshTimer = undefined
   }
 }

@@ -7,9 +7,9 @@
  */
 import { RESOLVER_ANSWER_CASES } from '@cordon/conformance'
 import { DEFAULT_RESOLVER_TIMEOUT_MS } from '@cordon/core/backend'
-import { describe, expect, it } from 'vitest'
+import { afterEach, describe, expect, it, vi } from 'vitest'
 import type { EgressGateway } from '../src/egress-gateway.js'
-import { SandboxEgress } from '../src/sandbox-egress.js'
+import { RESOLVER_REFRESH_MS, SandboxEgress } from '../src/sandbox-egress.js'
 
 /** Records what the backend registers; the real gateway's protocol is tested live elsewhere. */
 function recordingGateway() {
@@ -18,7 +18,9 @@ function recordingGateway() {
     addClient: async (_id: string, policy: unknown) => {
       registered.push(policy)
     },
-    setPolicy: async () => {},
+    setPolicy: async (_id: string, policy: unknown) => {
+      registered.push(policy)
+    },
     removeClient: async () => {},
   }
   return { gateway: gateway as unknown as EgressGateway, registered }
@@ -48,3 +50,44 @@ describe.each(RESOLVER_ANSWER_CASES)(
     )
   },
 )
+
+describe('a policy change while a resolver refresh is in flight', () => {
+  afterEach(() => {
+    vi.useRealTimers()
+  })
+
+  it('wins: the refresh answer that arrives afterwards is dropped, and no refresh follows', async () => {
+    vi.useFakeTimers()
+    const { gateway, registered } = recordingGateway()
+    let settleRefresh: (hosts: string[]) => void = () => {}
+    let calls = 0
+    const resolve = (): Promise<string[]> => {
+      calls++
+      if (calls === 1) return Promise.resolve(['old.example'])
+      return new Promise((settle) => {
+        settleRefresh = settle
+      })
+    }
+    const egress = await SandboxEgress.register(
+      gateway,
+      'sbx_test',
+      { kind: 'resolver', resolve },
+      [],
+      () => {},
+    )
+    await vi.advanceTimersByTimeAsync(RESOLVER_REFRESH_MS)
+    expect(calls, 'the refresh has asked the resolver').toBe(2)
+
+    await egress.setAllowedHosts({ allowedHosts: [] })
+    settleRefresh(['old.example'])
+    await vi.advanceTimersByTimeAsync(RESOLVER_REFRESH_MS * 3)
+    await egress.close()
+
+    expect(registered.at(-1)).toEqual({ kind: 'static', allowedHosts: [] })
+    expect(registered).toEqual([
+      { kind: 'static', allowedHosts: ['old.example'] },
+      { kind: 'static', allowedHosts: [] },
+    ])
+    expect(calls, 'no refresh after the change').toBe(2)
+  })
+})

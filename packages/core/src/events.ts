@@ -168,6 +168,7 @@ export type EgressReasonCode =
   | 'ambiguous-length'
   | 'credential-placeholder-misdirected'
   | 'too-many-tunnels'
+  | 'too-many-connections'
   | 'connect-failed'
   | 'connect-timeout'
 

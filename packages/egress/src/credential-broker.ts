@@ -131,12 +131,7 @@ export class CredentialBroker {
   /** True if any of `placeholders` occurs in `text`, raw or percent-decoded. */
   static carriesPlaceholder(text: string, placeholders: readonly string[]): boolean {
     if (placeholders.length === 0) return false
-    let decoded = text
-    try {
-      decoded = decodeURIComponent(text)
-    } catch {
-      // Malformed escapes: the raw text is all there is to check.
-    }
+    const decoded = decodePercentLeniently(text)
     return placeholders.some(
       (placeholder) => text.includes(placeholder) || decoded.includes(placeholder),
     )
@@ -172,6 +167,26 @@ export class CredentialBroker {
     }
     return result
   }
+}
+
+/** A run of well-formed `%XX` escapes: the bytes of one or more characters. */
+const ESCAPE_RUN = /(?:%[0-9a-f]{2})+/gi
+
+/**
+ * Decodes every well-formed `%XX` escape and keeps the rest of the text as it
+ * is. `decodeURIComponent` gives up on the whole text at the first malformed
+ * escape, which would let one `%ZZ` hide an escaped placeholder beside it; an
+ * upstream that decodes leniently would still see the placeholder. Each run
+ * of escapes is decoded as UTF-8 (a multi-byte character's escapes are always
+ * one run), bytes that are not UTF-8 becoming U+FFFD. One level only: a
+ * fixpoint would cost time quadratic in the length of `%2525…`, on a gateway
+ * shared by every sandbox.
+ */
+function decodePercentLeniently(text: string): string {
+  if (!text.includes('%')) return text
+  return text.replace(ESCAPE_RUN, (run) =>
+    Buffer.from(run.replaceAll('%', ''), 'hex').toString('utf8'),
+  )
 }
 
 /** Raised inside a request body stream when a foreign placeholder goes past. */

@@ -12,7 +12,8 @@ export const EGRESS_DENIED_HEADER = 'x-cordon-egress-denied'
 /**
  * 403 for everything the proxy refused on policy or screening grounds; 502 and
  * 504 when an allowed destination could not be reached; 503 when the proxy is
- * at its tunnel limit (retrying later may work, nothing else will).
+ * at its tunnel limit or a client at its connection limit (retrying later may
+ * work, nothing else will).
  */
 export function statusForReason(reason: EgressReasonCode): number {
   switch (reason) {
@@ -23,6 +24,7 @@ export function statusForReason(reason: EgressReasonCode): number {
     case 'connect-timeout':
       return 504
     case 'too-many-tunnels':
+    case 'too-many-connections':
       return 503
     default:
       return 403

@@ -112,12 +112,27 @@ export class EgressProxy {
     if (key === undefined)
       throw new Error(`listenForClient: "${clientAddress}" is not an IP address`)
     const http = this.#httpServer()
+    // One client cannot hold every connection the proxy will take.
+    const share = this.#options.limits.maxConnectionsPerClient
+    let open = 0
     // Half-open on: a client that sends its request and shuts its write
     // side still gets the answer.
     const listener: NetServer = createNetServer({ allowHalfOpen: true }, (socket) => {
       // The HTTP layer reads the client's identity from remoteAddress, which a
       // unix socket does not have; the socket's path stands in for it.
       Object.defineProperty(socket, 'remoteAddress', { value: key, configurable: true })
+      if (open >= share) {
+        // Answered rather than dropped, so the client can tell a limit from a
+        // dead network. The answer goes out without the request being read:
+        // what the client sends waits in the socket's bounded buffer until
+        // the socket is destroyed.
+        this.#refuseUnparsed(socket, 'too-many-connections')
+        return
+      }
+      open++
+      socket.once('close', () => {
+        open--
+      })
       http.emit('connection', socket)
     })
     await new Promise<void>((resolve, reject) => {
@@ -128,8 +143,6 @@ export class EgressProxy {
       })
     })
     listener.on('error', () => {})
-    // One client cannot hold every connection the proxy will take.
-    listener.maxConnections = this.#options.limits.maxConnectionsPerClient
     this.#unixListeners.add(listener)
     return {
       close: () =>

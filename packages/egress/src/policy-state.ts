@@ -115,10 +115,7 @@ export type ClientLookup =
   | { readonly ok: true; readonly client: ClientContext }
   | { readonly ok: false; readonly reason: EgressReasonCode }
 
-/**
- * Reason code for a client that has no registration while registrations are
- * required. Provisional until core names a dedicated code.
- */
+/** Reason code for a client that has no registration while registrations are required. */
 export const UNKNOWN_CLIENT_REASON: EgressReasonCode = 'client-unknown'
 
 export class PolicyState {

@@ -150,6 +150,7 @@ describe('cordon-egress', () => {
 
   it('refuses an unregistered client and reports the decision as a JSON line', async () => {
     const response = await viaProxy()
+    expect(response.status).toBe(403)
     expect(response.headers[EGRESS_DENIED_HEADER]).toBe('client-unknown')
     expect(await cli.nextLine((line) => line.type === 'egress')).toMatchObject({
       decision: 'deny',

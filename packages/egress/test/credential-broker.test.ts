@@ -64,6 +64,54 @@ describe('CredentialBroker.applyTo', () => {
     expect(CredentialBroker.carriesPlaceholder(`/x?k=${encoded}`, [PLACEHOLDER])).toBe(true)
     expect(CredentialBroker.carriesPlaceholder('/x?k=%zz', [PLACEHOLDER])).toBe(false)
   })
+
+  it('still decodes every valid escape when another escape is malformed', () => {
+    const oneEscaped = `%63${PLACEHOLDER.slice(1)}`
+    expect(PLACEHOLDER.startsWith('c')).toBe(true)
+    for (const text of [
+      `/?x=%ZZ&k=${oneEscaped}`,
+      `/?k=${oneEscaped}&x=%`,
+      `/?x=%E0%A4&k=${oneEscaped}`,
+      `%ZZ ${oneEscaped}`,
+      `/?k=${oneEscaped}%zz`,
+      `/?k=%E0%A4${oneEscaped}`,
+    ]) {
+      expect(CredentialBroker.carriesPlaceholder(text, [PLACEHOLDER]), text).toBe(true)
+    }
+    expect(CredentialBroker.carriesPlaceholder('/?x=%ZZ&k=%63ordon', [PLACEHOLDER])).toBe(false)
+  })
+
+  it('finds a placeholder whose characters are beyond ASCII, escaped as UTF-8', () => {
+    const placeholder = 'cordon-ph-ünïcode'
+    const encoded = encodeURIComponent(placeholder)
+    expect(CredentialBroker.carriesPlaceholder(`/?x=%ZZ&k=${encoded}`, [placeholder])).toBe(true)
+  })
+})
+
+describe('percent-escape decoding (property)', () => {
+  it('finds any placeholder, escaped in any mix of bytes, beside any malformed escapes', () => {
+    fc.assert(
+      fc.property(
+        fc.string({ minLength: 8, maxLength: 24 }).filter((text) => !text.includes('%')),
+        fc.array(fc.boolean(), { minLength: 96, maxLength: 96 }),
+        fc.constantFrom('%', '%Z', '%ZZ', '%E0%A4', '%G1', ''),
+        fc.constantFrom('%', '%Z', '%ZZ', '%C3', ''),
+        (placeholder, escapeMask, before, after) => {
+          const bytes = [...Buffer.from(placeholder, 'utf8')]
+          const encoded = bytes
+            .map((byte, index) =>
+              escapeMask[index] || byte > 0x7f
+                ? `%${byte.toString(16).padStart(2, '0')}`
+                : String.fromCharCode(byte),
+            )
+            .join('')
+          return CredentialBroker.carriesPlaceholder(`/?x=${before}&k=${encoded}${after}`, [
+            placeholder,
+          ])
+        },
+      ),
+    )
+  })
 })
 
 describe('checkCredentials', () => {

@@ -197,6 +197,9 @@ describe('credential brokering', () => {
     for (const request of [
       `GET http://plain.test:${plain.port}/ HTTP/1.1\r\nAuthorization: Bearer ${PLACEHOLDER}\r\n\r\n`,
       `GET http://plain.test:${plain.port}/?t=${PLACEHOLDER} HTTP/1.1\r\n\r\n`,
+      // Percent-encoded, beside a malformed escape that a strict decoder gives up on.
+      `GET http://plain.test:${plain.port}/?x=%ZZ&k=%63${PLACEHOLDER.slice(1)} HTTP/1.1\r\n\r\n`,
+      `GET http://plain.test:${plain.port}/ HTTP/1.1\r\nX-K: %ZZ %63${PLACEHOLDER.slice(1)}\r\n\r\n`,
     ]) {
       const response = await send(proxy.running.port, request)
       expect(response.headers[EGRESS_DENIED_HEADER]).toBe('credential-placeholder-misdirected')

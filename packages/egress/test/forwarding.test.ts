@@ -3,7 +3,10 @@
  * registrations, limits and events, against loopback servers.
  */
 import { spawn } from 'node:child_process'
-import { connect } from 'node:net'
+import { mkdtemp, rm } from 'node:fs/promises'
+import { connect, type Socket } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { SandboxAbortedError, SandboxConfigValidationError } from '@cordon/core'
 import { afterEach, describe, expect, it } from 'vitest'
 import { EGRESS_DENIED_HEADER, EgressProxy, type EgressProxyOptions } from '../src/index.js'
@@ -345,6 +348,76 @@ describe('CONNECT tunnels', () => {
     expect((await proxy.nextEvent()).error).toBe('idle timeout')
   })
 
+  it("answers a connection past a client socket's share with 503, and serves it again once one closes", async () => {
+    const upstream = await upstreamServer((_request, response) => response.end('ok'))
+    const proxy = await proxyWith({
+      policy: { kind: 'deny-all' },
+      allowInwardFor: ['upstream.test'],
+      allowedPorts: [upstream.port],
+      lookup: fakeDns({ 'upstream.test': ['127.0.0.1'] }).lookup,
+      limits: { maxConnectionsPerClient: 2 },
+    })
+    const directory = await mkdtemp(join(tmpdir(), 'cordon-egress-'))
+    cleanups.push(() => rm(directory, { recursive: true, force: true }))
+    const path = join(directory, 'client.sock')
+    const clientAddress = 'fd00::7'
+    const listener = await proxy.proxy.listenForClient(path, clientAddress)
+    cleanups.push(() => listener.close())
+    proxy.proxy.setClientPolicy(clientAddress, {
+      clientId: 'sbx_limited',
+      policy: { kind: 'static', allowedHosts: ['upstream.test'] },
+    })
+    const request = `GET http://upstream.test:${upstream.port}/ HTTP/1.1\r\nConnection: close\r\n\r\n`
+
+    // Two idle connections hold the client's whole share.
+    const held = await Promise.all(
+      [1, 2].map(
+        () =>
+          new Promise<Socket>((resolve, reject) => {
+            const socket = connect({ path }, () => resolve(socket))
+            socket.once('error', reject)
+            cleanups.push(async () => void socket.destroy())
+          }),
+      ),
+    )
+    const refused = await rawExchange(0, request, { path })
+    expect(refused.status).toBe(503)
+    expect(refused.headers[EGRESS_DENIED_HEADER]).toBe('too-many-connections')
+    expect(refused.closed).toBe(true)
+    expect(await proxy.nextEvent((event) => event.reason === 'too-many-connections')).toMatchObject(
+      { decision: 'deny', clientAddress, status: 503 },
+    )
+    expect(upstream.requests).toHaveLength(0)
+
+    const closed = new Promise((resolve) => held[0]!.once('close', resolve))
+    held[0]!.destroy()
+    await closed
+    await sleep(50)
+    const served = await rawExchange(0, request, { path })
+    expect(served.status).toBe(200)
+    expect(served.body).toBe('ok')
+  })
+
+  it('closes a TCP connection past maxClientConnections unanswered (the documented exception)', async () => {
+    const proxy = await proxyWith({
+      policy: { kind: 'deny-all' },
+      limits: { maxClientConnections: 1 },
+    })
+    const held = await new Promise<Socket>((resolve, reject) => {
+      const socket = connect({ port: proxy.running.port, host: '127.0.0.1' }, () => resolve(socket))
+      socket.once('error', reject)
+      cleanups.push(async () => void socket.destroy())
+    })
+    await sleep(50)
+    const dropped = await rawExchange(
+      proxy.running.port,
+      'GET http://a.test/ HTTP/1.1\r\nConnection: close\r\n\r\n',
+    )
+    expect(dropped.raw).toBe('')
+    expect(dropped.status).toBe(0)
+    held.destroy()
+  })
+
   it('bounds tunnels globally and per client', async () => {
     const { echo, options } = await echoTarget()
     const global = await proxyWith({ ...options, limits: { maxTunnels: 1 } })
@@ -586,9 +659,9 @@ describe('policies', () => {
         },
       )
 
-    expect((await from('127.0.0.1', 'upstream.test')).headers[EGRESS_DENIED_HEADER]).toBe(
-      'client-unknown',
-    )
+    const unknown = await from('127.0.0.1', 'upstream.test')
+    expect(unknown.status).toBe(403)
+    expect(unknown.headers[EGRESS_DENIED_HEADER]).toBe('client-unknown')
     expect((await from('127.0.0.2', 'upstream.test')).status).toBe(200)
     expect(proxy.events.at(-1)).toMatchObject({
       clientAddress: '127.0.0.2',

@@ -207,15 +207,15 @@ export function parseResponse(raw: string, closed: boolean): RawResponse {
 export function rawExchange(
   port: number,
   payload: string | readonly (string | Buffer)[],
-  options: { timeoutMs?: number; localAddress?: string; host?: string } = {},
+  /** `path`: a unix socket (a `listenForClient` socket) instead of `port`. */
+  options: { timeoutMs?: number; localAddress?: string; host?: string; path?: string } = {},
 ): Promise<RawResponse> {
   return new Promise((resolve) => {
     const chunks: Buffer[] = []
-    const socket = connect({
-      port,
-      host: options.host ?? '127.0.0.1',
-      localAddress: options.localAddress,
-    })
+    const socket =
+      options.path === undefined
+        ? connect({ port, host: options.host ?? '127.0.0.1', localAddress: options.localAddress })
+        : connect({ path: options.path })
     let closedByPeer = false
     const timer = setTimeout(() => socket.destroy(), options.timeoutMs ?? 3_000)
     socket.on('connect', () => {

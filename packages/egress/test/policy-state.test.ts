@@ -85,6 +85,32 @@ describe('PolicyState', () => {
     expect(state.clientFor('10.0.0.9')).toEqual({ ok: false, reason: 'client-unknown' })
   })
 
+  it('lets a policy change win over a resolver call in flight when it was made', async () => {
+    let settle: ((hosts: string[]) => void) | undefined
+    const resolve = () =>
+      new Promise<string[]>((resolve) => {
+        settle = resolve
+      })
+    for (const change of ['client', 'global'] as const) {
+      const state = new PolicyState({ kind: 'resolver', resolve }, CredentialBroker.empty, options)
+      state.setClient('10.0.0.2', 'sbx_one', { kind: 'resolver', resolve }, undefined)
+      const before = state.clientFor(change === 'client' ? '10.0.0.2' : '10.0.0.3')
+      const pending = before.ok ? before.client.holder.evaluate('old.example') : undefined
+      if (change === 'client')
+        state.setClient('10.0.0.2', 'sbx_one', { kind: 'static', allowedHosts: [] }, undefined)
+      else state.setGlobalPolicy({ kind: 'static', allowedHosts: [] })
+      await vi.waitFor(() => expect(settle).toBeDefined())
+      settle?.(['old.example'])
+      settle = undefined
+      // The request that asked before the change keeps its answer; nothing after it does.
+      expect(await pending).toBe('allowed')
+      const after = state.clientFor(change === 'client' ? '10.0.0.2' : '10.0.0.3')
+      expect(after.ok && (await after.client.holder.evaluate('old.example'))).toBe(
+        'host-not-allowed',
+      )
+    }
+  })
+
   it('keys clients by canonical address, so a dual-stack listener sees the same client', () => {
     expect(canonicalClientAddress('::ffff:172.18.0.2')).toBe('172.18.0.2')
     expect(canonicalClientAddress('0:0:0:0:0:0:0:1')).toBe('::1')
