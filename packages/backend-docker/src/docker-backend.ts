@@ -726,6 +726,7 @@ export class DockerBackend implements CordonSandboxBackend {
         }
         const takeMemorySnapshot = async (
           snapshotSignal: AbortSignal | undefined,
+          forFork: boolean,
         ): Promise<StoredSnapshot> => {
           const docker = this.engine.docker
           const engine = await checkMemorySnapshot(docker, {
@@ -780,6 +781,7 @@ export class DockerBackend implements CordonSandboxBackend {
                 baseImage,
                 enforcement: sandbox.enforcement,
                 ownerLabels: { ...this.config.labels, ...ownerLabels(this.context.providerId) },
+                forFork,
               },
               engine,
               id,
@@ -929,7 +931,9 @@ export class DockerBackend implements CordonSandboxBackend {
           },
           snapshot: async (snapshotOptions) => {
             if (snapshotOptions.memory)
-              return publicSnapshot(await takeMemorySnapshot(snapshotOptions.signal))
+              return publicSnapshot(
+                await takeMemorySnapshot(snapshotOptions.signal, snapshotOptions.forFork === true),
+              )
             const taken = await takeFilesystemSnapshot({
               ...inContainer,
               backend: this.name,
@@ -938,6 +942,7 @@ export class DockerBackend implements CordonSandboxBackend {
               baseImage,
               enforcement: sandbox.enforcement,
               ownerLabels: { ...this.config.labels, ...ownerLabels(this.context.providerId) },
+              forFork: snapshotOptions.forFork,
               signal: snapshotOptions.signal,
             }).catch((error: unknown) => {
               throw translateEngineError(error, this.name, this.engine.description, 'snapshot')

@@ -275,7 +275,8 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
     // Not forced: a container that mounted it meanwhile keeps it.
     if (!options.dryRun) await remove(name, () => docker.getVolume(name).remove())
   }
-  // Snapshots outlive their owner by design: only their age (or their host's removal) decides.
+  // Snapshots outlive their owner by design: only their age (or their host's removal) decides,
+  // except a fork's own snapshot, which goes with its owner.
   const retentionMs = options.snapshotRetentionMs ?? DEFAULT_SNAPSHOT_RETENTION_MS
   const snapshots = await docker.listImages({
     filters: { label: [`${LABEL.managed}=1`, `${LABEL.role}=snapshot`, ...scope] },
@@ -291,7 +292,10 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
     const tags = (image.RepoTags ?? []).filter((tag) => tag !== '<none>:<none>')
     const createdAt = Number(image.Labels?.[SNAPSHOT_LABEL.createdAt])
     const expired = !Number.isFinite(createdAt) || createdAt + retentionMs < now
-    if (tags.length > 0 && !expired) {
+    // A fork's own snapshot was only ever its host's to remove: a dead host leaves it to this.
+    const abandonedFork =
+      image.Labels?.[SNAPSHOT_LABEL.fork] === '1' && judgeOwner(image.Labels).state === 'gone'
+    if (tags.length > 0 && !expired && !abandonedFork) {
       ;(report as { kept: number }).kept++
       continue
     }
