@@ -108,6 +108,7 @@ import {
   type CheckpointEngine,
   checkMemorySnapshot,
   checkpointContainer,
+  recordCheckpointOwner,
   recordMemorySnapshot,
   refusedForOpenSockets,
   removeCheckpointOf,
@@ -737,6 +738,7 @@ export class DockerBackend implements CordonSandboxBackend {
             engineIsLocal: this.engine.socketPath !== undefined,
           })
           snapshotSignal?.throwIfAborted()
+          const owner = { ...this.config.labels, ...ownerLabels(this.context.providerId) }
           const id = newSnapshotId()
           const createdAt = Date.now()
           checkpointing = true
@@ -758,6 +760,8 @@ export class DockerBackend implements CordonSandboxBackend {
             closeDirect()
             direct = undefined
             try {
+              // First: a host that dies from here on leaves a checkpoint its gc can place and judge.
+              recordCheckpointOwner(engine, id, owner)
               // Not cut off by the signal: a checkpoint stopped half-way leaves the container in no known state.
               await checkpointContainer(docker, engine, container.id, id)
             } catch (error) {
@@ -780,7 +784,7 @@ export class DockerBackend implements CordonSandboxBackend {
                 roots: captured,
                 baseImage,
                 enforcement: sandbox.enforcement,
-                ownerLabels: { ...this.config.labels, ...ownerLabels(this.context.providerId) },
+                ownerLabels: owner,
                 forFork,
               },
               engine,

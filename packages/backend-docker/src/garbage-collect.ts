@@ -9,6 +9,7 @@ import { isBeingRemoved, isNotFound, translateEngineError } from './engine-error
 import { listSnapshots, SNAPSHOT_LABEL } from './filesystem-snapshot.js'
 import {
   checkpointAgeMs,
+  checkpointOwner,
   engineRootDir,
   listMemoryCheckpoints,
   removeMemoryCheckpoint,
@@ -103,7 +104,8 @@ export interface CollectGarbageOptions {
   /**
    * Collects only what carries every one of these labels, as a provider's
    * `labels` config puts them on all it makes (containers, volumes,
-   * networks, snapshot images, named volumes and their use records): for a
+   * networks, snapshot images, memory checkpoints by their owner files,
+   * named volumes and their use records): for a
    * host sharing an engine with others that collects its own resources and
    * nothing else. What no provider labels is then left to an unscoped run:
    * agent runtimes, and the memory checkpoints and containerd's copies of
@@ -382,8 +384,11 @@ const CHECKPOINT_GRACE_MS = 10 * 60 * 1000
 /**
  * A memory snapshot's checkpoint lives as long as its record (a snapshot
  * image, collected above): a checkpoint whose snapshot has no tagged image
- * left, or whose image is past the retention, goes. A sandbox started from
- * it has its own copy in its container's directory.
+ * left, or whose image is past the retention, goes. One with no record at
+ * all goes once its owner (its owner file, checkpoint-owner.ts) is gone, or
+ * after a grace. A sandbox started from it has its own copy in its
+ * container's directory. With a scope, a checkpoint is in it by its
+ * snapshot's image or, without one, by its owner file's labels.
  */
 async function collectCheckpoints(
   docker: Docker,
@@ -396,16 +401,24 @@ async function collectCheckpoints(
   const rootDir = await engineRootDir(docker)
   if (!rootDir) return
   const recorded = new Set((await listSnapshots(docker)).map((snapshot) => snapshot.id))
+  const scope = Object.entries(options.labels ?? {})
   for (const id of listMemoryCheckpoints(rootDir)) {
-    // A checkpoint is a directory named by its snapshot: only the snapshot's image says whose it is.
-    if (scopedSnapshots && !scopedSnapshots.has(id)) continue
+    // Whose it is: its snapshot's image says, and before that image exists, its owner file.
+    const owner = checkpointOwner(rootDir, id)
+    const inScope =
+      !scopedSnapshots ||
+      scopedSnapshots.has(id) ||
+      (owner !== undefined && scope.every(([key, value]) => owner[key] === value))
+    if (!inScope) continue
     report.checkpointCopies.push(
       ...(await sweepContainerdCopies(rootDir, id, options.dryRun === true)),
     )
     const gone = goneSnapshots.has(id)
     if (!gone && recorded.has(id)) continue
-    // One being taken now has no record yet: a recent one without a record is left to a later run.
-    if (!gone && checkpointAgeMs(rootDir, id, now) < CHECKPOINT_GRACE_MS) continue
+    // One being taken now has no record yet: unless its owner is known to be gone,
+    // a recent one without a record is left to a later run.
+    const ownerGone = owner !== undefined && judgeOwner(owner).state === 'gone'
+    if (!gone && !ownerGone && checkpointAgeMs(rootDir, id, now) < CHECKPOINT_GRACE_MS) continue
     report.checkpoints.push(id)
     if (!options.dryRun) removeMemoryCheckpoint(rootDir, id)
   }
