@@ -234,6 +234,8 @@ export class DockerBackend implements CordonSandboxBackend {
           ...(config.snapshotRetentionMs !== undefined
             ? { snapshotRetentionMs: config.snapshotRetentionMs }
             : {}),
+          // Dead owners are judged engine-wide; this provider's retention is for its own snapshots only.
+          ...(config.labels ? { snapshotRetentionLabels: config.labels } : {}),
         }),
       DEAD_OWNER_SWEEP_TIMEOUT_MS,
     )
@@ -299,7 +301,9 @@ export class DockerBackend implements CordonSandboxBackend {
    * someone ran `cordon gc`. Only resources whose owner is provably gone (or
    * whose lifetime passed) are touched: an owner in another PID namespace or
    * on another machine sharing this engine cannot be seen from here and is
-   * kept (judgeOwner). Off with `sweepDeadOwners: false`. A sweep that
+   * kept (judgeOwner). Snapshots past `snapshotRetentionMs` go only where
+   * they carry this provider's `labels` (with none, every one on the
+   * engine). Off with `sweepDeadOwners: false`. A sweep that
    * failed (the engine busy or away) is run again by the next create;
    * `close()` stops one in progress.
    */

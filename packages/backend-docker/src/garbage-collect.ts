@@ -102,6 +102,13 @@ export interface CollectGarbageOptions {
    */
   readonly snapshotRetentionMs?: number
   /**
+   * The retention applies only to snapshots carrying every one of these
+   * labels (default: every snapshot in the scope). For a provider's
+   * sweep, which judges dead owners engine-wide but must not apply its own
+   * retention to other hosts' snapshots. Checked like `labels`.
+   */
+  readonly snapshotRetentionLabels?: Readonly<Record<string, string>>
+  /**
    * Collects only what carries every one of these labels, as a provider's
    * `labels` config puts them on all it makes (containers, volumes,
    * networks, snapshot images, memory checkpoints by their owner files,
@@ -181,6 +188,7 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
   const { docker } = options
   const now = options.now ?? Date.now()
   const scope = scopeFilters(options.labels)
+  scopeFilters(options.snapshotRetentionLabels)
   const scoped = scope.length > 0
   const filters = { label: [`${LABEL.managed}=1`, ...scope] }
   const listing = options.signal ? { abortSignal: options.signal } : {}
@@ -280,6 +288,7 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
   // Snapshots outlive their owner by design: only their age (or their host's removal) decides,
   // except a fork's own snapshot, which goes with its owner.
   const retentionMs = options.snapshotRetentionMs ?? DEFAULT_SNAPSHOT_RETENTION_MS
+  const retentionScope = Object.entries(options.snapshotRetentionLabels ?? {})
   const snapshots = await docker.listImages({
     filters: { label: [`${LABEL.managed}=1`, `${LABEL.role}=snapshot`, ...scope] },
     ...listing,
@@ -293,7 +302,8 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
   for (const image of snapshots) {
     const tags = (image.RepoTags ?? []).filter((tag) => tag !== '<none>:<none>')
     const createdAt = Number(image.Labels?.[SNAPSHOT_LABEL.createdAt])
-    const expired = !Number.isFinite(createdAt) || createdAt + retentionMs < now
+    const retained = retentionScope.every(([key, value]) => image.Labels?.[key] === value)
+    const expired = retained && (!Number.isFinite(createdAt) || createdAt + retentionMs < now)
     // A fork's own snapshot was only ever its host's to remove: a dead host leaves it to this.
     const abandonedFork =
       image.Labels?.[SNAPSHOT_LABEL.fork] === '1' && judgeOwner(image.Labels).state === 'gone'
