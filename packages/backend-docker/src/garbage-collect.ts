@@ -53,8 +53,16 @@ export interface GarbageReport {
   readonly checkpointCopies: string[]
   readonly volumes: string[]
   readonly networks: string[]
-  /** Resources kept: those with a live owner, agent runtimes in use, and every one in `unjudged`. */
+  /**
+   * Resources kept: those with a live owner, agent runtimes in use,
+   * snapshots within their retention, and every one in `unjudged`.
+   */
   readonly kept: number
+  /**
+   * Of `kept`, the snapshots kept only because they are younger than the
+   * retention: a snapshot outlives its owner, so that owner may be gone.
+   */
+  readonly snapshotsWithinRetention: number
   /**
    * Kept because this process cannot judge their owner (another machine or
    * boot, another PID or time namespace, or labels without the owner's
@@ -203,6 +211,7 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
     volumes: [],
     networks: [],
     kept: 0,
+    snapshotsWithinRetention: 0,
     unjudged,
     failed: [],
     namedVolumes: [],
@@ -309,6 +318,7 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
       image.Labels?.[SNAPSHOT_LABEL.fork] === '1' && judgeOwner(image.Labels).state === 'gone'
     if (tags.length > 0 && !expired && !abandonedFork) {
       ;(report as { kept: number }).kept++
+      ;(report as { snapshotsWithinRetention: number }).snapshotsWithinRetention++
       continue
     }
     const snapshotId = image.Labels?.[SNAPSHOT_LABEL.id]

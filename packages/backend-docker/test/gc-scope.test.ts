@@ -109,6 +109,8 @@ describe('gc scoped by labels', () => {
         })
         expect(report.images).toEqual([await imageOf(mySnapshot.id)])
         expect(report.images).not.toContain(await imageOf(theirSnapshot.id))
+        // Theirs is kept by its retention alone, and the report says so.
+        expect(report.snapshotsWithinRetention).toBe(1)
       } finally {
         await myHost.snapshots.remove(mySnapshot.id)
         await theirHost.snapshots.remove(theirSnapshot.id)
