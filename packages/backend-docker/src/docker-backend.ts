@@ -4,6 +4,7 @@ import { AgentClient, AgentSandbox, type StdioChannel } from '@cordon/agent/sand
 import type { ContainerBackendConfig } from '@cordon/builtin-backends'
 import {
   type CordonBackendSandbox,
+  SandboxAbortedError,
   type SandboxBackendOptions,
   SandboxControlRefusedError,
   SandboxDestroyedError,
@@ -938,10 +939,17 @@ export class DockerBackend implements CordonSandboxBackend {
               this.engineCall('resume', () => unpauseContainer(container, thawSignal)),
           },
           snapshot: async (snapshotOptions) => {
-            if (snapshotOptions.memory)
-              return publicSnapshot(
-                await takeMemorySnapshot(snapshotOptions.signal, snapshotOptions.forFork === true),
-              )
+            if (snapshotOptions.memory) {
+              const { signal: memorySignal } = snapshotOptions
+              const taken = await takeMemorySnapshot(memorySignal, snapshotOptions.forFork === true)
+              // The checkpoint is never cut off half-way (above): an abort meanwhile
+              // is answered once it is done, and what it made goes.
+              if (memorySignal?.aborted) {
+                await this.snapshots.remove(taken.id).catch(() => {})
+                throw new SandboxAbortedError('snapshot', { cause: memorySignal.reason })
+              }
+              return publicSnapshot(taken)
+            }
             const taken = await takeFilesystemSnapshot({
               ...inContainer,
               backend: this.name,
