@@ -4,6 +4,7 @@ import { AgentClient, AgentSandbox, type StdioChannel } from '@cordon/agent/sand
 import type { ContainerBackendConfig } from '@cordon/builtin-backends'
 import {
   type CordonBackendSandbox,
+  SandboxAbortedError,
   type SandboxBackendOptions,
   SandboxControlRefusedError,
   SandboxDestroyedError,
@@ -108,6 +109,7 @@ import {
   type CheckpointEngine,
   checkMemorySnapshot,
   checkpointContainer,
+  recordCheckpointOwner,
   recordMemorySnapshot,
   refusedForOpenSockets,
   removeCheckpointOf,
@@ -233,6 +235,8 @@ export class DockerBackend implements CordonSandboxBackend {
           ...(config.snapshotRetentionMs !== undefined
             ? { snapshotRetentionMs: config.snapshotRetentionMs }
             : {}),
+          // Dead owners are judged engine-wide; this provider's retention is for its own snapshots only.
+          ...(config.labels ? { snapshotRetentionLabels: config.labels } : {}),
         }),
       DEAD_OWNER_SWEEP_TIMEOUT_MS,
     )
@@ -298,7 +302,9 @@ export class DockerBackend implements CordonSandboxBackend {
    * someone ran `cordon gc`. Only resources whose owner is provably gone (or
    * whose lifetime passed) are touched: an owner in another PID namespace or
    * on another machine sharing this engine cannot be seen from here and is
-   * kept (judgeOwner). Off with `sweepDeadOwners: false`. A sweep that
+   * kept (judgeOwner). Snapshots past `snapshotRetentionMs` go only where
+   * they carry this provider's `labels` (with none, every one on the
+   * engine). Off with `sweepDeadOwners: false`. A sweep that
    * failed (the engine busy or away) is run again by the next create;
    * `close()` stops one in progress.
    */
@@ -726,6 +732,7 @@ export class DockerBackend implements CordonSandboxBackend {
         }
         const takeMemorySnapshot = async (
           snapshotSignal: AbortSignal | undefined,
+          forFork: boolean,
         ): Promise<StoredSnapshot> => {
           const docker = this.engine.docker
           const engine = await checkMemorySnapshot(docker, {
@@ -736,6 +743,7 @@ export class DockerBackend implements CordonSandboxBackend {
             engineIsLocal: this.engine.socketPath !== undefined,
           })
           snapshotSignal?.throwIfAborted()
+          const owner = { ...this.config.labels, ...ownerLabels(this.context.providerId) }
           const id = newSnapshotId()
           const createdAt = Date.now()
           checkpointing = true
@@ -757,6 +765,8 @@ export class DockerBackend implements CordonSandboxBackend {
             closeDirect()
             direct = undefined
             try {
+              // First: a host that dies from here on leaves a checkpoint its gc can place and judge.
+              recordCheckpointOwner(engine, id, owner)
               // Not cut off by the signal: a checkpoint stopped half-way leaves the container in no known state.
               await checkpointContainer(docker, engine, container.id, id)
             } catch (error) {
@@ -779,7 +789,8 @@ export class DockerBackend implements CordonSandboxBackend {
                 roots: captured,
                 baseImage,
                 enforcement: sandbox.enforcement,
-                ownerLabels: { ...this.config.labels, ...ownerLabels(this.context.providerId) },
+                ownerLabels: owner,
+                forFork,
               },
               engine,
               id,
@@ -928,8 +939,17 @@ export class DockerBackend implements CordonSandboxBackend {
               this.engineCall('resume', () => unpauseContainer(container, thawSignal)),
           },
           snapshot: async (snapshotOptions) => {
-            if (snapshotOptions.memory)
-              return publicSnapshot(await takeMemorySnapshot(snapshotOptions.signal))
+            if (snapshotOptions.memory) {
+              const { signal: memorySignal } = snapshotOptions
+              const taken = await takeMemorySnapshot(memorySignal, snapshotOptions.forFork === true)
+              // The checkpoint is never cut off half-way (above): an abort meanwhile
+              // is answered once it is done, and what it made goes.
+              if (memorySignal?.aborted) {
+                await this.snapshots.remove(taken.id).catch(() => {})
+                throw new SandboxAbortedError('snapshot', { cause: memorySignal.reason })
+              }
+              return publicSnapshot(taken)
+            }
             const taken = await takeFilesystemSnapshot({
               ...inContainer,
               backend: this.name,
@@ -938,6 +958,7 @@ export class DockerBackend implements CordonSandboxBackend {
               baseImage,
               enforcement: sandbox.enforcement,
               ownerLabels: { ...this.config.labels, ...ownerLabels(this.context.providerId) },
+              forFork: snapshotOptions.forFork,
               signal: snapshotOptions.signal,
             }).catch((error: unknown) => {
               throw translateEngineError(error, this.name, this.engine.description, 'snapshot')

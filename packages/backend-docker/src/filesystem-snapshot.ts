@@ -32,6 +32,11 @@ export const SNAPSHOT_LABEL = {
   egress: 'cordon.snapshot.egress',
   /** A memory snapshot's user (`uid:gid`): its processes keep it in every sandbox restored from it. */
   user: 'cordon.snapshot.user',
+  /**
+   * `1` on a snapshot `fork()` took for itself, which its host removes once
+   * the forks are made: one whose owner is gone is garbage, however recent.
+   */
+  fork: 'cordon.snapshot.fork',
 } as const
 
 /** A snapshot as the engine keeps it. */
@@ -80,6 +85,8 @@ export interface SnapshotSource {
   readonly enforcement: SandboxBackendEnforcement
   /** The owner labels every resource carries. */
   readonly ownerLabels: Readonly<Record<string, string>>
+  /** Taken by `fork()` for its own use (`SNAPSHOT_LABEL.fork`). */
+  readonly forFork?: boolean | undefined
   readonly signal?: AbortSignal | undefined
 }
 
@@ -91,7 +98,14 @@ export interface SnapshotSource {
 export function snapshotLabels(
   source: Pick<
     SnapshotSource,
-    'ownerLabels' | 'sandboxId' | 'backend' | 'baseImage' | 'roots' | 'enforcement' | 'user'
+    | 'ownerLabels'
+    | 'sandboxId'
+    | 'backend'
+    | 'baseImage'
+    | 'roots'
+    | 'enforcement'
+    | 'user'
+    | 'forFork'
   >,
   id: string,
   createdAt: number,
@@ -128,6 +142,7 @@ export function snapshotLabels(
     [SNAPSHOT_LABEL.limits]: JSON.stringify(limits),
     [SNAPSHOT_LABEL.egress]: JSON.stringify(egress),
     ...(memory ? { [SNAPSHOT_LABEL.user]: `${source.user.uid}:${source.user.gid}` } : {}),
+    ...(source.forFork ? { [SNAPSHOT_LABEL.fork]: '1' } : {}),
   }
   return { labels, limits, egress }
 }

@@ -9,6 +9,7 @@ import { isBeingRemoved, isNotFound, translateEngineError } from './engine-error
 import { listSnapshots, SNAPSHOT_LABEL } from './filesystem-snapshot.js'
 import {
   checkpointAgeMs,
+  checkpointOwner,
   engineRootDir,
   listMemoryCheckpoints,
   removeMemoryCheckpoint,
@@ -52,8 +53,16 @@ export interface GarbageReport {
   readonly checkpointCopies: string[]
   readonly volumes: string[]
   readonly networks: string[]
-  /** Resources kept: those with a live owner, agent runtimes in use, and every one in `unjudged`. */
+  /**
+   * Resources kept: those with a live owner, agent runtimes in use,
+   * snapshots within their retention, and every one in `unjudged`.
+   */
   readonly kept: number
+  /**
+   * Of `kept`, the snapshots kept only because they are younger than the
+   * retention: a snapshot outlives its owner, so that owner may be gone.
+   */
+  readonly snapshotsWithinRetention: number
   /**
    * Kept because this process cannot judge their owner (another machine or
    * boot, another PID or time namespace, or labels without the owner's
@@ -101,9 +110,17 @@ export interface CollectGarbageOptions {
    */
   readonly snapshotRetentionMs?: number
   /**
+   * The retention applies only to snapshots carrying every one of these
+   * labels (default: every snapshot in the scope). For a provider's
+   * sweep, which judges dead owners engine-wide but must not apply its own
+   * retention to other hosts' snapshots. Checked like `labels`.
+   */
+  readonly snapshotRetentionLabels?: Readonly<Record<string, string>>
+  /**
    * Collects only what carries every one of these labels, as a provider's
    * `labels` config puts them on all it makes (containers, volumes,
-   * networks, snapshot images, named volumes and their use records): for a
+   * networks, snapshot images, memory checkpoints by their owner files,
+   * named volumes and their use records): for a
    * host sharing an engine with others that collects its own resources and
    * nothing else. What no provider labels is then left to an unscoped run:
    * agent runtimes, and the memory checkpoints and containerd's copies of
@@ -179,6 +196,7 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
   const { docker } = options
   const now = options.now ?? Date.now()
   const scope = scopeFilters(options.labels)
+  scopeFilters(options.snapshotRetentionLabels)
   const scoped = scope.length > 0
   const filters = { label: [`${LABEL.managed}=1`, ...scope] }
   const listing = options.signal ? { abortSignal: options.signal } : {}
@@ -193,6 +211,7 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
     volumes: [],
     networks: [],
     kept: 0,
+    snapshotsWithinRetention: 0,
     unjudged,
     failed: [],
     namedVolumes: [],
@@ -275,8 +294,10 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
     // Not forced: a container that mounted it meanwhile keeps it.
     if (!options.dryRun) await remove(name, () => docker.getVolume(name).remove())
   }
-  // Snapshots outlive their owner by design: only their age (or their host's removal) decides.
+  // Snapshots outlive their owner by design: only their age (or their host's removal) decides,
+  // except a fork's own snapshot, which goes with its owner.
   const retentionMs = options.snapshotRetentionMs ?? DEFAULT_SNAPSHOT_RETENTION_MS
+  const retentionScope = Object.entries(options.snapshotRetentionLabels ?? {})
   const snapshots = await docker.listImages({
     filters: { label: [`${LABEL.managed}=1`, `${LABEL.role}=snapshot`, ...scope] },
     ...listing,
@@ -290,9 +311,14 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
   for (const image of snapshots) {
     const tags = (image.RepoTags ?? []).filter((tag) => tag !== '<none>:<none>')
     const createdAt = Number(image.Labels?.[SNAPSHOT_LABEL.createdAt])
-    const expired = !Number.isFinite(createdAt) || createdAt + retentionMs < now
-    if (tags.length > 0 && !expired) {
+    const retained = retentionScope.every(([key, value]) => image.Labels?.[key] === value)
+    const expired = retained && (!Number.isFinite(createdAt) || createdAt + retentionMs < now)
+    // A fork's own snapshot was only ever its host's to remove: a dead host leaves it to this.
+    const abandonedFork =
+      image.Labels?.[SNAPSHOT_LABEL.fork] === '1' && judgeOwner(image.Labels).state === 'gone'
+    if (tags.length > 0 && !expired && !abandonedFork) {
       ;(report as { kept: number }).kept++
+      ;(report as { snapshotsWithinRetention: number }).snapshotsWithinRetention++
       continue
     }
     const snapshotId = image.Labels?.[SNAPSHOT_LABEL.id]
@@ -378,8 +404,11 @@ const CHECKPOINT_GRACE_MS = 10 * 60 * 1000
 /**
  * A memory snapshot's checkpoint lives as long as its record (a snapshot
  * image, collected above): a checkpoint whose snapshot has no tagged image
- * left, or whose image is past the retention, goes. A sandbox started from
- * it has its own copy in its container's directory.
+ * left, or whose image is past the retention, goes. One with no record at
+ * all goes once its owner (its owner file, checkpoint-owner.ts) is gone, or
+ * after a grace. A sandbox started from it has its own copy in its
+ * container's directory. With a scope, a checkpoint is in it by its
+ * snapshot's image or, without one, by its owner file's labels.
  */
 async function collectCheckpoints(
   docker: Docker,
@@ -392,16 +421,24 @@ async function collectCheckpoints(
   const rootDir = await engineRootDir(docker)
   if (!rootDir) return
   const recorded = new Set((await listSnapshots(docker)).map((snapshot) => snapshot.id))
+  const scope = Object.entries(options.labels ?? {})
   for (const id of listMemoryCheckpoints(rootDir)) {
-    // A checkpoint is a directory named by its snapshot: only the snapshot's image says whose it is.
-    if (scopedSnapshots && !scopedSnapshots.has(id)) continue
+    // Whose it is: its snapshot's image says, and before that image exists, its owner file.
+    const owner = checkpointOwner(rootDir, id)
+    const inScope =
+      !scopedSnapshots ||
+      scopedSnapshots.has(id) ||
+      (owner !== undefined && scope.every(([key, value]) => owner[key] === value))
+    if (!inScope) continue
     report.checkpointCopies.push(
       ...(await sweepContainerdCopies(rootDir, id, options.dryRun === true)),
     )
     const gone = goneSnapshots.has(id)
     if (!gone && recorded.has(id)) continue
-    // One being taken now has no record yet: a recent one without a record is left to a later run.
-    if (!gone && checkpointAgeMs(rootDir, id, now) < CHECKPOINT_GRACE_MS) continue
+    // One being taken now has no record yet: unless its owner is known to be gone,
+    // a recent one without a record is left to a later run.
+    const ownerGone = owner !== undefined && judgeOwner(owner).state === 'gone'
+    if (!gone && !ownerGone && checkpointAgeMs(rootDir, id, now) < CHECKPOINT_GRACE_MS) continue
     report.checkpoints.push(id)
     if (!options.dryRun) removeMemoryCheckpoint(rootDir, id)
   }

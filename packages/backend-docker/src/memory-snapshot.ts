@@ -14,6 +14,11 @@ import { SandboxControlRefusedError, SandboxOperationError } from '@cordon/core'
 import { planLayoutMounts } from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import { withCheckpointHeadroom } from './checkpoint-headroom.js'
+import {
+  readCheckpointOwner,
+  removeCheckpointOwner,
+  writeCheckpointOwner,
+} from './checkpoint-owner.js'
 import { withStartLock } from './checkpoint-start-lock.js'
 import {
   CHECKPOINT_IMAGE,
@@ -296,6 +301,25 @@ export function removeMemoryCheckpoint(rootDir: string, id: string): void {
   if (!/^snp_[0-9A-Za-z_-]+$/.test(id)) return
   rmSync(join(rootDir, CHECKPOINT_DIRECTORY, id), { recursive: true, force: true })
   rmSync(join(rootDir, CHECKPOINT_DIRECTORY, `${id}.start-lock`), { force: true })
+  removeCheckpointOwner(join(rootDir, CHECKPOINT_DIRECTORY), id)
+}
+
+/**
+ * Records whose snapshot `id`'s checkpoint is (checkpoint-owner.ts): done
+ * before the checkpoint is written, so that no checkpoint is ever on disk
+ * without a way to tell its owner.
+ */
+export function recordCheckpointOwner(
+  engine: CheckpointEngine,
+  id: string,
+  ownerLabels: Readonly<Record<string, string>>,
+): void {
+  writeCheckpointOwner(join(engine.rootDir, CHECKPOINT_DIRECTORY), id, ownerLabels)
+}
+
+/** The owner labels recorded for snapshot `id`'s checkpoint, if any. */
+export function checkpointOwner(rootDir: string, id: string): Record<string, string> | undefined {
+  return readCheckpointOwner(join(rootDir, CHECKPOINT_DIRECTORY), id)
 }
 
 /**

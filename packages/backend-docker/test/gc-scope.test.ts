@@ -84,6 +84,42 @@ describe('gc scoped by labels', () => {
     }
   })
 
+  it("applies a retention only to the snapshots carrying its retention labels, as a provider's sweep does", async () => {
+    // Both hosts share a label, so that the collection below, scoped by it, sees both.
+    const shared = { 'cordon-test.gc-scope.shared': `shared-${randomBytes(4).toString('hex')}` }
+    const myHost = testProvider({ labels: { ...shared, ...mine }, sweepDeadOwners: false })
+    const theirHost = testProvider({ labels: { ...shared, ...theirs }, sweepDeadOwners: false })
+    providers.push(myHost, theirHost)
+    const [mySandbox, theirSandbox] = await Promise.all([myHost.create(), theirHost.create()])
+    try {
+      const [mySnapshot, theirSnapshot] = await Promise.all([
+        mySandbox.snapshot(),
+        theirSandbox.snapshot(),
+      ])
+      try {
+        await new Promise((resolve) => setTimeout(resolve, 20))
+        const imageOf = async (id: string) =>
+          (await docker.listImages({ filters: { label: [`cordon.snapshot=${id}`] } }))[0]!.Id
+        const report = await collectGarbage({
+          docker,
+          labels: shared,
+          snapshotRetentionMs: 10,
+          snapshotRetentionLabels: { ...shared, ...mine },
+          dryRun: true,
+        })
+        expect(report.images).toEqual([await imageOf(mySnapshot.id)])
+        expect(report.images).not.toContain(await imageOf(theirSnapshot.id))
+        // Theirs is kept by its retention alone, and the report says so.
+        expect(report.snapshotsWithinRetention).toBe(1)
+      } finally {
+        await myHost.snapshots.remove(mySnapshot.id)
+        await theirHost.snapshots.remove(theirSnapshot.id)
+      }
+    } finally {
+      await Promise.all([mySandbox.destroy(), theirSandbox.destroy()])
+    }
+  })
+
   it('refuses a label key the engine would read as something else', async () => {
     const refused: Array<Record<string, string>> = [
       { 'a=b': 'c' },

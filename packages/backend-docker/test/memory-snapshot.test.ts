@@ -15,6 +15,7 @@ import { join } from 'node:path'
 import {
   type CordonSandbox,
   type CordonSandboxProvider,
+  SandboxAbortedError,
   SandboxControlRefusedError,
   SandboxOperationError,
   SandboxTransportError,
@@ -324,6 +325,57 @@ describe('memory snapshots under gVisor', () => {
       }
     } finally {
       await source.destroy()
+    }
+  })
+
+  it('a memory snapshot aborted while its sandbox is checkpointed rejects with SandboxAbortedError once done, and keeps nothing it made', async () => {
+    const quiet = createDockerSandboxProvider({
+      backend: {
+        tier: 'container',
+        runtime: 'runsc',
+        image: BUSYBOX_IMAGE,
+        cpus: 1,
+        labels: testRunLabels(),
+        sweepDeadOwners: false,
+      },
+      layout: EPHEMERAL_OUTPUTS,
+      defaultMemoryLimitMb: 96,
+      defaultMaxProcesses: 40,
+    })
+    const source = await quiet.create()
+    const rootDir = await engineRoot()
+    const made = async () =>
+      (await quiet.snapshots.list()).filter((listed) => listed.sourceSandboxId === source.id)
+    try {
+      // Aborted once the engine has the checkpoint under way: the container stops for it.
+      const controller = new AbortController()
+      const events = (await docker.getEvents({
+        filters: {
+          type: ['container'],
+          event: ['checkpoint', 'die'],
+          label: [`cordon.sandbox=${source.id}`],
+        },
+      })) as NodeJS.ReadableStream & { destroy(): void }
+      events.once('data', () => controller.abort())
+      const checkpoints = new Set(readdirSync(join(rootDir, CHECKPOINT_DIRECTORY)))
+      const error = await source.snapshot({ memory: true, signal: controller.signal }).then(
+        () => undefined,
+        (caught: unknown) => caught,
+      )
+      events.destroy()
+      expect(controller.signal.aborted).toBe(true)
+      expect(SandboxAbortedError.isInstance(error), String(error)).toBe(true)
+      expect(await made()).toEqual([])
+      const left = readdirSync(join(rootDir, CHECKPOINT_DIRECTORY)).filter(
+        (name) => !checkpoints.has(name),
+      )
+      expect(left).toEqual([])
+      // The sandbox itself goes on.
+      expect((await source.exec('true')).exitCode).toBe(0)
+    } finally {
+      for (const left of await made()) await quiet.snapshots.remove(left.id)
+      await source.destroy()
+      await quiet.close()
     }
   })
 })

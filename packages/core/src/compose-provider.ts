@@ -245,7 +245,7 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
     if (closed) throw new SandboxError('provider is closed')
     const store = await snapshotStore('fork')
     const { signal } = forkOptions
-    const taken = await source.snapshot({
+    const taken = await source.snapshotForFork({
       memory: forkOptions.memory,
       ...(signal ? { signal } : {}),
     })

@@ -110,6 +110,7 @@ export type {
   CordonSandbox,
   Sandbox,
   SandboxAttachOptions,
+  SandboxBackendSnapshotOptions,
   SandboxBackendUsage,
   SandboxBatchWriteReport,
   SandboxByteSource,

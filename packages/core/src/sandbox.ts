@@ -533,6 +533,17 @@ export interface SandboxSnapshotOptions {
   readonly signal?: AbortSignal
 }
 
+/** What a provider asks of a backend's `snapshot()`: the host's options, and why it is taken. */
+export interface SandboxBackendSnapshotOptions extends SandboxSnapshotOptions {
+  /**
+   * Taken by `fork()` for its own use: the provider removes it once the
+   * forks are made. A backend marks it so that, should the host die before
+   * that removal, its garbage collection removes it once the owner is gone
+   * rather than keeping it for a user's snapshot retention.
+   */
+  readonly forFork?: boolean
+}
+
 /** Options of `fork()`. */
 export interface SandboxForkOptions {
   /** How many sandboxes to make (1 to `SANDBOX_FORK_MAX`, 16). */
@@ -795,7 +806,7 @@ export interface CordonBackendSandbox extends Sandbox, AsyncDisposable {
    * Captures the sandbox (its files; with `memory`, its processes too) as a
    * snapshot a new sandbox can start from; absent where the backend cannot.
    */
-  snapshot?(options?: SandboxSnapshotOptions): Promise<SandboxSnapshot>
+  snapshot?(options?: SandboxBackendSnapshotOptions): Promise<SandboxSnapshot>
   /**
    * Resolves when the sandbox ends underneath its host (its container died,
    * its agent or VM was lost, the platform removed it), with why. Never

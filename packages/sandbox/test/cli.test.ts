@@ -404,6 +404,8 @@ describe('the cordon command', () => {
       ])
       expect(result.code, result.stderr).toBe(0)
       expect(result.stdout).toContain(`[labels cli-test.scope=${scope}]): removed`)
+      // What was kept, by the reason it was kept: none of this scope's snapshots.
+      expect(result.stdout).toContain(', 0 snapshots within their retention, ')
       expect(result.stdout).toMatch(new RegExp(`volume ${myVolume} .*: removed\n`))
       expect(result.stdout).not.toContain(theirVolume)
       expect((await mine.volumes.list()).map((volume) => volume.name)).not.toContain(myVolume)

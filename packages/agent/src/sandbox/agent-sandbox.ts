@@ -4,6 +4,7 @@ import {
   SANDBOX_DEFAULT_MAX_READ_BYTES,
   type SandboxAttachOptions,
   type SandboxBackendEnforcement,
+  type SandboxBackendSnapshotOptions,
   type SandboxBackendUsage,
   type SandboxBatchWriteReport,
   type SandboxByteSource,
@@ -38,7 +39,6 @@ import {
   type SandboxReadFileOptions,
   type SandboxRemoveOptions,
   type SandboxSnapshot,
-  type SandboxSnapshotOptions,
   type SandboxStartOptions,
   type SandboxStatOptions,
   type SandboxStatus,
@@ -101,7 +101,7 @@ export interface AgentSandboxInit {
    * Captures the sandbox as a snapshot (the backend's own way); without it
    * the sandbox has no `snapshot`.
    */
-  readonly snapshot?: (options: SandboxSnapshotOptions) => Promise<SandboxSnapshot>
+  readonly snapshot?: (options: SandboxBackendSnapshotOptions) => Promise<SandboxSnapshot>
   /** Changes egress at run time; without it the sandbox has no `setNetworkPolicy`. */
   readonly setNetworkPolicy?: (policy: SandboxNetworkPolicy, signal?: AbortSignal) => Promise<void>
   /**
@@ -207,7 +207,7 @@ export class AgentSandbox implements CordonBackendSandbox {
   readonly openTerminal?: (options: SandboxTerminalOptions) => Promise<SandboxTerminal>
   readonly pause?: (options?: SandboxPauseOptions) => Promise<void>
   readonly resume?: (options?: SandboxPauseOptions) => Promise<void>
-  readonly snapshot?: (options?: SandboxSnapshotOptions) => Promise<SandboxSnapshot>
+  readonly snapshot?: (options?: SandboxBackendSnapshotOptions) => Promise<SandboxSnapshot>
   readonly reconnectSecret?: string
   readonly disconnect?: () => Promise<void>
 

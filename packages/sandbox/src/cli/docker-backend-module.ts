@@ -14,6 +14,8 @@ export interface GarbageReport {
   volumes: string[]
   networks: string[]
   kept: number
+  /** Of `kept`, the snapshots kept only by their retention (absent from an older backend). */
+  snapshotsWithinRetention?: number
   unjudged: ReadonlyArray<{ kind: string; id: string; reason: UnjudgedOwnerReason }>
   failed: Array<{ id: string; reason: string }>
   namedVolumes: ReadonlyArray<{

@@ -204,8 +204,10 @@ function printDockerReport(
   io: RunIo,
 ): void {
   const unjudged = report.unjudged.length
+  // Snapshots outlive their owners: one kept by its retention says nothing of its owner.
+  const retained = report.snapshotsWithinRetention ?? 0
   io.stdout(
-    `cordon gc (${endpoint}): ${verb} ${report.containers.length} containers, ${report.volumes.length} volumes, ${report.networks.length} networks, ${report.images.length} snapshot images, ${report.checkpoints?.length ?? 0} memory checkpoints (${report.checkpointCopies?.length ?? 0} copies containerd left of them); kept ${report.kept} (${report.kept - unjudged} with a live owner or in use, ${unjudged} whose owner cordon cannot judge from here)\n`,
+    `cordon gc (${endpoint}): ${verb} ${report.containers.length} containers, ${report.volumes.length} volumes, ${report.networks.length} networks, ${report.images.length} snapshot images, ${report.checkpoints?.length ?? 0} memory checkpoints (${report.checkpointCopies?.length ?? 0} copies containerd left of them); kept ${report.kept} (${report.kept - unjudged - retained} with a live owner or in use, ${retained} snapshots within their retention, ${unjudged} whose owner cordon cannot judge from here)\n`,
   )
   const byReason = new Map<UnjudgedOwnerReason, string[]>()
   for (const { kind, id, reason } of report.unjudged) {
