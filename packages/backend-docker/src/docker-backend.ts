@@ -102,6 +102,7 @@ import {
 } from './filesystem-snapshot.js'
 import { collectGarbage } from './garbage-collect.js'
 import { agentPoolThreads } from './gvisor-agent-threads.js'
+import { hostInterfaceAddresses } from './host-addresses.js'
 import { resumeOverHostSocket } from './host-socket-resume.js'
 import { forgetImageEnvironment, imageEnvironment } from './image-environment.js'
 import { ImagePuller } from './image-pull.js'
@@ -1074,6 +1075,7 @@ export class DockerBackend implements CordonSandboxBackend {
       upstreamCa: this.config.gatewayUpstreamCa,
       context: this.context,
       extraLabels: this.config.labels ?? {},
+      hostAddresses: this.engine.socketPath === undefined ? undefined : hostInterfaceAddresses,
     })
     return this.egressGateway
   }
@@ -1136,6 +1138,6 @@ export class DockerBackend implements CordonSandboxBackend {
   async close(): Promise<void> {
     this.events.close()
     await this.deadOwnerSweep.stop()
-    await this.egressGateway?.stop()
+    await this.egressGateway?.close()
   }
 }

@@ -27,8 +27,14 @@ import { type AgentRuntime, RUNTIME_MOUNT } from './agent-runtime.js'
 import { attachChannel } from './attached-channel.js'
 import { hardenedHostConfig } from './container-hardening.js'
 import { isBeingRemoved, isNotFound } from './engine-errors.js'
+import { watchHostAddresses } from './host-addresses.js'
 
 type ProxiedPolicy = Exclude<EgressPolicy, { kind: 'deny-all' } | { kind: 'resolver' }>
+/** What a sandbox was registered with, kept to register it again with a new gateway. */
+interface Registration {
+  policy: ProxiedPolicy
+  readonly credentials: readonly BrokeredCredential[]
+}
 type GatewayCommandBody = GatewayCommand extends infer C
   ? C extends unknown
     ? Omit<C, 'id'>
@@ -70,13 +76,27 @@ const CONTROL_ANSWER_TIMEOUT_MS = 30_000
  * connection's sandbox from the path it took, not from anything the sandbox
  * says. Sandboxes have no network interface at all, under runc and gVisor
  * alike. Started on first use, removed when its last sandbox goes.
+ *
+ * A gateway that dies while sandboxes still use it is started again on the
+ * next connection or registration, and every live sandbox is registered with
+ * the new one under its current policy, so none is left without egress.
+ *
+ * With a local engine this machine is the Docker host, and its addresses
+ * (public ones included) are handed to the gateway's screen at start and
+ * again whenever they change; if they cannot be delivered the gateway is
+ * closed rather than left screening with a stale list.
  */
 export class EgressGateway {
   private starting: Promise<void> | undefined
   private channel: StdioChannel | undefined
   private control: MuxStream | undefined
   private readonly pending = new Map<string, (ack: GatewayAck) => void>()
-  private readonly clients = new Set<string>()
+  private readonly clients = new Map<string, Registration>()
+  private stopWatchingHost: (() => void) | undefined
+  /** The provider closed: no gateway is started again. */
+  private closed = false
+  /** A gateway ran before: its container may still be on its way out. */
+  private started = false
   private idleTimer: ReturnType<typeof setTimeout> | undefined
   private stopping: Promise<void> | undefined
 
@@ -93,6 +113,12 @@ export class EgressGateway {
       readonly context: SandboxBackendContext
       readonly extraLabels: Readonly<Record<string, string>>
       readonly idleMs?: number
+      /**
+       * The Docker host's addresses, when this machine is it (a local
+       * engine); `undefined` for a remote engine, whose addresses this host
+       * cannot know (a limit the README states).
+       */
+      readonly hostAddresses: (() => readonly string[]) | undefined
     },
   ) {
     const id = options.context.providerId
@@ -105,9 +131,12 @@ export class EgressGateway {
     policy: ProxiedPolicy,
     credentials: readonly BrokeredCredential[],
   ): Promise<void> {
-    this.clients.add(sandboxId)
+    this.clients.set(sandboxId, { policy, credentials })
     if (this.idleTimer) clearTimeout(this.idleTimer)
+    const running = this.starting !== undefined
     await this.ensureStarted()
+    // A gateway this call started registered every client, this one included.
+    if (!running) return
     await this.send({
       op: 'add',
       clientId: sandboxId,
@@ -123,17 +152,27 @@ export class EgressGateway {
 
   /** Replaces a sandbox's allowlist; its credentials stay as they are. */
   async setPolicy(sandboxId: string, policy: ProxiedPolicy): Promise<void> {
+    const registration = this.clients.get(sandboxId)
+    if (registration) registration.policy = policy
     await this.send({ op: 'set', clientId: sandboxId, policy })
   }
 
   /** Joins a connection the sandbox made to the gateway, as that sandbox's. */
   connect(sandboxId: string, connection: Duplex): void {
-    const channel = this.channel
-    if (!channel || channel.isClosed || !this.clients.has(sandboxId)) {
+    if (!this.clients.has(sandboxId) || this.closed) {
       connection.destroy()
       return
     }
-    pipeBothWays(connection, channel.open({ kind: 'client', clientId: sandboxId }))
+    const channel = this.channel
+    if (channel && !channel.isClosed) {
+      pipeBothWays(connection, channel.open({ kind: 'client', clientId: sandboxId }))
+      return
+    }
+    // The gateway died under its sandboxes: a new one takes them all back.
+    this.ensureStarted().then(
+      () => this.connect(sandboxId, connection),
+      () => connection.destroy(),
+    )
   }
 
   /** Forgets a sandbox; the gateway goes away once it has served its last one. */
@@ -170,7 +209,13 @@ export class EgressGateway {
   private async start(): Promise<void> {
     const { docker } = this
     const runtime = await this.options.runtime()
+    // The container of a gateway that died may still be being removed, and
+    // holds the name until it is gone.
+    if (this.started) await this.removeResources({ waitGone: true })
+    this.started = true
+    const hostAddresses = this.options.hostAddresses?.()
     const settings: GatewaySettings = {
+      ...(hostAddresses ? { hostAddresses: [...hostAddresses] } : {}),
       allowInwardFor: [...this.options.context.allowInwardFor],
       ...(this.options.allowedPorts ? { allowedPorts: [...this.options.allowedPorts] } : {}),
       ...(this.options.upstreamCa ? { upstreamCa: this.options.upstreamCa } : {}),
@@ -234,6 +279,28 @@ export class EgressGateway {
       )
     })
     await ready
+    if (hostAddresses && this.options.hostAddresses) {
+      const read = this.options.hostAddresses
+      this.stopWatchingHost = watchHostAddresses(read, hostAddresses, (addresses) => {
+        this.send({ op: 'host-addresses', addresses: [...addresses] }).catch(() => {
+          // A gateway that cannot take the host's new addresses would let
+          // them through: it goes, and the next connection starts a new one.
+          if (this.channel === channel) channel.close()
+        })
+      })
+    }
+    // Sandboxes that outlived an earlier gateway (and any registered while
+    // this one started) are registered here with their current policies.
+    await Promise.all(
+      [...this.clients].map(([clientId, { policy, credentials }]) =>
+        this.send({
+          op: 'add',
+          clientId,
+          policy,
+          ...(credentials.length ? { brokeredCredentials: [...credentials] } : {}),
+        }),
+      ),
+    )
   }
 
   private handle(line: { type?: string } & Record<string, unknown>): void {
@@ -293,9 +360,17 @@ export class EgressGateway {
     for (const [id, settle] of this.pending)
       settle({ type: 'ack', id, ok: false, error: 'the gateway exited' })
     this.pending.clear()
+    this.stopWatchingHost?.()
+    this.stopWatchingHost = undefined
     this.channel = undefined
     this.control = undefined
     this.starting = undefined
+  }
+
+  /** Removes the gateway for good: the provider is closing. */
+  close(): Promise<void> {
+    this.closed = true
+    return this.stop()
   }
 
   /** Removes the gateway. */
@@ -313,7 +388,7 @@ export class EgressGateway {
     return this.stopping
   }
 
-  private async removeResources(): Promise<void> {
+  private async removeResources(options: { readonly waitGone?: boolean } = {}): Promise<void> {
     const ignoreMissing = async (operation: () => Promise<unknown>) => {
       try {
         await operation()
@@ -321,8 +396,20 @@ export class EgressGateway {
         if (!isNotFound(error) && !isBeingRemoved(error)) throw error
       }
     }
-    await ignoreMissing(() =>
-      this.docker.getContainer(this.names.container).remove({ force: true }),
-    )
+    const container = this.docker.getContainer(this.names.container)
+    await ignoreMissing(() => container.remove({ force: true }))
+    if (!options.waitGone) return
+    const deadline = Date.now() + CONTROL_ANSWER_TIMEOUT_MS
+    while (Date.now() < deadline) {
+      const gone = await container.inspect().then(
+        () => false,
+        (error: unknown) => {
+          if (isNotFound(error)) return true
+          throw error
+        },
+      )
+      if (gone) return
+      await new Promise((resolve) => setTimeout(resolve, 50))
+    }
   }
 }

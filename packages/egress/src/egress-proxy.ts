@@ -234,6 +234,17 @@ export class EgressProxy {
     )
   }
 
+  /**
+   * Sets the addresses of the machine whose services this proxy must keep out
+   * of reach when the proxy itself runs elsewhere (in a container beside it):
+   * every one is refused as `address-proxy-self`, like the proxy's own
+   * interfaces, whatever the policy. Replaces the previous list; throws
+   * `TypeError` on an entry that is not an IP literal.
+   */
+  setHostAddresses(addresses: readonly string[]): void {
+    this.#self.setHostAddresses(addresses)
+  }
+
   /** Forgets a client registration; returns whether there was one. */
   removeClient(clientAddress: string): boolean {
     const address = canonicalClientAddress(clientAddress)

@@ -32,6 +32,8 @@ export const gatewayCommandSchema = z.discriminatedUnion('op', [
     brokeredCredentials: z.array(brokeredCredentialSchema).optional(),
   }),
   z.object({ id: z.string(), op: z.literal('remove'), clientId: clientIdSchema }),
+  /** Replaces the Docker host's addresses, which the gateway refuses like its own. */
+  z.object({ id: z.string(), op: z.literal('host-addresses'), addresses: z.array(z.string()) }),
 ])
 export type GatewayCommand = z.infer<typeof gatewayCommandSchema>
 
@@ -47,6 +49,12 @@ export const gatewaySettingsSchema = z.object({
   allowInwardFor: z.array(z.string()).optional(),
   allowedPorts: z.array(z.number().int().min(1).max(65535)).optional(),
   upstreamCa: z.string().optional(),
+  /**
+   * The addresses of the machine that runs the engine, at start: the gateway
+   * sits on a bridge of that machine, which accepts packets for any of its own
+   * addresses, so each one is refused as the gateway's own.
+   */
+  hostAddresses: z.array(z.string()).optional(),
   /** The proxy's limits; the gateway's defaults leave room for every client (see the README). */
   limits: z
     .object({

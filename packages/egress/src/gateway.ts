@@ -71,6 +71,7 @@ async function main(): Promise<void> {
     ...(settings.upstreamCa ? { upstreamTls: { ca: settings.upstreamCa } } : {}),
     onDecision: writeLine,
   })
+  if (settings.hostAddresses) proxy.setHostAddresses(settings.hostAddresses)
 
   const remove = async (clientId: string): Promise<void> => {
     const client = clients.get(clientId)
@@ -118,6 +119,9 @@ async function main(): Promise<void> {
       }
       case 'remove':
         await remove(command.clientId)
+        return { type: 'ack', id: command.id, ok: true }
+      case 'host-addresses':
+        proxy.setHostAddresses(command.addresses)
         return { type: 'ack', id: command.id, ok: true }
     }
   }

@@ -3,7 +3,9 @@
  * listening port loops forever and eats every tunnel slot, and its control
  * port (in the gateway) must stay out of the sandbox's reach. Addresses of the
  * machine the proxy runs on count as self even on other ports, since services
- * bound there trust local callers.
+ * bound there trust local callers. A proxy that runs apart from the machine
+ * whose services must stay out of reach (the gateway in a container, next to
+ * the Docker host) is told that machine's addresses too.
  */
 import { networkInterfaces } from 'node:os'
 import { classifyIp } from './address-screen.js'
@@ -25,6 +27,7 @@ const INTERFACE_CACHE_MS = 1_000
 export class ProxySelf {
   readonly #endpoints: SelfEndpoint[] = []
   #interfaces: { readonly at: number; readonly addresses: ReadonlySet<string> } | undefined
+  #hostAddresses: ReadonlySet<string> = new Set()
 
   /** Registers an endpoint the proxy or its companion listens on. */
   add(endpoint: Endpoint): void {
@@ -32,6 +35,22 @@ export class ProxySelf {
     const ip = parsed === undefined ? undefined : unwrapMappedIpv4(parsed)
     const wildcard = ip === undefined || classifyIp(ip) === 'unspecified'
     this.#endpoints.push({ ip: wildcard ? undefined : ip, port: endpoint.port })
+  }
+
+  /**
+   * Replaces the addresses of the machine this proxy serves, when that is not
+   * the machine it runs on; they count as self exactly as its own interfaces
+   * do. Throws on anything that is not an IP literal, so a bad list is never
+   * half applied.
+   */
+  setHostAddresses(addresses: readonly string[]): void {
+    const parsed = new Set<string>()
+    for (const address of addresses) {
+      const ip = parseIpLiteral(address)
+      if (ip === undefined) throw new TypeError(`not an IP address: ${JSON.stringify(address)}`)
+      parsed.add(unwrapMappedIpv4(ip).address)
+    }
+    this.#hostAddresses = parsed
   }
 
   clear(): void {
@@ -52,8 +71,9 @@ export class ProxySelf {
     })
   }
 
-  /** True when `ip` is an address of one of this machine's interfaces. */
+  /** True when `ip` is an address of one of this machine's interfaces, or of the host it serves. */
   isLocalAddress(ip: IpLiteral): boolean {
+    if (this.#hostAddresses.has(ip.address)) return true
     const now = Date.now()
     if (this.#interfaces === undefined || now - this.#interfaces.at > INTERFACE_CACHE_MS) {
       this.#interfaces = { at: now, addresses: localAddresses() }
