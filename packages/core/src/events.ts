@@ -135,6 +135,19 @@ export interface SandboxFileEvent {
   readonly error?: { readonly name: string; readonly code?: string; readonly message: string }
 }
 
+/**
+ * How an exec ended: `exited` (with any exit code), `timed-out`, `aborted`,
+ * `failed` (no result: the command could not be started, or its sandbox was
+ * lost), or `detached` (the host stopped following a started process, which
+ * runs on).
+ */
+export type SandboxExecOutcome = 'exited' | 'timed-out' | 'aborted' | 'failed' | 'detached'
+
+/**
+ * An exec or started process. Every `start` is followed by one `end`, also
+ * when the command was refused or could not be started (outcome `failed`,
+ * with the error the caller got).
+ */
 export interface SandboxExecEvent {
   readonly type: 'exec'
   readonly phase: 'start' | 'end'
@@ -146,6 +159,10 @@ export interface SandboxExecEvent {
   readonly timedOut?: boolean
   readonly aborted?: boolean
   readonly durationMs?: number
+  /** On `end`; absent from a backend that does not report it (derive it from the fields above). */
+  readonly outcome?: SandboxExecOutcome
+  /** On an `end` whose outcome is `failed`: the error the caller got. */
+  readonly error?: { readonly name: string; readonly code?: string; readonly message: string }
 }
 
 /** Reason codes for egress decisions; stable strings hosts may switch on. */

@@ -204,14 +204,15 @@ export class TraceRecorder {
         { ...identity, [ATTR.command]: event.command },
         tracked?.context,
       )
+    const outcome = execOutcome(event)
     if (event.exitCode !== undefined) span.setAttribute(ATTR.exitCode, event.exitCode)
-    span.setAttribute(ATTR.execOutcome, execOutcome(event))
+    span.setAttribute(ATTR.execOutcome, outcome)
     if (event.timedOut !== undefined) span.setAttribute(ATTR.execTimedOut, event.timedOut)
     if (event.aborted !== undefined) span.setAttribute(ATTR.execAborted, event.aborted)
-    if (event.timedOut || event.aborted || event.exitCode === undefined) {
+    if (event.error) failed(span, event.error)
+    else if (outcome === 'timed-out' || outcome === 'aborted' || outcome === 'failed') {
       // A non-zero exit is the command's answer, not a failure of the exec;
       // a timeout, an abort or an exec that never produced a result is.
-      const outcome = execOutcome(event)
       span.setAttribute(ATTR.errorType, outcome)
       span.setStatus({ code: SpanStatusCode.ERROR, message: `exec ${outcome}` })
     }

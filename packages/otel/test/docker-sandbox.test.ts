@@ -189,6 +189,33 @@ describe('telemetry of real Docker sandboxes, read back through the SDK in-memor
     )
   })
 
+  it('a command refused at start: its exec span ends when the exec threw, with error status and error.type', async () => {
+    const sandbox = await provider.create()
+    try {
+      const error = await sandbox
+        .exec('true', [], { cwd: '/etc/passwd/x' })
+        .catch((caught: unknown) => caught)
+      expect(error).toMatchObject({ code: 'PATH_REFUSED' })
+      // Ended before the sandbox was, so already exported.
+      const refused = otel
+        .spans()
+        .find(
+          (span) =>
+            span.name === 'cordon.exec' && span.attributes['cordon.sandbox.id'] === sandbox.id,
+        )
+      expect(refused, 'the refused exec span, ended').toBeDefined()
+      expect(refused!.attributes).toMatchObject({
+        'process.command': 'true',
+        'cordon.exec.outcome': 'failed',
+        'error.type': 'PATH_REFUSED',
+      })
+      expect(refused!.attributes['cordon.telemetry.unfinished']).toBeUndefined()
+      expect(refused!.status.code).toBe(2)
+    } finally {
+      await sandbox.destroy()
+    }
+  })
+
   it('records the end reason of a sandbox whose lifetime ran out, and of one lost underneath', async () => {
     // Long enough to outlast the create itself on a loaded machine.
     const expiring = await provider.create({ lifetimeMs: 3_000 })

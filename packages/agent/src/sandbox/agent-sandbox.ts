@@ -48,6 +48,7 @@ import {
   type SandboxWriteFileOptions,
 } from '@cordon/core'
 import {
+  describeError,
   ExecOutputCollector,
   resolveSandboxPath,
   throwIfAborted,
@@ -786,24 +787,42 @@ export class AgentSandbox implements CordonBackendSandbox {
       timestamp: started,
       command,
     })
-    const session = await this.init.client.startExec(
-      {
+    let session: AgentExecSession
+    try {
+      session = await this.init.client.startExec(
+        {
+          command,
+          args: [...args],
+          env: { ...this.init.env, ...options.env },
+          cwd,
+          stdin: openStdin,
+          ...(operation === 'start' ? { keep: true } : {}),
+          ...(options.timeout === undefined
+            ? {}
+            : { timeoutMs: Math.max(1, Math.ceil(options.timeout)) }),
+        },
+        {
+          onStdout: (bytes) => collector.push('stdout', bytes),
+          onStderr: (bytes) => collector.push('stderr', bytes),
+        },
+        options.signal,
+      )
+    } catch (error) {
+      // Every exec start has its end, so a refused command is not reported as one still running.
+      const ended = Date.now()
+      this.init.emit({
+        type: 'exec',
+        phase: 'end',
+        sandboxId: this.id,
+        backend: this.init.backend,
+        timestamp: ended,
         command,
-        args: [...args],
-        env: { ...this.init.env, ...options.env },
-        cwd,
-        stdin: openStdin,
-        ...(operation === 'start' ? { keep: true } : {}),
-        ...(options.timeout === undefined
-          ? {}
-          : { timeoutMs: Math.max(1, Math.ceil(options.timeout)) }),
-      },
-      {
-        onStdout: (bytes) => collector.push('stdout', bytes),
-        onStderr: (bytes) => collector.push('stderr', bytes),
-      },
-      options.signal,
-    )
+        durationMs: ended - started,
+        outcome: 'failed',
+        error: describeError(error),
+      })
+      throw error
+    }
     return this.track(session, collector, options.signal, (result) => {
       this.init.emit({
         type: 'exec',
