@@ -83,6 +83,11 @@ export interface SandboxLifecycleEvent {
   readonly snapshotId?: string
   /** On `fork`: the sandboxes made. */
   readonly forkedSandboxIds?: readonly string[]
+  /**
+   * On `create.start`: the create fills the warm pool, so no caller has asked
+   * for this sandbox yet (the one that claims it is told by `pool.claim`).
+   */
+  readonly pooled?: boolean
   /** On `destroy.end` and `ended`: why the sandbox ended. */
   readonly endReason?: SandboxEndReason
   /** On `image.pull.*`: the image, as the config names it. */
