@@ -335,6 +335,21 @@ describe('AgentSandbox', () => {
     ])
   })
 
+  it('ends the exec event of a detached process as detached, not failed', async () => {
+    events.length = 0
+    const process = await sandbox.start('sleep', ['30'])
+    await process.detach()
+    const execEvents = events.filter((event) => event.type === 'exec')
+    expect(execEvents).toEqual([
+      expect.objectContaining({ phase: 'start', command: 'sleep' }),
+      expect.objectContaining({ phase: 'end', command: 'sleep', outcome: 'detached' }),
+    ])
+    expect(execEvents[1]).not.toHaveProperty('error')
+    const again = await sandbox.attachProcess(process.id!)
+    await again.kill()
+    await again.wait()
+  })
+
   it('moves files relative to rootDir, and the agent refuses paths outside its roots', async () => {
     await sandbox.writeFile('notes/a.txt', 'data')
     expect(

@@ -164,7 +164,11 @@ export interface SandboxExecEvent {
   readonly timedOut?: boolean
   readonly aborted?: boolean
   readonly durationMs?: number
-  /** On `end`; absent from a backend that does not report it (derive it from the fields above). */
+  /**
+   * On `end`, where the fields above cannot tell it (`failed`, `detached`);
+   * otherwise read it from them: `timed-out`, `aborted`, else `exited` when
+   * there is an `exitCode`.
+   */
   readonly outcome?: SandboxExecOutcome
   /** On an `end` whose outcome is `failed`: the error the caller got. */
   readonly error?: { readonly name: string; readonly code?: string; readonly message: string }

@@ -218,6 +218,29 @@ describe('telemetry of real Docker sandboxes, read back through the SDK in-memor
     }
   })
 
+  it('a detached process: its exec span ends detached, without an error', async () => {
+    const sandbox = await provider.create()
+    try {
+      const process = await sandbox.start('sleep', ['30'])
+      await process.detach()
+      const detached = otel
+        .spans()
+        .find(
+          (span) =>
+            span.name === 'cordon.exec' && span.attributes['cordon.sandbox.id'] === sandbox.id,
+        )
+      expect(detached, 'the detached exec span, ended').toBeDefined()
+      expect(detached!.attributes).toMatchObject({
+        'process.command': 'sleep',
+        'cordon.exec.outcome': 'detached',
+      })
+      expect(detached!.attributes['error.type']).toBeUndefined()
+      expect(detached!.status.code).toBe(0)
+    } finally {
+      await sandbox.destroy()
+    }
+  })
+
   it('records the end reason of a sandbox whose lifetime ran out, and of one lost underneath', async () => {
     // Long enough to outlast the create itself on a loaded machine.
     const expiring = await provider.create({ lifetimeMs: 3_000 })

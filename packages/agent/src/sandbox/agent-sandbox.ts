@@ -60,7 +60,7 @@ import {
   type BatchUploadFile,
 } from '../protocol/index.js'
 import type { AgentClient } from './agent-client.js'
-import { AgentProcess } from './agent-process.js'
+import { AgentProcess, type AgentProcessEnding } from './agent-process.js'
 import { checkHostFile } from './host-file-source.js'
 import { forwardPort, type SandboxPortDialer } from './port-forward.js'
 
@@ -823,13 +823,15 @@ export class AgentSandbox implements CordonBackendSandbox {
       })
       throw error
     }
-    return this.track(session, collector, options.signal, (result) => {
+    return this.track(session, collector, options.signal, (ending) => {
+      const ended = Date.now()
+      const result = 'result' in ending ? ending.result : undefined
       this.init.emit({
         type: 'exec',
         phase: 'end',
         sandboxId: this.id,
         backend: this.init.backend,
-        timestamp: Date.now(),
+        timestamp: ended,
         command,
         ...(result
           ? {
@@ -838,6 +840,11 @@ export class AgentSandbox implements CordonBackendSandbox {
               aborted: result.aborted,
               durationMs: result.durationMs,
             }
+          : { durationMs: ended - started }),
+        // A detach is no failure: the command runs on, followed by whoever attaches.
+        ...('detached' in ending ? { outcome: 'detached' as const } : {}),
+        ...('error' in ending
+          ? { outcome: 'failed' as const, error: describeError(ending.error) }
           : {}),
       })
       // A command the kernel killed for memory: the OOM kill as a lifecycle event of its own.
@@ -857,7 +864,7 @@ export class AgentSandbox implements CordonBackendSandbox {
     session: AgentExecSession,
     collector: ExecOutputCollector,
     signal: AbortSignal | undefined,
-    onSettled: (result: SandboxExecResult | undefined) => void,
+    onSettled: (ending: AgentProcessEnding) => void,
     droppedBytes = 0,
   ): AgentProcess {
     const process: AgentProcess = new AgentProcess(
@@ -868,9 +875,9 @@ export class AgentSandbox implements CordonBackendSandbox {
         client: this.init.client,
         isDestroyed: () => this.lost || this.state === 'destroyed' || this.state === 'destroying',
         ...(this.init.explainLostCommand ? { explainLost: this.init.explainLostCommand } : {}),
-        onSettled: (result) => {
+        onSettled: (ending) => {
           this.running.delete(process)
-          onSettled(result)
+          onSettled(ending)
         },
       },
       signal,
