@@ -316,6 +316,40 @@ describe('AgentSandbox', () => {
     expect(execEvents.every((event) => event.backend === 'test:agent')).toBe(true)
   })
 
+  it('ends the exec event of a command the agent refused to start, with the error the caller got', async () => {
+    events.length = 0
+    const error = await sandbox
+      .exec('true', [], { cwd: '/etc/passwd/x' })
+      .catch((caught: unknown) => caught)
+    expect(SandboxPathError.isInstance(error)).toBe(true)
+    const execEvents = events.filter((event) => event.type === 'exec')
+    expect(execEvents).toEqual([
+      expect.objectContaining({ phase: 'start', command: 'true' }),
+      expect.objectContaining({
+        phase: 'end',
+        command: 'true',
+        outcome: 'failed',
+        durationMs: expect.any(Number),
+        error: expect.objectContaining({ code: 'PATH_REFUSED' }),
+      }),
+    ])
+  })
+
+  it('ends the exec event of a detached process as detached, not failed', async () => {
+    events.length = 0
+    const process = await sandbox.start('sleep', ['30'])
+    await process.detach()
+    const execEvents = events.filter((event) => event.type === 'exec')
+    expect(execEvents).toEqual([
+      expect.objectContaining({ phase: 'start', command: 'sleep' }),
+      expect.objectContaining({ phase: 'end', command: 'sleep', outcome: 'detached' }),
+    ])
+    expect(execEvents[1]).not.toHaveProperty('error')
+    const again = await sandbox.attachProcess(process.id!)
+    await again.kill()
+    await again.wait()
+  })
+
   it('moves files relative to rootDir, and the agent refuses paths outside its roots', async () => {
     await sandbox.writeFile('notes/a.txt', 'data')
     expect(

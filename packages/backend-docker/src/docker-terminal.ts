@@ -4,8 +4,8 @@ import { EXEC_MARKER_VARIABLE } from '@cordon/agent'
 import type { AgentClient } from '@cordon/agent/sandbox'
 import {
   SandboxConfigValidationError,
-  SandboxDestroyedError,
   type SandboxId,
+  SandboxOperationError,
   type SandboxTerminal,
   type SandboxTerminalOptions,
 } from '@cordon/core'
@@ -103,8 +103,10 @@ export async function openDockerTerminal(
     stream.once('close', settle)
   })
   let ended = false
-  void exited.then(() => {
+  let exitCode = -1
+  void exited.then((code) => {
     ended = true
+    exitCode = code
   })
   const resize = async (size: SandboxTerminalOptions['size']) => {
     validateSize(size)
@@ -125,7 +127,12 @@ export async function openDockerTerminal(
   await resize(options.size)
   const terminal: SandboxTerminal = {
     async write(data) {
-      if (ended) throw new SandboxDestroyedError(context.sandboxId)
+      // The program's end is not the sandbox's: a host that took it for one would discard a live sandbox.
+      if (ended)
+        throw new SandboxOperationError(
+          'write',
+          `the terminal's program has exited (exit code ${exitCode}); open another terminal`,
+        )
       await new Promise<void>((resolve, reject) =>
         stream.write(data, (error) => (error ? reject(error) : resolve())),
       )

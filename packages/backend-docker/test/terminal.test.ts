@@ -1,4 +1,8 @@
-import type { CordonSandboxProvider, SandboxTerminal } from '@cordon/core'
+import {
+  type CordonSandboxProvider,
+  SandboxOperationError,
+  type SandboxTerminal,
+} from '@cordon/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { testProvider } from './test-run.js'
 
@@ -99,6 +103,26 @@ for (const runtime of ['docker', 'runsc'] as const) {
       const after = await sandbox.exec('sh', ['-c', 'ps -o args | grep -c "^sleep 30[0-2]"'])
       expect(after.stdout.trim()).toBe('0')
       await sandbox.destroy()
+    })
+
+    it('a write after the program exited says so, and the sandbox lives on', async () => {
+      const sandbox = await provider.create()
+      try {
+        const terminal = await sandbox.openTerminal({
+          command: 'true',
+          size: { cols: 80, rows: 24 },
+        })
+        expect(await terminal.exited).toBe(0)
+        const error = await terminal.write('x').catch((caught: unknown) => caught)
+        expect(SandboxOperationError.isInstance(error)).toBe(true)
+        expect((error as Error).message).toBe(
+          "write failed: the terminal's program has exited (exit code 0); open another terminal",
+        )
+        expect(sandbox.status).not.toBe('destroyed')
+        expect((await sandbox.exec('echo', ['alive'])).stdout).toBe('alive\n')
+      } finally {
+        await sandbox.destroy()
+      }
     })
 
     it('refuses a bad size with a typed error', async () => {

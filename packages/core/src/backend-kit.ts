@@ -64,6 +64,7 @@ export {
   markerFor as errorMarker,
   throwIfAborted,
 } from './errors.js'
+export { describeError } from './event-error.js'
 export { ExecOutputCollector } from './exec-output.js'
 export { type ValidatedExecRequest, validateExecRequest } from './exec-request.js'
 export {

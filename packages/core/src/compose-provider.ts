@@ -128,7 +128,10 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
       ? undefined
       : new CredentialStore(config.credentialStore ?? defaultCredentialStore())
 
-  const createFresh = async (request: SandboxBackendOptions): Promise<CordonBackendSandbox> => {
+  const createFresh = async (
+    request: SandboxBackendOptions,
+    pooled = false,
+  ): Promise<CordonBackendSandbox> => {
     const started = performance.now()
     const sandboxId = request.sandboxId
     emit({
@@ -137,6 +140,7 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
       ...(sandboxId ? { sandboxId } : {}),
       backend: backendName,
       timestamp: Date.now(),
+      ...(pooled ? { pooled: true } : {}),
     })
     const steps = new CreateStepTimer()
     const timings = () => {
@@ -174,7 +178,7 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
     config.pool && config.pool.size > 0
       ? new WarmPool<CordonBackendSandbox>({
           size: config.pool.size,
-          create: () => createFresh(backendOptions({})),
+          create: () => createFresh(backendOptions({}), true),
           onRefill: (durationMs, sandbox) =>
             emit({
               type: 'lifecycle',

@@ -83,6 +83,11 @@ export interface SandboxLifecycleEvent {
   readonly snapshotId?: string
   /** On `fork`: the sandboxes made. */
   readonly forkedSandboxIds?: readonly string[]
+  /**
+   * On `create.start`: the create fills the warm pool, so no caller has asked
+   * for this sandbox yet (the one that claims it is told by `pool.claim`).
+   */
+  readonly pooled?: boolean
   /** On `destroy.end` and `ended`: why the sandbox ended. */
   readonly endReason?: SandboxEndReason
   /** On `image.pull.*`: the image, as the config names it. */
@@ -135,6 +140,19 @@ export interface SandboxFileEvent {
   readonly error?: { readonly name: string; readonly code?: string; readonly message: string }
 }
 
+/**
+ * How an exec ended: `exited` (with any exit code), `timed-out`, `aborted`,
+ * `failed` (no result: the command could not be started, or its sandbox was
+ * lost), or `detached` (the host stopped following a started process, which
+ * runs on).
+ */
+export type SandboxExecOutcome = 'exited' | 'timed-out' | 'aborted' | 'failed' | 'detached'
+
+/**
+ * An exec or started process. Every `start` is followed by one `end`, also
+ * when the command was refused or could not be started (outcome `failed`,
+ * with the error the caller got).
+ */
 export interface SandboxExecEvent {
   readonly type: 'exec'
   readonly phase: 'start' | 'end'
@@ -146,6 +164,14 @@ export interface SandboxExecEvent {
   readonly timedOut?: boolean
   readonly aborted?: boolean
   readonly durationMs?: number
+  /**
+   * On `end`, where the fields above cannot tell it (`failed`, `detached`);
+   * otherwise read it from them: `timed-out`, `aborted`, else `exited` when
+   * there is an `exitCode`.
+   */
+  readonly outcome?: SandboxExecOutcome
+  /** On an `end` whose outcome is `failed`: the error the caller got. */
+  readonly error?: { readonly name: string; readonly code?: string; readonly message: string }
 }
 
 /** Reason codes for egress decisions; stable strings hosts may switch on. */

@@ -76,6 +76,7 @@ export type {
   SandboxEvent,
   SandboxEventListener,
   SandboxExecEvent,
+  SandboxExecOutcome,
   SandboxFileEvent,
   SandboxImagePullProgress,
   SandboxLifecycleEvent,

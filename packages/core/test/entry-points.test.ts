@@ -80,6 +80,7 @@ describe('entry points', () => {
       'composeProvider',
       'defaultCredentialStore',
       'defineBackend',
+      'describeError',
       'durationMsSchema',
       'enforcedLayoutMounts',
       'errorMarker',

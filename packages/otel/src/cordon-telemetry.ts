@@ -93,7 +93,12 @@ export function cordonTelemetry(options: CordonTelemetryOptions = {}): CordonTel
     const id = event.sandboxId
     let tracked = id === undefined ? undefined : sandboxes.touch(id)
     if (!tracked && id !== undefined && event.type !== 'egress' && startsTracking(event)) {
-      tracked = traces.startSandbox(id, event.backend, event.timestamp)
+      tracked = traces.startSandbox(
+        id,
+        event.backend,
+        event.timestamp,
+        event.type === 'lifecycle' && event.pooled === true,
+      )
       sandboxes.add(tracked)
     }
     traces.record(event, tracked)

@@ -1,4 +1,4 @@
-import type { SandboxExecEvent, SandboxLifecycleEvent } from '@cordon/core'
+import type { SandboxExecEvent, SandboxExecOutcome, SandboxLifecycleEvent } from '@cordon/core'
 
 export type EventError = NonNullable<SandboxLifecycleEvent['error']>
 
@@ -9,12 +9,12 @@ export function errorType(error: EventError): string {
 
 /**
  * How an exec ended, as one low-cardinality value for spans and metrics:
- * `exited` (with any exit code), `timed-out`, `aborted`, or `failed` (the
- * exec produced no result, e.g. its sandbox was lost).
+ * the event's own `outcome`, else read from its fields: `exited` (with any
+ * exit code), `timed-out`, `aborted`, or `failed` (the exec produced no
+ * result, e.g. its sandbox was lost).
  */
-export function execOutcome(
-  event: SandboxExecEvent,
-): 'exited' | 'timed-out' | 'aborted' | 'failed' {
+export function execOutcome(event: SandboxExecEvent): SandboxExecOutcome {
+  if (event.outcome) return event.outcome
   if (event.timedOut) return 'timed-out'
   if (event.aborted) return 'aborted'
   if (event.exitCode === undefined) return 'failed'

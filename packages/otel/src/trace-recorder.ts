@@ -8,6 +8,7 @@ import {
   type Attributes,
   type Context,
   context,
+  ROOT_CONTEXT,
   type Span,
   SpanStatusCode,
   type Tracer,
@@ -19,7 +20,6 @@ import { TrackedSandbox } from './tracked-sandbox.js'
 
 /** Lifecycle phases recorded as span events on the sandbox's root span. */
 const MARKER_PHASES = new Set<SandboxLifecycleEvent['phase']>([
-  'pool.claim',
   'pool.refill',
   'expired',
   'idle',
@@ -44,12 +44,18 @@ const MARKER_PHASES = new Set<SandboxLifecycleEvent['phase']>([
 export class TraceRecorder {
   constructor(private readonly tracer: Tracer) {}
 
-  /** Starts following a sandbox: its root span begins at `timestamp`. */
-  startSandbox(id: string, backend: string, timestamp: number): TrackedSandbox {
+  /**
+   * Starts following a sandbox: its root span begins at `timestamp`. A
+   * pool's create has no caller yet, so its root starts a trace of its own;
+   * the caller that claims it gets a root of its own at the claim.
+   */
+  startSandbox(id: string, backend: string, timestamp: number, pooled: boolean): TrackedSandbox {
     // The host's active context when the event is reported: for
     // `create.start` that is the code that called `provider.create()`, so a
-    // sandbox's trace joins the request or job that asked for it.
-    const parent = context.active()
+    // sandbox's trace joins the request or job that asked for it. A pool
+    // refill runs in the context of whatever claim set it off, which did
+    // not ask for this sandbox.
+    const parent = pooled ? ROOT_CONTEXT : context.active()
     const root = this.tracer.startSpan(
       'cordon.sandbox',
       { startTime: timestamp, attributes: { [ATTR.sandboxId]: id, [ATTR.backend]: backend } },
@@ -164,6 +170,10 @@ export class TraceRecorder {
         span.end(event.timestamp)
         return
       }
+      case 'pool.claim': {
+        if (tracked) this.claim(event, tracked)
+        return
+      }
       case 'pool.refill.failed':
         // Carries no sandbox; the failed create it follows has its own span.
         return
@@ -175,6 +185,31 @@ export class TraceRecorder {
         tracked.root.addEvent(`cordon.sandbox.${event.phase}`, attributes, event.timestamp)
       }
     }
+  }
+
+  /**
+   * A pooled sandbox handed to a caller. A span cannot be re-parented once
+   * started, so its warm-up root ends here and a new root starts as a child
+   * of the claimer's active span (`pool.claim` is reported inside its
+   * `provider.create()`), linked to the warm-up; the sandbox's execs, file
+   * operations and destroy go under the new root.
+   */
+  private claim(event: SandboxLifecycleEvent, tracked: TrackedSandbox): void {
+    const warmUp = tracked.root
+    warmUp.addEvent('cordon.sandbox.pool.claim', {}, event.timestamp)
+    warmUp.end(event.timestamp)
+    const parent = context.active()
+    const root = this.tracer.startSpan(
+      'cordon.sandbox',
+      {
+        startTime: event.timestamp,
+        attributes: this.identity(event.sandboxId, event.backend),
+        links: [{ context: warmUp.spanContext() }],
+      },
+      parent,
+    )
+    root.addEvent('cordon.sandbox.pool.claim', {}, event.timestamp)
+    tracked.reroot(root, trace.setSpan(parent, root))
   }
 
   private exec(event: SandboxExecEvent, tracked: TrackedSandbox | undefined): void {
@@ -204,14 +239,15 @@ export class TraceRecorder {
         { ...identity, [ATTR.command]: event.command },
         tracked?.context,
       )
+    const outcome = execOutcome(event)
     if (event.exitCode !== undefined) span.setAttribute(ATTR.exitCode, event.exitCode)
-    span.setAttribute(ATTR.execOutcome, execOutcome(event))
+    span.setAttribute(ATTR.execOutcome, outcome)
     if (event.timedOut !== undefined) span.setAttribute(ATTR.execTimedOut, event.timedOut)
     if (event.aborted !== undefined) span.setAttribute(ATTR.execAborted, event.aborted)
-    if (event.timedOut || event.aborted || event.exitCode === undefined) {
+    if (event.error) failed(span, event.error)
+    else if (outcome === 'timed-out' || outcome === 'aborted' || outcome === 'failed') {
       // A non-zero exit is the command's answer, not a failure of the exec;
       // a timeout, an abort or an exec that never produced a result is.
-      const outcome = execOutcome(event)
       span.setAttribute(ATTR.errorType, outcome)
       span.setStatus({ code: SpanStatusCode.ERROR, message: `exec ${outcome}` })
     }

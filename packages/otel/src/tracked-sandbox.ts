@@ -25,10 +25,25 @@ export class TrackedSandbox {
   constructor(
     readonly id: string,
     readonly backend: string,
-    readonly root: Span,
-    /** The context with `root` as its span: the parent of every child span. */
-    readonly context: Context,
+    private rootSpan: Span,
+    private rootContext: Context,
   ) {}
+
+  /** The sandbox's root span: since its claim, for a pooled sandbox. */
+  get root(): Span {
+    return this.rootSpan
+  }
+
+  /** The context with `root` as its span: the parent of every child span. */
+  get context(): Context {
+    return this.rootContext
+  }
+
+  /** From now on, child spans go under `root` (a pooled sandbox's claim). */
+  reroot(root: Span, context: Context): void {
+    this.rootSpan = root
+    this.rootContext = context
+  }
 
   /**
    * Takes the open exec span that a `end` event belongs to. Two execs of one

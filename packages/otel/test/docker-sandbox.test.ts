@@ -3,9 +3,11 @@ import { mkdirSync, writeFileSync } from 'node:fs'
 import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import type { CordonSandbox, CordonSandboxProvider, SandboxEvent } from '@cordon/core'
+import { context, type Span } from '@opentelemetry/api'
 import type { ReadableSpan } from '@opentelemetry/sdk-trace-base'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { chainEventListeners, cordonTelemetry } from '../src/index.js'
+import { AsyncLocalContextManager } from './async-context-manager.js'
 import { dockerProvider } from './docker-provider.js'
 import {
   childrenOf,
@@ -189,6 +191,56 @@ describe('telemetry of real Docker sandboxes, read back through the SDK in-memor
     )
   })
 
+  it('a command refused at start: its exec span ends when the exec threw, with error status and error.type', async () => {
+    const sandbox = await provider.create()
+    try {
+      const error = await sandbox
+        .exec('true', [], { cwd: '/etc/passwd/x' })
+        .catch((caught: unknown) => caught)
+      expect(error).toMatchObject({ code: 'PATH_REFUSED' })
+      // Ended before the sandbox was, so already exported.
+      const refused = otel
+        .spans()
+        .find(
+          (span) =>
+            span.name === 'cordon.exec' && span.attributes['cordon.sandbox.id'] === sandbox.id,
+        )
+      expect(refused, 'the refused exec span, ended').toBeDefined()
+      expect(refused!.attributes).toMatchObject({
+        'process.command': 'true',
+        'cordon.exec.outcome': 'failed',
+        'error.type': 'PATH_REFUSED',
+      })
+      expect(refused!.attributes['cordon.telemetry.unfinished']).toBeUndefined()
+      expect(refused!.status.code).toBe(2)
+    } finally {
+      await sandbox.destroy()
+    }
+  })
+
+  it('a detached process: its exec span ends detached, without an error', async () => {
+    const sandbox = await provider.create()
+    try {
+      const process = await sandbox.start('sleep', ['30'])
+      await process.detach()
+      const detached = otel
+        .spans()
+        .find(
+          (span) =>
+            span.name === 'cordon.exec' && span.attributes['cordon.sandbox.id'] === sandbox.id,
+        )
+      expect(detached, 'the detached exec span, ended').toBeDefined()
+      expect(detached!.attributes).toMatchObject({
+        'process.command': 'sleep',
+        'cordon.exec.outcome': 'detached',
+      })
+      expect(detached!.attributes['error.type']).toBeUndefined()
+      expect(detached!.status.code).toBe(0)
+    } finally {
+      await sandbox.destroy()
+    }
+  })
+
   it('records the end reason of a sandbox whose lifetime ran out, and of one lost underneath', async () => {
     // Long enough to outlast the create itself on a loaded machine.
     const expiring = await provider.create({ lifetimeMs: 3_000 })
@@ -356,13 +408,22 @@ describe('telemetry of real Docker sandboxes, read back through the SDK in-memor
       const sandbox = await pooled.create()
       await sandbox.exec('true')
       await sandbox.destroy()
-      const { root, children } = traceOf(pooledOtel, sandbox)
-      expect(root.events.map((event) => event.name)).toEqual([
+      // Its warm-up ends at the claim; the claimed root holds what the caller did.
+      const [warmUp, claimed] = pooledOtel
+        .spans()
+        .filter(
+          (span) =>
+            span.name === 'cordon.sandbox' && span.attributes['cordon.sandbox.id'] === sandbox.id,
+        )
+      expect(warmUp!.events.map((event) => event.name)).toEqual([
         'cordon.sandbox.pool.refill',
         'cordon.sandbox.pool.claim',
       ])
-      expect(children.map((span) => span.name)).toEqual([
+      expect(childrenOf(pooledOtel.spans(), warmUp).map((span) => span.name)).toEqual([
         'cordon.sandbox.create',
+      ])
+      expect(claimed!.events.map((event) => event.name)).toEqual(['cordon.sandbox.pool.claim'])
+      expect(childrenOf(pooledOtel.spans(), claimed).map((span) => span.name)).toEqual([
         'cordon.exec',
         'cordon.sandbox.destroy',
       ])
@@ -388,5 +449,86 @@ describe('telemetry of real Docker sandboxes, read back through the SDK in-memor
     expect(unclaimed).toHaveLength(1)
     expect((await pooledOtel.points('cordon.sandbox.active'))[0]?.value).toBe(0)
     await pooledOtel.shutdown()
+  })
+})
+
+describe("a pooled sandbox's trace joins the request that claims it", () => {
+  it('under an AsyncLocalStorage context manager, each claim is a child of its own request; refills of no request', async () => {
+    context.setGlobalContextManager(new AsyncLocalContextManager())
+    const otel = inMemoryOtel()
+    const telemetry = cordonTelemetry({
+      tracerProvider: otel.tracerProvider,
+      meterProvider: otel.meterProvider,
+    })
+    const pooled = dockerProvider(telemetry.onEvent, {}, [], { size: 1 })
+    const host = otel.tracerProvider.getTracer('host')
+    const request = (name: string) =>
+      host.startActiveSpan(name, async (span: Span) => {
+        try {
+          const sandbox = await pooled.create()
+          await sandbox.exec('true')
+          await sandbox.destroy()
+          return { span, sandbox }
+        } finally {
+          span.end()
+        }
+      })
+    try {
+      // The pool is empty: reqA's sandbox is made for it, and a refill starts in its context.
+      const a = await request('reqA')
+      await pooled.warm()
+      // reqB claims that refill; the claim sets off another refill in reqB's context.
+      const b = await request('reqB')
+      await pooled.warm()
+
+      const rootsOf = (sandbox: CordonSandbox) =>
+        otel
+          .spans()
+          .filter(
+            (span) =>
+              span.name === 'cordon.sandbox' && span.attributes['cordon.sandbox.id'] === sandbox.id,
+          )
+      const parentOf = (span: ReadableSpan) => span.parentSpanContext?.spanId
+      const [rootA] = rootsOf(a.sandbox)
+      expect(parentOf(rootA!)).toBe(a.span.spanContext().spanId)
+
+      // reqB's sandbox: a warm-up trace of its own, ended at the claim, and
+      // a root under reqB, linked to the warm-up, holding what reqB did.
+      const rootsB = rootsOf(b.sandbox)
+      expect(rootsB).toHaveLength(2)
+      const warmUp = rootsB.find((span) => span.parentSpanContext === undefined)!
+      const claimed = rootsB.find((span) => span !== warmUp)!
+      expect(childrenOf(otel.spans(), warmUp).map((span) => span.name)).toEqual([
+        'cordon.sandbox.create',
+      ])
+      expect(warmUp.events.map((event) => event.name)).toEqual([
+        'cordon.sandbox.pool.refill',
+        'cordon.sandbox.pool.claim',
+      ])
+      expect(parentOf(claimed)).toBe(b.span.spanContext().spanId)
+      expect(claimed.spanContext().traceId).toBe(b.span.spanContext().traceId)
+      expect(claimed.links.map((link) => link.context.spanId)).toEqual([
+        warmUp.spanContext().spanId,
+      ])
+      expect(childrenOf(otel.spans(), claimed).map((span) => span.name)).toEqual([
+        'cordon.exec',
+        'cordon.sandbox.destroy',
+      ])
+    } finally {
+      await pooled.close()
+      telemetry.endOpenSpans()
+      context.disable()
+    }
+    const unclaimed = otel
+      .spans()
+      .filter(
+        (span) =>
+          span.name === 'cordon.sandbox' &&
+          span.attributes['cordon.telemetry.unfinished'] === 'closed',
+      )
+    // The refill reqB's claim set off belongs to no request, as none claimed it.
+    expect(unclaimed).toHaveLength(1)
+    expect(unclaimed[0]!.parentSpanContext).toBeUndefined()
+    await otel.shutdown()
   })
 })

@@ -100,6 +100,7 @@ export {
   type SandboxEventListener,
   type SandboxExecEvent,
   type SandboxExecOptions,
+  type SandboxExecOutcome,
   type SandboxExecResult,
   type SandboxFileChange,
   type SandboxFileContent,

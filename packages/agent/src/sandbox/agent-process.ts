@@ -10,11 +10,21 @@ import type { AgentClient } from './agent-client.js'
 
 const textEncoder = new TextEncoder()
 
+/**
+ * How a handle's following of its command ended: with the command's result,
+ * detached by the host (the command runs on), or failed with the error
+ * `wait()` rejects with.
+ */
+export type AgentProcessEnding =
+  | { readonly result: SandboxExecResult }
+  | { readonly detached: true }
+  | { readonly error: unknown }
+
 export interface AgentProcessHooks {
   readonly sandboxId: string
   readonly client: AgentClient
   readonly isDestroyed: () => boolean
-  readonly onSettled: (result: SandboxExecResult | undefined) => void
+  readonly onSettled: (ending: AgentProcessEnding) => void
   /**
    * When the command's connection fails: how the command ended, if the
    * backend knows (the whole sandbox was killed for memory, say); otherwise
@@ -142,11 +152,11 @@ export class AgentProcess implements SandboxProcess {
         stdoutTruncated: output.stdoutTruncated,
         stderrTruncated: output.stderrTruncated,
       }
-      this.hooks.onSettled(result)
+      this.hooks.onSettled({ result })
       return result
     } catch (error) {
       if (this.detached) {
-        this.hooks.onSettled(undefined)
+        this.hooks.onSettled({ detached: true })
         throw new SandboxOperationError(
           'wait',
           `detached from process ${this.session.id}; attachProcess('${this.session.id}') follows it again`,
@@ -155,13 +165,14 @@ export class AgentProcess implements SandboxProcess {
       }
       const explained = await this.hooks.explainLost?.(this.startedAt).catch(() => undefined)
       if (explained) {
-        this.hooks.onSettled(explained)
+        this.hooks.onSettled({ result: explained })
         return explained
       }
-      this.hooks.onSettled(undefined)
-      if (this.hooks.isDestroyed())
-        throw new SandboxDestroyedError(this.hooks.sandboxId, { cause: error })
-      throw this.hooks.client.translate(error, 'exec')
+      const failure = this.hooks.isDestroyed()
+        ? new SandboxDestroyedError(this.hooks.sandboxId, { cause: error })
+        : this.hooks.client.translate(error, 'exec')
+      this.hooks.onSettled({ error: failure })
+      throw failure
     } finally {
       this.finished = true
       this.removeAbortListener()

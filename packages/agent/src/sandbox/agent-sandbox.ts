@@ -48,6 +48,7 @@ import {
   type SandboxWriteFileOptions,
 } from '@cordon/core'
 import {
+  describeError,
   ExecOutputCollector,
   resolveSandboxPath,
   throwIfAborted,
@@ -59,7 +60,7 @@ import {
   type BatchUploadFile,
 } from '../protocol/index.js'
 import type { AgentClient } from './agent-client.js'
-import { AgentProcess } from './agent-process.js'
+import { AgentProcess, type AgentProcessEnding } from './agent-process.js'
 import { checkHostFile } from './host-file-source.js'
 import { forwardPort, type SandboxPortDialer } from './port-forward.js'
 
@@ -786,31 +787,51 @@ export class AgentSandbox implements CordonBackendSandbox {
       timestamp: started,
       command,
     })
-    const session = await this.init.client.startExec(
-      {
-        command,
-        args: [...args],
-        env: { ...this.init.env, ...options.env },
-        cwd,
-        stdin: openStdin,
-        ...(operation === 'start' ? { keep: true } : {}),
-        ...(options.timeout === undefined
-          ? {}
-          : { timeoutMs: Math.max(1, Math.ceil(options.timeout)) }),
-      },
-      {
-        onStdout: (bytes) => collector.push('stdout', bytes),
-        onStderr: (bytes) => collector.push('stderr', bytes),
-      },
-      options.signal,
-    )
-    return this.track(session, collector, options.signal, (result) => {
+    let session: AgentExecSession
+    try {
+      session = await this.init.client.startExec(
+        {
+          command,
+          args: [...args],
+          env: { ...this.init.env, ...options.env },
+          cwd,
+          stdin: openStdin,
+          ...(operation === 'start' ? { keep: true } : {}),
+          ...(options.timeout === undefined
+            ? {}
+            : { timeoutMs: Math.max(1, Math.ceil(options.timeout)) }),
+        },
+        {
+          onStdout: (bytes) => collector.push('stdout', bytes),
+          onStderr: (bytes) => collector.push('stderr', bytes),
+        },
+        options.signal,
+      )
+    } catch (error) {
+      // Every exec start has its end, so a refused command is not reported as one still running.
+      const ended = Date.now()
       this.init.emit({
         type: 'exec',
         phase: 'end',
         sandboxId: this.id,
         backend: this.init.backend,
-        timestamp: Date.now(),
+        timestamp: ended,
+        command,
+        durationMs: ended - started,
+        outcome: 'failed',
+        error: describeError(error),
+      })
+      throw error
+    }
+    return this.track(session, collector, options.signal, (ending) => {
+      const ended = Date.now()
+      const result = 'result' in ending ? ending.result : undefined
+      this.init.emit({
+        type: 'exec',
+        phase: 'end',
+        sandboxId: this.id,
+        backend: this.init.backend,
+        timestamp: ended,
         command,
         ...(result
           ? {
@@ -819,6 +840,11 @@ export class AgentSandbox implements CordonBackendSandbox {
               aborted: result.aborted,
               durationMs: result.durationMs,
             }
+          : { durationMs: ended - started }),
+        // A detach is no failure: the command runs on, followed by whoever attaches.
+        ...('detached' in ending ? { outcome: 'detached' as const } : {}),
+        ...('error' in ending
+          ? { outcome: 'failed' as const, error: describeError(ending.error) }
           : {}),
       })
       // A command the kernel killed for memory: the OOM kill as a lifecycle event of its own.
@@ -838,7 +864,7 @@ export class AgentSandbox implements CordonBackendSandbox {
     session: AgentExecSession,
     collector: ExecOutputCollector,
     signal: AbortSignal | undefined,
-    onSettled: (result: SandboxExecResult | undefined) => void,
+    onSettled: (ending: AgentProcessEnding) => void,
     droppedBytes = 0,
   ): AgentProcess {
     const process: AgentProcess = new AgentProcess(
@@ -849,9 +875,9 @@ export class AgentSandbox implements CordonBackendSandbox {
         client: this.init.client,
         isDestroyed: () => this.lost || this.state === 'destroyed' || this.state === 'destroying',
         ...(this.init.explainLostCommand ? { explainLost: this.init.explainLostCommand } : {}),
-        onSettled: (result) => {
+        onSettled: (ending) => {
           this.running.delete(process)
-          onSettled(result)
+          onSettled(ending)
         },
       },
       signal,

@@ -17,7 +17,7 @@ export {
   RetryableDialError,
 } from './agent-client.js'
 export { refusedTheSecret, toSandboxError } from './agent-error-mapping.js'
-export { AgentProcess, type AgentProcessHooks } from './agent-process.js'
+export { AgentProcess, type AgentProcessEnding, type AgentProcessHooks } from './agent-process.js'
 export {
   AgentSandbox,
   type AgentSandboxInit,
