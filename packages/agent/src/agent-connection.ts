@@ -153,6 +153,7 @@ export async function serveConnection(socket: Duplex, context: ConnectionContext
           agentVersion: AGENT_VERSION,
           writeRoots: context.jail.writeRoots,
           readRoots: context.jail.readRoots,
+          commandsUnderOtherUid: commandsUnderOtherUid(context.config.runAs),
           ...(context.config.lifetimeMs === undefined
             ? {}
             : { lifetimeMs: context.config.lifetimeMs }),
@@ -367,4 +368,14 @@ function describeFailure(error: unknown): { code: AgentErrorCode; message: strin
     return { code: 'io-error', message: errno.message }
   }
   return { code: 'internal', message: error instanceof Error ? error.message : String(error) }
+}
+
+/**
+ * Whether the sandbox's code runs under a uid other than the agent's: the
+ * agent is root and starts commands as `runAs` (never root, agent-config.ts).
+ * Only then can that code not trace, signal or impersonate the agent; hosts
+ * whose guest they do not build check it (backend-microvm).
+ */
+function commandsUnderOtherUid(runAs: AgentConfig['runAs']): boolean {
+  return runAs !== undefined && process.geteuid?.() === 0
 }

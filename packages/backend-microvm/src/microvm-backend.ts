@@ -31,6 +31,7 @@ import {
   type SandboxListing,
   withEnforcedLimits,
 } from '@cordon/core/backend'
+import { requireAgentOutOfReach } from './agent-reach-check.js'
 import { BACKEND_NAME, controlPlaneFor } from './control-plane-client.js'
 import type { SandboxAgentEndpoint } from './control-plane-types.js'
 import { microVMBackend } from './definition.js'
@@ -179,6 +180,12 @@ export function createMicroVMBackend(
           signal,
           config.readyPollIntervalMs,
         )
+        try {
+          requireAgentOutOfReach(health, request.id)
+        } catch (error) {
+          transport.client.close()
+          throw error
+        }
         const state: MicroVMReconnectState = {
           secret,
           env: request.env,
@@ -327,7 +334,9 @@ export function createMicroVMBackend(
     let writeRoots: readonly string[]
     try {
       // The first authenticated request proves the credential.
-      writeRoots = (await transport.client.health(signal)).writeRoots
+      const health = await transport.client.health(signal)
+      requireAgentOutOfReach(health, id)
+      writeRoots = health.writeRoots
       // A pause held the agent's deadlines (AgentSandbox pauses its clocks first): they run again now.
       if (wasPaused) await transport.client.clocks('resume-clocks', signal)
     } catch (error) {
