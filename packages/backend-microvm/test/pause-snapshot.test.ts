@@ -9,6 +9,7 @@ import {
   SandboxTransportError,
 } from '@cordon/core'
 import type { CordonSandboxBackend } from '@cordon/core/backend'
+import { guestSandboxUid } from '@cordon/orchestrator-standin'
 import {
   backendCreateRequest,
   endReasonOf,
@@ -16,7 +17,6 @@ import {
   type TestOrchestratorStandin,
   testBackendContext,
 } from '@cordon/test-support'
-import { guestSandboxUid } from '@cordon/orchestrator-standin'
 import Dockerode from 'dockerode'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import {
@@ -185,9 +185,9 @@ describe('pause, resume and snapshots through the control plane (orchestrator st
       )
       // Its own guest under its own limits and user, which owns what was restored.
       expect((await copy.exec('id', ['-u'])).stdout).toBe(`${guestSandboxUid(copy.id)}\n`)
-      expect(
-        (await copy.exec('stat', ['-c', '%u', `${copy.rootDir}/notes/kept.txt`])).stdout,
-      ).toBe(`${guestSandboxUid(copy.id)}\n`)
+      expect((await copy.exec('stat', ['-c', '%u', `${copy.rootDir}/notes/kept.txt`])).stdout).toBe(
+        `${guestSandboxUid(copy.id)}\n`,
+      )
       expect((await guestContainer(copy.id)).HostConfig.ReadonlyRootfs).toBe(true)
 
       expect(
