@@ -37,7 +37,8 @@ import { serveMakeDirectory } from './working-directory.js'
 
 export const AGENT_VERSION = '0.1.0'
 /** How long a new connection has to authenticate. */
-const AUTH_TIMEOUT_MS = 10_000
+// The host answers a hello in milliseconds; anyone slower holds a handshake slot for nothing.
+const AUTH_TIMEOUT_MS = 3_000
 const MIN_HEARTBEAT_MS = 50
 const MAX_HEARTBEAT_MS = 60_000
 
@@ -123,12 +124,18 @@ export interface SessionAdoption {
  * `hello` is sent before the client has proved it holds the secret, and until
  * then frames are limited to {@link PRE_AUTH_MAX_FRAME_BYTES}.
  */
-export async function serveConnection(socket: Duplex, context: ConnectionContext): Promise<void> {
+export async function serveConnection(
+  socket: Duplex,
+  context: ConnectionContext,
+  /** Called once the client proved the secret (a listener's bound on handshakes, pending-handshakes.ts). */
+  onAuthenticated?: () => void,
+): Promise<void> {
   const connection = new FramedConnection(socket, { maxFrameBytes: PRE_AUTH_MAX_FRAME_BYTES })
   const { log } = context.config
   try {
     const client = await authenticate(connection, context)
     if (client === undefined) return
+    onAuthenticated?.()
     connection.setMaxFrameBytes(DEFAULT_MAX_FRAME_BYTES)
     await connection.send({ type: 'auth-ok', proof: client.agentProof })
     connection.startHeartbeat(client.heartbeatMs, client.heartbeatMs * 4)
@@ -153,6 +160,7 @@ export async function serveConnection(socket: Duplex, context: ConnectionContext
           agentVersion: AGENT_VERSION,
           writeRoots: context.jail.writeRoots,
           readRoots: context.jail.readRoots,
+          commandsUnderOtherUid: commandsUnderOtherUid(context.config.runAs),
           ...(context.config.lifetimeMs === undefined
             ? {}
             : { lifetimeMs: context.config.lifetimeMs }),
@@ -367,4 +375,14 @@ function describeFailure(error: unknown): { code: AgentErrorCode; message: strin
     return { code: 'io-error', message: errno.message }
   }
   return { code: 'internal', message: error instanceof Error ? error.message : String(error) }
+}
+
+/**
+ * Whether the sandbox's code runs under a uid other than the agent's: the
+ * agent is root and starts commands as `runAs` (never root, agent-config.ts).
+ * Only then can that code not trace, signal or impersonate the agent; hosts
+ * whose guest they do not build check it (backend-microvm).
+ */
+function commandsUnderOtherUid(runAs: AgentConfig['runAs']): boolean {
+  return runAs !== undefined && process.geteuid?.() === 0
 }

@@ -18,6 +18,7 @@ import { NativeLauncher } from './launcher-client.js'
 import { NonceSource, runReseedHook } from './nonce-source.js'
 import { killProcessesOf, sealOutputs } from './output-seal.js'
 import { PathJail } from './path-jail.js'
+import { PendingHandshakes } from './pending-handshakes.js'
 import { nodeLauncher } from './process-launcher.js'
 import { killAgentCommands } from './process-tree.js'
 import { RESTORED_MARKER, RESUMED_ACK } from './protocol/resume-line.js'
@@ -30,6 +31,8 @@ const RESTORE_WATCH_MS = 5
 
 /** Connections served at once; beyond this new ones are closed at once. */
 const MAX_CONNECTIONS = 512
+/** Unproved connections one listener holds at once (pending-handshakes.ts); well under {@link MAX_CONNECTIONS}. */
+const MAX_PENDING_HANDSHAKES = 64
 
 export interface RunningAgent {
   /** Where the agent listens: a socket path, `fd:N`, or `host:port`. */
@@ -505,6 +508,7 @@ async function listen(
   context: ConnectionContext,
   sockets: Set<Socket>,
 ): Promise<Server> {
+  const handshakes = new PendingHandshakes(MAX_PENDING_HANDSHAKES)
   const server = createServer({ pauseOnConnect: false }, (socket) => {
     if (sockets.size >= MAX_CONNECTIONS) {
       socket.destroy()
@@ -514,7 +518,9 @@ async function listen(
     socket.on('close', () => sockets.delete(socket))
     socket.on('error', () => {})
     if (context.takeConnection?.(socket)) return
-    void serveConnection(socket, context)
+    const proved = handshakes.admit(socket)
+    socket.on('close', proved)
+    void serveConnection(socket, context, proved)
   })
   if (address.kind === 'stdio') throw new Error('stdio is served by startStdioAgent')
   if (address.kind === 'unix') {

@@ -122,6 +122,14 @@ describe('message validation', () => {
     })
     expect(parseAgentMessage(health)).not.toHaveProperty('lifetimeMs')
     expect(() => parseAgentMessage({ ...health, lifetimeMs: 0 })).toThrow(ProtocolError)
+    // Whether commands run under another uid than the agent's (backend-microvm refuses a guest without).
+    expect(parseAgentMessage({ ...health, commandsUnderOtherUid: true })).toMatchObject({
+      commandsUnderOtherUid: true,
+    })
+    expect(parseAgentMessage(health)).not.toHaveProperty('commandsUnderOtherUid')
+    expect(() => parseAgentMessage({ ...health, commandsUnderOtherUid: 'yes' })).toThrow(
+      ProtocolError,
+    )
     expect(
       parseAgentMessage({
         type: 'fs-events',

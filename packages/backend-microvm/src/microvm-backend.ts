@@ -31,6 +31,7 @@ import {
   type SandboxListing,
   withEnforcedLimits,
 } from '@cordon/core/backend'
+import { requireAgentOutOfReach } from './agent-reach-check.js'
 import { BACKEND_NAME, controlPlaneFor } from './control-plane-client.js'
 import type { SandboxAgentEndpoint } from './control-plane-types.js'
 import { microVMBackend } from './definition.js'
@@ -179,6 +180,12 @@ export function createMicroVMBackend(
           signal,
           config.readyPollIntervalMs,
         )
+        try {
+          requireAgentOutOfReach(health, request.id)
+        } catch (error) {
+          transport.client.close()
+          throw error
+        }
         const state: MicroVMReconnectState = {
           secret,
           env: request.env,
@@ -318,17 +325,25 @@ export function createMicroVMBackend(
         "the control plane's description of the guest names no agent endpoint or rootDir (openapi.yaml: Reconnect)",
       )
     const endsAt = Number(guest.labels[LABEL.expires])
-    // A guest a host paused answers nothing: connecting continues it.
-    if (guest.state === 'paused') await controlPlane.resumeSandbox(id, signal)
+    // A guest a host paused answers nothing: connecting continues it. Only
+    // its agent can judge the credential, so a connect that fails (a wrong
+    // credential above all) freezes it again: its owner left it paused.
+    const wasPaused = guest.state === 'paused'
+    if (wasPaused) await controlPlane.resumeSandbox(id, signal)
     const transport = transportFor(guest.agent, state.secret)
     let writeRoots: readonly string[]
     try {
       // The first authenticated request proves the credential.
-      writeRoots = (await transport.client.health(signal)).writeRoots
+      const health = await transport.client.health(signal)
+      requireAgentOutOfReach(health, id)
+      writeRoots = health.writeRoots
       // A pause held the agent's deadlines (AgentSandbox pauses its clocks first): they run again now.
-      if (guest.state === 'paused') await transport.client.clocks('resume-clocks', signal)
+      if (wasPaused) await transport.client.clocks('resume-clocks', signal)
     } catch (error) {
       transport.client.close()
+      // Its own deadline: the caller's signal may be what ended the connect.
+      if (wasPaused)
+        await controlPlane.pauseSandbox(id, AbortSignal.timeout(readyTimeoutMs)).catch(() => {})
       if (refusedTheSecret(error))
         throw new SandboxCredentialRefusedError(id, "the sandbox's agent refused the credential", {
           cause: error,

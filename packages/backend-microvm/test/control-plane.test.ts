@@ -12,6 +12,7 @@ import {
   SandboxTransportError,
 } from '@cordon/core'
 import type { CordonSandboxBackend } from '@cordon/core/backend'
+import { guestSandboxUid } from '@cordon/orchestrator-standin'
 import {
   backendCreateRequest,
   startTestOrchestrator,
@@ -82,8 +83,9 @@ describe('control plane through the orchestrator stand-in', () => {
       expect(tokenCalls).toBe(3)
       expect(sandbox.status).toBe('ready')
       expect(await containersOf(wanted.id)).toBe(1)
+      // Commands run under the guest's own uid, not the agent's (README: guest requirements).
       expect((await sandbox.exec('sh', ['-c', 'echo $FROM_HOST; id -u'])).stdout).toBe(
-        'yes\n1000\n',
+        `yes\n${guestSandboxUid(wanted.id)}\n`,
       )
       await sandbox.destroy()
       await sandbox.destroy()
@@ -273,6 +275,34 @@ describe('create failure handling (scripted control plane)', () => {
     } finally {
       await backend.close()
       await plane.close()
+    }
+  })
+
+  it('a guest whose agent runs commands under its own uid is refused with SandboxReadinessError and deleted', async () => {
+    // The real agent holding the create's secret, without CORDON_AGENT_RUN_AS:
+    // its commands would share its uid (README: guest requirements).
+    let sameUid: HostAgent | undefined
+    const plane = await fakeControlPlane((body, res) => {
+      void startHostAgent({ secret: String(body.agentSecret) }).then((started) => {
+        sameUid = started
+        json(res, 201, {
+          sandboxId: body.sandboxId,
+          rootDir: started.dir,
+          agent: { kind: 'unix', path: started.socketPath },
+        })
+      })
+    })
+    const backend = backendFor({ orchestratorEndpoint: plane.url, getToken: async () => 't' })
+    try {
+      const wanted = request()
+      const error = await backend.create(wanted).catch((caught: unknown) => caught)
+      expect(SandboxReadinessError.isInstance(error)).toBe(true)
+      expect((error as Error).message).toMatch(/CORDON_AGENT_RUN_AS/)
+      expect(plane.deletes).toEqual([wanted.id])
+    } finally {
+      await backend.close()
+      await plane.close()
+      await sameUid?.stop()
     }
   })
 

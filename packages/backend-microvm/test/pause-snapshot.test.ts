@@ -9,6 +9,7 @@ import {
   SandboxTransportError,
 } from '@cordon/core'
 import type { CordonSandboxBackend } from '@cordon/core/backend'
+import { guestSandboxUid } from '@cordon/orchestrator-standin'
 import {
   backendCreateRequest,
   endReasonOf,
@@ -182,8 +183,11 @@ describe('pause, resume and snapshots through the control plane (orchestrator st
       expect((await source.readFile('notes/kept.txt')).toString()).toBe(
         'written before the snapshot',
       )
-      // Its own guest under its own limits and user.
-      expect((await copy.exec('id', ['-u'])).stdout).toBe('1000\n')
+      // Its own guest under its own limits and user, which owns what was restored.
+      expect((await copy.exec('id', ['-u'])).stdout).toBe(`${guestSandboxUid(copy.id)}\n`)
+      expect((await copy.exec('stat', ['-c', '%u', `${copy.rootDir}/notes/kept.txt`])).stdout).toBe(
+        `${guestSandboxUid(copy.id)}\n`,
+      )
       expect((await guestContainer(copy.id)).HostConfig.ReadonlyRootfs).toBe(true)
 
       expect(

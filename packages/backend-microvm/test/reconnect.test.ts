@@ -233,6 +233,24 @@ describe('reconnect on the orchestrator stand-in', () => {
       .catch((error: unknown) => error)
     expect(SandboxNotFoundError.isInstance(ended)).toBe(true)
   }, 180_000)
+  it('a wrong credential leaves a paused detached guest paused', async () => {
+    const other = makeProvider(false)
+    const sandbox = await other.create({ detached: true, lifetimeMs: 60_000 })
+    const credential = sandbox.credential!
+    await sandbox.pause()
+    await sandbox.disconnect()
+    await other.close()
+    const refused = await provider
+      .connect(sandbox.id, { credential: withWrongSecret(credential) })
+      .catch((error: unknown) => error)
+    expect(SandboxCredentialRefusedError.isInstance(refused)).toBe(true)
+    // Its owner paused it; a stranger's attempt does not run it.
+    expect((await describeGuest(standin, sandbox.id))?.state).toBe('paused')
+    const reached = await provider.connect(sandbox.id, { credential })
+    expect((await describeGuest(standin, sandbox.id))?.state).toBe('running')
+    await reached.destroy()
+  }, 120_000)
+
   it("a detached guest left paused (whose lifetime the orchestrator does not count) is deleted past its end time by the next backend's sweep", async () => {
     const sandbox = await leaveEndedPausedGuest(6_000)
     // Past its end time, still there: paused time does not count toward timeoutMs.

@@ -115,6 +115,9 @@ export function builtinBackends(importPackage: BackendPackageImporter) {
       configSchema: aciStandbyPoolBackendConfigSchema,
       layout: 'required',
       enforcement: {
+        // Between the sandbox and the host only: its code shares the agent's
+        // uid and can read the agent's secret, so it can answer as the agent
+        // (backend-aci README, Limits).
         isolation: 'container',
         environment: 'linux-namespace',
         // A claim cannot change the group's profile: the profile's memory and

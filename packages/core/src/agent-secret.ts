@@ -15,6 +15,13 @@ export interface AgentHealthReport {
   readonly writeRoots: readonly string[]
   readonly readRoots: readonly string[]
   /**
+   * The agent runs as root and every command and file operation under
+   * another uid (`CORDON_AGENT_RUN_AS`), so sandbox code can neither trace,
+   * signal nor impersonate it. Absent (an older agent): not known, taken as
+   * false.
+   */
+  readonly commandsUnderOtherUid?: boolean
+  /**
    * The lifetime the agent ends itself at, in ms of running time from its
    * start, when it was given one: a backend whose lifetime reaches the agent
    * indirectly (ACI's config map) checks here that it arrived.

@@ -1,4 +1,5 @@
-import { chmod, chown, mkdir, rm, writeFile } from 'node:fs/promises'
+import { createHash } from 'node:crypto'
+import { mkdir, rm, writeFile } from 'node:fs/promises'
 import { join } from 'node:path'
 import type Dockerode from 'dockerode'
 
@@ -6,8 +7,29 @@ import type Dockerode from 'dockerode'
 export const GUEST_RUN_DIR = '/run/cordon'
 export const GUEST_AGENT_PROGRAM = '/opt/cordon/cordon-agent.mjs'
 export const GUEST_OUTPUTS_DIR = '/mnt/user-data/outputs'
-/** The unprivileged user every guest process runs as. */
-export const GUEST_UID = 1000
+// Far above any account a host or an image defines (the Docker backend's range).
+const GUEST_UID_BASE = 2 ** 30
+const GUEST_UID_SPAN = 2 ** 30 - 2
+
+/**
+ * The unprivileged uid (and gid) a guest's commands run as: one per sandbox,
+ * so no two guests, and no host account, share it. The agent runs as root
+ * and switches to it for every command and file operation
+ * (`CORDON_AGENT_RUN_AS`), so sandbox code can neither trace nor signal the
+ * agent, nor read its memory or environment.
+ */
+export function guestSandboxUid(sandboxId: string): number {
+  const digest = createHash('sha256').update(sandboxId).digest()
+  return GUEST_UID_BASE + (digest.readUInt32BE(0) % GUEST_UID_SPAN)
+}
+
+/**
+ * What the agent may do as root: start commands as the sandbox's uid
+ * (SETUID, SETGID), signal them (KILL), and act on files whatever modes the
+ * sandbox set, and on a run directory the host owns (DAC_OVERRIDE).
+ * Commands get none of these: another uid clears them.
+ */
+const GUEST_AGENT_CAPABILITIES = ['SETUID', 'SETGID', 'KILL', 'DAC_OVERRIDE']
 
 export interface GuestSpec {
   readonly sandboxId: string
@@ -26,6 +48,8 @@ export interface GuestSpec {
 
 export interface Guest {
   readonly containerId: string
+  /** The uid and gid the guest's commands run as ({@link guestSandboxUid}). */
+  readonly sandboxUid: number
   /** Host path of the agent's unix socket. */
   readonly agentSocketPath: string
   /** Host path of the guest's run directory (seen inside as {@link GUEST_RUN_DIR}). */
@@ -40,6 +64,8 @@ export interface Guest {
    * standard output goes to `stdout` when given.
    */
   run(command: readonly string[], stdout?: NodeJS.WritableStream): Promise<void>
+  /** Runs a command as the guest's root (the agent's identity), with its capabilities; rejects unless it exits 0. */
+  runAsAgent(command: readonly string[]): Promise<void>
   remove(): Promise<void>
 }
 
@@ -47,8 +73,8 @@ const isRoot = typeof process.getuid === 'function' && process.getuid() === 0
 
 /**
  * Starts one guest: the real cordon agent in a container hardened the way a
- * cordon sandbox must be (non-root, every capability dropped,
- * no-new-privileges, read-only root filesystem, tmpfs scratch and outputs, no
+ * cordon sandbox must be (commands under a per-sandbox uid, the agent
+ * as root with only the capabilities it needs, no-new-privileges, read-only root filesystem, tmpfs scratch and outputs, no
  * network at all, pids and memory limits with no extra swap, an init process).
  * Memory and process limits are the guest's, so the conformance suite's
  * memory bomb and fork bomb hit real kernel limits.
@@ -57,28 +83,29 @@ const isRoot = typeof process.getuid === 'function' && process.getuid() === 0
  * deletes after reading; it is never in the container's environment or config.
  */
 export async function startGuest(docker: Dockerode, spec: GuestSpec): Promise<Guest> {
+  const uid = guestSandboxUid(spec.sandboxId)
   const runDir = join(spec.hostDir, 'run')
+  // The host's (root's, when the host is root) and mode 0700: the agent, root
+  // with DAC_OVERRIDE, makes its socket here and removes the secret; the
+  // sandbox's uid can neither list, enter nor write it.
   await mkdir(runDir, { recursive: true, mode: 0o700 })
-  // The agent (uid 1000) creates its socket here and removes the secret file.
-  if (isRoot) await chown(runDir, GUEST_UID, GUEST_UID)
-  else await chmod(runDir, 0o777)
   const secretFile = join(runDir, 'secret')
   await writeFile(secretFile, spec.agentSecret, { mode: 0o400 })
-  if (isRoot) await chown(secretFile, GUEST_UID, GUEST_UID)
-  else await chmod(secretFile, 0o444)
 
   const memoryBytes = spec.memoryLimitMb * 1024 * 1024
   const container = await docker.createContainer({
     name: `cordon-standin-${spec.sandboxId}`,
     Image: spec.image,
-    User: `${GUEST_UID}:${GUEST_UID}`,
+    User: '0:0',
     Cmd: ['node', GUEST_AGENT_PROGRAM],
     WorkingDir: '/',
     Env: [
       `CORDON_AGENT_LISTEN=unix:${GUEST_RUN_DIR}/agent.sock`,
       `CORDON_AGENT_SECRET_FILE=${GUEST_RUN_DIR}/secret`,
       `CORDON_AGENT_WRITE_ROOTS=${GUEST_OUTPUTS_DIR}`,
-      // Root on the host reaches any socket; anyone else needs it open (the secret still guards it).
+      `CORDON_AGENT_RUN_AS=${uid}:${uid}`,
+      // Root on the host reaches any socket; a host user needs it open (the
+      // run directory still keeps the sandbox out, and the secret guards it).
       `CORDON_AGENT_SOCKET_MODE=${isRoot ? '600' : '666'}`,
       // Fewer threads leave more of a small pids limit to the commands.
       'UV_THREADPOOL_SIZE=2',
@@ -93,9 +120,10 @@ export async function startGuest(docker: Dockerode, spec: GuestSpec): Promise<Gu
       Tmpfs: {
         '/tmp': `rw,nosuid,nodev,size=${spec.tmpSizeMb}m,mode=1777`,
         // `exec`: the engine makes a tmpfs noexec unless told, and a guest's own disk is not.
-        [GUEST_OUTPUTS_DIR]: `rw,nosuid,nodev,exec,size=${spec.outputsSizeMb}m,uid=${GUEST_UID},gid=${GUEST_UID},mode=0755`,
+        [GUEST_OUTPUTS_DIR]: `rw,nosuid,nodev,exec,size=${spec.outputsSizeMb}m,uid=${uid},gid=${uid},mode=0755`,
       },
       CapDrop: ['ALL'],
+      CapAdd: GUEST_AGENT_CAPABILITIES,
       SecurityOpt: ['no-new-privileges'],
       NetworkMode: 'none',
       PidsLimit: spec.maxProcesses,
@@ -122,6 +150,7 @@ export async function startGuest(docker: Dockerode, spec: GuestSpec): Promise<Gu
   }
   return {
     containerId: container.id,
+    sandboxUid: uid,
     agentSocketPath: join(runDir, 'agent.sock'),
     runDir,
     pause: async () => {
@@ -132,7 +161,8 @@ export async function startGuest(docker: Dockerode, spec: GuestSpec): Promise<Gu
       await container.unpause()
       await untilEngineSaysPaused(container, false)
     },
-    run: (command, stdout) => runInGuest(docker, container, command, stdout),
+    run: (command, stdout) => runInGuest(docker, container, `${uid}:${uid}`, command, stdout),
+    runAsAgent: (command) => runInGuest(docker, container, '0:0', command, undefined),
     remove,
   }
 }
@@ -140,12 +170,13 @@ export async function startGuest(docker: Dockerode, spec: GuestSpec): Promise<Gu
 async function runInGuest(
   docker: Dockerode,
   container: Dockerode.Container,
+  user: string,
   command: readonly string[],
   stdout: NodeJS.WritableStream | undefined,
 ): Promise<void> {
   const exec = await container.exec({
     Cmd: [...command],
-    User: `${GUEST_UID}:${GUEST_UID}`,
+    User: user,
     AttachStdout: true,
     AttachStderr: true,
   })

@@ -41,7 +41,10 @@ export async function captureGuestFilesystem(guest: Guest, archivePath: string):
  * Restores an archive made by {@link captureGuestFilesystem} into a guest
  * that has just started (before anyone can reach its agent): the archive is
  * copied into the guest's run directory under a fresh name (never over an
- * existing file), unpacked there by the guest's own user, and removed.
+ * existing file), opened there by the guest's root (the sandbox's uid cannot
+ * enter the run directory), and unpacked from that descriptor by `tar`
+ * running as the guest's sandbox uid, so it writes only what that uid may;
+ * then removed.
  */
 export async function restoreGuestFilesystem(guest: Guest, archivePath: string): Promise<void> {
   const name = `restore-${randomBytes(8).toString('hex')}.tar`
@@ -49,8 +52,31 @@ export async function restoreGuestFilesystem(guest: Guest, archivePath: string):
   await copyFile(archivePath, hostCopy, constants.COPYFILE_EXCL)
   try {
     await chmod(hostCopy, 0o444)
-    await guest.run(['tar', '-xf', `${GUEST_RUN_DIR}/${name}`, '-C', '/'])
+    await guest.runAsAgent([
+      'node',
+      '-e',
+      UNPACK_AS_SANDBOX_USER,
+      `${GUEST_RUN_DIR}/${name}`,
+      String(guest.sandboxUid),
+    ])
   } finally {
     await rm(hostCopy, { force: true })
   }
 }
+
+/**
+ * Opens the archive (argv[1]) as root, drops every identity to the sandbox's
+ * uid (argv[2]), and unpacks it from standard input: the guest has no
+ * setpriv, and its shell's redirection would keep root for `tar` itself.
+ */
+const UNPACK_AS_SANDBOX_USER = `
+const { openSync } = require('node:fs')
+const { spawnSync } = require('node:child_process')
+const archive = openSync(process.argv[1], 'r')
+const uid = Number(process.argv[2])
+process.setgroups([])
+process.setgid(uid)
+process.setuid(uid)
+const result = spawnSync('tar', ['-xf', '-', '-C', '/'], { stdio: [archive, 'inherit', 'inherit'] })
+process.exit(result.status ?? 1)
+`

@@ -1,5 +1,5 @@
 export { parseCreateRequest, type ValidCreateRequest } from './create-request.js'
-export { GUEST_OUTPUTS_DIR, GUEST_UID } from './guest-container.js'
+export { GUEST_OUTPUTS_DIR, guestSandboxUid } from './guest-container.js'
 export { type MtlsRelayCredentials, startMtlsRelay } from './mtls-relay.js'
 export {
   DEFAULT_GUEST_IMAGE,

@@ -2,7 +2,11 @@ import { connect } from 'node:net'
 import { newAgentSecret } from '@cordon/agent/protocol'
 import Dockerode from 'dockerode'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { type OrchestratorStandin, startOrchestratorStandin } from '../src/index.js'
+import {
+  guestSandboxUid,
+  type OrchestratorStandin,
+  startOrchestratorStandin,
+} from '../src/index.js'
 
 const docker = new Dockerode()
 const token = newAgentSecret()
@@ -122,7 +126,11 @@ describe('orchestrator stand-in', () => {
       filters: { label: [`cordon.sandbox=${String(body.sandboxId)}`] },
     })
     const inspected = await docker.getContainer(info!.Id).inspect()
-    expect(inspected.Config.User).toBe('1000:1000')
+    // The agent is root; its commands run as the per-sandbox uid it names (README).
+    expect(inspected.Config.User).toBe('0:0')
+    const uid = guestSandboxUid(String(body.sandboxId))
+    expect(uid).toBeGreaterThanOrEqual(2 ** 30)
+    expect(inspected.Config.Env).toContain(`CORDON_AGENT_RUN_AS=${uid}:${uid}`)
     expect(inspected.Config.Labels).toMatchObject({
       'cordon.managed': '1',
       'cordon.standin': standin.id,
@@ -132,6 +140,7 @@ describe('orchestrator stand-in', () => {
     expect(inspected.Config.Env.join('\n')).not.toContain(String(body.agentSecret))
     const host = inspected.HostConfig
     expect(host.CapDrop).toEqual(['ALL'])
+    expect(host.CapAdd?.sort()).toEqual(['DAC_OVERRIDE', 'KILL', 'SETGID', 'SETUID'])
     expect(host.SecurityOpt).toEqual(['no-new-privileges'])
     expect(host.ReadonlyRootfs).toBe(true)
     expect(host.NetworkMode).toBe('none')

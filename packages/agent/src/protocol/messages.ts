@@ -734,6 +734,9 @@ export function parseAgentMessage(raw: Raw): AgentMessage {
         agentVersion: str(raw, 'agentVersion')!,
         writeRoots: stringList(raw, 'writeRoots'),
         readRoots: stringList(raw, 'readRoots'),
+        ...(raw.commandsUnderOtherUid === undefined
+          ? {}
+          : { commandsUnderOtherUid: bool(raw, 'commandsUnderOtherUid') }),
         ...(lifetimeMs === undefined ? {} : { lifetimeMs }),
       }
     }
