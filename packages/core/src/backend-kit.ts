@@ -87,6 +87,7 @@ export {
   type LayoutMountPlan,
   planLayoutMounts,
   readableRoots,
+  refusedHostTree,
   writableRoots,
 } from './layout.js'
 export {

@@ -99,6 +99,7 @@ describe('entry points', () => {
       'planLayoutMounts',
       'prepareProviderConfig',
       'readableRoots',
+      'refusedHostTree',
       'removeEach',
       'requestRefusal',
       'requireAgentSecret',
