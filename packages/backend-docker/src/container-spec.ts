@@ -224,14 +224,16 @@ function engineMount(
           VolumeOptions: { NoCopy: true } as MountSettings['VolumeOptions'],
         },
       ]
-    case 'inImage':
     case 'ephemeral':
       return []
+    case 'inImage':
     case 'azureFileShare':
+      // Refused before anything is made (the definition's layoutRefusal); a
+      // source that reached here anyway is not mounted silently.
       throw new SandboxControlRefusedError(
         control,
         backend,
-        'Azure file shares are mounted by ACI, not by a Docker Engine',
+        `a ${source.type} source is not mounted by the Docker Engine`,
       )
     default:
       throw new SandboxControlRefusedError(control, backend, 'unknown mount source')
