@@ -408,5 +408,4 @@ describe('layout sources the Docker backends cannot mount', () => {
       expect(share.message).toContain('Azure file shares')
     },
   )
-
 })
