@@ -90,7 +90,7 @@ export const createBackend: SandboxBackendFactory<ACIStandbyPoolBackendConfig> =
 export function createAciStandbyPoolBackend(
   input: ACIStandbyPoolBackendConfig,
   context: SandboxBackendContext,
-): CordonSandboxBackend {
+): CordonSandboxBackend<'container'> {
   const config = parseBackendConfig(aciStandbyPoolBackend, input)
   const prefix = config.containerNamePrefix ?? DEFAULT_NAME_PREFIX
   const problems = namePrefixProblems(prefix)

@@ -224,14 +224,16 @@ function engineMount(
           VolumeOptions: { NoCopy: true } as MountSettings['VolumeOptions'],
         },
       ]
-    case 'inImage':
     case 'ephemeral':
       return []
+    case 'inImage':
     case 'azureFileShare':
+      // Refused before anything is made (the definition's layoutRefusal); a
+      // source that reached here anyway is not mounted silently.
       throw new SandboxControlRefusedError(
         control,
         backend,
-        'Azure file shares are mounted by ACI, not by a Docker Engine',
+        `a ${source.type} source is not mounted by the Docker Engine`,
       )
     default:
       throw new SandboxControlRefusedError(control, backend, 'unknown mount source')
@@ -307,14 +309,17 @@ export function processLimits(
   fileSizeBytes?: number,
 ): { PidsLimit: number; Ulimits: Array<{ Name: string; Soft: number; Hard: number }> } {
   const nproc = maxProcesses
+  const pids =
+    config.runtime === 'runsc'
+      ? // Every guest task the sandbox user may have, plus the agent's and
+        // the init's, so the guest limit is always met first
+        // (a sentry that cannot make a host thread ends the whole sandbox).
+        (nproc + AGENT_TASK_ALLOWANCE) * RUNSC_HOST_PIDS_PER_GUEST_PROCESS + RUNSC_HOST_PIDS_BASE
+      : nproc + AGENT_TASK_ALLOWANCE
   return {
-    PidsLimit:
-      config.runtime === 'runsc'
-        ? // Every guest task the sandbox user may have, plus the agent's and
-          // the init's, so the guest limit is always met first
-          // (a sentry that cannot make a host thread ends the whole sandbox).
-          (nproc + AGENT_TASK_ALLOWANCE) * RUNSC_HOST_PIDS_PER_GUEST_PROCESS + RUNSC_HOST_PIDS_BASE
-        : nproc + AGENT_TASK_ALLOWANCE,
+    // The kernel refuses a pids.max above PID_MAX_LIMIT (EINVAL); at that
+    // ceiling the cgroup no longer binds, and RLIMIT_NPROC still does.
+    PidsLimit: Math.min(pids, PID_MAX_LIMIT),
     Ulimits: [
       { Name: 'nproc', Soft: nproc, Hard: nproc },
       ...(fileSizeBytes === undefined
@@ -323,6 +328,9 @@ export function processLimits(
     ],
   }
 }
+
+/** The kernel's most pids on 64-bit (2^22), the largest pids.max it takes. */
+const PID_MAX_LIMIT = 4_194_304
 
 /** Host pids a gVisor sandbox needs: a base for the sentry, plus per guest process (ptrace platform). */
 const RUNSC_HOST_PIDS_BASE = 160

@@ -103,6 +103,7 @@ import {
 import { collectGarbage } from './garbage-collect.js'
 import { agentPoolThreads } from './gvisor-agent-threads.js'
 import { hostInterfaceAddresses } from './host-addresses.js'
+import { refuseLinkedHostTrees } from './host-dir-links.js'
 import { resumeOverHostSocket } from './host-socket-resume.js'
 import { forgetImageEnvironment, imageEnvironment } from './image-environment.js'
 import { ImagePuller } from './image-pull.js'
@@ -352,7 +353,12 @@ export class DockerBackend implements CordonSandboxBackend {
         'the container tier needs a layout with an outputs mount',
       )
     }
+    // The provider refused these when it was made; a backend made without
+    // one (createBackend) meets them here, before anything exists.
+    const refused = this.definition.layoutRefusal?.(layout)
+    if (refused) throw new SandboxControlRefusedError(refused.control, this.name, refused.reason)
     refuseUnmountableLayout(layout, this.name)
+    await refuseLinkedHostTrees(layout, this.engine.socketPath)
     if (request.memoryLimitMb < MIN_MEMORY_LIMIT_MB) {
       throw new SandboxControlRefusedError(
         'memoryLimitMb',

@@ -90,7 +90,7 @@ export async function prepareAgentRuntime(
 export function createBackend(
   config: ContainerBackendConfig,
   context: SandboxBackendContext,
-): CordonSandboxBackend {
+): CordonSandboxBackend<'container'> {
   const definition = config?.runtime === 'runsc' ? runscBackend : dockerBackend
   return new DockerBackend(parseBackendConfig(definition, config), context)
 }

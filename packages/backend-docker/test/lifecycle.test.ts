@@ -1,5 +1,5 @@
 import { spawn } from 'node:child_process'
-import { mkdtemp, readFile, rm, writeFile } from 'node:fs/promises'
+import { mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -14,6 +14,7 @@ import {
 } from '@cordon/core'
 import { BUSYBOX_IMAGE, engineLeftovers, testRunId, testRunLabels } from '@cordon/test-support'
 import { describe, expect, it } from 'vitest'
+import { DEFAULT_SOCKET_PATH } from '../src/engine-connection.js'
 import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
 import { leaveDeadOwnersVolume, volumeGoneWithin } from './dead-owner.js'
 import { engineFront } from './engine-front.js'
@@ -217,14 +218,23 @@ describe('layout', () => {
   })
 
   it('refuses a host directory that holds the engine socket', async () => {
+    // /var/run itself is refused when the provider is made (host-trees.test.ts);
+    // an engine reached through a socket elsewhere is refused here, at create.
+    const root = await mkdtemp(join(tmpdir(), 'cordon-socket-dir-'))
+    const socketPath = join(root, 'docker.sock')
+    await symlink(DEFAULT_SOCKET_PATH, socketPath)
     const provider = testProvider(
-      {},
-      { layout: { outputs: { source: { type: 'hostDir', hostPath: '/var/run' } } } },
+      { socketPath },
+      { layout: { outputs: { source: { type: 'hostDir', hostPath: root } } } },
     )
-    const error = await provider.create().catch((caught: unknown) => caught)
-    expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
-    expect((error as Error).message).toContain('engine socket')
-    await provider.close()
+    try {
+      const error = await provider.create().catch((caught: unknown) => caught)
+      expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
+      expect((error as Error).message).toContain('engine socket')
+    } finally {
+      await provider.close()
+      await rm(root, { recursive: true, force: true })
+    }
   })
 })
 

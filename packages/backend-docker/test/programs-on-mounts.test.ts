@@ -107,25 +107,43 @@ for (const runtime of ['docker', 'runsc'] as const) {
 }
 
 describe('noexec the engine cannot give', () => {
-  it.each([
-    ['hostDir', { type: 'hostDir', hostPath: tmpdir() }, 'layout.uploads.noexec'],
-    ['inImage', { type: 'inImage' }, 'layout.uploads.noexec'],
-  ] as const)('is refused on a %s source, naming the control', async (_, source, control) => {
-    const provider = testProvider(
-      {},
-      {
-        layout: {
-          outputs: { source: { type: 'ephemeral' } },
-          uploads: { source, noexec: true },
+  it.each([['hostDir', { type: 'hostDir', hostPath: tmpdir() }, 'layout.uploads.noexec']] as const)(
+    'is refused on a %s source, naming the control',
+    async (_, source, control) => {
+      const provider = testProvider(
+        {},
+        {
+          layout: {
+            outputs: { source: { type: 'ephemeral' } },
+            uploads: { source, noexec: true },
+          },
         },
-      },
+      )
+      try {
+        const error = await provider.create().catch((caught: unknown) => caught)
+        expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
+        expect(error).toMatchObject({ control, backend: 'container:docker' })
+      } finally {
+        await provider.close()
+      }
+    },
+  )
+
+  it('on an inImage source the source itself is refused first, when the provider is made', () => {
+    // The engine mounts nothing for inImage, so the Docker backends refuse the
+    // source whatever its flags (README: inImage is refused here).
+    expect(() =>
+      testProvider(
+        {},
+        {
+          layout: {
+            outputs: { source: { type: 'ephemeral' } },
+            uploads: { source: { type: 'inImage' }, noexec: true },
+          },
+        },
+      ),
+    ).toThrow(
+      expect.objectContaining({ control: 'layout.uploads.source', backend: 'container:docker' }),
     )
-    try {
-      const error = await provider.create().catch((caught: unknown) => caught)
-      expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
-      expect(error).toMatchObject({ control, backend: 'container:docker' })
-    } finally {
-      await provider.close()
-    }
   })
 })

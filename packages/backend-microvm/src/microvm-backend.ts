@@ -86,7 +86,7 @@ export function createMicroVMBackend(
   input: MicroVMBackendConfig,
   context: SandboxBackendContext,
   options: MicroVMBackendOptions = {},
-): CordonSandboxBackend {
+): CordonSandboxBackend<'microvm'> {
   const config = parseBackendConfig(microVMBackend, input)
   const readyTimeoutMs = config.readyTimeoutMs ?? DEFAULT_READINESS_TIMEOUT_MS
   const vsockPort = config.agentVsockPort ?? DEFAULT_AGENT_VSOCK_PORT

@@ -1,5 +1,7 @@
+import type { ResolvedContainerSandboxLayout } from '@cordon/core'
 import {
   defineBackend,
+  planLayoutMounts,
   type SandboxBackendFactory,
   type SandboxBackendModule,
   type SandboxEnforcementDeclaration,
@@ -74,6 +76,28 @@ function dockerConfigRefusal(config: ContainerBackendConfig) {
 }
 
 /**
+ * Sources a Docker Engine cannot provide: `inImage` would leave the path to
+ * the image, where the sandbox's user cannot write and cordon's file API has
+ * no mount to give it, and `azureFileShare` is mounted by ACI. Refused when
+ * the provider is made, naming the mount's key, rather than at every exec.
+ */
+function dockerLayoutRefusal(layout: ResolvedContainerSandboxLayout) {
+  for (const mount of planLayoutMounts(layout)) {
+    const kind = mount.source.type
+    if (kind !== 'inImage' && kind !== 'azureFileShare') continue
+    const role = mount.role === 'skill' ? `skills.${mount.skillId}` : mount.role
+    return {
+      control: `layout.${role}.source`,
+      reason:
+        kind === 'inImage'
+          ? 'an inImage source is not mounted by the Docker Engine; use hostDir, ephemeral or volume'
+          : 'Azure file shares are mounted by ACI, not by a Docker Engine; use hostDir, ephemeral or volume',
+    }
+  }
+  return undefined
+}
+
+/**
  * The built-in definitions, with `importPackage` loading their code. The
  * definitions are the same objects a third-party backend exports: the
  * provider knows no more of these than of any other.
@@ -101,6 +125,7 @@ export function builtinBackends(importPackage: BackendPackageImporter) {
       layout: 'required',
       enforcement: dockerEnforcement(runtime === 'runsc'),
       configRefusal: dockerConfigRefusal,
+      layoutRefusal: dockerLayoutRefusal,
       load: factoryOf(BUILTIN_BACKEND_PACKAGES.docker),
     })
   return {

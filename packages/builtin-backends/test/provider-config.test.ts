@@ -370,3 +370,42 @@ describe('prepareProviderConfig', () => {
     expect(error.message).toMatch(/the rest of the config is invalid too: .*backend\.image/)
   })
 })
+
+describe('layout sources the Docker backends cannot mount', () => {
+  it.each([
+    ['container:docker', { tier: 'container', image: 'x' }],
+    ['container:runsc', { tier: 'container', runtime: 'runsc', image: 'x' }],
+  ] as const)(
+    '%s refuses inImage and azureFileShare when the provider is made, naming the key and the kind',
+    (name, backend) => {
+      const refusal = (input: unknown) => {
+        try {
+          prepareProviderConfig({ backend, layout: input } as unknown as SandboxProviderConfig)
+        } catch (error) {
+          if (SandboxControlRefusedError.isInstance(error)) return error
+          throw error
+        }
+        throw new Error('expected a refusal')
+      }
+      const inImage = refusal({ outputs: { source: { type: 'inImage' } } })
+      expect(inImage).toMatchObject({ control: 'layout.outputs.source', backend: name })
+      expect(inImage.message).toContain('inImage')
+      const share = refusal({
+        outputs: { source: { type: 'ephemeral' } },
+        skills: [
+          {
+            id: 'docs',
+            source: {
+              type: 'azureFileShare',
+              storageAccountName: 'a',
+              shareName: 's',
+              storageAccountKey: 'k',
+            },
+          },
+        ],
+      })
+      expect(share).toMatchObject({ control: 'layout.skills.docs.source', backend: name })
+      expect(share.message).toContain('Azure file shares')
+    },
+  )
+})

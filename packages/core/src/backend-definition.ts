@@ -3,6 +3,7 @@ import type { SandboxBackendFactory } from './backend.js'
 import type { EgressPolicy } from './egress-policy.js'
 import type { SandboxEnforcementDeclaration } from './enforcement.js'
 import { SandboxConfigValidationError } from './errors.js'
+import type { ResolvedContainerSandboxLayout } from './layout.js'
 
 /**
  * What every backend config has: `tier` names the kind of boundary
@@ -53,6 +54,15 @@ export interface SandboxBackendDefinition<
    * provider is built, before any I/O.
    */
   configRefusal?(config: Config): { control: string; reason: string } | undefined
+  /**
+   * Why this backend cannot mount a layout that is otherwise valid (a
+   * source kind it does not provide, named by its key and kind), or
+   * undefined. Checked when the provider is built, before any I/O; absent,
+   * every valid layout is taken.
+   */
+  layoutRefusal?(
+    layout: ResolvedContainerSandboxLayout,
+  ): { control: string; reason: string } | undefined
   /**
    * Why this config cannot enforce an egress policy whose kind the backend
    * otherwise enforces (for example, a backend that needs a subnet for

@@ -88,6 +88,7 @@ export {
   type LayoutMountPlan,
   planLayoutMounts,
   readableRoots,
+  refusedHostTree,
   writableRoots,
 } from './layout.js'
 export {

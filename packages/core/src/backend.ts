@@ -74,9 +74,16 @@ export interface SandboxBackendOptions {
  * cordon backend package's `createBackend()` returns one (with `close()`,
  * which releases what the backend shares between sandboxes).
  */
-export interface SandboxBackend {
-  /** The kind of boundary: `container`, `microvm` (the reference's), or a backend's own. */
-  readonly tier: string
+export interface SandboxBackend<Tier extends string = string> {
+  /**
+   * The kind of boundary: `container`, `microvm` (the reference's
+   * `SandboxTier`), or a backend's own (`process`). Generic, defaulting to
+   * `string`, so that a built-in backend's factory (`createBackend` of
+   * `@cordon/backend-docker`) can say its literal tier and a host of the
+   * reference's `const tier: SandboxTier = backend.tier` compiles, while a
+   * plug-in backend with a tier of its own needs no change.
+   */
+  readonly tier: Tier
   /** `tier:runtime`; used in errors and events. */
   readonly name: string
   /**
@@ -89,7 +96,7 @@ export interface SandboxBackend {
 }
 
 /** What cordon's own backends are: a {@link SandboxBackend} whose sandboxes have every member. */
-export interface CordonSandboxBackend extends SandboxBackend {
+export interface CordonSandboxBackend<Tier extends string = string> extends SandboxBackend<Tier> {
   create(options: SandboxBackendOptions): Promise<CordonBackendSandbox>
   /**
    * Reaches a detached sandbox this backend made, from any process: resolves

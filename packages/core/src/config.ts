@@ -147,6 +147,27 @@ const fn = functionSchema
 export const durationMsSchema = () => z.number().int().positive().max(2_147_483_647)
 const durationMs = durationMsSchema
 const positiveInt = () => z.number().int().positive()
+/**
+ * The most processes a sandbox may be given: the kernel's PID_MAX_LIMIT on
+ * 64-bit (2^22). No host runs more, and the pids cgroup refuses a larger
+ * `pids.max` with EINVAL, which reached the host as a raw engine error.
+ */
+const MAX_PROCESSES_LIMIT = 4_194_304
+/**
+ * The largest memory limit, in MiB: 64 TiB, the most physical memory x86-64
+ * with 4-level page tables addresses. A larger one is a typo, not a budget
+ * (1e12 MiB was taken), and its byte count leaves the integers a number
+ * holds exactly soon after (2^53 bytes is 8 PiB).
+ */
+const MAX_MEMORY_LIMIT_MB = 64 * 1024 * 1024
+const processCount = () =>
+  positiveInt().max(MAX_PROCESSES_LIMIT, {
+    error: `at most ${MAX_PROCESSES_LIMIT} (the kernel's PID_MAX_LIMIT)`,
+  })
+const memoryMb = () =>
+  positiveInt().max(MAX_MEMORY_LIMIT_MB, {
+    error: `at most ${MAX_MEMORY_LIMIT_MB} MiB (64 TiB)`,
+  })
 /** A TCP port, 1 to 65535. */
 export const tcpPortSchema = () => z.number().int().min(1).max(65535)
 const pem = () =>
@@ -182,8 +203,8 @@ export const brokeredCredentialSchema: z.ZodType<BrokeredCredential> = z
 export const providerBaseShape = {
   defaultEgress: egressPolicySchema.optional(),
   defaultTimeoutMs: durationMs().optional(),
-  defaultMemoryLimitMb: positiveInt().optional(),
-  defaultMaxProcesses: positiveInt().optional(),
+  defaultMemoryLimitMb: memoryMb().optional(),
+  defaultMaxProcesses: processCount().optional(),
   defaultLifetimeMs: durationMs().optional(),
   defaultIdleTimeoutMs: durationMs().optional(),
   pool: z
@@ -226,8 +247,8 @@ export const sandboxCreateConfigSchema: z.ZodType<SandboxCreateConfig> = z
       .optional(),
     env: envSchema.optional(),
     timeoutMs: durationMs().optional(),
-    memoryLimitMb: positiveInt().optional(),
-    maxProcesses: positiveInt().optional(),
+    memoryLimitMb: memoryMb().optional(),
+    maxProcesses: processCount().optional(),
     signal: z
       .custom<AbortSignal>((value) => value instanceof AbortSignal, 'signal must be an AbortSignal')
       .optional(),

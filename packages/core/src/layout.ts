@@ -449,7 +449,73 @@ function checkVolumesMountedOnce(
   }
 }
 
+/**
+ * Host trees a `hostDir` may neither be, lie under, nor contain, in any role
+ * (a read-only view of them leaks as much as a writable one):
+ * - `/proc`, `/sys`, `/dev`: the kernel's pseudo-filesystems. Mounted, they
+ *   show the host's processes and their command lines, its kernel knobs and
+ *   its devices, which is the whole point of the container boundary.
+ * - `/run` and `/var/run` (its usual link): the engine's socket, containerd's
+ *   and other daemons' sockets live there; a socket is the host.
+ * - `/var/lib/docker`, `/var/lib/containerd`: the engine's own state, which
+ *   holds every other container's filesystem. An engine configured with
+ *   another `data-root` is not known here; the socket check of the backend
+ *   and these textual checks are what a layout cannot get around.
+ * - `/etc`: host accounts, keys and service configuration; writable, a
+ *   sandbox could add a host user or a cron job.
+ * - `/boot`: the host's kernel and boot loader.
+ * A directory that contains one of them (`/var`, `/`) is refused too.
+ */
+const REFUSED_HOST_TREES: readonly string[] = [
+  '/proc',
+  '/sys',
+  '/dev',
+  '/run',
+  '/var/run',
+  '/var/lib/docker',
+  '/var/lib/containerd',
+  '/etc',
+  '/boot',
+]
+
+/**
+ * Container paths a layout may not mount on or under: the kernel's
+ * pseudo-filesystems, which the runtime mounts and a mount over would hide
+ * or replace, and cordon's own (`/.cordon*`: the agent runtime, the huge
+ * page Node, snapshots; `/run/cordon-agent`: the agent's socket), which the
+ * sandbox's agent runs from.
+ */
+const RESERVED_CONTAINER_TREES: readonly string[] = ['/proc', '/dev', '/sys', '/run/cordon-agent']
+
+/** Whether `path` is `tree` or lies under it (both normalized, absolute). */
+function isWithin(path: string, tree: string): boolean {
+  return path === tree || path.startsWith(`${tree}/`)
+}
+
+/**
+ * The host tree a host directory is, lies under or contains, if it is one
+ * of {@link REFUSED_HOST_TREES}; `path` should be normalized, and resolved
+ * through links where the caller can see the host's filesystem.
+ */
+export function refusedHostTree(path: string): string | undefined {
+  const normalized = normalizeAbsolutePath(path)
+  return REFUSED_HOST_TREES.find(
+    (tree) => isWithin(normalized, tree) || isWithin(tree, normalized) || normalized === '/',
+  )
+}
+
 function checkContainerPath(path: string, at: string, problems: SandboxConfigIssue[]): string {
+  if (path.includes('\0')) {
+    problems.push({ path: at, message: `${JSON.stringify(path)} must not contain a NUL character` })
+  }
+  const normalized = normalizeAbsolutePath(path)
+  const reserved = RESERVED_CONTAINER_TREES.find((tree) => isWithin(normalized, tree))
+  if (reserved !== undefined || /^\/\.cordon/.test(normalized)) {
+    problems.push({
+      path: at,
+      message: `${JSON.stringify(path)} is reserved: ${reserved ?? '/.cordon*'} belongs to the kernel or to cordon's agent`,
+    })
+  }
   if (!path.startsWith('/')) {
     problems.push({ path: at, message: `${JSON.stringify(path)} must be an absolute path` })
   }
@@ -499,6 +565,22 @@ function checkSource(
     problems.push({
       path: `${at}.hostPath`,
       message: `host directory ${JSON.stringify(source.hostPath)} must not contain ".."`,
+    })
+  }
+  if (source.hostPath.includes('\0')) {
+    problems.push({
+      path: `${at}.hostPath`,
+      message: `host directory ${JSON.stringify(source.hostPath)} must not contain a NUL character`,
+    })
+  }
+  // Textual: the engine's host may be another machine, so links are not
+  // followed here; a backend that sees the host's filesystem resolves them
+  // before it mounts (see refusedHostTree).
+  const tree = source.hostPath.startsWith('/') ? refusedHostTree(source.hostPath) : undefined
+  if (tree !== undefined) {
+    problems.push({
+      path: `${at}.hostPath`,
+      message: `host directory ${JSON.stringify(source.hostPath)} would expose the host's ${tree}; mount a directory made for the sandbox instead`,
     })
   }
 }

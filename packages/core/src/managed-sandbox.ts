@@ -12,6 +12,12 @@ import {
 } from './errors.js'
 import { describeError } from './event-error.js'
 import type { SandboxEvent, SandboxFileEvent } from './events.js'
+import {
+  checkListFilesOptions,
+  checkReadFileOptions,
+  checkWriteFileCall,
+  checkWriteFileStreamOptions,
+} from './file-call-arguments.js'
 import type {
   CordonBackendSandbox,
   CordonProcess,
@@ -393,27 +399,30 @@ export class ManagedSandbox implements CordonSandbox {
     return this.handOut(process)
   }
 
-  writeFile(
+  async writeFile(
     path: string,
     content: string | Uint8Array,
     options?: SandboxWriteFileOptions,
   ): Promise<void> {
+    checkWriteFileCall(content, options)
     return this.fileOperation('write', path, () => this.inner.writeFile(path, content, options), {
       bytes: byteLength(content),
     })
   }
 
-  readFile(path: string, options?: SandboxReadFileOptions): Promise<Buffer> {
+  async readFile(path: string, options?: SandboxReadFileOptions): Promise<Buffer> {
+    checkReadFileOptions(options)
     return this.fileOperation('read', path, () => this.inner.readFile(path, options), {
       measure: (content) => ({ bytes: content.length }),
     })
   }
 
-  writeFileStream(
+  async writeFileStream(
     path: string,
     source: SandboxByteSource,
     options?: SandboxWriteFileOptions,
   ): Promise<void> {
+    checkWriteFileStreamOptions(options)
     let bytes = 0
     const counted = async function* (): AsyncIterable<Uint8Array> {
       for await (const chunk of source as AsyncIterable<Uint8Array>) {
@@ -439,7 +448,11 @@ export class ManagedSandbox implements CordonSandbox {
     return this.countedIteration(stream, (chunk) => chunk.length, 'read-stream', path, started)
   }
 
-  listFiles(rootPath?: string, options?: SandboxFileOptions): Promise<readonly SandboxFileEntry[]> {
+  async listFiles(
+    rootPath?: string,
+    options?: SandboxFileOptions,
+  ): Promise<readonly SandboxFileEntry[]> {
+    checkListFilesOptions(options)
     return this.fileOperation(
       'list',
       rootPath ?? this.rootDir,

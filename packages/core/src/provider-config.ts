@@ -80,6 +80,7 @@ export function prepareProviderConfig<Config extends SandboxBackendConfigBase>(
   checkPooledVolumes(config.pool, checked?.resolved)
   const refusal =
     volumeSourceRefusal(definition, checked?.resolved) ??
+    layoutRefusal(definition, checked?.resolved) ??
     configRefusal(definition, config.backend) ??
     requestRefusal(
       definition,
@@ -147,6 +148,16 @@ function checkPooledVolumes(
       message: `a pool of ${pool.size} sandboxes would each mount volume ${JSON.stringify(writable.source.name)} read-write (layout.${role}), and only one sandbox at a time may write a volume; use a pool of 1, or mount the volume read-only`,
     },
   ])
+}
+
+function layoutRefusal<Config extends SandboxBackendConfigBase>(
+  definition: SandboxBackendDefinition<Config>,
+  layout: ResolvedContainerSandboxLayout | undefined,
+): SandboxControlRefusedError | undefined {
+  const refused = layout ? definition.layoutRefusal?.(layout) : undefined
+  return refused
+    ? new SandboxControlRefusedError(refused.control, definition.name, refused.reason)
+    : undefined
 }
 
 function configRefusal<Config extends SandboxBackendConfigBase>(

@@ -100,6 +100,7 @@ describe('entry points', () => {
       'planLayoutMounts',
       'prepareProviderConfig',
       'readableRoots',
+      'refusedHostTree',
       'removeEach',
       'requestRefusal',
       'requireAgentSecret',

@@ -229,3 +229,95 @@ describe('resolveLayout', () => {
     ).toThrow(/root directory/)
   })
 })
+
+describe('host trees and container paths a layout may not use', () => {
+  it.each([
+    '/proc',
+    '/proc/1',
+    '/sys/fs/cgroup',
+    '/dev',
+    '/dev/shm',
+    '/run',
+    '/var/run/',
+    '/var/lib/docker/volumes',
+    '/etc',
+    '/boot',
+    '//proc/./self',
+    '/var',
+    '/',
+  ])('refuses host directory %j in any role, naming its key', (hostPath) => {
+    const outputs = layoutError({ outputs: { source: host(hostPath) } })
+    expect(outputs.issues.map((issue) => issue.path)).toContain('outputs.source.hostPath')
+    expect(outputs.reasons.join('\n')).toContain(`would expose the host's`)
+    const skill = layoutError({
+      outputs: { source: host('/data/out') },
+      skills: [{ id: 'tools', source: host(hostPath) }],
+    })
+    expect(skill.issues.map((issue) => issue.path)).toContain('skills.0.source.hostPath')
+  })
+
+  it('takes host directories that only share a prefix with a refused tree', () => {
+    for (const hostPath of [
+      '/procedures',
+      '/device-data',
+      '/system',
+      '/var/lib/dockerish',
+      '/tmp/proc',
+    ])
+      expect(resolveLayout({ outputs: { source: host(hostPath) } }).outputs.source).toEqual(
+        host(hostPath),
+      )
+  })
+
+  it('refuses a NUL in a host directory or a container path', () => {
+    const error = layoutError({
+      outputs: { source: host('/data/out\0x') },
+      scratch: { source: host('/data/scratch'), containerPath: '/mnt/scr\0atch' },
+    })
+    expect(error.issues).toEqual(
+      expect.arrayContaining([
+        expect.objectContaining({
+          path: 'outputs.source.hostPath',
+          message: expect.stringContaining('NUL'),
+        }),
+        expect.objectContaining({
+          path: 'scratch.containerPath',
+          message: expect.stringContaining('NUL'),
+        }),
+      ]),
+    )
+  })
+
+  it.each([
+    '/proc',
+    '/proc/sys',
+    '/dev',
+    '/dev/shm',
+    '/sys',
+    '/sys/kernel',
+    '/.cordon',
+    '/.cordon/bin',
+    '/.cordon-node',
+    '/.cordon-snapshot',
+    '/run/cordon-agent',
+  ])('refuses container path %j, naming its key', (containerPath) => {
+    const error = layoutError({
+      outputs: { source: host('/data/out') },
+      scratch: { source: { type: 'ephemeral' }, containerPath },
+    })
+    expect(error.issues).toEqual([
+      expect.objectContaining({
+        path: 'scratch.containerPath',
+        message: expect.stringContaining('reserved'),
+      }),
+    ])
+  })
+
+  it('takes container paths that only share a prefix with a reserved one', () => {
+    const resolved = resolveLayout({
+      outputs: { source: host('/data/out'), containerPath: '/devices' },
+      scratch: { source: { type: 'ephemeral' }, containerPath: '/run/cordon-agents' },
+    })
+    expect(resolved.outputs.containerPath).toBe('/devices')
+  })
+})

@@ -67,6 +67,8 @@ export class RecordingBackend implements CordonSandboxBackend {
   readonly requests: SandboxBackendOptions[] = []
   readonly execOptions: SandboxExecOptions[] = []
   readonly destroyed: string[] = []
+  /** Each file call that reached the backend: its name and path. */
+  readonly fileCalls: string[] = []
   createDelayMs = 0
   /** How long each exec takes. */
   execDelayMs = 0
@@ -121,11 +123,21 @@ export class RecordingBackend implements CordonSandboxBackend {
       start: async () => {
         throw new Error('not used')
       },
-      writeFile: async () => {},
-      readFile: async () => Buffer.alloc(0),
-      writeFileStream: async () => {},
+      writeFile: async (path) => {
+        backend.fileCalls.push(`writeFile ${path}`)
+      },
+      readFile: async (path) => {
+        backend.fileCalls.push(`readFile ${path}`)
+        return Buffer.alloc(0)
+      },
+      writeFileStream: async (path) => {
+        backend.fileCalls.push(`writeFileStream ${path}`)
+      },
       readFileStream: async () => (async function* () {})(),
-      listFiles: async () => [],
+      listFiles: async (path) => {
+        backend.fileCalls.push(`listFiles ${path}`)
+        return []
+      },
       // cpuTimeMs as measured, and a figure of the whole host the definition may not declare.
       usage: async () => ({ cpuTimeMs: 7, memoryBytes: 123 }),
       async destroy() {
