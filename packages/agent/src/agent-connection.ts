@@ -36,9 +36,13 @@ import { measureUsage } from './usage-meter.js'
 import { serveMakeDirectory } from './working-directory.js'
 
 export const AGENT_VERSION = '0.1.0'
-/** How long a new connection has to authenticate. */
-// The host answers a hello in milliseconds; anyone slower holds a handshake slot for nothing.
-const AUTH_TIMEOUT_MS = 3_000
+/**
+ * How long a new connection has to authenticate. The host answers a hello in
+ * milliseconds, but a host stalled on a loaded machine must not lose its
+ * connection for it; a flood is bounded by the slots (pending-handshakes.ts),
+ * which drop the oldest, not by this deadline.
+ */
+const AUTH_TIMEOUT_MS = 10_000
 const MIN_HEARTBEAT_MS = 50
 const MAX_HEARTBEAT_MS = 60_000
 
