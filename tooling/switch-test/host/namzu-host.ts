@@ -411,8 +411,9 @@ async function main(): Promise<void> {
         { id: 'pdf-tools', source: { type: 'inImage' } },
       ],
     } as unknown as ContainerSandboxLayout),
+    // (A host directory as the source: the Docker backends refuse `inImage`, which they cannot mount.)
     dots: ['foo..bar', '..foo', 'foo..', 'pdf-tools.v2'].map((skillId) =>
-      layoutProblems({ outputs, skills: [{ id: skillId, source: { type: 'inImage' } }] }),
+      layoutProblems({ outputs, skills: [{ id: skillId, source: hostDir(dirs.pdfSkill) }] }),
     ),
     sharedPath: layoutProblems({
       outputs: { source: outputs.source, containerPath: '/work' },
