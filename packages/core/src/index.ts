@@ -134,6 +134,7 @@ export type {
   SandboxHostFileWrite,
   SandboxMakeDirectoryOptions,
   SandboxNetworkPolicy,
+  SandboxOutputBytes,
   SandboxOutputChunk,
   SandboxPauseOptions,
   SandboxPortForward,

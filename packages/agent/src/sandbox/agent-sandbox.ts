@@ -715,6 +715,7 @@ export class AgentSandbox implements CordonBackendSandbox {
     const collector = new ExecOutputCollector({
       ...(options.maxOutputBytes === undefined ? {} : { maxOutputBytes: options.maxOutputBytes }),
       ...(options.onOutput ? { onOutput: options.onOutput } : {}),
+      ...(options.onOutputBytes ? { onOutputBytes: options.onOutputBytes } : {}),
     })
     const { session, droppedBytes } = await this.init.client.attach(
       id,
@@ -775,6 +776,7 @@ export class AgentSandbox implements CordonBackendSandbox {
     const collector = new ExecOutputCollector({
       ...(options.maxOutputBytes === undefined ? {} : { maxOutputBytes: options.maxOutputBytes }),
       ...(options.onOutput ? { onOutput: options.onOutput } : {}),
+      ...(options.onOutputBytes ? { onOutputBytes: options.onOutputBytes } : {}),
     })
     const cwd = request.cwd ?? this.workingDirectory
     const started = Date.now()
