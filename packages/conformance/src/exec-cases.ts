@@ -1,4 +1,8 @@
-import { SandboxConfigValidationError, type SandboxOutputChunk } from '@cordon/core'
+import {
+  SandboxConfigValidationError,
+  type SandboxOutputBytes,
+  type SandboxOutputChunk,
+} from '@cordon/core'
 import { describe, expect, it } from 'vitest'
 import type { SandboxesUnderTest } from './shared-sandbox.js'
 import type { SandboxConformanceOptions } from './suite-options.js'
@@ -131,6 +135,71 @@ export function execCases(options: SandboxConformanceOptions, sandboxes: Sandbox
         expect(result.stdout).toBe('café € 🎉\n')
         expect(chunks.join('')).toBe('café € 🎉\n')
         expect(chunks.some((chunk) => chunk.includes('\uFFFD'))).toBe(false)
+      },
+      timeout,
+    )
+
+    it(
+      'hands onOutputBytes the bytes the command wrote, binary ones included',
+      async () => {
+        const pieces: SandboxOutputBytes[] = []
+        const result = await sandboxes.sandbox.exec(
+          'sh',
+          ['-c', "printf '\\377\\376\\000\\001'; printf '\\351' >&2"],
+          {
+            onOutputBytes: (chunk) => {
+              pieces.push(chunk)
+            },
+          },
+        )
+        expect(result.exitCode).toBe(0)
+        const of = (stream: 'stdout' | 'stderr') =>
+          pieces.filter((chunk) => chunk.stream === stream).flatMap((chunk) => [...chunk.bytes])
+        expect(of('stdout')).toEqual([0xff, 0xfe, 0x00, 0x01])
+        expect(of('stderr')).toEqual([0xe9])
+      },
+      timeout,
+    )
+
+    it(
+      'holds the command while onOutputBytes holds a piece, and delivers all of it after',
+      async () => {
+        // Far more than the pipes and windows between can hold, so the command
+        // can only finish writing once the held piece is let go.
+        const total = 16_000_000
+        const marker = `${sandboxes.sandbox.rootDir}/held-output-${uniqueSleep()}`
+        let release: () => void = () => {}
+        const held = new Promise<void>((resolve) => {
+          release = resolve
+        })
+        let received = 0
+        const running = sandboxes.sandbox.exec(
+          'sh',
+          ['-c', `head -c ${total} /dev/zero; touch ${marker}`],
+          {
+            timeout: timeout - 5000,
+            onOutputBytes: (chunk) => {
+              const first = received === 0
+              received += chunk.bytes.byteLength
+              return first ? held : undefined
+            },
+          },
+        )
+        try {
+          for (let waited = 0; received === 0 && waited < 20_000; waited += 50)
+            await new Promise((resolve) => setTimeout(resolve, 50))
+          await new Promise((resolve) => setTimeout(resolve, 2000))
+          const early = await sandboxes.sandbox.exec('test', ['-e', marker])
+          expect(early.exitCode, 'the command finished writing while its output was held').toBe(1)
+          expect(received).toBeLessThan(total)
+        } finally {
+          release()
+        }
+        const result = await running
+        expect(result.exitCode).toBe(0)
+        expect(received).toBe(total)
+        expect((await sandboxes.sandbox.exec('test', ['-e', marker])).exitCode).toBe(0)
+        await sandboxes.sandbox.exec('rm', ['-f', marker])
       },
       timeout,
     )

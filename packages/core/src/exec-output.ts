@@ -1,5 +1,5 @@
 import { SANDBOX_MAX_OUTPUT_BYTES } from './constants.js'
-import type { SandboxOutputChunk } from './sandbox.js'
+import type { SandboxOutputBytes, SandboxOutputChunk } from './sandbox.js'
 
 interface StreamState {
   readonly decoder: InstanceType<typeof TextDecoder>
@@ -11,12 +11,14 @@ interface StreamState {
 /**
  * Collects a command's stdout and stderr as they arrive. Each stream is decoded
  * incrementally, so a multi-byte character split across chunks is delivered
- * whole; the bytes kept for the result are capped per stream, cut at a
- * character boundary, and the truncation is recorded.
+ * whole; the bytes themselves go to `onOutputBytes` as they came; the bytes
+ * kept for the result are capped per stream, cut at a character boundary,
+ * and the truncation is recorded.
  */
 export class ExecOutputCollector {
   private readonly limit: number
   private readonly onOutput: ((chunk: SandboxOutputChunk) => void) | undefined
+  private readonly onOutputBytes: ((chunk: SandboxOutputBytes) => unknown) | undefined
   private readonly streams = {
     stdout: newState(),
     stderr: newState(),
@@ -25,31 +27,28 @@ export class ExecOutputCollector {
   constructor(options: {
     maxOutputBytes?: number
     onOutput?: (chunk: SandboxOutputChunk) => void
+    onOutputBytes?: (chunk: SandboxOutputBytes) => unknown
   }) {
     this.limit = options.maxOutputBytes ?? SANDBOX_MAX_OUTPUT_BYTES
     this.onOutput = options.onOutput
+    this.onOutputBytes = options.onOutputBytes
   }
 
-  push(stream: 'stdout' | 'stderr', bytes: Uint8Array): void {
-    if (bytes.byteLength === 0) return
+  /**
+   * Takes the next piece of one stream. `bytes` goes to `onOutputBytes` as
+   * it is, so a backend passes bytes it does not reuse. Returns a promise
+   * when `onOutputBytes` asked to hold further output: the backend reads
+   * no more of the command's output until it settles (it never rejects).
+   */
+  push(stream: 'stdout' | 'stderr', bytes: Uint8Array): Promise<void> | undefined {
+    if (bytes.byteLength === 0) return undefined
     const state = this.streams[stream]
     if (this.onOutput) {
       const data = state.decoder.decode(bytes, { stream: true })
       if (data) this.deliver({ stream, data })
     }
-    if (state.truncated) return
-    const room = this.limit - state.keptBytes
-    if (bytes.byteLength <= room) {
-      state.kept.push(bytes.slice())
-      state.keptBytes += bytes.byteLength
-      return
-    }
-    state.truncated = true
-    if (room > 0) {
-      const head = bytes.subarray(0, room)
-      state.kept.push(head.slice())
-      state.keptBytes += room
-    }
+    this.keep(state, bytes)
+    return this.onOutputBytes ? this.deliverBytes({ stream, bytes }) : undefined
   }
 
   /** Flushes decoders and returns what was kept. */
@@ -67,6 +66,22 @@ export class ExecOutputCollector {
     }
   }
 
+  private keep(state: StreamState, bytes: Uint8Array): void {
+    if (state.truncated) return
+    const room = this.limit - state.keptBytes
+    if (bytes.byteLength <= room) {
+      state.kept.push(bytes.slice())
+      state.keptBytes += bytes.byteLength
+      return
+    }
+    state.truncated = true
+    if (room > 0) {
+      const head = bytes.subarray(0, room)
+      state.kept.push(head.slice())
+      state.keptBytes += room
+    }
+  }
+
   private deliver(chunk: SandboxOutputChunk): void {
     try {
       this.onOutput?.(chunk)
@@ -74,6 +89,35 @@ export class ExecOutputCollector {
       // A throwing listener must not break the command's bookkeeping.
     }
   }
+
+  private deliverBytes(chunk: SandboxOutputBytes): Promise<void> | undefined {
+    let held: unknown
+    try {
+      held = this.onOutputBytes?.(chunk)
+    } catch {
+      return undefined
+    }
+    if (!isThenable(held)) return undefined
+    // Settled either way: a listener's failure must not end the command's output.
+    return new Promise<void>((resolve) => {
+      try {
+        held.then(
+          () => resolve(),
+          () => resolve(),
+        )
+      } catch {
+        resolve()
+      }
+    })
+  }
+}
+
+function isThenable(value: unknown): value is PromiseLike<unknown> {
+  return (
+    (typeof value === 'object' || typeof value === 'function') &&
+    value !== null &&
+    typeof (value as { then?: unknown }).then === 'function'
+  )
 }
 
 function newState(): StreamState {

@@ -23,6 +23,12 @@ const execRequestSchema = z.object({
           'onOutput must be a function',
         )
         .optional(),
+      onOutputBytes: z
+        .custom<(chunk: unknown) => unknown>(
+          (value) => typeof value === 'function',
+          'onOutputBytes must be a function',
+        )
+        .optional(),
       signal: z
         .custom<AbortSignal>(
           (value) => value instanceof AbortSignal,

@@ -136,6 +136,7 @@ export type {
   SandboxHostFileWrite,
   SandboxMakeDirectoryOptions,
   SandboxNetworkPolicy,
+  SandboxOutputBytes,
   SandboxOutputChunk,
   SandboxPauseOptions,
   SandboxPortForward,

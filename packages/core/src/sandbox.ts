@@ -28,6 +28,13 @@ export interface SandboxOutputChunk {
   readonly data: string
 }
 
+/** One piece of streamed output as the bytes the command wrote, undecoded. */
+export interface SandboxOutputBytes {
+  readonly stream: 'stdout' | 'stderr'
+  /** The caller's to keep: the backend does not reuse it. */
+  readonly bytes: Uint8Array
+}
+
 export interface SandboxExecOptions {
   /**
    * Kill the command's whole process tree after this many milliseconds.
@@ -49,6 +56,17 @@ export interface SandboxExecOptions {
   readonly signal?: AbortSignal
   /** Called for each piece of output, in order, while the command runs. */
   readonly onOutput?: (chunk: SandboxOutputChunk) => void
+  /**
+   * Called for each piece of output as the bytes the command wrote, in
+   * order, while the command runs: binary output arrives exactly as
+   * written. A promise (any thenable) it returns holds the command's
+   * further output, of both streams, until it settles, however it settles:
+   * once the pipes between fill, the command blocks writing, as it would
+   * into a slow reader, so a consumer that passes each piece on and waits
+   * for it to drain keeps host memory bounded. Any other return value is
+   * ignored. May be given with `onOutput`.
+   */
+  readonly onOutputBytes?: (chunk: SandboxOutputBytes) => unknown
   /** Bytes written to the command's stdin, which is then closed. Without it stdin is empty. */
   readonly stdin?: string | Uint8Array
   /**
@@ -166,6 +184,8 @@ export interface SandboxProcessInfo {
 export interface SandboxAttachOptions {
   /** Called with each piece of output: the output kept while detached first, then live output. */
   readonly onOutput?: (chunk: SandboxOutputChunk) => void
+  /** The same pieces as bytes, held by a promise it returns, as for exec's `onOutputBytes`. */
+  readonly onOutputBytes?: (chunk: SandboxOutputBytes) => unknown
   /** Cap on the bytes of each stream kept in the result (default 10 MiB), as for exec. */
   readonly maxOutputBytes?: number
   /** Aborting ends the wait for the attach; once attached, it kills the process as for `start`. */

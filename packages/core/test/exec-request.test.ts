@@ -37,4 +37,13 @@ describe('validateExecRequest', () => {
       ])
     }
   })
+
+  it('takes onOutputBytes as a function and refuses anything else', () => {
+    expect(validateExecRequest('cat', [], { onOutputBytes: () => undefined }, ROOT).command).toBe(
+      'cat',
+    )
+    expect(() =>
+      validateExecRequest('cat', [], { onOutputBytes: 'stdout' as never }, ROOT),
+    ).toThrow(/onOutputBytes must be a function/)
+  })
 })

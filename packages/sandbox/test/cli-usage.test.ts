@@ -1,3 +1,6 @@
+import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { describe, expect, it } from 'vitest'
 import { cordon } from './run-cli.js'
 
@@ -126,12 +129,56 @@ describe('cordon usage errors exit 64 and name what to fix', () => {
       ['run', '--image', 'bad image!', '--', 'true'],
       'cordon run: --image: "bad image!" is not an image reference the engine accepts ([host[:port]/]name[:tag][@digest], the name in lowercase letters, digits and . _ - separators)',
     ],
+    [
+      ['run', '--image', 'a', '--image', 'b', '--', 'true'],
+      'cordon run: --image takes one value, given 2 times ("a", "b"); give it once',
+    ],
+    [
+      ['shell', '--runtime=runc', '--runtime', 'runsc'],
+      'cordon shell: --runtime takes one value, given 2 times ("runc", "runsc"); give it once',
+    ],
+    [
+      ['build', '-t', 'a:1', '--tag', 'b:1', '.'],
+      'cordon build: --tag takes one value, given 2 times ("a:1", "b:1"); give it once',
+    ],
+    [
+      ['run', '--outputs', '', '--', 'true'],
+      'cordon run: --outputs: name a host directory (got "")',
+    ],
   ])('cordon %j', async (args, message) => {
     const result = await cordon([...args])
     expect(result).toMatchObject({
       code: 64,
       stdout: '',
       stderr: `${message}\n(cordon ${args[0]} --help shows its usage)\n`,
+    })
+  })
+
+  it('names --outputs when it is a file, not a directory, before any sandbox is made', async () => {
+    const dir = mkdtempSync(join(tmpdir(), 'cordon-cli-outputs-'))
+    try {
+      const file = join(dir, 'afile')
+      writeFileSync(file, 'not a directory\n')
+      const result = await cordon(['run', '--outputs', file, '--', 'true'], {
+        DOCKER_HOST: 'unix:///nonexistent/cordon-engine.sock',
+      })
+      expect(result).toEqual({
+        code: 64,
+        stdout: '',
+        stderr: `cordon run: --outputs: ${file} is not a directory; name a directory to hold the outputs\n(cordon run --help shows its usage)\n`,
+      })
+    } finally {
+      rmSync(dir, { recursive: true, force: true })
+    }
+  })
+
+  it('cordon help with a command it does not know is a usage error naming it', async () => {
+    const result = await cordon(['help', 'bogus'])
+    expect(result).toEqual({
+      code: 64,
+      stdout: '',
+      stderr:
+        'cordon: unknown command "bogus"; the commands are run, shell, demo, gc, prepare, build (cordon --help)\n',
     })
   })
 

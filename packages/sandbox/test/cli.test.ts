@@ -37,18 +37,19 @@ describe('the cordon command', () => {
   })
 
   it("shows a sandbox's terminal control sequences as escapes on a terminal, raw otherwise", async () => {
+    const { PassThrough } = await import('node:stream')
     const { runCommand } = await import('../dist/cli/run-command.js')
     // Retitles the window, clears the screen and overwrites the line, if printed raw.
     const hostile = ['--', 'printf', '\\033]0;pwned\\007\\033[2Jok\\rno\\n']
     const run = async (terminal: boolean, flags: string[] = []) => {
       let out = ''
-      const code = await runCommand([...flags, ...hostile], {
-        stdout: (text: string) => {
-          out += text
-        },
-        stderr: () => {},
-        terminal: { stdout: terminal, stderr: terminal },
+      const stdout = Object.assign(new PassThrough(), { isTTY: terminal })
+      stdout.on('data', (chunk: Buffer) => {
+        out += chunk.toString()
       })
+      const stderr = Object.assign(new PassThrough(), { isTTY: terminal }).resume()
+      const stdin = Object.assign(new PassThrough(), { isTTY: true })
+      const code = await runCommand([...flags, ...hostile], { stdin, stdout, stderr })
       expect(code).toBe(0)
       return out
     }
@@ -77,7 +78,7 @@ describe('the cordon command', () => {
     const running = shellCommand(['--', 'sh', '-i'], {
       stdin,
       stdout,
-      stderr: () => {},
+      stderr: new PassThrough().resume(),
       onResize: (listener) => {
         resized = listener
         return () => {}

@@ -755,8 +755,14 @@ export async function requestWriteFile(
 }
 
 export interface AgentExecHandlers {
-  readonly onStdout?: (bytes: Uint8Array) => void
-  readonly onStderr?: (bytes: Uint8Array) => void
+  /**
+   * Each piece of the command's output. A promise returned holds the next
+   * read of the connection until it settles, so a slow consumer slows the
+   * command (the agent stops reading its pipes) instead of piling up
+   * output in memory; it must not reject. Any other return value is ignored.
+   */
+  readonly onStdout?: (bytes: Uint8Array) => unknown
+  readonly onStderr?: (bytes: Uint8Array) => unknown
 }
 
 /**
@@ -843,9 +849,11 @@ export class AgentExecSession {
             'the agent closed the connection before the command ended',
           )
         if (frame.kind === 'data') {
-          if (frame.channel === 'stdout') handlers.onStdout?.(frame.data)
-          else if (frame.channel === 'stderr') handlers.onStderr?.(frame.data)
-          else throw new ProtocolError(`unexpected data on ${frame.channel}`)
+          if (frame.channel !== 'stdout' && frame.channel !== 'stderr')
+            throw new ProtocolError(`unexpected data on ${frame.channel}`)
+          const deliver = frame.channel === 'stdout' ? handlers.onStdout : handlers.onStderr
+          const held = deliver?.(frame.data)
+          if (held instanceof Promise) await held
           continue
         }
         const message = parseAgentMessage(frame.message)

@@ -716,6 +716,7 @@ export class AgentSandbox implements CordonBackendSandbox {
     const collector = new ExecOutputCollector({
       ...(options.maxOutputBytes === undefined ? {} : { maxOutputBytes: options.maxOutputBytes }),
       ...(options.onOutput ? { onOutput: options.onOutput } : {}),
+      ...(options.onOutputBytes ? { onOutputBytes: options.onOutputBytes } : {}),
     })
     const { session, droppedBytes } = await this.init.client.attach(
       id,
@@ -776,6 +777,7 @@ export class AgentSandbox implements CordonBackendSandbox {
     const collector = new ExecOutputCollector({
       ...(options.maxOutputBytes === undefined ? {} : { maxOutputBytes: options.maxOutputBytes }),
       ...(options.onOutput ? { onOutput: options.onOutput } : {}),
+      ...(options.onOutputBytes ? { onOutputBytes: options.onOutputBytes } : {}),
     })
     const cwd = request.cwd ?? this.workingDirectory
     const started = Date.now()

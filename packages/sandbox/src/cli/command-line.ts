@@ -42,24 +42,41 @@ export type FlagValues<Options extends Readonly<Record<string, FlagSpec>>> = {
 
 /**
  * `util.parseArgs` for a command line of flags and arguments, with its
- * failures as {@link UsageError} naming the flag.
+ * failures as {@link UsageError} naming the flag. A flag that takes one
+ * value and is given twice is refused, not settled by the last one.
  */
 export function parseCommandLine<const Options extends Readonly<Record<string, FlagSpec>>>(
   argv: readonly string[],
   options: Options,
 ): { values: FlagValues<Options>; positionals: string[] } {
+  let parsed: ReturnType<typeof parseArgs<ParseArgsConfig & { tokens: true }>>
   try {
-    const parsed = parseArgs({
+    parsed = parseArgs({
       args: [...argv],
       options: options as NonNullable<ParseArgsConfig['options']>,
       allowPositionals: true,
       strict: true,
+      tokens: true,
     })
-    return { values: parsed.values as FlagValues<Options>, positionals: parsed.positionals }
   } catch (error) {
     // Node's first sentence names the flag; the rest is advice for its own programs.
     throw new UsageError((error as Error).message.split('. ')[0]!)
   }
+  const given = new Map<string, string[]>()
+  for (const token of parsed.tokens) {
+    if (token.kind !== 'option' || token.value === undefined) continue
+    if (options[token.name]?.multiple) continue
+    const values = given.get(token.name) ?? []
+    values.push(token.value)
+    given.set(token.name, values)
+  }
+  for (const [name, values] of given) {
+    if (values.length > 1)
+      throw new UsageError(
+        `--${name} takes one value, given ${values.length} times (${values.map((value) => `"${value}"`).join(', ')}); give it once`,
+      )
+  }
+  return { values: parsed.values as FlagValues<Options>, positionals: parsed.positionals }
 }
 
 /**

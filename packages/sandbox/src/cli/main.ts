@@ -30,18 +30,26 @@ const io: RunIo = {
   terminal: { stdout: process.stdout.isTTY === true, stderr: process.stderr.isTTY === true },
 }
 
+// A reader of cordon's output that went away is each command's to handle
+// (run and shell stop the sandbox's program); elsewhere it is no crash.
+process.stdout.on('error', () => {})
+process.stderr.on('error', () => {})
+
 const COMMANDS: Readonly<
   Record<string, { usage: string; run: (argv: string[]) => Promise<number> }>
 > = {
-  run: { usage: RUN_USAGE, run: (argv) => runCommand(argv, io) },
+  run: {
+    usage: RUN_USAGE,
+    run: (argv) =>
+      runCommand(argv, { stdin: process.stdin, stdout: process.stdout, stderr: process.stderr }),
+  },
   shell: {
     usage: SHELL_USAGE,
     run: (argv) =>
       shellCommand(argv, {
         stdin: process.stdin,
         stdout: process.stdout,
-        stderr: io.stderr,
-        stderrIsTerminal: process.stderr.isTTY === true,
+        stderr: process.stderr,
         onResize: (listener) => {
           process.stdout.on('resize', listener)
           return () => process.stdout.off('resize', listener)
@@ -54,24 +62,36 @@ const COMMANDS: Readonly<
   build: { usage: BUILD_USAGE, run: (argv) => buildCommand(argv, io) },
 }
 
+function commandNamed(name: string) {
+  return Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined
+}
+
+function unknownCommand(name: string): number {
+  io.stderr(
+    `cordon: unknown command "${name}"; the commands are ${Object.keys(COMMANDS).join(', ')} (cordon --help)\n`,
+  )
+  return EXIT_USAGE
+}
+
 async function main(argv: readonly string[]): Promise<number> {
   const [name, ...rest] = argv
-  if (name === 'help' || name === '--help' || name === '-h') {
-    const asked = name === 'help' && rest[0] ? COMMANDS[rest[0]] : undefined
-    io.stdout(`${asked ? asked.usage : USAGE}\n`)
-    return 0
-  }
   if (name === undefined) {
     io.stderr(`${USAGE}\n`)
     return EXIT_USAGE
   }
-  const command = Object.hasOwn(COMMANDS, name) ? COMMANDS[name] : undefined
-  if (!command) {
-    io.stderr(
-      `cordon: unknown command "${name}"; the commands are ${Object.keys(COMMANDS).join(', ')} (cordon --help)\n`,
-    )
-    return EXIT_USAGE
+  if (name === 'help' || name === '--help' || name === '-h') {
+    const topic = name === 'help' ? rest[0] : undefined
+    if (topic === undefined || topic === '--help' || topic === '-h') {
+      io.stdout(`${USAGE}\n`)
+      return 0
+    }
+    const asked = commandNamed(topic)
+    if (!asked) return unknownCommand(topic)
+    io.stdout(`${asked.usage}\n`)
+    return 0
   }
+  const command = commandNamed(name)
+  if (!command) return unknownCommand(name)
   if (asksForHelp(rest)) {
     io.stdout(`${command.usage}\n`)
     return 0

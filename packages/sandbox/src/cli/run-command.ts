@@ -1,7 +1,11 @@
-import { escapeTerminalControls } from '@cordon/core'
+import { SandboxDestroyedError } from '@cordon/core'
 import { createSandboxProvider } from '../create-sandbox-provider.js'
 import { environmentFlag, parseFlags, UsageError, wholeNumberFlag } from './command-line.js'
+import { CommandOutput, type OutputStream } from './command-output.js'
+import { EXIT_BROKEN_PIPE, EXIT_CORDON_FAILURE } from './exit-codes.js'
 import { imagePullReporter } from './image-pull-report.js'
+import { LocalSignals } from './local-signals.js'
+import { sandboxEndedLine } from './sandbox-end.js'
 import {
   flagErrorOf,
   memoryFromFlags,
@@ -10,17 +14,22 @@ import {
   splitAtSeparator,
   withFlagErrors,
 } from './sandbox-flags.js'
+import { feedStdin, type InputStream } from './stdin-feed.js'
 
 export const RUN_USAGE = `usage: cordon run [--image IMAGE] [--runtime docker|runc|runsc] [--memory MB]
                   [--pids N] [--timeout MS] [--outputs HOST_DIR] [--env KEY=VALUE]...
                   [--raw] -- COMMAND [ARGS...]
 
 Runs COMMAND (an argv, never a shell) in a fresh hardened sandbox with no
-network, streams its output, and exits with its exit code. An IMAGE the
-engine lacks is pulled first, with its progress on stderr. Output bound for
-a terminal has its control characters shown as escapes (\\x1b, \\r), so the
-sandbox cannot drive your terminal; --raw passes them through.`
+network, streams its output, and exits with its exit code. Its stdin is
+cordon's when that is not a terminal (a pipe, a file), else empty. An IMAGE
+the engine lacks is pulled first, with its progress on stderr. Output bound
+for a terminal has its control characters shown as escapes (\\x1b, \\r), so
+the sandbox cannot drive your terminal; --raw passes them through; output
+bound elsewhere is passed on byte for byte. If cordon's stdout or stderr is
+closed early (| head), the command is stopped and cordon exits 141.`
 
+/** Text output, for the commands that print only their own messages. */
 export interface RunIo {
   readonly stdout: (text: string) => void
   readonly stderr: (text: string) => void
@@ -28,8 +37,18 @@ export interface RunIo {
   readonly terminal?: { readonly stdout: boolean; readonly stderr: boolean }
 }
 
-/** `cordon run`: one command in one sandbox, output streamed, exit code passed through. */
-export async function runCommand(argv: readonly string[], io: RunIo): Promise<number> {
+/** The local side of `cordon run`: process.stdin, stdout and stderr, or test streams. */
+export interface RunStreams {
+  readonly stdin: InputStream
+  readonly stdout: OutputStream
+  readonly stderr: OutputStream
+}
+
+/**
+ * `cordon run`: one command in one sandbox, stdin fed to it, its output
+ * streamed, its exit code passed through.
+ */
+export async function runCommand(argv: readonly string[], io: RunStreams): Promise<number> {
   const { flags, command } = splitAtSeparator(argv)
   const values = parseFlags(
     'run',
@@ -45,9 +64,10 @@ export async function runCommand(argv: readonly string[], io: RunIo): Promise<nu
   )
   if (command.length === 0 || !command[0])
     throw new UsageError('no command to run: cordon run [options] -- COMMAND [ARGS...]')
+  const say = (text: string): void => void io.stderr.write(text)
   const config = {
     ...(await providerConfigFromFlags(values)),
-    onEvent: imagePullReporter(io.stderr, io.terminal?.stderr === true),
+    onEvent: imagePullReporter(say, io.stderr.isTTY === true),
   }
   const env = environmentFlag(values.env)
   const limits = {
@@ -61,34 +81,74 @@ export async function runCommand(argv: readonly string[], io: RunIo): Promise<nu
       ? undefined
       : wholeNumberFlag('timeout', values.timeout, 'milliseconds')
   const provider = withFlagErrors(values, () => createSandboxProvider(config))
-  const interrupt = new AbortController()
-  const onSignal = () => interrupt.abort()
-  process.once('SIGINT', onSignal)
-  process.once('SIGTERM', onSignal)
+  using signals = new LocalSignals()
+  using output = new CommandOutput(io, { raw: values.raw })
+  // Stopped by a signal to cordon, or by a reader of its output that went away.
+  const stop = AbortSignal.any([signals.signal, output.signal])
+  // The command is being killed: a stream nobody reads must not keep cordon waiting.
+  signals.signal.addEventListener('abort', () => output.stop(), { once: true })
+  // A terminal's input is a person's keystrokes, which `cordon shell` is for.
+  const forwardStdin = io.stdin.isTTY !== true
+  let stopFeeding = (): void => {}
+  let sandbox: Awaited<ReturnType<typeof provider.create>> | undefined
   try {
-    const sandbox = await provider
-      .create({ env, ...limits, signal: interrupt.signal })
-      .catch((error: unknown) => {
-        throw flagErrorOf(error, values)
-      })
-    const inert = (stream: 'stdout' | 'stderr', text: string): string =>
-      io.terminal?.[stream] && !values.raw ? escapeTerminalControls(text) : text
-    const result = await sandbox.exec(command[0], command.slice(1), {
-      onOutput: (chunk) =>
-        chunk.stream === 'stdout'
-          ? io.stdout(inert('stdout', chunk.data))
-          : io.stderr(inert('stderr', chunk.data)),
-      signal: interrupt.signal,
-      ...(timeout === undefined ? {} : { timeout }),
+    sandbox = await provider.create({ env, ...limits, signal: stop }).catch((error: unknown) => {
+      throw flagErrorOf(error, values)
     })
+    // What `exec` would apply: the sandbox's default, unless --timeout says otherwise.
+    const timeoutMs = timeout ?? sandbox.enforced.execTimeoutMs
+    const running = await sandbox.start(command[0], command.slice(1), {
+      onOutputBytes: output.onOutputBytes,
+      signal: stop,
+      timeout: timeoutMs,
+      openStdin: forwardStdin,
+    })
+    if (forwardStdin) stopFeeding = feedStdin(running, io.stdin)
+    const result = await running.wait()
+    stopFeeding()
+    output.finish()
+    if (output.failed) return brokenOutputCode(output.failed, say)
+    if (signals.exitCode !== undefined) {
+      say("cordon: interrupted; the command's process tree was killed\n")
+      return signals.exitCode
+    }
     if (result.timedOut)
-      io.stderr(`cordon: timed out after ${timeout} ms; the command's process tree was killed\n`)
-    if (result.oomKilled) io.stderr('cordon: the command ran out of memory and was killed\n')
-    if (result.aborted) io.stderr("cordon: interrupted; the command's process tree was killed\n")
+      say(`cordon: timed out after ${timeoutMs} ms; the command's process tree was killed\n`)
+    if (result.oomKilled) say('cordon: the command ran out of memory and was killed\n')
     return result.exitCode >= 0 ? result.exitCode : 1
+  } catch (error) {
+    stopFeeding()
+    if (output.failed) return brokenOutputCode(output.failed, say)
+    if (signals.exitCode !== undefined) {
+      say('cordon: interrupted\n')
+      return signals.exitCode
+    }
+    if (sandbox && SandboxDestroyedError.isInstance(error)) {
+      const ended = await sandboxEndedLine(sandbox)
+      if (ended) {
+        say(ended)
+        return EXIT_CORDON_FAILURE
+      }
+    }
+    throw error
   } finally {
-    process.off('SIGINT', onSignal)
-    process.off('SIGTERM', onSignal)
     await provider.close()
   }
+}
+
+/**
+ * The exit code when cordon's own output failed: 141 (128 + SIGPIPE, as a
+ * shell reports a program a closed pipe ended) without a word when its
+ * reader went away, else 125 with what failed.
+ */
+export function brokenOutputCode(
+  broken: { readonly stream: 'stdout' | 'stderr'; readonly error: NodeJS.ErrnoException },
+  say: (text: string) => void,
+): number {
+  if (broken.error.code === 'EPIPE') return EXIT_BROKEN_PIPE
+  if (broken.stream === 'stdout')
+    say(
+      `cordon: could not write the command's output: ${broken.error.message}; the command was stopped\n`,
+    )
+  return EXIT_CORDON_FAILURE
 }

@@ -1,3 +1,4 @@
+import { statSync } from 'node:fs'
 import { resolve } from 'node:path'
 import type { SandboxProviderConfig } from '@cordon/builtin-backends'
 import { SandboxConfigValidationError, SandboxControlRefusedError } from '@cordon/core'
@@ -50,6 +51,8 @@ export async function providerConfigFromFlags(values: {
   readonly outputs?: string | undefined
 }): Promise<SandboxProviderConfig> {
   const runtime = runtimeFlag(values.runtime)
+  // A relative directory is taken from where cordon runs, as a shell user expects.
+  const outputs = values.outputs === undefined ? undefined : outputsDirectory(values.outputs)
   const registryAuth = await registryAuthForImage(values.image)
   return {
     backend: {
@@ -60,13 +63,28 @@ export async function providerConfigFromFlags(values: {
     },
     layout: {
       outputs: {
-        // A relative directory is taken from where cordon runs, as a shell user expects.
-        source: values.outputs
-          ? { type: 'hostDir', hostPath: resolve(values.outputs) }
-          : { type: 'ephemeral' },
+        source: outputs ? { type: 'hostDir', hostPath: outputs } : { type: 'ephemeral' },
       },
     },
   }
+}
+
+/**
+ * `--outputs` as an absolute path, refused as a {@link UsageError} when it
+ * names something here that is not a directory (the engine would mount a
+ * file and every command would then fail). A path that does not exist here
+ * is the engine's to judge: its host may be another machine, and the
+ * backend names `--outputs` if it lacks the directory too.
+ */
+function outputsDirectory(value: string): string {
+  if (value === '') throw new UsageError('--outputs: name a host directory (got "")')
+  const path = resolve(value)
+  const found = statSync(path, { throwIfNoEntry: false })
+  if (found && !found.isDirectory())
+    throw new UsageError(
+      `--outputs: ${path} is not a directory; name a directory to hold the outputs`,
+    )
+  return path
 }
 
 /** `--memory` as `memoryLimitMb`, if given. */

@@ -1,8 +1,13 @@
-import type { Readable, Writable } from 'node:stream'
-import { type CordonSandbox, escapeTerminalControls } from '@cordon/core'
+import type { Readable } from 'node:stream'
+import { type CordonSandbox, SandboxDestroyedError } from '@cordon/core'
 import { createSandboxProvider } from '../create-sandbox-provider.js'
 import { parseFlags } from './command-line.js'
+import { CommandOutput, type OutputStream } from './command-output.js'
+import { EXIT_CORDON_FAILURE } from './exit-codes.js'
 import { imagePullReporter } from './image-pull-report.js'
+import { LocalSignals } from './local-signals.js'
+import { brokenOutputCode } from './run-command.js'
+import { sandboxEndedLine } from './sandbox-end.js'
 import {
   flagErrorOf,
   memoryFromFlags,
@@ -11,6 +16,7 @@ import {
   splitAtSeparator,
   withFlagErrors,
 } from './sandbox-flags.js'
+import { feedStdin } from './stdin-feed.js'
 
 export const SHELL_USAGE = `usage: cordon shell [--image IMAGE] [--runtime docker|runc|runsc] [--memory MB]
                     [--outputs HOST_DIR] [-- COMMAND [ARGS...]]
@@ -25,10 +31,9 @@ cordon run's is, and cordon exits with its status.`
 /** The local terminal `cordon shell` attaches to (process.stdin and stdout, or test streams). */
 export interface ShellIo {
   readonly stdin: Readable & { isTTY?: boolean; setRawMode?: (raw: boolean) => unknown }
-  readonly stdout: Writable & { columns?: number; rows?: number; isTTY?: boolean }
-  readonly stderr: (text: string) => void
-  /** Whether stderr is a terminal: output a sandbox wrote without a terminal of its own is made inert for it. */
-  readonly stderrIsTerminal?: boolean
+  readonly stdout: OutputStream & { columns?: number; rows?: number }
+  /** Output a sandbox wrote without a terminal of its own is made inert for it if it is a terminal. */
+  readonly stderr: OutputStream
   /** Calls `listener` whenever the local terminal is resized; returns the unsubscribe. */
   readonly onResize?: (listener: () => void) => () => void
 }
@@ -43,17 +48,23 @@ export async function shellCommand(argv: readonly string[], io: ShellIo): Promis
   const values = parseFlags('shell', flags, SANDBOX_FLAG_OPTIONS, true)
   const limits = memoryFromFlags(values)
   const config = await providerConfigFromFlags(values)
+  const say = (text: string): void => void io.stderr.write(text)
   const provider = withFlagErrors(values, () =>
-    createSandboxProvider({ ...config, onEvent: imagePullReporter(io.stderr, false) }),
+    createSandboxProvider({ ...config, onEvent: imagePullReporter(say, false) }),
   )
   const program = { command: command[0] ?? '/bin/sh', args: command.slice(1) }
+  using signals = new LocalSignals()
   try {
-    const sandbox = await provider.create(limits).catch((error: unknown) => {
-      throw flagErrorOf(error, values)
-    })
+    const sandbox = await provider
+      .create({ ...limits, signal: signals.signal })
+      .catch((error: unknown) => {
+        if (signals.exitCode !== undefined) return undefined
+        throw flagErrorOf(error, values)
+      })
+    if (!sandbox) return signals.exitCode!
     return io.stdin.isTTY === true
-      ? await onTerminal(sandbox, program, io)
-      : await withoutTerminal(sandbox, program, io)
+      ? await onTerminal(sandbox, program, io, signals)
+      : await withoutTerminal(sandbox, program, io, signals)
   } finally {
     await provider.close()
   }
@@ -63,19 +74,31 @@ async function onTerminal(
   sandbox: CordonSandbox,
   program: { command: string; args: string[] },
   io: ShellIo,
+  signals: LocalSignals,
 ): Promise<number> {
   const size = () => ({ cols: io.stdout.columns || 80, rows: io.stdout.rows || 24 })
   const raw = typeof io.stdin.setRawMode === 'function'
   const terminal = await sandbox.openTerminal({ ...program, size: size() })
   terminal.onData((data) => io.stdout.write(data))
   const forward = (chunk: Buffer) => void terminal.write(chunk).catch(() => {})
+  // SIGTERM or SIGHUP to cordon (Ctrl-C is a keystroke here, sent on to the program).
+  const stop = () => void terminal.kill('SIGKILL').catch(() => {})
+  signals.signal.addEventListener('abort', stop, { once: true })
   if (raw) io.stdin.setRawMode!(true)
   io.stdin.on('data', forward)
   io.stdin.resume()
   const stopResizing = io.onResize?.(() => void terminal.resize(size()).catch(() => {}))
   try {
-    return await terminal.exited
+    const status = await terminal.exited
+    if (signals.exitCode !== undefined) return signals.exitCode
+    // The engine reports a program the sandbox's end killed as killed (137) or unknown (-1).
+    if (sandbox.status === 'destroyed' || status === 137 || status === -1) {
+      const ended = await sandboxEndedLine(sandbox)
+      if (ended) io.stderr.write(ended)
+    }
+    return status
   } finally {
+    signals.signal.removeEventListener('abort', stop)
     stopResizing?.()
     io.stdin.off('data', forward)
     io.stdin.pause()
@@ -84,51 +107,47 @@ async function onTerminal(
 }
 
 /**
- * The program as a plain process: stdin goes to it as it arrives (the next
- * chunk is read once the last one was delivered) and is closed at its end,
- * so a shell reading commands from a pipe ends when the pipe does.
+ * The program as a plain process: stdin goes to it as it arrives and is
+ * closed at its end, so a shell reading commands from a pipe ends when the
+ * pipe does; its output is handled as `cordon run`'s is.
  */
 async function withoutTerminal(
   sandbox: CordonSandbox,
   program: { command: string; args: string[] },
   io: ShellIo,
+  signals: LocalSignals,
 ): Promise<number> {
-  const interrupt = new AbortController()
-  const onSignal = () => interrupt.abort()
-  process.once('SIGINT', onSignal)
-  process.once('SIGTERM', onSignal)
-  const inert = (text: string, terminal: boolean) =>
-    terminal ? escapeTerminalControls(text) : text
+  using output = new CommandOutput(io, { raw: false })
+  const say = (text: string): void => void io.stderr.write(text)
+  const stop = AbortSignal.any([signals.signal, output.signal])
+  signals.signal.addEventListener('abort', () => output.stop(), { once: true })
+  let stopFeeding = (): void => {}
   try {
     const running = await sandbox.start(program.command, program.args, {
-      onOutput: (chunk) =>
-        chunk.stream === 'stdout'
-          ? io.stdout.write(inert(chunk.data, io.stdout.isTTY === true))
-          : io.stderr(inert(chunk.data, io.stderrIsTerminal === true)),
-      signal: interrupt.signal,
+      onOutputBytes: output.onOutputBytes,
+      signal: stop,
     })
-    const forward = (chunk: Buffer) => {
-      io.stdin.pause()
-      running.write(chunk).then(
-        () => io.stdin.resume(),
-        () => io.stdin.destroy(),
-      )
+    stopFeeding = feedStdin(running, io.stdin)
+    const result = await running.wait()
+    stopFeeding()
+    output.finish()
+    if (output.failed) return brokenOutputCode(output.failed, say)
+    if (signals.exitCode !== undefined) {
+      say("cordon: interrupted; the command's process tree was killed\n")
+      return signals.exitCode
     }
-    const close = () => void running.closeStdin().catch(() => {})
-    io.stdin.on('data', forward)
-    io.stdin.once('end', close)
-    io.stdin.resume()
-    try {
-      const result = await running.wait()
-      if (result.aborted) io.stderr("cordon: interrupted; the command's process tree was killed\n")
-      return result.exitCode >= 0 ? result.exitCode : 1
-    } finally {
-      io.stdin.off('data', forward)
-      io.stdin.off('end', close)
-      io.stdin.pause()
+    return result.exitCode >= 0 ? result.exitCode : 1
+  } catch (error) {
+    stopFeeding()
+    if (output.failed) return brokenOutputCode(output.failed, say)
+    if (signals.exitCode !== undefined) return signals.exitCode
+    if (SandboxDestroyedError.isInstance(error)) {
+      const ended = await sandboxEndedLine(sandbox)
+      if (ended) {
+        say(ended)
+        return EXIT_CORDON_FAILURE
+      }
     }
-  } finally {
-    process.off('SIGINT', onSignal)
-    process.off('SIGTERM', onSignal)
+    throw error
   }
 }
