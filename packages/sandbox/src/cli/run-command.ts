@@ -1,11 +1,9 @@
-import { SandboxDestroyedError } from '@cordon/core'
 import { createSandboxProvider } from '../create-sandbox-provider.js'
 import { environmentFlag, parseFlags, UsageError, wholeNumberFlag } from './command-line.js'
 import { CommandOutput, type OutputStream } from './command-output.js'
-import { EXIT_BROKEN_PIPE, EXIT_CORDON_FAILURE } from './exit-codes.js'
 import { imagePullReporter } from './image-pull-report.js'
 import { LocalSignals } from './local-signals.js'
-import { sandboxEndedLine } from './sandbox-end.js'
+import { failedProgramExitCode, type ProgramEnd, waitForProgram } from './program-end.js'
 import {
   flagErrorOf,
   memoryFromFlags,
@@ -90,6 +88,7 @@ export async function runCommand(argv: readonly string[], io: RunStreams): Promi
   // A terminal's input is a person's keystrokes, which `cordon shell` is for.
   const forwardStdin = io.stdin.isTTY !== true
   let stopFeeding = (): void => {}
+  const end: ProgramEnd = { output, signals, say, stopFeeding: () => stopFeeding() }
   let sandbox: Awaited<ReturnType<typeof provider.create>> | undefined
   try {
     sandbox = await provider.create({ env, ...limits, signal: stop }).catch((error: unknown) => {
@@ -104,51 +103,16 @@ export async function runCommand(argv: readonly string[], io: RunStreams): Promi
       openStdin: forwardStdin,
     })
     if (forwardStdin) stopFeeding = feedStdin(running, io.stdin)
-    const result = await running.wait()
-    stopFeeding()
-    output.finish()
-    if (output.failed) return brokenOutputCode(output.failed, say)
-    if (signals.exitCode !== undefined) {
-      say("cordon: interrupted; the command's process tree was killed\n")
-      return signals.exitCode
-    }
+    const ended = await waitForProgram(running, end)
+    if ('exitCode' in ended) return ended.exitCode
+    const { result } = ended
     if (result.timedOut)
       say(`cordon: timed out after ${timeoutMs} ms; the command's process tree was killed\n`)
     if (result.oomKilled) say('cordon: the command ran out of memory and was killed\n')
     return result.exitCode >= 0 ? result.exitCode : 1
   } catch (error) {
-    stopFeeding()
-    if (output.failed) return brokenOutputCode(output.failed, say)
-    if (signals.exitCode !== undefined) {
-      say('cordon: interrupted\n')
-      return signals.exitCode
-    }
-    if (sandbox && SandboxDestroyedError.isInstance(error)) {
-      const ended = await sandboxEndedLine(sandbox)
-      if (ended) {
-        say(ended)
-        return EXIT_CORDON_FAILURE
-      }
-    }
-    throw error
+    return await failedProgramExitCode(error, sandbox, end, 'cordon: interrupted\n')
   } finally {
     await provider.close()
   }
-}
-
-/**
- * The exit code when cordon's own output failed: 141 (128 + SIGPIPE, as a
- * shell reports a program a closed pipe ended) without a word when its
- * reader went away, else 125 with what failed.
- */
-export function brokenOutputCode(
-  broken: { readonly stream: 'stdout' | 'stderr'; readonly error: NodeJS.ErrnoException },
-  say: (text: string) => void,
-): number {
-  if (broken.error.code === 'EPIPE') return EXIT_BROKEN_PIPE
-  if (broken.stream === 'stdout')
-    say(
-      `cordon: could not write the command's output: ${broken.error.message}; the command was stopped\n`,
-    )
-  return EXIT_CORDON_FAILURE
 }

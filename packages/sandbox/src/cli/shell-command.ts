@@ -1,12 +1,11 @@
 import type { Readable } from 'node:stream'
-import { type CordonSandbox, SandboxDestroyedError } from '@cordon/core'
+import type { CordonSandbox } from '@cordon/core'
 import { createSandboxProvider } from '../create-sandbox-provider.js'
 import { parseFlags } from './command-line.js'
 import { CommandOutput, type OutputStream } from './command-output.js'
-import { EXIT_CORDON_FAILURE } from './exit-codes.js'
 import { imagePullReporter } from './image-pull-report.js'
 import { LocalSignals } from './local-signals.js'
-import { brokenOutputCode } from './run-command.js'
+import { failedProgramExitCode, type ProgramEnd, waitForProgram } from './program-end.js'
 import { sandboxEndedLine } from './sandbox-end.js'
 import {
   flagErrorOf,
@@ -122,32 +121,17 @@ async function withoutTerminal(
   const stop = AbortSignal.any([signals.signal, output.signal])
   signals.signal.addEventListener('abort', () => output.stop(), { once: true })
   let stopFeeding = (): void => {}
+  const end: ProgramEnd = { output, signals, say, stopFeeding: () => stopFeeding() }
   try {
     const running = await sandbox.start(program.command, program.args, {
       onOutputBytes: output.onOutputBytes,
       signal: stop,
     })
     stopFeeding = feedStdin(running, io.stdin)
-    const result = await running.wait()
-    stopFeeding()
-    output.finish()
-    if (output.failed) return brokenOutputCode(output.failed, say)
-    if (signals.exitCode !== undefined) {
-      say("cordon: interrupted; the command's process tree was killed\n")
-      return signals.exitCode
-    }
-    return result.exitCode >= 0 ? result.exitCode : 1
+    const ended = await waitForProgram(running, end)
+    if ('exitCode' in ended) return ended.exitCode
+    return ended.result.exitCode >= 0 ? ended.result.exitCode : 1
   } catch (error) {
-    stopFeeding()
-    if (output.failed) return brokenOutputCode(output.failed, say)
-    if (signals.exitCode !== undefined) return signals.exitCode
-    if (SandboxDestroyedError.isInstance(error)) {
-      const ended = await sandboxEndedLine(sandbox)
-      if (ended) {
-        say(ended)
-        return EXIT_CORDON_FAILURE
-      }
-    }
-    throw error
+    return await failedProgramExitCode(error, sandbox, end, undefined)
   }
 }
