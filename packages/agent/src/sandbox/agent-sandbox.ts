@@ -16,6 +16,7 @@ import {
   type SandboxEndReason,
   type SandboxEnvironment,
   type SandboxEvent,
+  type SandboxExecEvent,
   type SandboxExecOptions,
   type SandboxExecResult,
   type SandboxFileChange,
@@ -789,6 +790,25 @@ export class AgentSandbox implements CordonBackendSandbox {
       timestamp: started,
       command,
     })
+    // Every exec start has its end, also a refused one, so none is reported as still running.
+    const emitEnd = (
+      outcome: Pick<
+        SandboxExecEvent,
+        'exitCode' | 'timedOut' | 'aborted' | 'durationMs' | 'outcome' | 'error'
+      >,
+    ): void => {
+      const ended = Date.now()
+      this.init.emit({
+        type: 'exec',
+        phase: 'end',
+        sandboxId: this.id,
+        backend: this.init.backend,
+        timestamp: ended,
+        command,
+        durationMs: ended - started,
+        ...outcome,
+      })
+    }
     let session: AgentExecSession
     try {
       session = await this.init.client.startExec(
@@ -810,31 +830,12 @@ export class AgentSandbox implements CordonBackendSandbox {
         options.signal,
       )
     } catch (error) {
-      // Every exec start has its end, so a refused command is not reported as one still running.
-      const ended = Date.now()
-      this.init.emit({
-        type: 'exec',
-        phase: 'end',
-        sandboxId: this.id,
-        backend: this.init.backend,
-        timestamp: ended,
-        command,
-        durationMs: ended - started,
-        outcome: 'failed',
-        error: describeError(error),
-      })
+      emitEnd({ outcome: 'failed', error: describeError(error) })
       throw error
     }
     return this.track(session, collector, options.signal, (ending) => {
-      const ended = Date.now()
       const result = 'result' in ending ? ending.result : undefined
-      this.init.emit({
-        type: 'exec',
-        phase: 'end',
-        sandboxId: this.id,
-        backend: this.init.backend,
-        timestamp: ended,
-        command,
+      emitEnd({
         ...(result
           ? {
               exitCode: result.exitCode,
@@ -842,7 +843,7 @@ export class AgentSandbox implements CordonBackendSandbox {
               aborted: result.aborted,
               durationMs: result.durationMs,
             }
-          : { durationMs: ended - started }),
+          : {}),
         // A detach is no failure: the command runs on, followed by whoever attaches.
         ...('detached' in ending ? { outcome: 'detached' as const } : {}),
         ...('error' in ending
