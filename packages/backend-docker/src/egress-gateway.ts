@@ -26,7 +26,7 @@ import type Docker from 'dockerode'
 import { type AgentRuntime, RUNTIME_MOUNT } from './agent-runtime.js'
 import { attachChannel } from './attached-channel.js'
 import { hardenedHostConfig } from './container-hardening.js'
-import { isBeingRemoved, isNotFound } from './engine-errors.js'
+import { removeContainerAndWait } from './container-removal.js'
 import { watchHostAddresses } from './host-addresses.js'
 
 type ProxiedPolicy = Exclude<EgressPolicy, { kind: 'deny-all' } | { kind: 'resolver' }>
@@ -211,7 +211,7 @@ export class EgressGateway {
     const runtime = await this.options.runtime()
     // The container of a gateway that died may still be being removed, and
     // holds the name until it is gone.
-    if (this.started) await this.removeResources({ waitGone: true })
+    if (this.started) await this.removeResources()
     this.started = true
     const hostAddresses = this.options.hostAddresses?.()
     const settings: GatewaySettings = {
@@ -388,28 +388,8 @@ export class EgressGateway {
     return this.stopping
   }
 
-  private async removeResources(options: { readonly waitGone?: boolean } = {}): Promise<void> {
-    const ignoreMissing = async (operation: () => Promise<unknown>) => {
-      try {
-        await operation()
-      } catch (error) {
-        if (!isNotFound(error) && !isBeingRemoved(error)) throw error
-      }
-    }
-    const container = this.docker.getContainer(this.names.container)
-    await ignoreMissing(() => container.remove({ force: true }))
-    if (!options.waitGone) return
-    const deadline = Date.now() + CONTROL_ANSWER_TIMEOUT_MS
-    while (Date.now() < deadline) {
-      const gone = await container.inspect().then(
-        () => false,
-        (error: unknown) => {
-          if (isNotFound(error)) return true
-          throw error
-        },
-      )
-      if (gone) return
-      await new Promise((resolve) => setTimeout(resolve, 50))
-    }
+  /** Removes the gateway's container and waits until the engine no longer has it. */
+  private async removeResources(): Promise<void> {
+    await removeContainerAndWait(this.docker.getContainer(this.names.container))
   }
 }
