@@ -219,6 +219,18 @@ describe('reconnect on the ARM stand-in', () => {
     }
   }, 240_000)
 
+  it("sandbox code reads its agent's secret from the config map (the README's stated limit: on ACI it can answer the host as the agent)", async () => {
+    const sandbox = await provider.create({ detached: true, lifetimeMs: 120_000 })
+    try {
+      // Any uid the sandbox runs commands as: the agent's own, which must read the file.
+      const read = await sandbox.exec('sh', ['-c', `cat /mnt/configmap/*/${SECRET_CONFIG_MAP_KEY}`])
+      expect(read.exitCode, read.stderr).toBe(0)
+      expect(read.stdout.trim()).toBe(secretOf(sandbox.credential!))
+    } finally {
+      await sandbox.destroy()
+    }
+  })
+
   it('detached needs a lifetime', async () => {
     const noLifetime = await provider.create({ detached: true }).catch((error: unknown) => error)
     expect(SandboxConfigValidationError.isInstance(noLifetime)).toBe(true)

@@ -1,9 +1,6 @@
-import { spawn } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { existsSync } from 'node:fs'
 import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
-import { testRunId } from '@cordon/test-support'
 import { describe, expect, it } from 'vitest'
 import { collectGarbage } from '../src/index.js'
 import {
@@ -11,29 +8,11 @@ import {
   engineRootDir,
   removeMemoryCheckpoint,
 } from '../src/memory-snapshot.js'
+import { runHostThatDies } from './dying-host.js'
 import { docker } from './test-run.js'
 
 /** A label of this file's own: its garbage collections look at nothing else. */
 const SCOPE_KEY = 'cordon-test.abandoned-snapshots'
-
-/** Runs a fixture that kills its own process at an exact point; resolves with what it printed. */
-async function hostThatDies(fixture: string, env: Record<string, string>): Promise<string> {
-  const script = fileURLToPath(new URL(`./fixtures/${fixture}`, import.meta.url))
-  const child = spawn(process.execPath, [script], {
-    env: { ...process.env, CORDON_TEST_RUN_ID: testRunId(), ...env },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  })
-  let output = ''
-  child.stdout.on('data', (chunk: Buffer) => {
-    output += chunk.toString()
-  })
-  await new Promise<void>((resolve, reject) => {
-    child.on('exit', (code, signal) =>
-      signal === 'SIGKILL' ? resolve() : reject(new Error(`child exited ${code}: ${output}`)),
-    )
-  })
-  return output
-}
 
 const tagged = async (id: string): Promise<boolean> =>
   (await docker.listImages({ filters: { reference: [`cordon-snapshot:${id}`] } })).length > 0
@@ -42,7 +21,7 @@ describe('a host that dies mid-fork', () => {
   it("leaves its fork's snapshot to a scoped garbage collection, whatever the retention", async () => {
     const scope = { [SCOPE_KEY]: `fork-${randomBytes(4).toString('hex')}` }
     try {
-      const output = await hostThatDies('host-dies-mid-fork.mjs', {
+      const output = await runHostThatDies('host-dies-mid-fork.mjs', {
         CORDON_TEST_LABELS: JSON.stringify(scope),
       })
       const snapshotId = /snapshot (snp_\w+)/.exec(output)?.[1]
@@ -67,7 +46,7 @@ describe('a host that dies after its memory snapshot is checkpointed', () => {
     expect(rootDir, 'this test writes the engine data directory').toBeDefined()
     let snapshotId: string | undefined
     try {
-      const output = await hostThatDies('host-dies-after-checkpoint.mjs', {
+      const output = await runHostThatDies('host-dies-after-checkpoint.mjs', {
         CORDON_TEST_LABELS: JSON.stringify(scope),
       })
       snapshotId = /snapshot (snp_\w+)/.exec(output)?.[1]

@@ -53,71 +53,73 @@ describe('gc scoped by labels', () => {
     expect(report.unjudged).toEqual([])
   })
 
-  it('takes only the snapshots carrying the labels', async () => {
-    const myHost = testProvider({ labels: mine })
-    const theirHost = testProvider({ labels: theirs })
-    providers.push(myHost, theirHost)
-    const [mySandbox, theirSandbox] = await Promise.all([myHost.create(), theirHost.create()])
+  /**
+   * Makes a sandbox and a snapshot on each of two hosts (mine, theirs), then
+   * runs `check` with the image id of each snapshot, and removes them all.
+   */
+  async function withSnapshotOnEachHost(
+    hosts: { mine: CordonSandboxProvider; theirs: CordonSandboxProvider },
+    check: (images: { mine: string; theirs: string }) => Promise<void>,
+  ): Promise<void> {
+    providers.push(hosts.mine, hosts.theirs)
+    const [mySandbox, theirSandbox] = await Promise.all([
+      hosts.mine.create(),
+      hosts.theirs.create(),
+    ])
     try {
       const [mySnapshot, theirSnapshot] = await Promise.all([
         mySandbox.snapshot(),
         theirSandbox.snapshot(),
       ])
       try {
+        // Past the 10 ms retention the collections below use.
         await new Promise((resolve) => setTimeout(resolve, 20))
         const imageOf = async (id: string) =>
           (await docker.listImages({ filters: { label: [`cordon.snapshot=${id}`] } }))[0]!.Id
-        const report = await collectGarbage({
-          docker,
-          labels: mine,
-          snapshotRetentionMs: 10,
-          dryRun: true,
-        })
-        expect(report.images).toEqual([await imageOf(mySnapshot.id)])
-        expect(report.images).not.toContain(await imageOf(theirSnapshot.id))
+        await check({ mine: await imageOf(mySnapshot.id), theirs: await imageOf(theirSnapshot.id) })
       } finally {
-        await myHost.snapshots.remove(mySnapshot.id)
-        await theirHost.snapshots.remove(theirSnapshot.id)
+        await hosts.mine.snapshots.remove(mySnapshot.id)
+        await hosts.theirs.snapshots.remove(theirSnapshot.id)
       }
     } finally {
       await Promise.all([mySandbox.destroy(), theirSandbox.destroy()])
     }
+  }
+
+  it('takes only the snapshots carrying the labels', async () => {
+    const hosts = { mine: testProvider({ labels: mine }), theirs: testProvider({ labels: theirs }) }
+    await withSnapshotOnEachHost(hosts, async (images) => {
+      const report = await collectGarbage({
+        docker,
+        labels: mine,
+        snapshotRetentionMs: 10,
+        dryRun: true,
+      })
+      expect(report.images).toEqual([images.mine])
+      expect(report.images).not.toContain(images.theirs)
+    })
   })
 
   it("applies a retention only to the snapshots carrying its retention labels, as a provider's sweep does", async () => {
     // Both hosts share a label, so that the collection below, scoped by it, sees both.
     const shared = { 'cordon-test.gc-scope.shared': `shared-${randomBytes(4).toString('hex')}` }
-    const myHost = testProvider({ labels: { ...shared, ...mine }, sweepDeadOwners: false })
-    const theirHost = testProvider({ labels: { ...shared, ...theirs }, sweepDeadOwners: false })
-    providers.push(myHost, theirHost)
-    const [mySandbox, theirSandbox] = await Promise.all([myHost.create(), theirHost.create()])
-    try {
-      const [mySnapshot, theirSnapshot] = await Promise.all([
-        mySandbox.snapshot(),
-        theirSandbox.snapshot(),
-      ])
-      try {
-        await new Promise((resolve) => setTimeout(resolve, 20))
-        const imageOf = async (id: string) =>
-          (await docker.listImages({ filters: { label: [`cordon.snapshot=${id}`] } }))[0]!.Id
-        const report = await collectGarbage({
-          docker,
-          labels: shared,
-          snapshotRetentionMs: 10,
-          snapshotRetentionLabels: { ...shared, ...mine },
-          dryRun: true,
-        })
-        expect(report.images).toEqual([await imageOf(mySnapshot.id)])
-        expect(report.images).not.toContain(await imageOf(theirSnapshot.id))
-        // Theirs is kept by its retention alone, and the report says so.
-        expect(report.snapshotsWithinRetention).toBe(1)
-      } finally {
-        await myHost.snapshots.remove(mySnapshot.id)
-        await theirHost.snapshots.remove(theirSnapshot.id)
-      }
-    } finally {
-      await Promise.all([mySandbox.destroy(), theirSandbox.destroy()])
+    const hosts = {
+      mine: testProvider({ labels: { ...shared, ...mine }, sweepDeadOwners: false }),
+      theirs: testProvider({ labels: { ...shared, ...theirs }, sweepDeadOwners: false }),
     }
+    await withSnapshotOnEachHost(hosts, async (images) => {
+      const report = await collectGarbage({
+        docker,
+        labels: shared,
+        snapshotRetentionMs: 10,
+        snapshotRetentionLabels: { ...shared, ...mine },
+        dryRun: true,
+      })
+      expect(report.images).toEqual([images.mine])
+      expect(report.images).not.toContain(images.theirs)
+      // Theirs is kept by its retention alone, and the report says so.
+      expect(report.snapshotsWithinRetention).toBe(1)
+    })
   })
 
   it('refuses a label key the engine would read as something else', async () => {

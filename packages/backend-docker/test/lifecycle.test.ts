@@ -1,8 +1,6 @@
-import { spawn } from 'node:child_process'
 import { mkdtemp, readFile, rm, symlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import {
   SandboxAbortedError,
   SandboxBackendUnavailableError,
@@ -12,11 +10,12 @@ import {
   SandboxImagePullError,
   SandboxPathError,
 } from '@cordon/core'
-import { BUSYBOX_IMAGE, engineLeftovers, testRunId, testRunLabels } from '@cordon/test-support'
+import { BUSYBOX_IMAGE, engineLeftovers, testRunLabels } from '@cordon/test-support'
 import { describe, expect, it } from 'vitest'
 import { DEFAULT_SOCKET_PATH } from '../src/engine-connection.js'
 import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
 import { leaveDeadOwnersVolume, volumeGoneWithin } from './dead-owner.js'
+import { runHostThatDies } from './dying-host.js'
 import { engineFront } from './engine-front.js'
 import { docker, testProvider } from './test-run.js'
 
@@ -263,20 +262,7 @@ describe('warm pool', () => {
 async function crashAnOwner(
   env: Record<string, string> = {},
 ): Promise<{ sandboxId: string; providerId: string; died: number }> {
-  const script = fileURLToPath(new URL('./fixtures/crashing-owner.mjs', import.meta.url))
-  const child = spawn(process.execPath, [script], {
-    env: { ...process.env, CORDON_TEST_RUN_ID: testRunId(), ...env },
-    stdio: ['ignore', 'pipe', 'inherit'],
-  })
-  let output = ''
-  child.stdout.on('data', (chunk: Buffer) => {
-    output += chunk.toString()
-  })
-  await new Promise<void>((resolve, reject) => {
-    child.on('exit', (code, signal) =>
-      signal === 'SIGKILL' ? resolve() : reject(new Error(`child exited ${code} ${output}`)),
-    )
-  })
+  const output = await runHostThatDies('crashing-owner.mjs', env)
   const died = Date.now()
   const match = /sandbox (sbx_\w+) provider (\S+)/.exec(output)
   expect(match).not.toBeNull()
