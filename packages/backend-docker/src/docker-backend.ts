@@ -120,6 +120,7 @@ import {
 } from './memory-snapshot.js'
 import { DockerVolumes } from './named-volumes.js'
 import { SandboxEgress } from './sandbox-egress.js'
+import { sealWaitMs } from './seal-wait.js'
 
 export const DEFAULT_READINESS_TIMEOUT_MS = 30_000
 
@@ -131,17 +132,6 @@ export const DEFAULT_READINESS_TIMEOUT_MS = 30_000
 const LATE_SWEEPS_MS = [1000, 3000, 8000]
 /** How long the background sweep of dead owners' leftovers may take before it is given up (and run again later). */
 const DEAD_OWNER_SWEEP_TIMEOUT_MS = 5 * 60_000
-/**
- * How long `destroy()` lets the agent seal writable host directories (kill
- * the user's processes, walk the outputs) before the engine kills it. A
- * seal cut short leaves what it had not reached, links out included, so
- * this is a bound against a stuck agent, not a budget: the walk's time
- * grows with the entries the sandbox left (about 2.3 s for 100,000 files
- * under runc, and ten times that under gVisor, whose every call on a host
- * directory goes through its file server), and `destroy()` fails, naming
- * the directories, if the bound is ever reached.
- */
-const SEAL_WAIT_MS = 5 * 60_000
 /**
  * How long a restored agent may take to listen on its host-backed socket
  * once told (host-socket-resume.ts) before the resume goes through the
@@ -451,7 +441,8 @@ export class DockerBackend implements CordonSandboxBackend {
       // A detached agent outlives its channel: it is told to end (sealing its outputs) instead.
       if (request.detached && running) await stopAgent(this.engine.docker, name)
       // The agent seals host-visible outputs as it ends; let it finish before the engine kills it.
-      const sealCutShort = running && sealsOutputs && !(await this.waitForExit(name, SEAL_WAIT_MS))
+      const sealWait = sealWaitMs()
+      const sealCutShort = running && sealsOutputs && !(await this.waitForExit(name, sealWait))
       await this.removeContainer(name)
       // Released: gc's retention counts from here.
       if (volumesMounted) await this.volumes.recordUse(volumesWanted.map((volume) => volume.name))
@@ -461,7 +452,7 @@ export class DockerBackend implements CordonSandboxBackend {
       if (sealCutShort)
         throw new SandboxOperationError(
           'destroy',
-          `sandbox ${request.id}: its agent was still sealing ${sealedHostDirectories(layout).join(', ')} after ${SEAL_WAIT_MS / 1000} s and was stopped: what it had not reached may hold FIFOs, set-id files and links that lead out; do not hand the directory to other tools`,
+          `sandbox ${request.id}: its agent was still sealing ${sealedHostDirectories(layout).join(', ')} after ${sealWait / 1000} s and was stopped: what it had not reached may hold FIFOs, set-id files and links that lead out; do not hand the directory to other tools`,
         )
     }
     const removeAfterFailure = async (): Promise<void> => {
