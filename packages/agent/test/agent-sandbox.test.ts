@@ -5,6 +5,7 @@ import {
   SandboxAbortedError,
   SandboxDestroyedError,
   type SandboxEvent,
+  SandboxOperationError,
   SandboxPathError,
   SandboxReadinessError,
   SandboxTransportError,
@@ -16,6 +17,7 @@ import {
   type AgentClientTuning,
   AgentSandbox,
   dialTcp,
+  ReleasedWithError,
   waitForAgent,
   waitForAgentConnection,
 } from '../src/sandbox/index.js'
@@ -370,6 +372,33 @@ describe('AgentSandbox', () => {
       path: '/etc/cordon-nope',
       reason: `it is outside the write roots (${agent.outputs})`,
     })
+  })
+
+  it('a release that removed everything but fails the destroy (ReleasedWithError) leaves the sandbox destroyed, not ready', async () => {
+    let warned = 0
+    const warning = new SandboxOperationError('destroy', 'the seal was cut short')
+    const gone = new AgentSandbox({
+      id: newSandboxId(),
+      rootDir: agent.outputs,
+      env: {},
+      workingDirectory: undefined,
+      client: tcpClient(tcpPortOf(agent), agent.secret),
+      backend: 'test:agent',
+      ...UNISOLATED,
+      emit: () => {},
+      release: async () => {
+        warned++
+        throw new ReleasedWithError(warning)
+      },
+    })
+    expect((await gone.exec('true')).exitCode).toBe(0)
+    await expect(gone.destroy()).rejects.toBe(warning)
+    expect(gone.status).toBe('destroyed')
+    const refused = await gone.exec('true').catch((caught: unknown) => caught)
+    expect(SandboxDestroyedError.isInstance(refused)).toBe(true)
+    // Nothing is left to release again.
+    await gone.destroy()
+    expect(warned).toBe(1)
   })
 
   it('destroy abandons running commands and releases; a failed release is tried again', async () => {

@@ -1,6 +1,11 @@
 import { Socket } from 'node:net'
 import { type MuxStream, newAgentSecret, type StreamOpening } from '@cordon/agent/protocol'
-import { AgentClient, AgentSandbox, type StdioChannel } from '@cordon/agent/sandbox'
+import {
+  AgentClient,
+  AgentSandbox,
+  ReleasedWithError,
+  type StdioChannel,
+} from '@cordon/agent/sandbox'
 import type { ContainerBackendConfig } from '@cordon/builtin-backends'
 import {
   type CordonBackendSandbox,
@@ -449,14 +454,20 @@ export class DockerBackend implements CordonSandboxBackend {
       await (egress ?? (await registering?.catch(() => undefined)))?.close()
       // The last sandbox made from a removed snapshot takes its image along.
       if (snapshot) await releaseSnapshotImage(this.engine.docker, snapshot.imageId)
+      // Everything is removed by now: the sandbox is destroyed, and the failure only warns.
       if (sealCutShort)
-        throw new SandboxOperationError(
-          'destroy',
-          `sandbox ${request.id}: its agent was still sealing ${sealedHostDirectories(layout).join(', ')} after ${sealWait / 1000} s and was stopped: what it had not reached may hold FIFOs, set-id files and links that lead out; do not hand the directory to other tools`,
+        throw new ReleasedWithError(
+          new SandboxOperationError(
+            'destroy',
+            `sandbox ${request.id}: its agent was still sealing ${sealedHostDirectories(layout).join(', ')} after ${sealWait / 1000} s and was stopped: what it had not reached may hold FIFOs, set-id files and links that lead out; do not hand the directory to other tools`,
+          ),
         )
     }
     const removeAfterFailure = async (): Promise<void> => {
-      await remove()
+      // No sandbox was handed out: its create's cleanup reports the seal's failure itself.
+      await remove().catch((error: unknown) => {
+        throw error instanceof ReleasedWithError ? error.reported : error
+      })
       // A create call slower than the settle time may still land on the engine; sweep once more shortly after.
       const sweeps = LATE_SWEEPS_MS.map((delay, index) =>
         setTimeout(() => {

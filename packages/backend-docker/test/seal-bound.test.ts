@@ -2,7 +2,7 @@ import { chmod, lstat, mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PassThrough } from 'node:stream'
-import { SandboxOperationError } from '@cordon/core'
+import { SandboxDestroyedError, SandboxOperationError } from '@cordon/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { SEAL_WAIT_MS, shortenSealWaitForTest } from '../src/seal-wait.js'
 import { docker, testProvider } from './test-run.js'
@@ -101,6 +101,9 @@ describe('destroy() bounds its wait for the seal of writable host directories (D
         expect((failure as Error).message).toContain(`still sealing ${root} after 3 s`)
         // It gave the agent the whole bound before giving up on it.
         expect(waited).toBeGreaterThanOrEqual(BOUND_MS)
+        // Unusable, though destroy() failed: it says so, and a second destroy() has nothing left to do.
+        expect(sandbox.status).toBe('destroyed')
+        await expect(sandbox.exec('true')).rejects.toSatisfy(SandboxDestroyedError.isInstance)
 
         // The seal never ran: the link out it would have removed is there,
         // which is what the failure warns of.
@@ -113,6 +116,7 @@ describe('destroy() bounds its wait for the seal of writable host directories (D
         expect((await docker.listVolumes({ filters })).Volumes ?? []).toEqual([])
         expect(await docker.listNetworks({ filters })).toEqual([])
         expect(await docker.listImages({ filters })).toEqual([])
+        await sandbox.destroy()
       } finally {
         await provider.close()
         await rm(root, { recursive: true, force: true })

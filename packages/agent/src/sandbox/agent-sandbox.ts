@@ -91,7 +91,9 @@ export interface AgentSandboxInit {
   /**
    * Deletes what the sandbox runs in (the guest, the container group).
    * `destroy()` calls it once its commands are abandoned; if it throws, a
-   * later `destroy()` calls it again.
+   * later `destroy()` calls it again, and the sandbox stays usable
+   * meanwhile. One that deleted everything but must still fail the
+   * `destroy()` throws {@link ReleasedWithError}: the sandbox is destroyed.
    */
   readonly release: (signal: AbortSignal | undefined) => Promise<void>
   /**
@@ -173,6 +175,19 @@ export interface SandboxFreezer {
   pause(signal?: AbortSignal): Promise<void>
   /** Resolves once they run again. */
   resume(signal?: AbortSignal): Promise<void>
+}
+
+/**
+ * Thrown by a backend's `release` that deleted everything the sandbox ran
+ * in, yet must fail the `destroy()` with `reported` (the Docker backend's
+ * output seal cut short by its bound): unlike any other error from
+ * `release`, the sandbox is then destroyed, not left usable for a retry.
+ */
+export class ReleasedWithError extends Error {
+  constructor(readonly reported: Error) {
+    super(reported.message, { cause: reported })
+    this.name = 'ReleasedWithError'
+  }
 }
 
 /** Why a sandbox can end without its host destroying it. */
@@ -758,6 +773,11 @@ export class AgentSandbox implements CordonBackendSandbox {
     try {
       await this.init.release(signal)
     } catch (error) {
+      if (error instanceof ReleasedWithError) {
+        // Nothing is left to try again: the sandbox is gone, and says so.
+        this.state = 'destroyed'
+        throw error.reported
+      }
       // Let a later call try again.
       this.state = 'ready'
       this.destroying = undefined

@@ -22,6 +22,7 @@ export {
   AgentSandbox,
   type AgentSandboxInit,
   type LostReason,
+  ReleasedWithError,
   type SandboxFreezer,
 } from './agent-sandbox.js'
 export { dialTcp, dialUnix, type SocketConnectOptions, socketConnected } from './socket-dial.js'
