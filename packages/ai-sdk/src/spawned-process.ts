@@ -1,4 +1,4 @@
-import type { Sandbox, SandboxExecResult, SandboxOutputChunk } from '@cordon/core'
+import type { Sandbox, SandboxExecResult, SandboxOutputBytes } from '@cordon/core'
 import type { SandboxProcessHandle } from './harness-types.js'
 
 export interface SpawnRequest {
@@ -11,8 +11,8 @@ export interface SpawnRequest {
 /**
  * The harness's `spawn` over cordon: `sh -c command` started in the
  * background (`Sandbox.start`, no default timeout, stdin closed), its output
- * streamed as it is produced. cordon delivers output as UTF-8 text, so the
- * byte streams carry that text re-encoded as UTF-8. On a backend without
+ * streamed as it is produced: the byte streams carry the bytes the command
+ * wrote, unchanged (`onOutputBytes`), binary output included. On a backend without
  * `start`, the command runs through `exec` and so under the exec timeout.
  *
  * `wait()` rejects with the abort reason when `abortSignal` ended the
@@ -23,13 +23,14 @@ export async function spawnProcess(
   request: SpawnRequest,
 ): Promise<SandboxProcessHandle> {
   request.abortSignal?.throwIfAborted()
-  const encoder = new TextEncoder()
   const stdout = controlledStream()
   const stderr = controlledStream()
-  // Enqueueing never waits for a reader: a reader that never reads must not
-  // stall the command (the stream buffers what it has not read).
-  const onOutput = (chunk: SandboxOutputChunk) => {
-    ;(chunk.stream === 'stdout' ? stdout : stderr).push(encoder.encode(chunk.data))
+  // Enqueueing never waits for a reader, so nothing is returned to hold the
+  // command: a reader that never reads one stream (say stderr) must not stall
+  // the command (the stream buffers what it has not read). cordon hands over
+  // bytes it does not reuse, so they are enqueued as they came.
+  const onOutputBytes = (chunk: SandboxOutputBytes): void => {
+    ;(chunk.stream === 'stdout' ? stdout : stderr).push(chunk.bytes)
   }
   const killer = new AbortController()
   const signal = request.abortSignal
@@ -39,7 +40,7 @@ export async function spawnProcess(
     ...(request.cwd ? { cwd: request.cwd } : {}),
     ...(request.env ? { env: request.env } : {}),
     signal,
-    onOutput,
+    onOutputBytes,
   }
   const result: Promise<SandboxExecResult> = sandbox.start
     ? (await sandbox.start('sh', ['-c', request.command], { ...options, openStdin: false })).wait()

@@ -115,6 +115,24 @@ describe('CordonHarnessSession: files and processes', () => {
     })
   })
 
+  it('spawn streams the bytes a command wrote unchanged, every byte value 0..255 included', async () => {
+    await withSession(async (session) => {
+      const every = Uint8Array.from({ length: 256 }, (_, index) => index)
+      // printf's octal escapes write each byte value, NUL and 0x80-0xff included.
+      const escapes = [...every].map((byte) => `\\${byte.toString(8).padStart(3, '0')}`).join('')
+      const spawned = await session.spawn({
+        command: `printf '${escapes}'; printf '${escapes}' >&2`,
+      })
+      const [stdout, stderr] = await Promise.all([
+        new Response(spawned.stdout).arrayBuffer(),
+        new Response(spawned.stderr).arrayBuffer(),
+      ])
+      expect((await spawned.wait()).exitCode).toBe(0)
+      expect(new Uint8Array(stdout)).toEqual(every)
+      expect(new Uint8Array(stderr)).toEqual(every)
+    })
+  })
+
   it('refuses a read of a directory, naming it, rather than answering null as for a missing file', async () => {
     await withSession(async (session) => {
       await session.run({ command: 'mkdir -p sub/dir' })

@@ -3,6 +3,7 @@ import { mkdtempSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import {
+  SandboxConfigValidationError,
   SandboxFileNotFoundError,
   SandboxFileTooLargeError,
   SandboxHostFileError,
@@ -294,6 +295,41 @@ export function fileCases(options: SandboxConformanceOptions, sandboxes: Sandbox
         } finally {
           rmSync(hostDir, { recursive: true, force: true })
         }
+      },
+      timeout,
+    )
+
+    it(
+      'refuses a whole batch with one invalid entry, anywhere in it, before writing any file',
+      async () => {
+        const sandbox = sandboxes.sandbox
+        if (!sandbox.writeFiles) return
+        const invalid = [
+          { path: 'refused-batch/bad.txt', content: 42 },
+          { path: 'refused-batch/bad.txt', content: 'x', mode: 0o4755 },
+        ]
+        for (const entry of invalid) {
+          for (const at of [0, 1, 2]) {
+            const files: unknown[] = [
+              { path: 'refused-batch/first.txt', content: 'first' },
+              { path: 'refused-batch/last.txt', content: 'last' },
+            ]
+            files.splice(at, 0, entry)
+            const refused = await sandbox
+              .writeFiles(files as never)
+              .catch((caught: unknown) => caught)
+            expect(SandboxConfigValidationError.isInstance(refused), String(refused)).toBe(true)
+            expect(
+              (refused as SandboxConfigValidationError).issues.map((issue) => issue.path),
+            ).toEqual([`files.${at}.${'mode' in entry ? 'mode' : 'content'}`])
+          }
+        }
+        // Seen from inside: not one file of any of the batches, nor their directory.
+        const inside = await sandbox.exec('sh', ['-c', 'ls -A refused-batch; echo "exit $?"'], {
+          cwd: sandbox.rootDir,
+        })
+        expect(inside.stdout).not.toContain('.txt')
+        expect(inside.stdout).toMatch(/exit [1-9]/)
       },
       timeout,
     )

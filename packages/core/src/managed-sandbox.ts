@@ -17,6 +17,7 @@ import {
   checkReadFileOptions,
   checkWriteFileCall,
   checkWriteFileStreamOptions,
+  checkWriteFilesCall,
 } from './file-call-arguments.js'
 import type {
   CordonBackendSandbox,
@@ -197,6 +198,7 @@ export class ManagedSandbox implements CordonSandbox {
       // the host files it read.
       const write = inner.writeFiles.bind(inner)
       this.writeFiles = async (files, options) => {
+        checkWriteFilesCall(files, options)
         const inHand = files.reduce(
           (sum, file) => sum + ('content' in file ? byteLength(file.content) : 0),
           0,

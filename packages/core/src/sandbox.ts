@@ -751,8 +751,9 @@ export interface Sandbox {
   /**
    * Writes many files, creating missing parent directories, with
    * `writeFile`'s path rules; for many small files, or a host directory's
-   * files ({@link SandboxHostFileWrite}). Every path is checked before
-   * anything is written. Resolves with the files and bytes written where
+   * files ({@link SandboxHostFileWrite}). Every path, and every entry's
+   * content and mode as `writeFile` checks them, is checked before
+   * anything is written: one invalid entry refuses the whole batch. Resolves with the files and bytes written where
    * the backend counts them (the agent's backends do). Absent on backends
    * without a batch path; hosts then call `writeFile` per file.
    */

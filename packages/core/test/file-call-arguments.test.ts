@@ -75,6 +75,53 @@ describe('file call arguments are checked before anything is sent', () => {
   })
 
   it.each([
+    ['a number as content', { path: 'b', content: 42 }, ['files.1.content']],
+    ['null as content', { path: 'b', content: null }, ['files.1.content']],
+    ['no content and no hostPath', { path: 'b' }, ['files.1.content']],
+    ['a set-uid mode', { path: 'b', content: 'x', mode: 0o4755 }, ['files.1.mode']],
+    [
+      'a sticky mode on a host file',
+      { path: 'b', hostPath: '/etc/hostname', mode: 0o1777 },
+      ['files.1.mode'],
+    ],
+    ['a mode as a string', { path: 'b', content: 'x', mode: '644' }, ['files.1.mode']],
+    ['an unknown key', { path: 'b', content: 'x', modee: 0o644 }, ['files.1']],
+    ['a number as hostPath', { path: 'b', hostPath: 7 }, ['files.1.hostPath']],
+    ['a number as path', { path: 1, content: 'x' }, ['files.1.path']],
+    ['a string as the entry', 'b', ['files.1']],
+  ])(
+    'writeFiles refuses the whole batch for an entry with %s, naming it, and writes nothing',
+    async (_, entry, paths) => {
+      const { sandbox, backend, provider } = await sandboxAndBackend()
+      const files = [{ path: 'a', content: 'fine' }, entry, { path: 'c', content: 'fine' }]
+      expect(await issuesOf(sandbox.writeFiles!(files as never))).toEqual(paths)
+      expect(backend.fileCalls).toEqual([])
+      await provider.close()
+    },
+  )
+
+  it('writeFiles refuses a batch that is not an array, and malformed options', async () => {
+    const { sandbox, backend, provider } = await sandboxAndBackend()
+    expect(await issuesOf(sandbox.writeFiles!({ path: 'a', content: 'x' } as never))).toEqual([
+      'files',
+    ])
+    expect(
+      await issuesOf(sandbox.writeFiles!([{ path: 'a', content: 'x' }], { mode: 0o644 } as never)),
+    ).toEqual(['options'])
+    expect(backend.fileCalls).toEqual([])
+    await sandbox.writeFiles!(
+      [
+        { path: 'a', content: 'text', mode: 0o755 },
+        { path: 'b', content: Buffer.from('bytes') },
+        { path: 'c', hostPath: '/etc/hostname', mode: 0o600 },
+      ],
+      { signal: new AbortController().signal },
+    )
+    expect(backend.fileCalls).toEqual(['writeFiles a b c'])
+    await provider.close()
+  })
+
+  it.each([
     [{ maxBytes: -1 }, 'options.maxBytes'],
     [{ maxBytes: Number.NaN }, 'options.maxBytes'],
     [{ maxBytes: 1.5 }, 'options.maxBytes'],

@@ -133,6 +133,9 @@ export class RecordingBackend implements CordonSandboxBackend {
       writeFileStream: async (path) => {
         backend.fileCalls.push(`writeFileStream ${path}`)
       },
+      writeFiles: async (files) => {
+        backend.fileCalls.push(`writeFiles ${files.map((file) => file.path).join(' ')}`)
+      },
       readFileStream: async () => (async function* () {})(),
       listFiles: async (path) => {
         backend.fileCalls.push(`listFiles ${path}`)
