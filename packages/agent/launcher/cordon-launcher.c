@@ -314,8 +314,8 @@ static void child(const char *cwd, const char *file, char *const argv[], char *c
     }
   }
   if (cwd[0] && chdir(cwd) != 0) child_fail(errno);
-  /* Raw system calls: glibc's wrappers would try to change every thread's ids. */
-  /* The same one call whether or not the command is tagged: the tag costs the exec nothing. */
+  /* Raw system calls: glibc's wrappers would try to change every thread's ids.
+   * One setgroups() whether or not the command is tagged: the tag costs the exec nothing. */
   if (uid != KEEP_ID || gid != KEEP_ID) {
     gid_t groups[1] = {(gid_t)group};
     if (syscall(SYS_setgroups, group == KEEP_ID ? 0 : 1, groups) != 0) child_fail(errno);
