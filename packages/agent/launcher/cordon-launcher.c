@@ -20,10 +20,13 @@
  * signal, trace or open the descriptors of.
  *
  *   agent -> launcher, on stdin, frames: u32 length (little-endian), then
- *     'S' u32 id u32 flags u32 uid u32 gid u32 argc u32 envc
+ *     'S' u32 id u32 flags u32 uid u32 gid u32 group u32 argc u32 envc
  *         cwd\0 file\0 argv[0]\0 ... argv[argc-1]\0 env[0]\0 ... env[envc-1]\0
  *       start a command (flags: 1 stdin is a pipe, 2 new session,
- *       4 raise its OOM score to 1000; uid/gid 0xffffffff: keep the launcher's)
+ *       4 raise its OOM score to 1000; uid/gid 0xffffffff: keep the launcher's;
+ *       a command that changes user gets `group` as its only supplementary
+ *       group, 0xffffffff: none; the agent tags each exec's processes so,
+ *       see the agent's exec-group.ts)
  *     'R' u32 id
  *       the agent holds its own copies of the command's pipes (it opened
  *       /proc/<launcher>/fd/<n>): the launcher closes its ends
@@ -287,7 +290,7 @@ static void find_non_default_signals(void) {
 
 static void child(const char *cwd, const char *file, char *const argv[], char *const envp[],
                   const char *search_path, uint32_t flags, uint32_t uid, uint32_t gid,
-                  int in_fd, int out_fd, int err_fd) {
+                  uint32_t group, int in_fd, int out_fd, int err_fd) {
   if (dup2(in_fd, STDIN_FILENO) < 0 || dup2(out_fd, STDOUT_FILENO) < 0 ||
       dup2(err_fd, STDERR_FILENO) < 0)
     child_fail(errno);
@@ -311,9 +314,11 @@ static void child(const char *cwd, const char *file, char *const argv[], char *c
     }
   }
   if (cwd[0] && chdir(cwd) != 0) child_fail(errno);
-  /* Raw system calls: glibc's wrappers would try to change every thread's ids. */
+  /* Raw system calls: glibc's wrappers would try to change every thread's ids.
+   * One setgroups() whether or not the command is tagged: the tag costs the exec nothing. */
   if (uid != KEEP_ID || gid != KEEP_ID) {
-    if (syscall(SYS_setgroups, 0, NULL) != 0) child_fail(errno);
+    gid_t groups[1] = {(gid_t)group};
+    if (syscall(SYS_setgroups, group == KEEP_ID ? 0 : 1, groups) != 0) child_fail(errno);
   }
   if (gid != KEEP_ID && syscall(SYS_setgid, gid) != 0) child_fail(errno);
   if (uid != KEEP_ID && syscall(SYS_setuid, uid) != 0) child_fail(errno);
@@ -355,13 +360,13 @@ static const char *search_path_of(char *const envp[]) {
 }
 
 static void start_command(const unsigned char *frame, size_t length) {
-  if (length < 25) {
+  if (length < 29) {
     fprintf(stderr, "cordon-launcher: short start frame\n");
     exit(1);
   }
   uint32_t id = read_u32(frame + 1), flags = read_u32(frame + 5);
-  uint32_t uid = read_u32(frame + 9), gid = read_u32(frame + 13);
-  uint32_t argc = read_u32(frame + 17), envc = read_u32(frame + 21);
+  uint32_t uid = read_u32(frame + 9), gid = read_u32(frame + 13), group = read_u32(frame + 17);
+  uint32_t argc = read_u32(frame + 21), envc = read_u32(frame + 25);
   size_t strings = 2 + (size_t)argc + (size_t)envc;
   if (argc == 0 || strings > length) {
     fprintf(stderr, "cordon-launcher: bad start frame\n");
@@ -369,7 +374,7 @@ static void start_command(const unsigned char *frame, size_t length) {
   }
   char **list = calloc(strings + 2, sizeof *list); /* room for two NULL terminators */
   if (!list) die("out of memory");
-  char *at = (char *)frame + 25;
+  char *at = (char *)frame + 29;
   char *end = (char *)frame + length;
   for (size_t i = 0; i < strings; i++) {
     char *nul = memchr(at, '\0', (size_t)(end - at));
@@ -404,7 +409,8 @@ static void start_command(const unsigned char *frame, size_t length) {
   child_errno = 0;
   pid_t pid = vfork();
   if (pid == 0)
-    child(cwd, file, argv, envp, search_path, flags, uid, gid, child_in, out_pipe[1], err_pipe[1]);
+    child(cwd, file, argv, envp, search_path, flags, uid, gid, group, child_in, out_pipe[1],
+          err_pipe[1]);
   int error = pid < 0 ? errno : child_errno;
   /* The child shared this process's memory map until it exec'd, and its
    * setuid() marked that map not dumpable, which would stop the agent (same
@@ -642,7 +648,7 @@ static int pipe_to_socket(const char *path) {
 
 int main(int argc, char **argv) {
   if (argc > 1 && strcmp(argv[1], "--version") == 0) {
-    puts("cordon-launcher 1");
+    puts("cordon-launcher 2");
     return 0;
   }
   if (argc > 2 && strcmp(argv[1], "--exec") == 0) {

@@ -183,8 +183,7 @@ export async function serveConnection(
         await connection.send({
           type: 'signal-ok',
           signalled: signalExecProcesses(
-            undefined,
-            request.marker,
+            { rootPid: undefined, marker: request.marker },
             request.signal,
             context.config.runAs,
           ),

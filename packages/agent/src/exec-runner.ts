@@ -82,6 +82,7 @@ export async function serveExec(
     return
   }
   const pid = child.pid
+  const exec = { rootPid: pid, marker, group: child.execGroup }
   if (request.keep) {
     const kept = context.processes.add({
       child,
@@ -106,10 +107,10 @@ export async function serveExec(
   // the timeout, an abort and a vanished client still end it.
   let finished = false
   const kill = (signal: KillSignalName): void => {
-    signalExecProcesses(pid, marker, signal, context.runAs)
+    signalExecProcesses(exec, signal, context.runAs)
     if (signal === 'SIGTERM' && !killTimer) {
       killTimer = setTimeout(
-        () => signalExecProcesses(pid, marker, 'SIGKILL', context.runAs),
+        () => signalExecProcesses(exec, 'SIGKILL', context.runAs),
         TERM_GRACE_MS,
       )
       killTimer.unref?.()

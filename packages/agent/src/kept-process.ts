@@ -3,7 +3,7 @@ import type { DeadlineClock } from './deadline-clock.js'
 import { readOomKillCount } from './oom-counter.js'
 import { AgentOperationError } from './operation-error.js'
 import type { LaunchedProcess } from './process-launcher.js'
-import { signalExecProcesses } from './process-tree.js'
+import { type ExecIdentity, signalExecProcesses } from './process-tree.js'
 import type { FramedConnection } from './protocol/framed-connection.js'
 import {
   type ExitMessage,
@@ -122,12 +122,17 @@ export class KeptProcess {
     }
   }
 
+  /** What a kill of this process ends (process-tree.ts). */
+  private get exec(): ExecIdentity {
+    return { rootPid: this.pid, marker: this.start.marker, group: this.start.child.execGroup }
+  }
+
   kill(signal: KillSignalName): void {
     if (this.exit) return
-    signalExecProcesses(this.pid, this.start.marker, signal, this.start.runAs)
+    signalExecProcesses(this.exec, signal, this.start.runAs)
     if (signal === 'SIGTERM' && !this.killTimer) {
       this.killTimer = setTimeout(
-        () => signalExecProcesses(this.pid, this.start.marker, 'SIGKILL', this.start.runAs),
+        () => signalExecProcesses(this.exec, 'SIGKILL', this.start.runAs),
         TERM_GRACE_MS,
       )
       this.killTimer.unref?.()

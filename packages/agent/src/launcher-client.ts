@@ -3,6 +3,7 @@ import { Socket } from 'node:net'
 import { constants as osConstants } from 'node:os'
 import { type Readable, Writable } from 'node:stream'
 import { childProcess } from './child-process-module.js'
+import { execGroupOf, execGroupsMapped } from './exec-group.js'
 import {
   type LaunchedProcess,
   type LaunchOutcome,
@@ -30,6 +31,7 @@ const KEEP_ID = 0xffffffff
 
 interface Pending {
   readonly request: LaunchRequest
+  readonly execGroup: number | undefined
   resolve(process: LaunchedProcess): void
   reject(error: Error): void
 }
@@ -65,6 +67,8 @@ export class NativeLauncher implements ProcessLauncher {
   private closed = false
   /** The launcher could not be started: every command goes to Node's spawn. */
   private unusable = false
+  /** Whether commands that change user are tagged with their exec's group (exec-group.ts); known once started. */
+  private tagsExecs = false
 
   constructor(
     /** cordon-launcher, to start when no launcher started the agent (or that one is gone); none: Node's spawn then. */
@@ -94,8 +98,10 @@ export class NativeLauncher implements ProcessLauncher {
     }
     const id = this.nextId++
     frame.writeUInt32LE(id, 5)
+    const execGroup = request.runAs && this.tagsExecs ? execGroupOf(id) : undefined
+    frame.writeUInt32LE(execGroup ?? KEEP_ID, 21)
     return new Promise((resolve, reject) => {
-      this.pending.set(id, { request, resolve, reject })
+      this.pending.set(id, { request, execGroup, resolve, reject })
       this.helper!.requests.write(frame)
     })
   }
@@ -107,6 +113,8 @@ export class NativeLauncher implements ProcessLauncher {
   }
 
   private startHelper(): Promise<void> {
+    // Read once, here rather than per command: the map of a running process never changes.
+    this.tagsExecs = execGroupsMapped()
     return new Promise((resolve, reject) => {
       let isReady = false
       const gone = (why: string, code: number | null, signal: NodeJS.Signals | null) => {
@@ -180,7 +188,7 @@ export class NativeLauncher implements ProcessLauncher {
       this.pending.delete(id)
       const [, pid, outFd, errFd, inFd] = numbers as [number, number, number, number, number]
       try {
-        pending.resolve(this.adopt(id, pid, outFd, errFd, inFd, pending.request))
+        pending.resolve(this.adopt(id, pid, outFd, errFd, inFd, pending))
       } catch (error) {
         // Running, but out of the agent's reach: end it rather than leave it unsupervised.
         this.running.delete(id)
@@ -224,7 +232,7 @@ export class NativeLauncher implements ProcessLauncher {
     outFd: number,
     errFd: number,
     inFd: number,
-    request: LaunchRequest,
+    { request, execGroup }: Pending,
   ): LaunchedProcess {
     const opened: Array<Socket | Writable> = []
     let stdout: Socket
@@ -246,7 +254,7 @@ export class NativeLauncher implements ProcessLauncher {
         stream.once('close', () => resolve())
       })
     const closed = Promise.all([exited, ended(stdout), ended(stderr)]).then(([outcome]) => outcome)
-    return { pid, stdin, stdout, stderr, exited, closed }
+    return { pid, execGroup, stdin, stdout, stderr, exited, closed }
   }
 }
 
@@ -317,7 +325,7 @@ function spawnError(command: string, errno: number): NodeJS.ErrnoException {
   })
 }
 
-/** The start frame; its id (at offset 5) is filled in when it is sent. */
+/** The start frame; its id (at offset 5) and group (at 21) are filled in when it is sent. */
 function startFrame(request: LaunchRequest): Buffer {
   const strings = [
     request.cwd,
@@ -334,8 +342,8 @@ function startFrame(request: LaunchRequest): Buffer {
     }
   }
   const body = Buffer.from(`${strings.join('\0')}\0`, 'utf8')
-  const header = Buffer.alloc(29)
-  header.writeUInt32LE(25 + body.length, 0)
+  const header = Buffer.alloc(33)
+  header.writeUInt32LE(29 + body.length, 0)
   header.write('S', 4, 'latin1')
   const flags =
     (request.stdin ? FLAG_STDIN_PIPE : 0) |
@@ -344,8 +352,8 @@ function startFrame(request: LaunchRequest): Buffer {
   header.writeUInt32LE(flags, 9)
   header.writeUInt32LE(request.runAs?.uid ?? KEEP_ID, 13)
   header.writeUInt32LE(request.runAs?.gid ?? KEEP_ID, 17)
-  header.writeUInt32LE(1 + request.args.length, 21)
-  header.writeUInt32LE(Object.keys(request.env).length, 25)
+  header.writeUInt32LE(1 + request.args.length, 25)
+  header.writeUInt32LE(Object.keys(request.env).length, 29)
   return Buffer.concat([header, body])
 }
 

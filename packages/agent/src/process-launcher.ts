@@ -18,7 +18,10 @@ export interface LaunchRequest {
   readonly env: Record<string, string>
   /** Give the command a stdin pipe (otherwise it reads /dev/null). */
   readonly stdin: boolean
-  /** Start the command as this user, with no supplementary groups. */
+  /**
+   * Start the command as this user, with no supplementary groups but its
+   * exec's tag where the launcher gives one ({@link LaunchedProcess.execGroup}).
+   */
   readonly runAs: { readonly uid: number; readonly gid: number } | undefined
   /** Raise the command's OOM score to the maximum, so the kernel picks it before the agent. */
   readonly raiseOomScore: boolean
@@ -33,6 +36,13 @@ export interface LaunchOutcome {
 /** A started command, in a session (and process group) of its own. */
 export interface LaunchedProcess {
   readonly pid: number
+  /**
+   * The supplementary group every process of this command carries and none
+   * can shed (exec-group.ts), by which a kill finds them all; undefined when
+   * the command is untagged (Node's spawn, no change of user, or a user
+   * namespace that does not map the tags).
+   */
+  readonly execGroup?: number | undefined
   readonly stdin: Writable | undefined
   readonly stdout: Readable
   readonly stderr: Readable

@@ -9,10 +9,17 @@ import { actAsItself, actAsUser } from './user-identity.js'
  * group of its own, and once its parent dies it is re-parented away from the
  * exec's tree. So a process belongs to the exec if any of these holds:
  *
+ * - it carries the exec's supplementary group (exec-group.ts), which every
+ *   descendant inherits and none can shed: this alone finds a grandchild
+ *   that left the session, was orphaned and cleared its environment;
  * - it is in the exec's process group (the exec is spawned as a group leader);
  * - following parent pids upward from it reaches the exec's process;
  * - its environment carries the exec's marker variable, which every
  *   descendant inherits unless it deliberately clears its environment.
+ *
+ * The last three are what an untagged exec has (one started by Node's spawn,
+ * or without a change of user): there a grandchild that does all three
+ * escapes.
  *
  * Members are stopped before they are killed, and the scan repeats until it
  * finds no live member, so a process that forks while being killed does not
@@ -41,21 +48,45 @@ export function agentRunMarker(): string {
   return runMarker
 }
 
+/** Which processes make up one exec (see the top of this file). */
+export interface ExecIdentity {
+  /** The exec's first process, a group leader; undefined for one the engine started. */
+  readonly rootPid: number | undefined
+  /** The value of `variable` in the exec's environment. */
+  readonly marker: string
+  /** The marker's variable ({@link EXEC_MARKER_VARIABLE} unless said). */
+  readonly variable?: string
+  /** The exec's supplementary group, if its processes carry one. */
+  readonly group?: number | undefined
+}
+
 interface ProcessInfo {
   readonly pid: number
   readonly ppid: number
   readonly zombie: boolean
+  readonly groups: readonly number[]
 }
 
+/**
+ * One process's parent, state and supplementary groups, from its status file
+ * (readable by anyone: no identity switch needed). gVisor writes the same
+ * fields, with other spacing.
+ */
 function readProcess(pid: number): ProcessInfo | undefined {
+  let status: string
   try {
-    const stat = readFileSync(`/proc/${pid}/stat`, 'latin1')
-    // The command name is in parentheses and may itself contain ") ".
-    const fields = stat.slice(stat.lastIndexOf(')') + 2).split(' ')
-    return { pid, ppid: Number(fields[1]), zombie: fields[0] === 'Z' || fields[0] === 'X' }
+    status = readFileSync(`/proc/${pid}/status`, 'latin1')
   } catch {
     return undefined
   }
+  const state = /^State:\s*(\S)/m.exec(status)?.[1]
+  const ppid = /^PPid:\s*(\d+)/m.exec(status)?.[1]
+  if (state === undefined || ppid === undefined) return undefined
+  const groups = (/^Groups:([^\n]*)/m.exec(status)?.[1] ?? '')
+    .split(/\s+/)
+    .filter(Boolean)
+    .map(Number)
+  return { pid, ppid: Number(ppid), zombie: state === 'Z' || state === 'X', groups }
 }
 
 function carriesMarker(pid: number, needle: Buffer): boolean {
@@ -74,18 +105,15 @@ export interface MarkerReader {
 }
 
 /**
- * Live (non-zombie) processes of the exec rooted at `rootPid` and marked with
- * `marker`. When the agent runs commands as another user it cannot read their
+ * Live (non-zombie) processes of the exec. When the agent runs commands as
+ * another user it cannot read their
  * environments as root (that needs the ptrace right, which the agent is not
  * given), so it takes on their ids for the scan, which is synchronous and so
  * touches nothing else the agent does, and returns to root before signalling.
  */
-export function findExecProcesses(
-  rootPid: number | undefined,
-  marker: string,
-  as?: MarkerReader,
-  variable: string = EXEC_MARKER_VARIABLE,
-): number[] {
+export function findExecProcesses(exec: ExecIdentity, as?: MarkerReader): number[] {
+  const { rootPid, marker, group } = exec
+  const variable = exec.variable ?? EXEC_MARKER_VARIABLE
   let entries: string[]
   try {
     entries = readdirSync('/proc')
@@ -104,7 +132,8 @@ export function findExecProcesses(
   const candidates: ProcessInfo[] = []
   for (const info of all.values()) {
     if (info.pid === self || info.zombie) continue
-    if (rootPid !== undefined && descendsFrom(info, rootPid, all)) members.push(info.pid)
+    if (group !== undefined && info.groups.includes(group)) members.push(info.pid)
+    else if (rootPid !== undefined && descendsFrom(info, rootPid, all)) members.push(info.pid)
     else candidates.push(info)
   }
   const marked: number[] = []
@@ -152,17 +181,16 @@ function signal(pid: number, name: NodeJS.Signals): void {
  * Returns how many distinct processes were signalled.
  */
 export function signalExecProcesses(
-  rootPid: number | undefined,
-  marker: string,
+  exec: ExecIdentity,
   name: 'SIGKILL' | 'SIGTERM' | 'SIGHUP',
   as?: MarkerReader,
   maxRounds = 20,
-  variable: string = EXEC_MARKER_VARIABLE,
 ): number {
   const signalled = new Set<number>()
+  const { rootPid } = exec
   if (rootPid !== undefined && rootPid > 1) signal(-rootPid, name)
   for (let round = 0; round < maxRounds; round++) {
-    const members = findExecProcesses(rootPid, marker, as, variable)
+    const members = findExecProcesses(exec, as)
     const fresh = name === 'SIGKILL' ? members : members.filter((pid) => !signalled.has(pid))
     if (fresh.length === 0) break
     if (name === 'SIGKILL') for (const pid of fresh) signal(pid, 'SIGSTOP')
@@ -189,5 +217,9 @@ function sleepSync(ms: number): void {
  * many processes were killed.
  */
 export function killAgentCommands(as?: MarkerReader): number {
-  return signalExecProcesses(undefined, agentRunMarker(), 'SIGKILL', as, 20, AGENT_MARKER_VARIABLE)
+  return signalExecProcesses(
+    { rootPid: undefined, marker: agentRunMarker(), variable: AGENT_MARKER_VARIABLE },
+    'SIGKILL',
+    as,
+  )
 }

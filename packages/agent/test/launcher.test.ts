@@ -4,6 +4,7 @@ import { chmod, mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { EXEC_GROUP_COUNT, EXEC_GROUP_FIRST } from '../src/exec-group.js'
 import { requestExec, requestHealth } from '../src/protocol/index.js'
 import {
   type AgentUnderTest,
@@ -227,19 +228,27 @@ describe('starting commands: cordon-launcher behaves as Node spawn does', () => 
   })
 
   it.runIf(isRoot)(
-    'as the sandbox user: its ids, no supplementary groups, no capabilities',
+    "as the sandbox user: its ids, no supplementary groups but cordon-launcher's exec tag, no capabilities",
     async () => {
       const seen: string[] = []
       for (const [name] of LAUNCHERS) {
         const agent = asUser.get(name)!
         seen.push(await probe(agent))
       }
-      expect(seen[1]).toBe(withoutGlibcSignals(seen[0]!))
-      expect(seen[2]).toBe(withoutGlibcSignals(seen[0]!))
+      // Node's spawn cannot tag a command: its commands have no supplementary group at all.
+      expect(seen[0]).toMatch(/Groups:\s*\n/)
+      // The launcher's carry one, their exec's tag (exec-group.ts), and are otherwise the same.
+      const tags = seen.map((text) => /^Groups:\s*(\d+)\s*$/m.exec(text)?.[1])
+      for (const tag of tags.slice(1)) {
+        expect(Number(tag)).toBeGreaterThanOrEqual(EXEC_GROUP_FIRST)
+        expect(Number(tag)).toBeLessThan(EXEC_GROUP_FIRST + EXEC_GROUP_COUNT)
+      }
+      const untagged = (text: string) => text.replace(/^Groups:.*$/m, 'Groups:\t')
+      expect(untagged(seen[1]!)).toBe(untagged(withoutGlibcSignals(seen[0]!)))
+      expect(untagged(seen[2]!)).toBe(untagged(withoutGlibcSignals(seen[0]!)))
       const id = SANDBOX_USER.uid
       expect(seen[1]).toContain(`Uid:\t${id}\t${id}\t${id}\t${id}`)
       expect(seen[1]).toContain(`Gid:\t${id}\t${id}\t${id}\t${id}`)
-      expect(seen[1]).toMatch(/Groups:\s*\n/)
       expect(seen[1]).toContain('CapEff:\t0000000000000000')
       expect(seen[1]).toContain('CapPrm:\t0000000000000000')
     },
