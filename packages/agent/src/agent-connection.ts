@@ -9,6 +9,7 @@ import { serveRemove, serveRename, serveStat } from './file-entry-ops.js'
 import { serveListFiles } from './file-list.js'
 import { serveReadFile } from './file-read.js'
 import { serveWriteFile, serveWriteFiles } from './file-write.js'
+import type { HostHold } from './host-hold.js'
 import type { KeptProcessRegistry } from './kept-process.js'
 import type { NonceSource } from './nonce-source.js'
 import { AgentOperationError } from './operation-error.js'
@@ -64,6 +65,7 @@ export const ALL_OPERATIONS: ReadonlySet<AgentOperation> = new Set<AgentOperatio
   'resume-clocks',
   'suspend-channel',
   'adopt-session',
+  'hold-host',
   'stat',
   'remove',
   'rename',
@@ -102,6 +104,12 @@ export interface ConnectionContext {
    * (`adopt-session`); set only by an agent serving stdio.
    */
   sessionAdoption?: SessionAdoption | undefined
+  /**
+   * What ties a sandbox that is not detached to its host's `hold-host`
+   * connections (host-hold.ts); set only by an agent that serves sockets and
+   * is not detached.
+   */
+  hostHold?: HostHold | undefined
   /**
    * Takes a new direct-socket connection before it is served (true: taken),
    * while a suspended agent waits for its resume line there.
@@ -235,6 +243,29 @@ export async function serveConnection(
           throw error
         }
         adoption.adopt(connection.socket)
+        return
+      }
+      case 'hold-host': {
+        const hostHold = context.hostHold
+        if (!hostHold)
+          throw new AgentOperationError(
+            'unsupported',
+            context.config.detached
+              ? 'this agent is detached: it outlives its creator, until its lifetime ends'
+              : 'this agent serves stdio: its host is held by that channel, which ends it when it closes',
+          )
+        const held = hostHold.hold(request.graceMs)
+        try {
+          await connection.send({ type: 'host-held', graceMs: request.graceMs })
+          // Heartbeats only from here on (consumed by the connection); the
+          // host's silence fails the read, as its close ends it.
+          while ((await connection.read()) !== undefined) {}
+        } catch {
+          // A closed or silent host: the countdown starts below.
+        } finally {
+          held.release()
+        }
+        connection.close()
         return
       }
       case 'exec':

@@ -13,6 +13,7 @@ import {
 } from './agent-config.js'
 import { ALL_OPERATIONS, type ConnectionContext, serveConnection } from './agent-connection.js'
 import { DeadlineClock } from './deadline-clock.js'
+import { HostHold } from './host-hold.js'
 import { KeptProcessRegistry } from './kept-process.js'
 import { NativeLauncher } from './launcher-client.js'
 import { NonceSource, runReseedHook } from './nonce-source.js'
@@ -109,10 +110,20 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
     })
   await secret
   const sockets = new Set<Socket>()
+  let closing: Promise<void> | undefined
+  // No stdio channel ties this agent to its host: a host that is not
+  // detached holds on with a `hold-host` connection, and this agent ends
+  // once none has been open for the host's grace (host-hold.ts).
+  if (!config.detached)
+    context.hostHold = new HostHold(clock, (graceMs) => {
+      config.log('info', 'no host has held on for the grace; stopping', { graceMs })
+      // process.exitCode: the status a deliberate end (a storage cap) set, 0 otherwise.
+      void running.close().finally(() => process.exit())
+    })
   let server = await listen(config.listen, context, sockets)
   config.log('info', 'agent listening', { address: describeAddress(config, server) })
 
-  return {
+  const running: RunningAgent = {
     get address() {
       return describeAddress(config, server)
     },
@@ -144,15 +155,20 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
       }
       config.log('info', 'agent resumed and listening again', { resumes })
     },
-    async close() {
-      for (const socket of sockets) socket.destroy()
-      context.processes.endAll()
-      killAgentCommands(config.runAs)
-      await closeServer(server)
-      sealOnEnd(config)
-      native?.close()
+    close() {
+      closing ??= (async () => {
+        context.hostHold?.stop()
+        for (const socket of sockets) socket.destroy()
+        context.processes.endAll()
+        killAgentCommands(config.runAs)
+        await closeServer(server)
+        sealOnEnd(config)
+        native?.close()
+      })()
+      return closing
     },
   }
+  return running
 }
 
 /**

@@ -14,7 +14,7 @@ import {
   parseClientMessage,
   verifyAuthProof,
 } from '../src/protocol/index.js'
-import type { AgentSandbox } from '../src/sandbox/index.js'
+import { AgentClient, type AgentSandbox, dialTcp, keepHostHold } from '../src/sandbox/index.js'
 import {
   type AgentUnderTest,
   delay,
@@ -269,6 +269,22 @@ describe('an agent of an earlier revision', () => {
       expect((error as Error).message).toContain('revision 0')
     }
     expect(requests).toEqual([])
+  })
+
+  it('refuses a host hold with SandboxControlRefusedError naming hold-host, sending nothing', async () => {
+    const client = new AgentClient({
+      secret,
+      dial: dialTcp('127.0.0.1', port),
+      description: `tcp:127.0.0.1:${port}`,
+      maxConnectAttempts: 2,
+      retryDelayMs: 20,
+    })
+    const before = requests.length
+    const error = await keepHostHold(client, 1_000).catch((e: unknown) => e)
+    expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
+    expect((error as SandboxControlRefusedError).control).toBe('hold-host')
+    expect((error as Error).message).toContain('revision 0')
+    expect(requests.length).toBe(before)
   })
 
   it('still starts a process there, as a plain exec without an id', async () => {

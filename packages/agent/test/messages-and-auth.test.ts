@@ -5,7 +5,12 @@ import { describe, expect, it } from 'vitest'
 import { readAgentConfig } from '../src/agent-config.js'
 import { newAgentSecret } from '../src/protocol/agent-secret.js'
 import { computeAuthProof, verifyAuthProof } from '../src/protocol/auth.js'
-import { ProtocolError, parseAgentMessage, parseClientMessage } from '../src/protocol/messages.js'
+import {
+  MAX_HOST_GRACE_MS,
+  ProtocolError,
+  parseAgentMessage,
+  parseClientMessage,
+} from '../src/protocol/messages.js'
 
 describe('auth proof', () => {
   it('accepts the proof of the right secret and refuses any other', () => {
@@ -86,6 +91,21 @@ describe('message validation', () => {
     ]
     for (const message of bad)
       expect(() => parseClientMessage(message), JSON.stringify(message)).toThrow(ProtocolError)
+  })
+
+  it('parses hold-host and host-held, and refuses a grace of none or past MAX_HOST_GRACE_MS', () => {
+    expect(parseClientMessage({ type: 'hold-host', graceMs: 30_000 })).toEqual({
+      type: 'hold-host',
+      graceMs: 30_000,
+    })
+    expect(parseAgentMessage({ type: 'host-held', graceMs: 30_000 })).toEqual({
+      type: 'host-held',
+      graceMs: 30_000,
+    })
+    for (const graceMs of [0, -1, 1.5, '30000', undefined, MAX_HOST_GRACE_MS + 1])
+      expect(() => parseClientMessage({ type: 'hold-host', graceMs }), String(graceMs)).toThrow(
+        ProtocolError,
+      )
   })
 
   it('parses the revision 1 requests and answers, and refuses malformed ones', () => {

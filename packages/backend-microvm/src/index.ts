@@ -41,6 +41,7 @@ export { encodeEgressAllowlist } from './egress-allowlist.js'
 export {
   createBackend,
   createMicroVMBackend,
+  DEFAULT_HOST_GONE_GRACE_MS,
   DEFAULT_READINESS_TIMEOUT_MS,
   type MicroVMBackendOptions,
 } from './microvm-backend.js'

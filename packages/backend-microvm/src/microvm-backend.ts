@@ -2,6 +2,8 @@ import { newAgentSecret } from '@cordon/agent/protocol'
 import {
   type AgentClient,
   AgentSandbox,
+  type HostHoldKeeper,
+  keepHostHold,
   refusedTheSecret,
   waitForAgent,
 } from '@cordon/agent/sandbox'
@@ -62,6 +64,17 @@ import {
 /** Default budget for `create()`: control-plane call plus the agent answering health. */
 export const DEFAULT_READINESS_TIMEOUT_MS = 60_000
 
+/**
+ * Default for `hostGoneGraceMs`: how long a guest that is not detached runs
+ * on after its host process is gone. A killed host's connection closes at
+ * once, so this is all the wait there is; a host that is alive but starved
+ * (a loaded machine, a long GC pause) loses its hold only after four silent
+ * heartbeats (20 s at the default 5 s) and redials within a second of
+ * running again, so 30 s on top keeps its guest through a stall of well
+ * over half a minute while a dead host's guest is gone within one.
+ */
+export const DEFAULT_HOST_GONE_GRACE_MS = 30_000
+
 /** Tuning that is not part of the validated config (tests, unusual networks). */
 export interface MicroVMBackendOptions {
   readonly transport?: Omit<VsockTransportTuning, 'secret' | 'tls' | 'vsockPort'>
@@ -89,6 +102,7 @@ export function createMicroVMBackend(
 ): CordonSandboxBackend<'microvm'> {
   const config = parseBackendConfig(microVMBackend, input)
   const readyTimeoutMs = config.readyTimeoutMs ?? DEFAULT_READINESS_TIMEOUT_MS
+  const hostGoneGraceMs = config.hostGoneGraceMs ?? DEFAULT_HOST_GONE_GRACE_MS
   const vsockPort = config.agentVsockPort ?? DEFAULT_AGENT_VSOCK_PORT
   const controlPlane = controlPlaneFor(config)
   const snapshotScope = config.agentSnapshot
@@ -186,6 +200,18 @@ export function createMicroVMBackend(
           transport.client.close()
           throw error
         }
+        // A guest that is not detached ends with this host (the agent's
+        // `hold-host`): held before the create resolves, so no guest is
+        // handed out that its host's death would not end.
+        let hold: HostHoldKeeper | undefined
+        if (!request.detached) {
+          try {
+            hold = await keepHostHold(transport.client, hostGoneGraceMs)
+          } catch (error) {
+            transport.client.close()
+            throw error
+          }
+        }
         const state: MicroVMReconnectState = {
           secret,
           env: request.env,
@@ -202,9 +228,16 @@ export function createMicroVMBackend(
           state,
           execTimeoutMs: request.execTimeoutMs,
           detached: request.detached,
+          hold,
         })
         mark('agent.working-directory')
-        await sandbox.prepareWorkingDirectory(signal)
+        try {
+          await sandbox.prepareWorkingDirectory(signal)
+        } catch (error) {
+          // The create's cleanup deletes the guest: nothing to hold on to.
+          hold?.stop()
+          throw error
+        }
         mark('ready')
         return sandbox
       },
@@ -225,6 +258,8 @@ export function createMicroVMBackend(
     readonly state: MicroVMReconnectState
     readonly execTimeoutMs: number
     readonly detached: boolean
+    /** The creator's hold on a guest that is not detached: let go of when the guest is deleted. */
+    readonly hold?: HostHoldKeeper | undefined
   }): AgentSandbox {
     const { id, state } = parts
     const limits = { memoryLimitMb: state.memoryLimitMb, maxProcesses: state.maxProcesses }
@@ -250,7 +285,11 @@ export function createMicroVMBackend(
         })),
       },
       emit: context.emit,
-      release: (releaseSignal) => controlPlane.deleteSandbox(id, releaseSignal),
+      release: async (releaseSignal) => {
+        // Before the delete: a redial into a guest on its way out would only fail.
+        parts.hold?.stop()
+        await controlPlane.deleteSandbox(id, releaseSignal)
+      },
       // The control plane's freezer: the hypervisor stops the guest's vCPUs.
       freezer: {
         pause: (freezeSignal) => controlPlane.pauseSandbox(id, freezeSignal),

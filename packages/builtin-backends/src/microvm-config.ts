@@ -30,6 +30,13 @@ export interface MicroVMBackendConfig {
   /** Client certificate for the control plane itself. */
   readonly controlPlaneMtls?: TlsClientMaterial
   /**
+   * How long a guest that is not detached runs on once its host process is
+   * gone (no `hold-host` connection to its agent), in ms, before its agent
+   * ends it and the orchestrator removes it (default 30 s,
+   * `DEFAULT_HOST_GONE_GRACE_MS` of `@cordon/backend-microvm`).
+   */
+  readonly hostGoneGraceMs?: number
+  /**
    * How long the orchestrator keeps a snapshot cordon took
    * (`sandbox.snapshot()`), in ms: each provider's first create removes
    * cordon's snapshots on the control plane older than this, whoever took
@@ -60,6 +67,8 @@ export const microVMBackendConfigSchema: z.ZodType<MicroVMBackendConfig> = z
     mtls: tlsClientSchema.optional(),
     controlPlaneMtls: tlsClientSchema.optional(),
     snapshotRetentionMs: z.number().int().positive().optional(),
+    // The agent's bound (MAX_HOST_GRACE_MS of @cordon/agent's protocol): an hour.
+    hostGoneGraceMs: z.number().int().positive().max(3_600_000).optional(),
   })
   .strict()
   .readonly()

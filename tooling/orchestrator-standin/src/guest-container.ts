@@ -44,6 +44,12 @@ export interface GuestSpec {
   readonly tmpSizeMb: number
   readonly outputsSizeMb: number
   readonly cpus: number
+  /**
+   * Called once when the guest's agent (its entry process) exits by itself:
+   * the guest has ended (openapi.yaml, **Agent exit**). Not called for an
+   * exit {@link Guest.remove} caused.
+   */
+  readonly onExit?: (() => void) | undefined
 }
 
 export interface Guest {
@@ -134,7 +140,9 @@ export async function startGuest(docker: Dockerode, spec: GuestSpec): Promise<Gu
       Privileged: false,
     },
   })
+  let removing = false
   const remove = async (): Promise<void> => {
+    removing = true
     // A frozen container is thawed first, so its processes can be killed on every runtime.
     await container.unpause().catch(() => {})
     await container.remove({ force: true, v: true }).catch((error: { statusCode?: number }) => {
@@ -148,6 +156,13 @@ export async function startGuest(docker: Dockerode, spec: GuestSpec): Promise<Gu
     await remove().catch(() => {})
     throw error
   }
+  // The agent is the container's entry process (under its init): its exit stops the container.
+  container.wait().then(
+    () => {
+      if (!removing) spec.onExit?.()
+    },
+    () => {},
+  )
   return {
     containerId: container.id,
     sandboxUid: uid,

@@ -237,6 +237,8 @@ export async function startOrchestratorStandin(
         tmpSizeMb: options.tmpSizeMb ?? 64,
         outputsSizeMb: options.outputsSizeMb ?? 1024,
         cpus: options.cpus ?? 1,
+        // The agent ended the guest (its host let go, its lifetime ran out): deleted as a DELETE would.
+        onExit: () => void removeGuest(request.sandboxId, record).catch(() => {}),
       })
       // Before anyone can reach the agent: the client learns the endpoint from the answer.
       if (fromSnapshot) await restoreGuestFilesystem(record.guest, fromSnapshot.archivePath)

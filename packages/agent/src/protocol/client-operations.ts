@@ -244,6 +244,22 @@ export async function requestAdoptSession(connection: FramedConnection): Promise
   return connection.socket
 }
 
+/**
+ * Asks the agent to hold on to this host (see `HoldHostRequest`): resolves
+ * once it has answered; from then on the connection carries heartbeats only,
+ * and its close (or four heartbeats of this host's silence) starts the
+ * agent's `graceMs` countdown to its end.
+ */
+export async function requestHoldHost(
+  connection: FramedConnection,
+  graceMs: number,
+): Promise<void> {
+  requireRevision(connection, 'hold-host', 5)
+  await connection.send({ type: 'hold-host', graceMs })
+  const reply = await nextMessage(connection)
+  if (reply.type !== 'host-held') throw remoteOrUnexpected(reply, 'host-held')
+}
+
 export async function requestUsage(connection: FramedConnection): Promise<UsageOkMessage> {
   await connection.send({ type: 'usage' })
   const reply = await nextMessage(connection)

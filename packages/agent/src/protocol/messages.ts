@@ -33,9 +33,9 @@ export const PROTOCOL_VERSION = 2
  * Requests this agent serves beyond protocol 2's first set. 1: `stat`,
  * `remove`, `rename`, `make-directory` with `strict`, `watch`, `exec` with
  * `keep`, `list-processes`, `attach`. 2: `pause-clocks`, `resume-clocks`.
- * 3: `suspend-channel`. 4: `adopt-session`.
+ * 3: `suspend-channel`. 4: `adopt-session`. 5: `hold-host`.
  */
-export const PROTOCOL_REVISION = 4
+export const PROTOCOL_REVISION = 5
 
 export type AgentErrorCode =
   | 'unauthorized'
@@ -259,6 +259,24 @@ export interface AdoptSessionRequest {
   readonly type: 'adopt-session'
 }
 
+/**
+ * The creator of a sandbox that must end with it (not detached), on an
+ * agent no stdio channel ties to its host (a microVM guest's): the agent
+ * answers `host-held` and keeps this connection open, heartbeats only, for
+ * as long as the host lives. Once no such connection is open (the host's
+ * process died, or went silent for four heartbeats), the agent waits
+ * `graceMs` of running time for one to come back, and otherwise ends, as
+ * an agent whose stdio channel closed does. Refused (`unsupported`) by a
+ * detached agent.
+ */
+export interface HoldHostRequest {
+  readonly type: 'hold-host'
+  readonly graceMs: number
+}
+
+/** The longest `graceMs` a `hold-host` may ask for (an hour): past it the guest's lifetime is the backstop anyway. */
+export const MAX_HOST_GRACE_MS = 3_600_000
+
 export type AgentRequest =
   | HealthRequest
   | UsageRequest
@@ -274,6 +292,7 @@ export type AgentRequest =
   | ResumeClocksRequest
   | SuspendChannelRequest
   | AdoptSessionRequest
+  | HoldHostRequest
   | StatRequest
   | RemoveRequest
   | RenameRequest
@@ -405,6 +424,11 @@ export interface ChannelSuspendedMessage {
 export interface SessionAdoptedMessage {
   readonly type: 'session-adopted'
 }
+/** The answer to `hold-host`: the agent now holds on to this host (heartbeats follow, nothing else). */
+export interface HostHeldMessage {
+  readonly type: 'host-held'
+  readonly graceMs: number
+}
 /** The answer to `pause-clocks` and `resume-clocks`. */
 export interface ClocksOkMessage {
   readonly type: 'clocks-ok'
@@ -468,6 +492,7 @@ export type AgentMessage =
   | ClocksOkMessage
   | ChannelSuspendedMessage
   | SessionAdoptedMessage
+  | HostHeldMessage
   | ExitMessage
   | FileInfoMessage
   | WriteReadyMessage
@@ -598,6 +623,11 @@ export function parseClientMessage(raw: Raw): ClientMessage {
       return { type: raw.type }
     case 'adopt-session':
       return { type: 'adopt-session' }
+    case 'hold-host': {
+      const graceMs = int(raw, 'graceMs', { min: 1 })!
+      if (graceMs > MAX_HOST_GRACE_MS) fail(raw, `"graceMs" must be at most ${MAX_HOST_GRACE_MS}`)
+      return { type: 'hold-host', graceMs }
+    }
     case 'suspend-channel':
       return raw.refuseOpenTcp === undefined
         ? { type: 'suspend-channel' }
@@ -748,6 +778,8 @@ export function parseAgentMessage(raw: Raw): AgentMessage {
       return { type: 'channel-suspended' }
     case 'session-adopted':
       return { type: 'session-adopted' }
+    case 'host-held':
+      return { type: 'host-held', graceMs: int(raw, 'graceMs', { min: 1 })! }
     case 'directory-ok':
       return { type: 'directory-ok', created: bool(raw, 'created') }
     case 'usage-ok': {

@@ -22,6 +22,7 @@ import {
   requestClocks,
   requestExec,
   requestHealth,
+  requestHoldHost,
   requestListFiles,
   requestListProcesses,
   requestMakeDirectory,
@@ -375,6 +376,11 @@ export class AgentClient {
     return connection
   }
 
+  /** Whether the host keeps the agent frozen now ({@link holdIdle}). */
+  get isIdleHeld(): boolean {
+    return this.idleHeld
+  }
+
   /**
    * Stops (or restarts) judging the agent's silence on every connection,
    * open now or opened meanwhile: for the time the host keeps the sandbox
@@ -394,6 +400,23 @@ export class AgentClient {
     return this.withConnection(type, undefined, signal, (connection) =>
       requestClocks(connection, type),
     )
+  }
+
+  /**
+   * Holds the sandbox to this host (see `HoldHostRequest`): resolves with
+   * the connection once the agent has answered. It is its own connection,
+   * never a spare; it carries heartbeats only, and its close is this host's
+   * going (see host-hold-keeper.ts).
+   */
+  async holdHost(graceMs: number, signal?: AbortSignal): Promise<FramedConnection> {
+    const connection = await this.dialAndAuthenticate(signal, 'agent')
+    try {
+      await requestHoldHost(connection, graceMs)
+      return connection
+    } catch (error) {
+      connection.destroy()
+      throw this.translate(error, 'hold-host', undefined, signal)
+    }
   }
 
   private transportFailureListener: (() => void) | undefined
