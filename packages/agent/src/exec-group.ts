@@ -1,4 +1,5 @@
 import { readFileSync } from 'node:fs'
+import { randomBytes } from './random-bytes.js'
 
 /**
  * The supplementary group that tags every process of one exec.
@@ -27,9 +28,19 @@ import { readFileSync } from 'node:fs'
 export const EXEC_GROUP_FIRST = 0x8000_0000
 export const EXEC_GROUP_COUNT = 0x4000_0000
 
-/** The tag of the launcher's command `id` (its ids count up from 1). */
-export function execGroupOf(id: number): number {
-  return EXEC_GROUP_FIRST + (id % EXEC_GROUP_COUNT)
+/**
+ * The tag of the launcher's command `id` (its ids count up from 1), counted
+ * from `offset`, which each launcher draws at random: two sandboxes' first
+ * commands would otherwise carry the same group, and one sandbox could
+ * prepare a setgid directory of that group on a directory both write to.
+ */
+export function execGroupOf(id: number, offset = 0): number {
+  return EXEC_GROUP_FIRST + ((offset + id) % EXEC_GROUP_COUNT)
+}
+
+/** A launcher's random starting point in the tag range (see {@link execGroupOf}). */
+export function randomExecGroupOffset(): number {
+  return randomBytes(4).readUInt32LE(0) % EXEC_GROUP_COUNT
 }
 
 /**

@@ -3,7 +3,7 @@ import { Socket } from 'node:net'
 import { constants as osConstants } from 'node:os'
 import { type Readable, Writable } from 'node:stream'
 import { childProcess } from './child-process-module.js'
-import { execGroupOf, execGroupsMapped } from './exec-group.js'
+import { execGroupOf, execGroupsMapped, randomExecGroupOffset } from './exec-group.js'
 import {
   type LaunchedProcess,
   type LaunchOutcome,
@@ -69,6 +69,7 @@ export class NativeLauncher implements ProcessLauncher {
   private unusable = false
   /** Whether commands that change user are tagged with their exec's group (exec-group.ts); known once started. */
   private tagsExecs = false
+  private execGroupOffset = 0
 
   constructor(
     /** cordon-launcher, to start when no launcher started the agent (or that one is gone); none: Node's spawn then. */
@@ -98,7 +99,8 @@ export class NativeLauncher implements ProcessLauncher {
     }
     const id = this.nextId++
     frame.writeUInt32LE(id, 5)
-    const execGroup = request.runAs && this.tagsExecs ? execGroupOf(id) : undefined
+    const execGroup =
+      request.runAs && this.tagsExecs ? execGroupOf(id, this.execGroupOffset) : undefined
     frame.writeUInt32LE(execGroup ?? KEEP_ID, 21)
     return new Promise((resolve, reject) => {
       this.pending.set(id, { request, execGroup, resolve, reject })
@@ -115,6 +117,7 @@ export class NativeLauncher implements ProcessLauncher {
   private startHelper(): Promise<void> {
     // Read once, here rather than per command: the map of a running process never changes.
     this.tagsExecs = execGroupsMapped()
+    if (this.tagsExecs) this.execGroupOffset = randomExecGroupOffset()
     return new Promise((resolve, reject) => {
       let isReady = false
       const gone = (why: string, code: number | null, signal: NodeJS.Signals | null) => {

@@ -7,6 +7,7 @@ import {
   EXEC_GROUP_FIRST,
   execGroupOf,
   execGroupsMapped,
+  randomExecGroupOffset,
 } from '../src/exec-group.js'
 
 describe('exec tags: supplementary groups of one exec each', () => {
@@ -28,6 +29,16 @@ describe('exec tags: supplementary groups of one exec each', () => {
     expect(execGroupOf(1)).toBe(2 ** 31 + 1)
     expect(execGroupOf(EXEC_GROUP_COUNT + 7)).toBe(EXEC_GROUP_FIRST + 7)
     expect(EXEC_GROUP_FIRST + EXEC_GROUP_COUNT - 1).toBeLessThan(2 ** 32 - 1)
+    expect(execGroupOf(5, EXEC_GROUP_COUNT - 2)).toBe(EXEC_GROUP_FIRST + 3)
+  })
+
+  it('draws each launcher its own starting point in the range', () => {
+    const offsets = new Set(Array.from({ length: 20 }, () => randomExecGroupOffset()))
+    for (const offset of offsets) {
+      expect(offset).toBeGreaterThanOrEqual(0)
+      expect(offset).toBeLessThan(EXEC_GROUP_COUNT)
+    }
+    expect(offsets.size).toBeGreaterThan(1)
   })
 
   it('tags commands only where the user namespace maps the whole range', async () => {
