@@ -1,9 +1,13 @@
 import { type ChildProcess, spawn } from 'node:child_process'
-import { existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { existsSync, mkdirSync, mkdtempSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
-import { forwardDirectoriesRoot, sweepForwardDirectories } from '@cordon/core/backend'
+import {
+  forwardDirectoriesRoot,
+  makeForwardDirectory,
+  sweepForwardDirectories,
+} from '@cordon/core/backend'
 import { afterEach, describe, expect, it } from 'vitest'
 
 const cleanups: Array<() => unknown> = []
@@ -84,5 +88,15 @@ describe("a unix-socket forward's directory", () => {
     const next = await hostForwarding(tmpDir)
     expect(existsSync(next.socketPath)).toBe(true)
     expect(existsSync(dirname(dead.socketPath))).toBe(false)
+  })
+
+  it('is refused where the well-known parent is not this user’s alone', async () => {
+    const tmpDir = mkdtempSync(join(tmpdir(), 'cordon-forward-death-'))
+    cleanups.push(() => rmSync(tmpDir, { recursive: true, force: true }))
+    mkdirSync(forwardDirectoriesRoot(tmpDir), { mode: 0o755 })
+    await expect(makeForwardDirectory(tmpDir)).rejects.toMatchObject({
+      name: 'SandboxOperationError',
+      operation: 'forwardPort',
+    })
   })
 })
