@@ -7,6 +7,7 @@ import { judgeOwner, LABEL, type UnjudgedOwnerReason } from '@cordon/core/backen
 import type Docker from 'dockerode'
 import { isBeingRemoved, isNotFound, translateEngineError } from './engine-errors.js'
 import { listSnapshots, SNAPSHOT_LABEL } from './filesystem-snapshot.js'
+import { BUILD_RECORD_ROLE, BUILD_STEP_ROLE } from './image-build.js'
 import {
   checkpointAgeMs,
   checkpointOwner,
@@ -32,8 +33,10 @@ export const DEFAULT_SNAPSHOT_RETENTION_MS = 7 * 24 * 60 * 60 * 1000
 export interface GarbageReport {
   readonly containers: string[]
   /**
-   * Snapshot images removed: those older than the retention, and those
-   * removed by their host (untagged) that no sandbox runs any longer.
+   * Images removed: snapshots older than the retention, and those removed
+   * by their host (untagged) that no sandbox runs any longer; and the
+   * untagged images of the steps of builds whose host is gone (`buildImage`
+   * labels them), when no build in the scope is under way.
    */
   readonly images: string[]
   /**
@@ -249,9 +252,20 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
     return owner.state === 'gone'
   }
 
+  // A build under way (its record's owner alive, or not judged) may be between two steps,
+  // its last step's image not yet in use: no build step image or container goes meanwhile.
+  const buildRecords = await docker.listVolumes({
+    filters: { label: [...filters.label, `${LABEL.role}=${BUILD_RECORD_ROLE}`] },
+    ...listing,
+  })
+  const buildsUnderWay = (buildRecords.Volumes ?? []).some(
+    (volume) => judgeOwner((volume.Labels as Record<string, string> | null) ?? {}).state !== 'gone',
+  )
   for (const info of await docker.listContainers({ all: true, filters, ...listing })) {
     if (info.Labels?.[LABEL.role] === 'runtime') continue
-    if (!isGarbage('container', info.Id, info.Labels)) {
+    // A step container has its image's labels, not an owner's: whether a build is under way decides.
+    const buildStep = info.Labels?.[LABEL.role] === BUILD_STEP_ROLE
+    if (buildStep ? buildsUnderWay : !isGarbage('container', info.Id, info.Labels)) {
       ;(report as { kept: number }).kept++
       const detachedId = info.Labels?.[LABEL.detached] === '1' && info.Labels[LABEL.sandbox]
       if (detachedId) detachedKept.push(detachedId)
@@ -339,6 +353,7 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
       else (report as { kept: number }).kept++
     }
   }
+  await collectBuildSteps(options, report, filters.label, buildsUnderWay)
   options.signal?.throwIfAborted()
   await collectCheckpoints(docker, options, report, goneSnapshots, now, scopedSnapshots)
   await collectNamedVolumes(options, now, report, remove, scope)
@@ -351,6 +366,78 @@ async function collect(options: CollectGarbageOptions): Promise<GarbageReport> {
     if (!options.dryRun) await remove(network.Id, () => docker.getNetwork(network.Id).remove())
   }
   return report
+}
+
+/**
+ * The images of the steps of builds that did not finish (their host was
+ * killed): untagged, labelled as a build's steps (build-stage-labels.ts),
+ * and with no image built on them that is not itself such garbage. The
+ * steps of a finished build stay: its image is built on them (they are
+ * the engine's cache for the next build). Left alone while a build in the
+ * scope is under way; the images go newest first, each before the one it
+ * was built on, never pruning further (a base image is never touched).
+ */
+async function collectBuildSteps(
+  options: CollectGarbageOptions,
+  report: GarbageReport,
+  scope: readonly string[],
+  buildsUnderWay: boolean,
+): Promise<void> {
+  const { docker } = options
+  const listing = options.signal ? { abortSignal: options.signal } : {}
+  const steps = await docker.listImages({
+    all: true,
+    filters: { label: [...scope, `${LABEL.role}=${BUILD_STEP_ROLE}`] },
+    ...listing,
+  })
+  const untagged = (image: Docker.ImageInfo): boolean =>
+    (image.RepoTags ?? []).every((tag) => tag === '<none>:<none>')
+  const candidates = new Set(buildsUnderWay ? [] : steps.filter(untagged).map((image) => image.Id))
+  if (candidates.size > 0) {
+    // Every image, whoever made it: one built on a candidate keeps it.
+    const children = new Map<string, string[]>()
+    for (const image of await docker.listImages({ all: true, ...listing }))
+      if (image.ParentId)
+        children.set(image.ParentId, [...(children.get(image.ParentId) ?? []), image.Id])
+    for (let changed = true; changed; ) {
+      changed = false
+      for (const id of candidates)
+        if ((children.get(id) ?? []).some((child) => !candidates.has(child))) {
+          candidates.delete(id)
+          changed = true
+        }
+    }
+  }
+  ;(report as { kept: number }).kept += steps.length - candidates.size
+  const newestFirst = steps
+    .filter((image) => candidates.has(image.Id))
+    .sort((a, b) => b.Created - a.Created)
+  for (let pending = newestFirst, progress = true; pending.length > 0 && progress; ) {
+    progress = false
+    const left: Docker.ImageInfo[] = []
+    for (const image of pending) {
+      if (options.dryRun) {
+        report.images.push(image.Id)
+        continue
+      }
+      options.signal?.throwIfAborted()
+      try {
+        await docker.getImage(image.Id).remove({ noprune: true })
+        report.images.push(image.Id)
+        progress = true
+      } catch (error) {
+        if (isNotFound(error)) {
+          report.images.push(image.Id)
+          progress = true
+        } else left.push(image)
+      }
+    }
+    // One made in the same second as its child may come first: it goes in the next pass.
+    pending = left
+    if (!progress)
+      for (const image of left)
+        report.failed.push({ id: image.Id, reason: 'in use, or an image is built on it' })
+  }
 }
 
 /**

@@ -1,10 +1,12 @@
-import { stat } from 'node:fs/promises'
+import { randomUUID } from 'node:crypto'
+import { readFile, stat } from 'node:fs/promises'
 import { isAbsolute, join, normalize } from 'node:path'
 import { type ContainerBackendConfig, imageReferenceProblem } from '@cordon/builtin-backends'
 import { type SandboxConfigIssue, SandboxConfigValidationError, SandboxError } from '@cordon/core'
-import { LABEL, throwIfAborted, withDeadline } from '@cordon/core/backend'
+import { LABEL, ownerLabels, throwIfAborted, withDeadline } from '@cordon/core/backend'
 import type Docker from 'dockerode'
-import { buildContextEntries } from './build-context.js'
+import { buildContextEntries, packBuildContext } from './build-context.js'
+import { type LabelledDockerfile, labelEveryStage } from './build-stage-labels.js'
 import { removeContainerAndWait } from './container-removal.js'
 import { connectEngine } from './engine-connection.js'
 import { engineMessage, isNotFound, isUnreachable, translateEngineError } from './engine-errors.js'
@@ -51,6 +53,20 @@ export interface BuiltImage {
 /** The label every image `buildImage` makes carries, besides `cordon.managed`. */
 export const BUILT_IMAGE_ROLE = 'image'
 
+/**
+ * The label of the images a build's steps make and of its step containers
+ * (build-stage-labels.ts): what a killed build left, which `cordon gc`
+ * removes once no build is under way (garbage-collect.ts).
+ */
+export const BUILD_STEP_ROLE = 'build-step'
+
+/**
+ * The label of a build's record: a volume with its host's owner labels that
+ * lives as long as the build, so that gc can tell a build under way (whose
+ * step images it must leave) from one whose host is gone.
+ */
+export const BUILD_RECORD_ROLE = 'build'
+
 /** Lines of output an {@link ImageBuildError} keeps. */
 const KEPT_OUTPUT_LINES = 20
 
@@ -74,20 +90,38 @@ export async function buildImage(
   const dockerfile = await checkOptions(options)
   const entries = await buildContextEntries(options.context)
   const engine = connectEngine(config)
-  const build = new BuildOutput(options)
+  const scope = { ...options.labels, [LABEL.managed]: '1' }
+  const labelled = labelEveryStage(await readFile(join(options.context, dockerfile), 'utf8'), {
+    ...scope,
+    [LABEL.role]: BUILD_STEP_ROLE,
+  })
+  const build = new BuildOutput(options, labelled)
+  let record: Docker.Volume | undefined
   return withDeadline(
     async (signal) => {
-      const stream = (await engine.docker.buildImage({ context: options.context, src: entries }, {
-        t: options.tag,
-        dockerfile,
-        buildargs: { ...options.buildArgs },
-        labels: { ...options.labels, [LABEL.managed]: '1', [LABEL.role]: BUILT_IMAGE_ROLE },
-        // The step container goes even when its step fails.
-        rm: true,
-        forcerm: true,
-        registryconfig: engineRegistryConfig(config.registryAuth),
-        abortSignal: signal,
-      } as Docker.ImageBuildOptions)) as NodeJS.ReadableStream
+      // Before anything the build makes: a gc from here on leaves this build's step images alone.
+      record = engine.docker.getVolume(
+        (
+          await engine.docker.createVolume({
+            Name: `cordon-build-${randomUUID()}`,
+            Labels: { ...ownerLabels('cordon-build'), ...scope, [LABEL.role]: BUILD_RECORD_ROLE },
+          })
+        ).name,
+      )
+      const stream = (await engine.docker.buildImage(
+        packBuildContext(options.context, entries, dockerfile, labelled.dockerfile),
+        {
+          t: options.tag,
+          dockerfile,
+          buildargs: { ...options.buildArgs },
+          labels: { ...scope, [LABEL.role]: BUILT_IMAGE_ROLE },
+          // The step container goes even when its step fails.
+          rm: true,
+          forcerm: true,
+          registryconfig: engineRegistryConfig(config.registryAuth),
+          abortSignal: signal,
+        } as Docker.ImageBuildOptions,
+      )) as NodeJS.ReadableStream
       await followEngineProgress(stream, (message) => build.take(message))
       build.flush()
       if (!build.id) throw build.error('the engine ended the build without an image')
@@ -100,13 +134,18 @@ export async function buildImage(
       onTimeout: () => build.error(`did not finish within ${options.timeoutMs} ms`),
       cleanup: () => removeBuildLeftovers(engine.docker, build),
     },
-  ).catch((error: unknown) => {
-    if (SandboxError.isInstance(error)) throw error
-    if (isUnreachable(error)) {
-      throw translateEngineError(error, 'container:docker', engine.description, 'buildImage')
-    }
-    throw build.error(engineMessage(error).trim(), error)
-  })
+  )
+    .catch((error: unknown) => {
+      if (SandboxError.isInstance(error)) throw error
+      if (isUnreachable(error)) {
+        throw translateEngineError(error, 'container:docker', engine.description, 'buildImage')
+      }
+      throw build.error(engineMessage(error).trim(), error)
+    })
+    .finally(async () => {
+      // After the leftovers are gone; one this misses (engine lost) goes with its owner, by gc.
+      await record?.remove().catch(() => {})
+    })
 }
 
 async function checkOptions(options: ImageBuildOptions): Promise<string> {
@@ -123,12 +162,15 @@ async function checkOptions(options: ImageBuildOptions): Promise<string> {
   if (isAbsolute(dockerfile) || dockerfile.startsWith('..')) {
     issues.push({ path: 'dockerfile', message: 'must be a path inside the context' })
   }
-  for (const key of Object.keys(options.labels ?? {})) {
+  for (const [key, value] of Object.entries(options.labels ?? {})) {
     if (key.startsWith('cordon.')) {
       issues.push({
         path: `labels.${key}`,
         message: 'label keys starting with "cordon." are reserved',
       })
+    } else if (/[\r\n]/.test(key + String(value))) {
+      // Written into the Dockerfile as a LABEL instruction (build-stage-labels.ts), which is one line.
+      issues.push({ path: `labels.${key}`, message: 'a label cannot hold a line break' })
     }
   }
   if (
@@ -165,10 +207,17 @@ class BuildOutput {
   private steps: number | undefined
   private instruction: string | undefined
   private stepCached = false
+  /** The step under way is a `LABEL` cordon added: its lines are not the Dockerfile's to show. */
+  private stepAdded = false
+  /** Steps cordon added so far, which the step numbers shown leave out. */
+  private addedSteps = 0
   private partial = ''
   private readonly recent: string[] = []
 
-  constructor(private readonly options: ImageBuildOptions) {}
+  constructor(
+    private readonly options: ImageBuildOptions,
+    private readonly labelled: LabelledDockerfile,
+  ) {}
 
   take(message: { stream?: string; aux?: { ID?: string } }): void {
     if (message.aux?.ID) this.id = message.aux.ID
@@ -188,10 +237,17 @@ class BuildOutput {
   private line(line: string): void {
     const header = /^Step (\d+)\/(\d+) : (.*)$/.exec(line)
     if (header) {
-      this.step = Number(header[1])
-      this.steps = Number(header[2])
-      this.instruction = header[3]
       this.stepCached = false
+      this.stepAdded = header[3]!.trim() === this.labelled.instruction
+      if (this.stepAdded) {
+        this.addedSteps++
+        return
+      }
+      // Numbered as the Dockerfile counts its steps.
+      this.step = Number(header[1]) - this.addedSteps
+      this.steps = Number(header[2]) - this.labelled.added
+      this.instruction = header[3]
+      line = `Step ${this.step}/${this.steps} : ${this.instruction}`
     } else if (line === ' ---> Using cache') {
       this.stepCached = true
     } else if (line.startsWith(' ---> Running in ')) {
@@ -201,10 +257,13 @@ class BuildOutput {
     } else {
       const result = /^ ---> ([0-9a-f]{12,64})$/.exec(line)
       // A FROM step's result is its base image, and a cached step's an image an earlier build made.
-      if (result && !this.stepCached && !/^FROM\s/i.test(this.instruction ?? '')) {
+      // (A step cordon added comes right after a FROM, and makes an image of its own.)
+      const fromStep = !this.stepAdded && /^FROM\s/i.test(this.instruction ?? '')
+      if (result && !this.stepCached && !fromStep) {
         this.madeImages.push(result[1]!)
       }
     }
+    if (this.stepAdded) return
     this.recent.push(line)
     if (this.recent.length > KEPT_OUTPUT_LINES) this.recent.shift()
     this.options.onProgress?.({ step: this.step, steps: this.steps, line })

@@ -112,7 +112,7 @@ describe('buildImage', () => {
       const sandbox = await provider.create()
       const listing = await sandbox.exec('sh', [
         '-c',
-        'cat /template/built.txt /template/nested/data.txt; ls -a /template; readlink /template/outside-link',
+        'cat /template/built.txt /template/nested/data.txt; ls -a /template; readlink /template/outside-link; cat /template/Dockerfile',
       ])
       expect(listing.stdout).toContain('hello from a build')
       expect(listing.stdout).toContain('nested data')
@@ -121,6 +121,8 @@ describe('buildImage', () => {
       expect(listing.stdout).not.toContain('ignored-dir')
       // A link is sent as a link, never as what it points to outside the context.
       expect(listing.stdout).toContain('/etc/passwd')
+      // The Dockerfile the engine read, with the LABEL step cordon adds after FROM (README, Limits).
+      expect(listing.stdout).toContain('LABEL "cordon-test.run"=')
       await sandbox.destroy()
     } finally {
       await provider.close()

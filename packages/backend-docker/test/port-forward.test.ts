@@ -2,14 +2,15 @@ import { execFile } from 'node:child_process'
 import { chmod, stat } from 'node:fs/promises'
 import { get } from 'node:http'
 import { connect, createServer } from 'node:net'
-import { networkInterfaces, tmpdir } from 'node:os'
-import { dirname, join } from 'node:path'
+import { networkInterfaces } from 'node:os'
+import { dirname } from 'node:path'
 import { promisify } from 'node:util'
 import {
   type CordonSandbox,
   type CordonSandboxProvider,
   SandboxConfigValidationError,
 } from '@cordon/core'
+import { forwardDirectoriesRoot } from '@cordon/core/backend'
 import { until } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { testProvider } from './test-run.js'
@@ -149,7 +150,8 @@ for (const runtime of ['docker', 'runsc'] as const) {
       try {
         expect(forward).toMatchObject({ sandboxPort: 8080 })
         expect(forward).not.toHaveProperty('port')
-        expect(directory.startsWith(join(tmpdir(), 'cordon-forward-'))).toBe(true)
+        // In the user's well-known parent, where a sweep finds it if this host is killed.
+        expect(dirname(directory)).toBe(forwardDirectoriesRoot())
         const socketStat = await stat(socketPath)
         const directoryStat = await stat(directory)
         expect(socketStat.isSocket()).toBe(true)

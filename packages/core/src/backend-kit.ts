@@ -68,6 +68,11 @@ export { describeError } from './event-error.js'
 export { ExecOutputCollector } from './exec-output.js'
 export { type ValidatedExecRequest, validateExecRequest } from './exec-request.js'
 export {
+  forwardDirectoriesRoot,
+  makeForwardDirectory,
+  sweepForwardDirectories,
+} from './forward-directories.js'
+export {
   type AllowlistEntry,
   type CompiledAllowlist,
   compileAllowlist,

@@ -377,9 +377,12 @@ export interface SandboxPortForwardOptions {
 
 /**
  * Options of `Sandbox.forwardPort` for a unix socket only the host's user
- * (and root) can connect to: it is created in a fresh directory of its own
- * under the host's temporary directory, mode 0700 from the start, and is
- * itself mode 0600 by the time `forwardPort` resolves.
+ * (and root) can connect to: it is created in a fresh directory of its own,
+ * mode 0700 from the start, in this user's `cordon-forwards-<uid>` directory
+ * (also 0700) under the host's temporary directory, and is itself mode 0600
+ * by the time `forwardPort` resolves. The directory records its host
+ * process: one a killed host left is removed by the next unix-socket
+ * forward of this user (`sweepForwardDirectories`) once that process is gone.
  */
 export interface SandboxUnixSocketForwardOptions {
   readonly unixSocket: true

@@ -1,7 +1,6 @@
 import { once } from 'node:events'
-import { chmod, mkdtemp, rm } from 'node:fs/promises'
+import { chmod, rm } from 'node:fs/promises'
 import { type AddressInfo, createServer, type Server, type Socket } from 'node:net'
-import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { Duplex } from 'node:stream'
 import type {
@@ -10,7 +9,12 @@ import type {
   SandboxPortForward,
   SandboxUnixSocketForward,
 } from '@cordon/core'
-import { throwIfAborted, validatePortForwardRequest } from '@cordon/core/backend'
+import {
+  makeForwardDirectory,
+  sweepForwardDirectories,
+  throwIfAborted,
+  validatePortForwardRequest,
+} from '@cordon/core/backend'
 import { pipeBothWays } from '../protocol/stream-mux.js'
 
 /** Opens a byte stream to a TCP port on the sandbox's loopback, over the backend's channel. */
@@ -89,9 +93,11 @@ export async function forwardPort(
   const { server, connections } = carryingServer(dial, sandboxPort)
 
   if (listener.kind === 'unix') {
-    // mkdtemp makes the directory 0700, so until the socket's own chmod
-    // below nobody but this user (and root) can reach the socket at all.
-    const directory = await mkdtemp(join(tmpdir(), 'cordon-forward-'))
+    // What killed hosts of this user left goes first; a failure to sweep does not stop this forward.
+    await sweepForwardDirectories().catch(() => {})
+    // The directory is 0700 (in a parent that is too), so until the socket's own
+    // chmod below nobody but this user (and root) can reach the socket at all.
+    const directory = await makeForwardDirectory()
     const socketPath = join(directory, `port-${sandboxPort}.sock`)
     try {
       throwIfAborted(options.signal, 'forwardPort')
