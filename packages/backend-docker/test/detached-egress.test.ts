@@ -10,7 +10,6 @@ import { createServer, type Server } from 'node:http'
 import type { AddressInfo } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { PassThrough } from 'node:stream'
 import { fileURLToPath } from 'node:url'
 import {
   type CordonSandboxProvider,
@@ -23,6 +22,7 @@ import { containerTestBackend, EPHEMERAL_OUTPUTS } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { createDockerSandboxProvider } from '../src/index.js'
 import { createInChildProcess } from './detached-creator.js'
+import { engineExec } from './engine-exec.js'
 import { docker } from './test-run.js'
 
 const holder = fileURLToPath(new URL('./fixtures/detached-holder.mjs', import.meta.url))
@@ -39,25 +39,11 @@ async function wgetFromInside(
   sandboxId: string,
   url: string,
 ): Promise<{ exitCode: number; output: string }> {
-  const container = docker.getContainer(`cordon-${sandboxId}`)
-  const exec = await container.exec({
-    // No -T: this busybox's wget crashes with it (SIGSEGV), which would pass for a refusal.
-    Cmd: ['wget', '-O', '-', url],
-    Env: ['http_proxy=http://127.0.0.1:3128'],
-    User: '65534:65534',
-    AttachStdout: true,
-    AttachStderr: true,
+  // No -T: this busybox's wget crashes with it (SIGSEGV), which would pass for a refusal.
+  return engineExec(`cordon-${sandboxId}`, ['wget', '-O', '-', url], {
+    user: '65534:65534',
+    env: ['http_proxy=http://127.0.0.1:3128'],
   })
-  const stream = await exec.start({})
-  const output = new PassThrough()
-  let text = ''
-  output.on('data', (chunk: Buffer) => {
-    text += chunk.toString()
-  })
-  docker.modem.demuxStream(stream, output, output)
-  await new Promise((resolve) => stream.on('end', resolve))
-  const { ExitCode } = await exec.inspect()
-  return { exitCode: ExitCode ?? -1, output: text }
 }
 
 for (const runtime of ['docker', 'runsc'] as const) {

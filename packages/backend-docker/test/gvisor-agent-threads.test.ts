@@ -1,21 +1,11 @@
 import { describe, expect, it } from 'vitest'
 import { GVISOR_AGENT_POOL_THREADS } from '../src/gvisor-agent-threads.js'
-import { docker, testProvider } from './test-run.js'
+import { engineExec } from './engine-exec.js'
+import { testProvider } from './test-run.js'
 
 /** Runs a shell line as root inside the container, past the agent, and returns its output. */
 async function rootShell(containerName: string, line: string): Promise<string> {
-  const exec = await docker.getContainer(containerName).exec({
-    Cmd: ['sh', '-c', line],
-    User: '0',
-    AttachStdout: true,
-    AttachStderr: true,
-  })
-  const stream = await exec.start({ hijack: true, stdin: false })
-  const chunks: Buffer[] = []
-  const stdout = { write: (chunk: Buffer) => chunks.push(chunk) }
-  docker.modem.demuxStream(stream, stdout as never, stdout as never)
-  await new Promise((resolve) => stream.on('end', resolve))
-  return Buffer.concat(chunks).toString('utf8')
+  return (await engineExec(containerName, ['sh', '-c', line], { user: '0' })).output
 }
 
 /** The agent's thread count, read as root from /proc inside the sandbox (its process is Node's loader). */

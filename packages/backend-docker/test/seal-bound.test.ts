@@ -1,10 +1,10 @@
 import { chmod, lstat, mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { PassThrough } from 'node:stream'
 import { SandboxDestroyedError, SandboxOperationError } from '@cordon/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { SEAL_WAIT_MS, shortenSealWaitForTest } from '../src/seal-wait.js'
+import { engineExec } from './engine-exec.js'
 import { docker, testProvider } from './test-run.js'
 
 /**
@@ -19,21 +19,7 @@ const BOUND_MS = 3_000
 
 /** Runs `script` in the container as root, beside the agent, and returns its output. */
 async function execAsRoot(name: string, script: string): Promise<string> {
-  const exec = await docker.getContainer(name).exec({
-    Cmd: ['sh', '-c', script],
-    User: '0',
-    AttachStdout: true,
-    AttachStderr: true,
-  })
-  const stream = await exec.start({})
-  const output = new PassThrough()
-  let text = ''
-  output.on('data', (chunk: Buffer) => {
-    text += chunk.toString()
-  })
-  docker.modem.demuxStream(stream, output, output)
-  await new Promise((resolve) => stream.on('end', resolve))
-  return text
+  return (await engineExec(name, ['sh', '-c', script], { user: '0' })).output
 }
 
 /**
