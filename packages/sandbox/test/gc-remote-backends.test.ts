@@ -115,6 +115,12 @@ describe('cordon gc --microvm, against the orchestrator stand-in', () => {
     try {
       await pastEndTime(ended.endsAt)
       expect(await guestState(ended.id)).toBe('paused')
+      // The stand-in's guests are containers of this engine: a Docker gc (or a
+      // Docker provider's background sweep) leaves the guest past its end time
+      // to its orchestrator instead of removing it underneath.
+      const engineGc = await cordon(['gc', '--dry-run', '--label', `cordon.sandbox=${ended.id}`])
+      expect(engineGc.code, engineGc.stderr).toBe(0)
+      expect(engineGc.stdout).toMatch(/would remove 0 containers/)
       const env = { ...NO_ENGINE, CORDON_ORCHESTRATOR_TOKEN: standin.token }
       const where = `cordon gc (microvm ${standin.backendConfig().orchestratorEndpoint})`
 

@@ -227,7 +227,7 @@ export async function startOrchestratorStandin(
         agentSecret: request.agentSecret,
         labels: {
           ...options.labels,
-          ...request.labels,
+          ...withoutLifetime(request.labels),
           'cordon.managed': '1',
           'cordon.standin': standinId,
           'cordon.sandbox': request.sandboxId,
@@ -612,4 +612,18 @@ function labelFilter(url: URL): Array<readonly [string, string]> {
     if (equals < 1) throw new HttpError(400, 'invalid-request', `label ${pair} is not key=value`)
     return [pair.slice(0, equals), pair.slice(equals + 1)] as const
   })
+}
+
+/**
+ * A guest's labels as its container carries them, without `cordon.detached`
+ * and `cordon.expires`. The guest's lifetime is this orchestrator's to
+ * enforce (its record keeps every label for GET); on the container, a Docker
+ * provider sharing the engine (another test's background sweep, `cordon gc`)
+ * would read them as its own and remove the container of a detached guest
+ * past its end time, which a paused guest may be, underneath this
+ * orchestrator.
+ */
+function withoutLifetime(labels: Readonly<Record<string, string>>): Record<string, string> {
+  const { 'cordon.detached': _detached, 'cordon.expires': _expires, ...kept } = labels
+  return kept
 }
