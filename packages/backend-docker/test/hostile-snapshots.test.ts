@@ -100,7 +100,7 @@ for (const runtime of ['docker', 'runsc'] as const) {
           'chmod 4755 /tmp/p/etc/passwd && (cd /tmp/p && tar cf /tmp/inject.tar etc/passwd) && rm -rf /tmp/p',
           'touch /tmp/ready',
           'while true; do for d in /proc/[0-9]*; do',
-          '  if grep -q cordon-snapshot $d/cmdline 2>/dev/null; then pid=${d#/proc/}; kill -STOP $pid;',
+          '  if grep -q cordon-snapshot $d/cmdline 2>/dev/null; then pid=$(basename $d); kill -STOP $pid;',
           '    head -c 1024 /tmp/inject.tar > /proc/$pid/fd/1 && echo injected > /tmp/status; kill -CONT $pid; exit 0; fi',
           'done; done',
         ].join('\n')
