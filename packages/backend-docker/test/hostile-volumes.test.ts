@@ -58,5 +58,51 @@ for (const runtime of ['docker', 'runsc'] as const) {
         await second.destroy()
       }
     })
+
+    it('a tree the last sandbox made deeper than PATH_MAX is the next one’s, and that sandbox starts', async () => {
+      const deep = `${name}-deep`
+      await provider.volumes.create({ name: deep, sizeMb: 32 })
+      const deepProvider = createDockerSandboxProvider({
+        backend: {
+          tier: 'container',
+          runtime,
+          image: BUSYBOX_IMAGE,
+          cpus: 1,
+          labels: testRunLabels(),
+        },
+        layout: { outputs: { source: { type: 'volume', name: deep } } },
+        defaultMemoryLimitMb: 96,
+      })
+      // Two chains of 1,100 `a/` each (2,200 bytes, each made by one
+      // `mkdir -p`), the second moved to the bottom of the first: a tree
+      // whose deepest names are past 4,400 bytes, which no single call named.
+      const chain = Array.from({ length: 1100 }, () => 'a').join('/')
+      try {
+        const first = await deepProvider.create({})
+        try {
+          const made = await first.exec('sh', [
+            '-c',
+            `cd /mnt/user-data/outputs && mkdir -p x/${chain} y/${chain} && mv y x/${chain}/ && echo made`,
+          ])
+          expect(made.stdout).toBe('made\n')
+        } finally {
+          await first.destroy()
+        }
+        const second = await deepProvider.create({})
+        try {
+          const seen = await second.exec('sh', [
+            '-c',
+            `cd /mnt/user-data/outputs && id -u && stat -c %u x x/${chain}/y && touch x/${chain}/y/written && echo ok`,
+          ])
+          const [uid, top, middle, ok] = seen.stdout.trim().split('\n')
+          expect([top, middle, ok]).toEqual([uid, uid, 'ok'])
+        } finally {
+          await second.destroy()
+        }
+      } finally {
+        await deepProvider.close()
+        await provider.volumes.remove(deep).catch(() => {})
+      }
+    })
   })
 }
