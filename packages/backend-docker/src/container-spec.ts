@@ -590,7 +590,10 @@ export function containerSpec(options: {
  * non-dumpable included (SYS_PTRACE); with a writable host directory, when
  * it ends, defuse what the sandbox left there and hand it to the directory's
  * owner (FOWNER, CHOWN); with a read-write named volume, hand its tree to
- * the sandbox's user before anything of the sandbox runs (CHOWN).
+ * the sandbox's user before anything of the sandbox runs (CHOWN, and
+ * FOWNER: changing the owner of a set-id file an earlier sandbox left
+ * clears its bit, a mode change Linux allows root only with FOWNER, so
+ * without it that file kept every later sandbox from starting under runc).
  * Commands get none of these: they run as another uid, which clears them,
  * and the launcher's filter closes the three system calls the engine's
  * profile opens to a container with SYS_PTRACE (kcmp, pidfd_getfd,
@@ -605,7 +608,6 @@ export function agentCapabilities(handsOverOutputs: boolean, ownsVolumes = false
     'KILL',
     'DAC_OVERRIDE',
     'SYS_PTRACE',
-    ...(handsOverOutputs ? ['FOWNER'] : []),
-    ...(handsOverOutputs || ownsVolumes ? ['CHOWN'] : []),
+    ...(handsOverOutputs || ownsVolumes ? ['FOWNER', 'CHOWN'] : []),
   ]
 }

@@ -3,6 +3,7 @@ import {
   isSnapshotId,
   type ResolvedContainerSandboxLayout,
   type SandboxBackendEnforcement,
+  SandboxControlRefusedError,
   SandboxOperationError,
   type SandboxSnapshot,
   SandboxSnapshotNotFoundError,
@@ -12,6 +13,7 @@ import type Docker from 'dockerode'
 import type { AgentRuntime } from './agent-runtime.js'
 import { removeContainerAndWait } from './container-removal.js'
 import { isNotFound } from './engine-errors.js'
+import { checkedSnapshotArchive } from './snapshot-archive.js'
 import { CAPTURE_SCRIPT, RESTORE_SCRIPT } from './snapshot-scripts.js'
 
 /** The repository of every snapshot image; its tag is the snapshot's id. */
@@ -148,6 +150,28 @@ export function snapshotLabels(
 }
 
 /**
+ * The most bytes a snapshot's tar may hold: twice the size of the tmpfs
+ * directories it captures, plus 1 MiB for the manifest and headers of a
+ * sandbox with little in it. A tmpfs takes a sparse file of any length and
+ * a hard link costs it nothing, but the capture writes both out in full, so
+ * without a bound a sandbox with 64 MiB of `/tmp` could fill the host's
+ * disk through its snapshot image (`truncate -s 1T /tmp/f`). The sizes are
+ * read from the engine's record of the container's tmpfs mounts, not from
+ * anything the sandbox says; a root without one counts for nothing.
+ */
+export function snapshotByteLimit(
+  tmpfs: Readonly<Record<string, string>> | undefined,
+  roots: readonly string[],
+): number {
+  let capacity = 0
+  for (const root of roots) {
+    const size = /(?:^|,)size=(\d+)(?:,|$)/.exec(tmpfs?.[root] ?? '')?.[1]
+    if (size) capacity += Number(size)
+  }
+  return 2 * capacity + 1024 * 1024
+}
+
+/**
  * Captures the sandbox's writable tmpfs directories into a new local image:
  * the capture program (snapshot-scripts.ts) streams them as a tar, which is
  * written into a container made (never started) from the sandbox's base
@@ -161,7 +185,6 @@ export async function takeFilesystemSnapshot(source: SnapshotSource): Promise<St
   const createdAt = Date.now()
   const { labels, limits, egress } = snapshotLabels(source, id, createdAt, false)
   const signal = source.signal
-  const abort = signal ? { abortSignal: signal } : {}
   const removeImage = () =>
     docker
       .getImage(snapshotImage(id))
@@ -192,7 +215,22 @@ export async function takeFilesystemSnapshot(source: SnapshotSource): Promise<St
     let failed = false
     try {
       signal?.throwIfAborted()
+      const inspected = await docker.getContainer(source.containerId).inspect()
+      const limit = snapshotByteLimit(inspected.HostConfig?.Tmpfs, source.roots)
       const tar = new PassThrough()
+      // Checked here, on the host: the capture runs inside the sandbox and
+      // its output is the sandbox's to shape. A refused archive closes the
+      // capture's stream (which ends its exec) and cuts the engine's upload
+      // off; the refusal is what this snapshot then reports.
+      const upload = new AbortController()
+      const uploadSignal = signal ? AbortSignal.any([signal, upload.signal]) : upload.signal
+      const checked = checkedSnapshotArchive(`.cordon-snapshot/${id}`, source.roots, limit, () => {
+        tar.destroy()
+        upload.abort()
+      })
+      tar.pipe(checked.input)
+      const refusal = () =>
+        new SandboxControlRefusedError('snapshot', source.backend, checked.refusal() ?? '')
       const captured = runInContainer(
         source,
         ['-e', CAPTURE_SCRIPT, `.cordon-snapshot/${id}`, ...source.roots],
@@ -200,18 +238,23 @@ export async function takeFilesystemSnapshot(source: SnapshotSource): Promise<St
       )
       const [result] = await Promise.all([
         captured,
-        helper.putArchive(tar as unknown as string, { path: '/', ...abort }),
+        helper.putArchive(checked.output as unknown as string, {
+          path: '/',
+          abortSignal: uploadSignal,
+        }),
       ]).catch((error: unknown) => {
         // Whichever side failed, the other stops: the capture's stream closes.
         tar.destroy()
-        throw error
+        throw checked.refusal() !== undefined ? refusal() : error
       })
+      if (checked.refusal() !== undefined) throw refusal()
       if (result.exitCode !== 0)
         throw new SandboxOperationError(
           'snapshot',
           `capturing the sandbox's files failed (exit ${result.exitCode}): ${result.stderr.trim().slice(0, 500)}`,
         )
-      const bytes = Number(/cordon-snapshot-bytes=(\d+)/.exec(result.stderr)?.[1] ?? 0)
+      // The host's own count: the capture's stderr is the sandbox's to write to.
+      const bytes = checked.streamedBytes()
       signal?.throwIfAborted()
       const committed = await helper.commit({
         repo: SNAPSHOT_REPOSITORY,

@@ -1,0 +1,153 @@
+import {
+  type CordonSandbox,
+  type CordonSandboxProvider,
+  SandboxControlRefusedError,
+} from '@cordon/core'
+import { BUSYBOX_IMAGE, testRunLabels } from '@cordon/test-support'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { createDockerSandboxProvider } from '../src/index.js'
+import { docker } from './test-run.js'
+
+/** What `snapshot()` gave: its error, or (were it taken) the snapshot, removed at once so nothing is left. */
+async function snapshotOutcome(
+  provider: CordonSandboxProvider,
+  sandbox: CordonSandbox,
+): Promise<unknown> {
+  try {
+    const taken = await sandbox.snapshot()
+    await provider.snapshots.remove(taken.id)
+    return taken
+  } catch (error) {
+    return error
+  }
+}
+
+// A hostile sandbox against its own filesystem snapshot: what it plants in
+// its writable directories must not cost the host more than those
+// directories could hold.
+for (const runtime of ['docker', 'runsc'] as const) {
+  describe(`a hostile sandbox's snapshot (${runtime})`, () => {
+    let provider: CordonSandboxProvider
+    beforeAll(() => {
+      provider = createDockerSandboxProvider({
+        backend: {
+          tier: 'container',
+          runtime,
+          image: BUSYBOX_IMAGE,
+          cpus: 1,
+          tmpfsSizeMb: 8,
+          labels: testRunLabels(),
+        },
+        layout: { outputs: { source: { type: 'ephemeral', sizeMb: 8 } } },
+        defaultMemoryLimitMb: 96,
+      })
+    })
+    afterAll(async () => {
+      await provider.close()
+    })
+
+    it('refuses a snapshot of a sparse file far past the tmpfs size, leaving no image, and the sandbox goes on', async () => {
+      const sandbox = await provider.create({})
+      try {
+        // 1 GiB on an 8 MiB /tmp: the tmpfs takes it, holding no block.
+        const planted = await sandbox.exec('sh', [
+          '-c',
+          'truncate -s 1G /tmp/sparse && stat -c %s /tmp/sparse',
+        ])
+        expect(planted.stdout).toBe('1073741824\n')
+        const error = await snapshotOutcome(provider, sandbox)
+        expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
+        expect(error).toMatchObject({ control: 'snapshot', backend: `container:${runtime}` })
+        const images = await docker.listImages({
+          filters: { label: [`cordon.sandbox=${sandbox.id}`, 'cordon.role=snapshot'] },
+        })
+        expect(images).toEqual([])
+        const helpers = await docker.listContainers({
+          all: true,
+          filters: { label: [`cordon.sandbox=${sandbox.id}`, 'cordon.role=snapshot'] },
+        })
+        expect(helpers).toEqual([])
+        expect((await sandbox.exec('echo', ['still here'])).stdout).toBe('still here\n')
+      } finally {
+        await sandbox.destroy()
+      }
+    })
+
+    it('refuses a snapshot of one file hard-linked past the tmpfs size', async () => {
+      const sandbox = await provider.create({})
+      try {
+        // 4 MiB held once, 40 names: stored in full, 160 MiB.
+        await sandbox.exec('sh', [
+          '-c',
+          'head -c 4194304 /dev/zero > /tmp/f && for i in $(seq 1 40); do ln /tmp/f /tmp/l$i; done',
+        ])
+        const error = await snapshotOutcome(provider, sandbox)
+        expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
+        expect(error).toMatchObject({ control: 'snapshot' })
+      } finally {
+        await sandbox.destroy()
+      }
+    })
+
+    it('refuses a snapshot whose capture the sandbox wrote a set-id /etc/passwd into, so no image is changed outside its files', async () => {
+      const sandbox = await provider.create({})
+      try {
+        // The capture runs as the sandbox's user: a process of that user
+        // stops it as it starts, writes a tar entry of its own into its
+        // stdout, and lets it go on.
+        const injector = [
+          'mkdir -p /tmp/p/etc && echo "root:x:0:0:planted:/root:/bin/sh" > /tmp/p/etc/passwd',
+          'chmod 4755 /tmp/p/etc/passwd && (cd /tmp/p && tar cf /tmp/inject.tar etc/passwd) && rm -rf /tmp/p',
+          'touch /tmp/ready',
+          'while true; do for d in /proc/[0-9]*; do',
+          '  if grep -q cordon-snapshot $d/cmdline 2>/dev/null; then pid=$(basename $d); kill -STOP $pid;',
+          '    head -c 1024 /tmp/inject.tar > /proc/$pid/fd/1 && echo injected > /tmp/status; kill -CONT $pid; exit 0; fi',
+          'done; done',
+        ].join('\n')
+        await sandbox.exec(
+          'sh',
+          ['-c', `cat > /tmp/inject.sh && (sh /tmp/inject.sh > /dev/null 2>&1 &)`],
+          {
+            stdin: injector,
+          },
+        )
+        await sandbox.exec('sh', ['-c', 'until test -f /tmp/ready; do sleep 0.05; done'])
+        const outcome = await snapshotOutcome(provider, sandbox)
+        expect((await sandbox.exec('cat', ['/tmp/status'])).stdout).toBe('injected\n')
+        expect(SandboxControlRefusedError.isInstance(outcome)).toBe(true)
+        expect(outcome).toMatchObject({ control: 'snapshot', backend: `container:${runtime}` })
+        const images = await docker.listImages({
+          filters: { label: [`cordon.sandbox=${sandbox.id}`, 'cordon.role=snapshot'] },
+        })
+        expect(images).toEqual([])
+      } finally {
+        await sandbox.destroy()
+      }
+    })
+
+    it('still takes a snapshot of a sandbox whose files fill its tmpfs directories', async () => {
+      const sandbox = await provider.create({})
+      try {
+        await sandbox.exec('sh', [
+          '-c',
+          'head -c 7000000 /dev/urandom > /tmp/full && head -c 7000000 /dev/urandom > /mnt/user-data/outputs/full',
+        ])
+        const taken = await sandbox.snapshot()
+        expect(taken.sizeBytes).toBeGreaterThan(14_000_000)
+        const restored = await provider.create({ snapshot: taken.id })
+        try {
+          const sizes = await restored.exec('sh', [
+            '-c',
+            'stat -c %s /tmp/full /mnt/user-data/outputs/full',
+          ])
+          expect(sizes.stdout).toBe('7000000\n7000000\n')
+        } finally {
+          await restored.destroy()
+          await provider.snapshots.remove(taken.id)
+        }
+      } finally {
+        await sandbox.destroy()
+      }
+    })
+  })
+}
