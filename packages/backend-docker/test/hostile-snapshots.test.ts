@@ -89,49 +89,54 @@ for (const runtime of ['docker', 'runsc'] as const) {
       }
     })
 
-    it('refuses a snapshot whose capture the sandbox wrote a set-id /etc/passwd into, so no image is changed outside its files', async () => {
-      const sandbox = await provider.create({})
-      try {
-        // The capture runs as the sandbox's user: a process of that user
-        // stops it as it starts, writes a tar entry of its own into its
-        // stdout, and lets it go on.
-        const injector = [
-          'mkdir -p /tmp/p/etc && echo "root:x:0:0:planted:/root:/bin/sh" > /tmp/p/etc/passwd',
-          'chmod 4755 /tmp/p/etc/passwd && (cd /tmp/p && tar cf /tmp/inject.tar etc/passwd) && rm -rf /tmp/p',
-          'touch /tmp/ready',
-          'while true; do for d in /proc/[0-9]*; do',
-          '  if grep -q cordon-snapshot $d/cmdline 2>/dev/null; then pid=$(basename $d); kill -STOP $pid;',
-          '    head -c 1024 /tmp/inject.tar > /proc/$pid/fd/1 && echo injected > /tmp/status; kill -CONT $pid; exit 0; fi',
-          'done; done',
-        ].join('\n')
-        await sandbox.exec(
-          'sh',
-          ['-c', `cat > /tmp/inject.sh && (sh /tmp/inject.sh > /dev/null 2>&1 &)`],
-          {
-            stdin: injector,
-          },
-        )
-        await sandbox.exec('sh', ['-c', 'until test -f /tmp/ready; do sleep 0.05; done'])
-        // The injector races the capture (a shell scanning /proc, slow under
-        // gVisor): a snapshot it missed is taken (and removed), and the attack
-        // is tried again on the next one.
-        let outcome: unknown
-        let status = ''
-        for (let attempt = 0; attempt < 5 && status !== 'injected\n'; attempt++) {
-          outcome = await snapshotOutcome(provider, sandbox)
-          status = (await sandbox.exec('cat', ['/tmp/status'])).stdout
+    // Under runc only: the check is the host's (snapshot-archive.ts), the same
+    // for every runtime, but under gVisor the injector (a shell scanning
+    // /proc) lost the race to a small capture five times running in CI, so
+    // the attack, not the check, would be what such a run tests.
+    if (runtime === 'docker')
+      it('refuses a snapshot whose capture the sandbox wrote a set-id /etc/passwd into, so no image is changed outside its files', async () => {
+        const sandbox = await provider.create({})
+        try {
+          // The capture runs as the sandbox's user: a process of that user
+          // stops it as it starts, writes a tar entry of its own into its
+          // stdout, and lets it go on.
+          const injector = [
+            'mkdir -p /tmp/p/etc && echo "root:x:0:0:planted:/root:/bin/sh" > /tmp/p/etc/passwd',
+            'chmod 4755 /tmp/p/etc/passwd && (cd /tmp/p && tar cf /tmp/inject.tar etc/passwd) && rm -rf /tmp/p',
+            'touch /tmp/ready',
+            'while true; do for d in /proc/[0-9]*; do',
+            '  if grep -q cordon-snapshot $d/cmdline 2>/dev/null; then pid=$(basename $d); kill -STOP $pid;',
+            '    head -c 1024 /tmp/inject.tar > /proc/$pid/fd/1 && echo injected > /tmp/status; kill -CONT $pid; exit 0; fi',
+            'done; done',
+          ].join('\n')
+          await sandbox.exec(
+            'sh',
+            ['-c', `cat > /tmp/inject.sh && (sh /tmp/inject.sh > /dev/null 2>&1 &)`],
+            {
+              stdin: injector,
+            },
+          )
+          await sandbox.exec('sh', ['-c', 'until test -f /tmp/ready; do sleep 0.05; done'])
+          // The injector races the capture (a shell scanning /proc, slow under
+          // gVisor): a snapshot it missed is taken (and removed), and the attack
+          // is tried again on the next one.
+          let outcome: unknown
+          let status = ''
+          for (let attempt = 0; attempt < 5 && status !== 'injected\n'; attempt++) {
+            outcome = await snapshotOutcome(provider, sandbox)
+            status = (await sandbox.exec('cat', ['/tmp/status'])).stdout
+          }
+          expect(status).toBe('injected\n')
+          expect(SandboxControlRefusedError.isInstance(outcome)).toBe(true)
+          expect(outcome).toMatchObject({ control: 'snapshot', backend: `container:${runtime}` })
+          const images = await docker.listImages({
+            filters: { label: [`cordon.sandbox=${sandbox.id}`, 'cordon.role=snapshot'] },
+          })
+          expect(images).toEqual([])
+        } finally {
+          await sandbox.destroy()
         }
-        expect(status).toBe('injected\n')
-        expect(SandboxControlRefusedError.isInstance(outcome)).toBe(true)
-        expect(outcome).toMatchObject({ control: 'snapshot', backend: `container:${runtime}` })
-        const images = await docker.listImages({
-          filters: { label: [`cordon.sandbox=${sandbox.id}`, 'cordon.role=snapshot'] },
-        })
-        expect(images).toEqual([])
-      } finally {
-        await sandbox.destroy()
-      }
-    })
+      })
 
     it('still takes a snapshot of a sandbox whose files fill its tmpfs directories', async () => {
       const sandbox = await provider.create({})
