@@ -3,10 +3,8 @@ import {
   type CordonSandboxProvider,
   SandboxControlRefusedError,
 } from '@cordon/core'
-import { BUSYBOX_IMAGE, testRunLabels } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createDockerSandboxProvider } from '../src/index.js'
-import { docker } from './test-run.js'
+import { docker, testProvider } from './test-run.js'
 
 /** What `snapshot()` gave: its error, or (were it taken) the snapshot, removed at once so nothing is left. */
 async function snapshotOutcome(
@@ -22,6 +20,15 @@ async function snapshotOutcome(
   }
 }
 
+/** The snapshot images and snapshot helper containers left labelled with `sandboxId`. */
+async function snapshotLeftovers(sandboxId: string): Promise<string[]> {
+  const filters = { label: [`cordon.sandbox=${sandboxId}`, 'cordon.role=snapshot'] }
+  return [
+    ...(await docker.listImages({ filters })).map((image) => image.Id),
+    ...(await docker.listContainers({ all: true, filters })).map((container) => container.Id),
+  ]
+}
+
 // A hostile sandbox against its own filesystem snapshot: what it plants in
 // its writable directories must not cost the host more than those
 // directories could hold.
@@ -29,18 +36,13 @@ for (const runtime of ['docker', 'runsc'] as const) {
   describe(`a hostile sandbox's snapshot (${runtime})`, () => {
     let provider: CordonSandboxProvider
     beforeAll(() => {
-      provider = createDockerSandboxProvider({
-        backend: {
-          tier: 'container',
-          runtime,
-          image: BUSYBOX_IMAGE,
-          cpus: 1,
-          tmpfsSizeMb: 8,
-          labels: testRunLabels(),
+      provider = testProvider(
+        { runtime, cpus: 1, tmpfsSizeMb: 8 },
+        {
+          layout: { outputs: { source: { type: 'ephemeral', sizeMb: 8 } } },
+          defaultMemoryLimitMb: 96,
         },
-        layout: { outputs: { source: { type: 'ephemeral', sizeMb: 8 } } },
-        defaultMemoryLimitMb: 96,
-      })
+      )
     })
     afterAll(async () => {
       await provider.close()
@@ -58,15 +60,7 @@ for (const runtime of ['docker', 'runsc'] as const) {
         const error = await snapshotOutcome(provider, sandbox)
         expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
         expect(error).toMatchObject({ control: 'snapshot', backend: `container:${runtime}` })
-        const images = await docker.listImages({
-          filters: { label: [`cordon.sandbox=${sandbox.id}`, 'cordon.role=snapshot'] },
-        })
-        expect(images).toEqual([])
-        const helpers = await docker.listContainers({
-          all: true,
-          filters: { label: [`cordon.sandbox=${sandbox.id}`, 'cordon.role=snapshot'] },
-        })
-        expect(helpers).toEqual([])
+        expect(await snapshotLeftovers(sandbox.id)).toEqual([])
         expect((await sandbox.exec('echo', ['still here'])).stdout).toBe('still here\n')
       } finally {
         await sandbox.destroy()
@@ -129,10 +123,7 @@ for (const runtime of ['docker', 'runsc'] as const) {
           expect(status).toBe('injected\n')
           expect(SandboxControlRefusedError.isInstance(outcome)).toBe(true)
           expect(outcome).toMatchObject({ control: 'snapshot', backend: `container:${runtime}` })
-          const images = await docker.listImages({
-            filters: { label: [`cordon.sandbox=${sandbox.id}`, 'cordon.role=snapshot'] },
-          })
-          expect(images).toEqual([])
+          expect(await snapshotLeftovers(sandbox.id)).toEqual([])
         } finally {
           await sandbox.destroy()
         }

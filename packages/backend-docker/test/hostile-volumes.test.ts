@@ -1,8 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import type { CordonSandboxProvider } from '@cordon/core'
-import { BUSYBOX_IMAGE, testRunLabels } from '@cordon/test-support'
 import { afterAll, describe, expect, it } from 'vitest'
-import { createDockerSandboxProvider } from '../src/index.js'
+import { testProvider } from './test-run.js'
 
 // A hostile sandbox against the next one to mount its named volume: what
 // it leaves there must not stop that sandbox from starting, nor keep
@@ -10,17 +9,16 @@ import { createDockerSandboxProvider } from '../src/index.js'
 for (const runtime of ['docker', 'runsc'] as const) {
   describe(`a hostile sandbox's leftovers in a named volume (${runtime})`, () => {
     const name = `t-hostile-${runtime}-${randomBytes(4).toString('hex')}`
-    const provider: CordonSandboxProvider = createDockerSandboxProvider({
-      backend: {
-        tier: 'container',
-        runtime,
-        image: BUSYBOX_IMAGE,
-        cpus: 1,
-        labels: testRunLabels(),
-      },
-      layout: { outputs: { source: { type: 'volume', name } } },
-      defaultMemoryLimitMb: 96,
-    })
+    /** A provider whose sandboxes mount the named volume `volume` read-write as their outputs. */
+    const onVolume = (volume: string): CordonSandboxProvider =>
+      testProvider(
+        { runtime, cpus: 1 },
+        {
+          layout: { outputs: { source: { type: 'volume', name: volume } } },
+          defaultMemoryLimitMb: 96,
+        },
+      )
+    const provider = onVolume(name)
     afterAll(async () => {
       await provider.volumes.remove(name).catch(() => {})
       await provider.close()
@@ -62,17 +60,7 @@ for (const runtime of ['docker', 'runsc'] as const) {
     it('a tree the last sandbox made deeper than PATH_MAX is the next one’s, and that sandbox starts', async () => {
       const deep = `${name}-deep`
       await provider.volumes.create({ name: deep, sizeMb: 32 })
-      const deepProvider = createDockerSandboxProvider({
-        backend: {
-          tier: 'container',
-          runtime,
-          image: BUSYBOX_IMAGE,
-          cpus: 1,
-          labels: testRunLabels(),
-        },
-        layout: { outputs: { source: { type: 'volume', name: deep } } },
-        defaultMemoryLimitMb: 96,
-      })
+      const deepProvider = onVolume(deep)
       // Two chains of 1,100 `a/` each (2,200 bytes, each made by one
       // `mkdir -p`), the second moved to the bottom of the first: a tree
       // whose deepest names are past 4,400 bytes, which no single call named.

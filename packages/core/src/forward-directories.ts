@@ -10,8 +10,9 @@ import { judgeOwner, ownerLabels } from './owner-labels.js'
  * it a directory per forward holding the socket and an owner file (the
  * host process's owner labels, as resources on an engine carry them). A
  * host that is killed cannot remove its forward's directory; the next
- * forward this user opens, or `cordon gc`, finds it there and removes it
- * once its owner is gone.
+ * unix-socket forward this user opens (or a call of
+ * {@link sweepForwardDirectories}) finds it there and removes it once its
+ * owner is gone. `cordon gc` does not look here.
  */
 const OWNER_FILE = 'owner.json'
 const FORWARD_PREFIX = 'forward-'
