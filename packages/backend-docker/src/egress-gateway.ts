@@ -137,7 +137,7 @@ export class EgressGateway {
     await this.ensureStarted()
     // A gateway this call started registered every client, this one included.
     if (!running) return
-    await this.send({
+    await this.register({
       op: 'add',
       clientId: sandboxId,
       policy,
@@ -154,7 +154,28 @@ export class EgressGateway {
   async setPolicy(sandboxId: string, policy: ProxiedPolicy): Promise<void> {
     const registration = this.clients.get(sandboxId)
     if (registration) registration.policy = policy
-    await this.send({ op: 'set', clientId: sandboxId, policy })
+    await this.register({ op: 'set', clientId: sandboxId, policy })
+  }
+
+  /**
+   * Sends a registration (an `add` or a `set`, already recorded in
+   * `clients`). A gateway that was killed can still look alive for a moment:
+   * the engine reports the container gone before its attach stream ends
+   * (under gVisor, noticeably later). A registration sent into that window
+   * is answered by the stream's end, not by the gateway; it then goes to a
+   * new gateway, which registers every client under its current policy,
+   * this one included. A gateway that is alive and refuses it, or does not
+   * answer, fails the call.
+   */
+  private async register(body: GatewayCommandBody): Promise<void> {
+    const channel = this.channel
+    try {
+      await this.send(body)
+    } catch (error) {
+      const gatewayGone = !channel || channel.isClosed || this.channel !== channel
+      if (!gatewayGone || this.closed) throw error
+      await this.ensureStarted()
+    }
   }
 
   /** Joins a connection the sandbox made to the gateway, as that sandbox's. */

@@ -21,6 +21,10 @@ describe.each(['docker', 'runsc'] as const)(
         timeout: 15_000,
       })
 
+    /** Kills the gateway; the engine answers once the signal is sent, before the host has seen it go. */
+    const startKillingGateway = () =>
+      docker.getContainer(`cordon-gateway-${provider.instanceId}`).kill()
+
     const killGateway = async () => {
       const gateway = docker.getContainer(`cordon-gateway-${provider.instanceId}`)
       await gateway.kill()
@@ -95,6 +99,46 @@ describe.each(['docker', 'runsc'] as const)(
         expect(first.status).toBe('ready')
       } finally {
         await second?.destroy()
+        await first.destroy()
+      }
+    })
+
+    it('registers a sandbox created, or a policy set, while the gateway is dying', async () => {
+      const first = await provider.create({ egress: { kind: 'static', allowedHosts: [] } })
+      const created: CordonSandbox[] = []
+      try {
+        for (let round = 0; round < 3; round++) {
+          // A registration sent in the moment between the kill and the host
+          // seeing the gateway's stream end used to fail the call with
+          // "the gateway exited" (seen under gVisor in CI).
+          await startKillingGateway()
+          const [sandbox] = await Promise.all([
+            provider.create({ egress: { kind: 'static', allowedHosts: ['other.test'] } }),
+            first.setNetworkPolicy!({
+              allowedHosts: [round % 2 === 0 ? 'other.test' : 'upstream.test'],
+            }),
+          ])
+          created.push(sandbox)
+          expect(
+            (
+              await sandbox.exec('wget', ['-q', '-O', '-', `http://other.test:${port}/r${round}`], {
+                timeout: 15_000,
+              })
+            ).stdout,
+          ).toBe(`upstream saw /r${round}\n`)
+        }
+        // The last policy set during a death is the one the gateway holds.
+        expect(
+          (
+            await first.exec('wget', ['-q', '-O', '-', `http://other.test:${port}/last`], {
+              timeout: 15_000,
+            })
+          ).stdout,
+        ).toBe('upstream saw /last\n')
+        const denied = await fetchUpstream(first, '/not-any-more')
+        expect(denied.exitCode).not.toBe(0)
+      } finally {
+        for (const sandbox of created) await sandbox.destroy()
         await first.destroy()
       }
     })
