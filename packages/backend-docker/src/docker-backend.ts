@@ -140,9 +140,14 @@ const DEAD_OWNER_SWEEP_TIMEOUT_MS = 5 * 60_000
 /**
  * How long a restored agent may take to listen on its host-backed socket
  * once told (host-socket-resume.ts) before the resume goes through the
- * engine's exec instead: it looks every 5 ms, and listens in well under 50.
+ * engine's exec instead: it looks every 5 ms, and listens in well under 50
+ * on an idle host. Under gVisor on a loaded host a restored sandbox can be
+ * slow to run again (its memory faulted back in through the ptrace
+ * platform): 1 s was passed once in a full CI run, and the resume took the
+ * exec. The wait is only paid by an agent that never listens (one without
+ * the watch); a container with no host-backed socket goes to the exec at once.
  */
-const HOST_SOCKET_RESUME_WAIT_MS = 1_000
+const HOST_SOCKET_RESUME_WAIT_MS = 5_000
 /**
  * How long a memory snapshot waits, after the agent's answer to the suspend,
  * for the agent to close the connection it came on. An agent with the
