@@ -2,9 +2,10 @@ import type { CordonSandboxProvider, SandboxEvent } from '@cordon/core'
 import { endReasonOf } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { docker, testProvider } from './test-run.js'
+import { describeAlongside } from './run-alongside.js'
 
 for (const runtime of ['docker', 'runsc'] as const) {
-  describe(`lifetime that follows work, end reasons and usage (${runtime})`, () => {
+  describeAlongside(`lifetime that follows work, end reasons and usage (${runtime})`, () => {
     let provider: CordonSandboxProvider
     const events: SandboxEvent[] = []
     beforeAll(() => {

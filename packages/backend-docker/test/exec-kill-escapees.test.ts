@@ -2,6 +2,7 @@ import { randomBytes } from 'node:crypto'
 import type { CordonSandbox } from '@cordon/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { testProvider } from './test-run.js'
+import { describeAlongside } from './run-alongside.js'
 
 /**
  * A killed exec ends every process it started, also one that left the
@@ -69,7 +70,7 @@ async function expectEscapeeGone(
 }
 
 for (const runtime of ['runc', 'runsc'] as const) {
-  describe(`a killed exec ends its setsid, env -i, double-forked grandchildren (${runtime})`, () => {
+  describeAlongside(`a killed exec ends its setsid, env -i, double-forked grandchildren (${runtime})`, () => {
     const provider = testProvider({ runtime })
     let sandbox: CordonSandbox
 

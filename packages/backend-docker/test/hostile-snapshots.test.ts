@@ -5,6 +5,7 @@ import {
 } from '@cordon/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { docker, testProvider } from './test-run.js'
+import { describeAlongside } from './run-alongside.js'
 
 /** What `snapshot()` gave: its error, or (were it taken) the snapshot, removed at once so nothing is left. */
 async function snapshotOutcome(
@@ -33,7 +34,7 @@ async function snapshotLeftovers(sandboxId: string): Promise<string[]> {
 // its writable directories must not cost the host more than those
 // directories could hold.
 for (const runtime of ['docker', 'runsc'] as const) {
-  describe(`a hostile sandbox's snapshot (${runtime})`, () => {
+  describeAlongside(`a hostile sandbox's snapshot (${runtime})`, () => {
     let provider: CordonSandboxProvider
     beforeAll(() => {
       provider = testProvider(

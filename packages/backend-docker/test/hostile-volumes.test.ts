@@ -2,12 +2,13 @@ import { randomBytes } from 'node:crypto'
 import type { CordonSandboxProvider } from '@cordon/core'
 import { afterAll, describe, expect, it } from 'vitest'
 import { testProvider } from './test-run.js'
+import { describeAlongside } from './run-alongside.js'
 
 // A hostile sandbox against the next one to mount its named volume: what
 // it leaves there must not stop that sandbox from starting, nor keep
 // rights the next one's uid does not have.
 for (const runtime of ['docker', 'runsc'] as const) {
-  describe(`a hostile sandbox's leftovers in a named volume (${runtime})`, () => {
+  describeAlongside(`a hostile sandbox's leftovers in a named volume (${runtime})`, () => {
     const name = `t-hostile-${runtime}-${randomBytes(4).toString('hex')}`
     /** A provider whose sandboxes mount the named volume `volume` read-write as their outputs. */
     const onVolume = (volume: string): CordonSandboxProvider =>

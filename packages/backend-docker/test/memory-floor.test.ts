@@ -9,11 +9,12 @@ import {
   MIN_MEMORY_LIMIT_MB,
 } from '../src/container-spec.js'
 import { docker, testProvider } from './test-run.js'
+import { describeAlongside } from './run-alongside.js'
 
 const MiB = 1024 * 1024
 
 for (const runtime of ['docker', 'runsc'] as const) {
-  describe(`the smallest memory limit (${runtime})`, () => {
+  describeAlongside(`the smallest memory limit (${runtime})`, () => {
     it('refuses one below the minimum, naming memoryLimitMb, the minimum and the allowance', async () => {
       const provider = testProvider({ runtime })
       try {

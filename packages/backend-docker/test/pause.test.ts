@@ -10,6 +10,7 @@ import type Docker from 'dockerode'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { collectGarbage } from '../src/index.js'
 import { docker, testProvider } from './test-run.js'
+import { describeAlongside } from './run-alongside.js'
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
@@ -36,7 +37,7 @@ async function engineState(sandbox: CordonSandbox) {
 }
 
 for (const runtime of ['docker', 'runsc'] as const) {
-  describe(`pause and resume (${runtime})`, () => {
+  describeAlongside(`pause and resume (${runtime})`, () => {
     let provider: CordonSandboxProvider
     const events: SandboxEvent[] = []
     beforeAll(() => {

@@ -15,6 +15,7 @@ import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
 import { createInChildProcess } from './detached-creator.js'
 import { docker } from './test-run.js'
+import { describeAlongside } from './run-alongside.js'
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 
@@ -57,7 +58,7 @@ function withWrongSecret(credential: string): string {
 }
 
 for (const runtime of ['docker', 'runsc'] as const) {
-  describe(`reconnect (${runtime})`, () => {
+  describeAlongside(`reconnect (${runtime})`, () => {
     let store: string
     let provider: CordonSandboxProvider
     const makeProvider = (credentialStore: string | false = store) =>

@@ -4,6 +4,7 @@ import { join } from 'node:path'
 import type { CordonSandbox, CordonSandboxProvider } from '@cordon/core'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
 import { testProvider } from './test-run.js'
+import { describeAlongside } from './run-alongside.js'
 
 /**
  * MIGRATING.md's recipe for one host directory that several sandboxes reuse
@@ -20,7 +21,7 @@ async function inside(sandbox: CordonSandbox, script: string) {
 }
 
 for (const runtime of ['docker', 'runsc'] as const) {
-  describe(`one host directory reused by several sandboxes (${runtime})`, () => {
+  describeAlongside(`one host directory reused by several sandboxes (${runtime})`, () => {
     let root: string
     let shared: string
     beforeEach(async () => {

@@ -14,6 +14,7 @@ import {
 } from '../src/index.js'
 import { engineFront } from './engine-front.js'
 import { docker } from './test-run.js'
+import { describeAlongside } from './run-alongside.js'
 
 const SCRATCH = '/mnt/user-data/scratch'
 
@@ -26,7 +27,7 @@ async function helperContainers(id: string) {
 }
 
 for (const runtime of ['docker', 'runsc'] as const) {
-  describe(`filesystem snapshots and fork (${runtime})`, () => {
+  describeAlongside(`filesystem snapshots and fork (${runtime})`, () => {
     let provider: CordonSandboxProvider
     const events: SandboxEvent[] = []
     beforeAll(() => {

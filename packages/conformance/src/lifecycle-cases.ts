@@ -1,3 +1,4 @@
+import { randomUUID } from 'node:crypto'
 import {
   type CordonSandbox,
   SandboxAbortedError,
@@ -142,15 +143,22 @@ export function lifecycleCases(
     it(
       'gives each sandbox only the environment the host passed',
       async () => {
-        process.env.CORDON_CONFORMANCE_HOST_SECRET = 'host-only-value'
+        // A name and value of this call's own: suites of two providers may
+        // run at the same time in one process, and one's clean-up must not
+        // take the variable away while the other checks for it.
+        const unique = randomUUID().replaceAll('-', '')
+        const name = `CORDON_CONFORMANCE_HOST_SECRET_${unique}`
+        const value = `host-only-${unique}`
+        process.env[name] = value
         try {
           await sandboxes.withFresh({ env: { VISIBLE: 'yes' } }, async (sandbox) => {
             const env = await sandbox.exec('env')
             expect(env.stdout).toContain('VISIBLE=yes')
-            expect(env.stdout).not.toContain('host-only-value')
+            expect(env.stdout).not.toContain(value)
+            expect(env.stdout).not.toContain(name)
           })
         } finally {
-          delete process.env.CORDON_CONFORMANCE_HOST_SECRET
+          delete process.env[name]
         }
       },
       timeout,
