@@ -133,6 +133,18 @@ describe('CordonHarnessSession: files and processes', () => {
     })
   })
 
+  it('run returns its output as text decoded as UTF-8: characters whole, a byte that is not UTF-8 as U+FFFD', async () => {
+    await withSession(async (session) => {
+      // é and € as their UTF-8 bytes, then 0xff, which no UTF-8 text has.
+      const result = await session.run({
+        command: "printf 'caf\\303\\251 \\342\\202\\254 \\377'; printf '\\377' >&2",
+      })
+      expect(result.exitCode).toBe(0)
+      expect(result.stdout).toBe('café € \uFFFD')
+      expect(result.stderr).toBe('\uFFFD')
+    })
+  })
+
   it('refuses a read of a directory, naming it, rather than answering null as for a missing file', async () => {
     await withSession(async (session) => {
       await session.run({ command: 'mkdir -p sub/dir' })
