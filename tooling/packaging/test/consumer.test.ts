@@ -209,35 +209,40 @@ beforeAll(async () => {
   for (const entry of publishablePackages()) {
     tarballs.set(entry.manifest.name, packPackage(entry, tarballDir))
   }
-  dockerHost = await project(
-    'docker-host',
-    // What the two packages depend on is listed too: unpublished, npm would
-    // look for it on the registry (from npm, a host installs only the two).
-    [
-      '@cordon/sandbox',
-      '@cordon/backend-docker',
-      '@cordon/core',
-      '@cordon/builtin-backends',
-      '@cordon/egress',
-      '@cordon/agent',
-    ],
-    DOCKER_HOST_PROGRAM,
-  )
-  everything = await project('everything', [...tarballs.keys()], EVERYTHING_PROGRAM)
-  aiSdkHost = await project(
-    'ai-sdk-host',
-    [
-      '@cordon/ai-sdk',
-      '@cordon/sandbox',
-      '@cordon/backend-docker',
-      '@cordon/core',
-      '@cordon/builtin-backends',
-      '@cordon/egress',
-      '@cordon/agent',
-    ],
-    AI_SDK_HOST_PROGRAM,
-    { lib: ['ES2022', 'DOM'], devDependencies: { '@types/json-schema': '7.0.15' } },
-  )
+  // The three projects share nothing but npm's cache (safe for concurrent
+  // installs) and are made at once: most of each is npm waiting on the
+  // registry, and one after another they were the package's longest file.
+  ;[dockerHost, everything, aiSdkHost] = await Promise.all([
+    project(
+      'docker-host',
+      // What the two packages depend on is listed too: unpublished, npm would
+      // look for it on the registry (from npm, a host installs only the two).
+      [
+        '@cordon/sandbox',
+        '@cordon/backend-docker',
+        '@cordon/core',
+        '@cordon/builtin-backends',
+        '@cordon/egress',
+        '@cordon/agent',
+      ],
+      DOCKER_HOST_PROGRAM,
+    ),
+    project('everything', [...tarballs.keys()], EVERYTHING_PROGRAM),
+    project(
+      'ai-sdk-host',
+      [
+        '@cordon/ai-sdk',
+        '@cordon/sandbox',
+        '@cordon/backend-docker',
+        '@cordon/core',
+        '@cordon/builtin-backends',
+        '@cordon/egress',
+        '@cordon/agent',
+      ],
+      AI_SDK_HOST_PROGRAM,
+      { lib: ['ES2022', 'DOM'], devDependencies: { '@types/json-schema': '7.0.15' } },
+    ),
+  ])
 }, 600_000)
 
 afterAll(async () => {
