@@ -115,13 +115,16 @@ describe('watching the caps', () => {
   it('pauses at least four times as long as a walk took, so a slow tree is not walked back to back', async () => {
     const root = await directory()
     await writeFile(join(root, 'file'), 'x')
-    let walks = 0
-    // Each walk of this one-slice tree takes 40 ms, as a large tree would.
+    const walks: { start: number; end: number }[] = []
+    // Each walk of this one-slice tree takes at least 200 ms, as a large tree
+    // would: long next to the rest of a round (the scan of the user's open
+    // files, slow on a loaded host), so a shorter pause would show.
     const slowActAs: ActAs = (operation) => {
-      walks++
-      const until = performance.now() + 40
-      while (performance.now() < until) {}
-      return operation()
+      const start = performance.now()
+      while (performance.now() < start + 200) {}
+      const result = operation()
+      walks.push({ start, end: performance.now() })
+      return result
     }
     const watch = watchStorage({
       caps: [{ root, bytes: 1024 * 1024 }],
@@ -131,11 +134,21 @@ describe('watching the caps', () => {
       intervalMs: 10,
       onExceeded: () => {},
     })
-    await new Promise((resolve) => setTimeout(resolve, 1_000))
+    // Counted in walks, not in a window of time: a loaded host (load 40 in a
+    // CI run) starts the first walk late, and fewer fit in any window.
+    for (let waited = 0; walks.length < 4 && waited < 20_000; waited += 20)
+      await new Promise((resolve) => setTimeout(resolve, 20))
     watch.stop()
-    // Back to back every 10 ms that would be about 20 walks; with the pause (40 + 160 ms), about 5.
-    expect(walks).toBeGreaterThanOrEqual(2)
-    expect(walks).toBeLessThanOrEqual(8)
+    expect(walks.length).toBeGreaterThanOrEqual(4)
+    // Back to back, the next walk would start 10 ms after one ends; each
+    // waits at least four times the walk before it (the watch's own
+    // measure of a walk includes this one; 2 ms for timers' rounding).
+    for (let index = 1; index < walks.length; index++) {
+      const before = walks[index - 1]!
+      expect(walks[index]!.start - before.end).toBeGreaterThanOrEqual(
+        4 * (before.end - before.start) - 2,
+      )
+    }
   })
 
   it('calls onExceeded once a capped directory passes its cap', async () => {
