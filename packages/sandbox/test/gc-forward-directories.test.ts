@@ -1,5 +1,5 @@
 import { type ChildProcess, spawn } from 'node:child_process'
-import { existsSync, mkdtempSync, readdirSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, readdirSync, rmSync, writeFileSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { basename, dirname, join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -100,6 +100,24 @@ describe('cordon gc and the port-forward directories', () => {
       `cordon gc: removed 0 port-forward directories of hosts that are gone from ${root}\n`,
     )
     expect(readdirSync(root)).toEqual([basename(live)])
+  }, 120_000)
+
+  it('reports a sweep that fails on stderr and exits 1', async () => {
+    const tmpDir = scratch('cordon-gc-forwards-')
+    const store = scratch('cordon-gc-forwards-store-')
+    const root = forwardDirectoriesRoot(tmpDir)
+    // A file where the parent of forward directories should be: it cannot be listed.
+    writeFileSync(root, '')
+    const result = await cordon(['gc', '--dry-run', '--credential-store', store], {
+      TMPDIR: tmpDir,
+    })
+    expect(result.code).toBe(1)
+    expect(result.stderr).toContain(
+      `cordon gc: could not sweep the port-forward directories in ${root}: ENOTDIR`,
+    )
+    // The other sweeps ran and reported.
+    expect(result.stdout).toMatch(/would remove \d+ containers/)
+    expect(result.stdout).toContain('credentials of ended detached sandboxes')
   }, 120_000)
 
   it('leaves them alone under --label, which they carry none of', async () => {

@@ -41,9 +41,9 @@ Credentials of detached sandboxes that have ended are removed from the
 credential store (default: $XDG_STATE_HOME/cordon/credentials, else
 ~/.local/state/cordon/credentials). The unix-socket port-forward
 directories that hosts of this user killed outright left in
-cordon-forwards-<uid> under the temporary directory ($TMPDIR, else /tmp)
-are removed once their host is gone. --dry-run lists what would go and
-removes nothing.
+cordon-forwards-<uid> under the temporary directory ($TMPDIR, $TMP or
+$TEMP, else /tmp) are removed once their host is gone. --dry-run lists
+what would go and removes nothing.
 
 Named volumes (provider.volumes) are the user's data: gc lists each one and
 keeps it, unless --volume-retention is given (0s takes every such volume);
