@@ -10,9 +10,9 @@ import { judgeOwner, ownerLabels } from './owner-labels.js'
  * it a directory per forward holding the socket and an owner file (the
  * host process's owner labels, as resources on an engine carry them). A
  * host that is killed cannot remove its forward's directory; the next
- * unix-socket forward this user opens (or a call of
- * {@link sweepForwardDirectories}) finds it there and removes it once its
- * owner is gone. `cordon gc` does not look here.
+ * unix-socket forward this user opens, `cordon gc`, or any other call of
+ * {@link sweepForwardDirectories}, finds it there and removes it once its
+ * owner is gone.
  */
 const OWNER_FILE = 'owner.json'
 const FORWARD_PREFIX = 'forward-'

@@ -382,7 +382,8 @@ export interface SandboxPortForwardOptions {
  * (also 0700) under the host's temporary directory, and is itself mode 0600
  * by the time `forwardPort` resolves. The directory records its host
  * process: one a killed host left is removed by the next unix-socket
- * forward of this user (`sweepForwardDirectories`) once that process is gone.
+ * forward of this user, or by `cordon gc` (both `sweepForwardDirectories`),
+ * once that process is gone.
  */
 export interface SandboxUnixSocketForwardOptions {
   readonly unixSocket: true

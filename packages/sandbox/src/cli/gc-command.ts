@@ -1,8 +1,11 @@
+import { basename } from 'node:path'
 import { BUILTIN_BACKEND_PACKAGES } from '@cordon/builtin-backends'
 import { SandboxBackendUnavailableError, SandboxError, type SandboxId } from '@cordon/core'
 import {
   CredentialStore,
   defaultCredentialStore,
+  forwardDirectoriesRoot,
+  sweepForwardDirectories,
   type UnjudgedOwnerReason,
 } from '@cordon/core/backend'
 import { BACKEND_PACKAGES } from '../backend-packages.js'
@@ -36,8 +39,11 @@ their host removed them and no sandbox runs from them. A detached
 sandbox stays until its end time, whatever its owner, and goes past it.
 Credentials of detached sandboxes that have ended are removed from the
 credential store (default: $XDG_STATE_HOME/cordon/credentials, else
-~/.local/state/cordon/credentials). --dry-run lists what would go and
-removes nothing.
+~/.local/state/cordon/credentials). The unix-socket port-forward
+directories that hosts of this user killed outright left in
+cordon-forwards-<uid> under the temporary directory ($TMPDIR, $TMP or
+$TEMP, else /tmp) are removed once their host is gone. --dry-run lists
+what would go and removes nothing.
 
 Named volumes (provider.volumes) are the user's data: gc lists each one and
 keeps it, unless --volume-retention is given (0s takes every such volume);
@@ -48,8 +54,9 @@ removed with everything in it.
 a provider's backend config are on everything it makes); given more than
 once, to what carries all of them. For hosts sharing an engine: each
 collects its own and nothing else. Agent runtimes, which no provider
-labels, are then left alone, and so are the checkpoints of snapshots out
-of the scope; a detached sandbox's credential goes only at its end time.
+labels, are then left alone, and so are port-forward directories and the
+checkpoints of snapshots out of the scope; a detached sandbox's credential
+goes only at its end time.
 --label cannot be combined with --aci or --microvm, whose sweeps it would
 not scope.
 
@@ -162,6 +169,8 @@ export async function gcCommand(
     }
   }
 
+  const forwardsFailed = await sweepForwards({ verb, dryRun, scoped: labels !== undefined }, io)
+
   // After every sweep: a detached sandbox removed above leaves its credential with nothing to reach.
   const running = new Set(report?.detachedKept ?? [])
   const store = new CredentialStore(
@@ -181,7 +190,46 @@ export async function gcCommand(
   )
   for (const failure of report?.failed ?? [])
     io.stderr(`cordon gc: could not remove ${failure.id}: ${failure.reason}\n`)
-  return (report?.failed.length ?? 0) > 0 || remoteFailed ? 1 : 0
+  return (report?.failed.length ?? 0) > 0 || remoteFailed || forwardsFailed ? 1 : 0
+}
+
+/**
+ * The port-forward directories of this user's hosts on this machine
+ * (`sweepForwardDirectories`: only those whose owner is judged gone), and
+ * what went, one line; resolves with whether the sweep failed. No provider
+ * labels them, so a --label run leaves them to an unscoped one, as it does
+ * agent runtimes.
+ */
+async function sweepForwards(
+  {
+    verb,
+    dryRun,
+    scoped,
+  }: { readonly verb: string; readonly dryRun: boolean; readonly scoped: boolean },
+  io: RunIo,
+): Promise<boolean> {
+  const root = forwardDirectoriesRoot()
+  if (scoped) {
+    io.stdout(
+      `cordon gc: left the port-forward directories in ${root} alone (they carry no provider's labels; a run without --label sweeps them)\n`,
+    )
+    return false
+  }
+  try {
+    const removed = (await sweepForwardDirectories({ dryRun })).map((directory) =>
+      basename(directory),
+    )
+    io.stdout(
+      `cordon gc: ${verb} ${removed.length} port-forward directories of hosts that are gone from ${root}${removed.length > 0 ? `: ${removed.join(', ')}` : ''}\n`,
+    )
+    return false
+  } catch (error) {
+    const code = SandboxError.isInstance(error) ? ` [${error.code}]` : ''
+    io.stderr(
+      `cordon gc: could not sweep the port-forward directories in ${root}: ${error instanceof Error ? error.message : String(error)}${code}\n`,
+    )
+    return true
+  }
 }
 
 /** `--label key=value` flags as labels, or undefined when none is given. */
