@@ -1,8 +1,8 @@
 import type { CordonSandboxProvider, SandboxEvent } from '@cordon/core'
 import { endReasonOf } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { docker, testProvider } from './test-run.js'
 import { describeAlongside } from './run-alongside.js'
+import { docker, testProvider } from './test-run.js'
 
 for (const runtime of ['docker', 'runsc'] as const) {
   describeAlongside(`lifetime that follows work, end reasons and usage (${runtime})`, () => {

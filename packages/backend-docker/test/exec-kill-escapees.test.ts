@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto'
 import type { CordonSandbox } from '@cordon/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { testProvider } from './test-run.js'
 import { describeAlongside } from './run-alongside.js'
+import { testProvider } from './test-run.js'
 
 /**
  * A killed exec ends every process it started, also one that left the
@@ -70,94 +70,101 @@ async function expectEscapeeGone(
 }
 
 for (const runtime of ['runc', 'runsc'] as const) {
-  describeAlongside(`a killed exec ends its setsid, env -i, double-forked grandchildren (${runtime})`, () => {
-    const provider = testProvider({ runtime })
-    let sandbox: CordonSandbox
+  describeAlongside(
+    `a killed exec ends its setsid, env -i, double-forked grandchildren (${runtime})`,
+    () => {
+      const provider = testProvider({ runtime })
+      let sandbox: CordonSandbox
 
-    beforeAll(async () => {
-      sandbox = await provider.create()
-    })
-    afterAll(async () => {
-      await provider.close()
-    })
-
-    const fresh = () => {
-      const needle = `escapee-${randomBytes(6).toString('hex')}`
-      return { needle, heartbeat: `${OUTPUTS}/${needle}.beats` }
-    }
-
-    it('tags each exec with a supplementary group of its own, from 2^31 up, which a setsid env -i grandchild keeps', async () => {
-      const groupsLine = "grep '^Groups:' /proc/self/status"
-      const seen = await Promise.all(
-        [1, 2].map(() =>
-          sandbox.exec('sh', [
-            '-c',
-            `${groupsLine}; (setsid env -i sh -c "${groupsLine}" &); sleep 0.5`,
-          ]),
-        ),
-      )
-      const tags = seen.map((result) => {
-        const lines = result.stdout
-          .trim()
-          .split('\n')
-          .map((line) => line.trim())
-        expect(lines).toHaveLength(2)
-        // The exec's shell and its escaped grandchild: the same one group.
-        expect(lines[1]).toBe(lines[0])
-        const groups = lines[0]!.replace('Groups:', '').trim().split(/\s+/).map(Number)
-        expect(groups).toHaveLength(1)
-        expect(groups[0]).toBeGreaterThanOrEqual(2 ** 31)
-        return groups[0]
+      beforeAll(async () => {
+        sandbox = await provider.create()
       })
-      expect(tags[0]).not.toBe(tags[1])
-      const id = await sandbox.exec('id', ['-G'])
-      expect(id.stdout.trim().split(' ')).toHaveLength(2)
-    })
-
-    it('on timeout', async () => {
-      const { needle, heartbeat } = fresh()
-      const result = await sandbox.exec('sh', ['-c', escapeeLine(needle, heartbeat)], {
-        timeout: 2_000,
+      afterAll(async () => {
+        await provider.close()
       })
-      expect(result.timedOut).toBe(true)
-      await expectEscapeeGone(sandbox, needle, heartbeat)
-    })
 
-    it('on abort', async () => {
-      const { needle, heartbeat } = fresh()
-      const controller = new AbortController()
-      const pending = sandbox.exec('sh', ['-c', escapeeLine(needle, heartbeat)], {
-        signal: controller.signal,
+      const fresh = () => {
+        const needle = `escapee-${randomBytes(6).toString('hex')}`
+        return { needle, heartbeat: `${OUTPUTS}/${needle}.beats` }
+      }
+
+      it('tags each exec with a supplementary group of its own, from 2^31 up, which a setsid env -i grandchild keeps', async () => {
+        const groupsLine = "grep '^Groups:' /proc/self/status"
+        const seen = await Promise.all(
+          [1, 2].map(() =>
+            sandbox.exec('sh', [
+              '-c',
+              `${groupsLine}; (setsid env -i sh -c "${groupsLine}" &); sleep 0.5`,
+            ]),
+          ),
+        )
+        const tags = seen.map((result) => {
+          const lines = result.stdout
+            .trim()
+            .split('\n')
+            .map((line) => line.trim())
+          expect(lines).toHaveLength(2)
+          // The exec's shell and its escaped grandchild: the same one group.
+          expect(lines[1]).toBe(lines[0])
+          const groups = lines[0]!.replace('Groups:', '').trim().split(/\s+/).map(Number)
+          expect(groups).toHaveLength(1)
+          expect(groups[0]).toBeGreaterThanOrEqual(2 ** 31)
+          return groups[0]
+        })
+        expect(tags[0]).not.toBe(tags[1])
+        const id = await sandbox.exec('id', ['-G'])
+        expect(id.stdout.trim().split(' ')).toHaveLength(2)
       })
-      await escapeeRunning(sandbox, heartbeat)
-      controller.abort()
-      expect((await pending).aborted).toBe(true)
-      await expectEscapeeGone(sandbox, needle, heartbeat)
-    })
 
-    it("on a background process's kill()", async () => {
-      const { needle, heartbeat } = fresh()
-      const started = await sandbox.start('sh', ['-c', escapeeLine(needle, heartbeat)])
-      await escapeeRunning(sandbox, heartbeat)
-      await started.kill()
-      expect((await started.wait()).signal).toBe('SIGKILL')
-      await expectEscapeeGone(sandbox, needle, heartbeat)
-    })
-
-    it("leaves running what an exec that ended by itself left behind, also through another exec's kill", async () => {
-      const { needle, heartbeat } = fresh()
-      const line = escapeeLine(needle, heartbeat).replace(/; sleep 600$/, '; exit 0')
-      expect((await sandbox.exec('sh', ['-c', line])).exitCode).toBe(0)
-      await escapeeRunning(sandbox, heartbeat)
-      const other = fresh()
-      const killed = await sandbox.exec('sh', ['-c', escapeeLine(other.needle, other.heartbeat)], {
-        timeout: 1_000,
+      it('on timeout', async () => {
+        const { needle, heartbeat } = fresh()
+        const result = await sandbox.exec('sh', ['-c', escapeeLine(needle, heartbeat)], {
+          timeout: 2_000,
+        })
+        expect(result.timedOut).toBe(true)
+        await expectEscapeeGone(sandbox, needle, heartbeat)
       })
-      expect(killed.timedOut).toBe(true)
-      expect(await processesWith(sandbox, needle)).toHaveLength(1)
-      // Ended here, so that nothing outlives the test but the sandbox itself.
-      for (const pid of await processesWith(sandbox, needle))
-        await sandbox.exec('kill', ['-KILL', pid])
-    })
-  })
+
+      it('on abort', async () => {
+        const { needle, heartbeat } = fresh()
+        const controller = new AbortController()
+        const pending = sandbox.exec('sh', ['-c', escapeeLine(needle, heartbeat)], {
+          signal: controller.signal,
+        })
+        await escapeeRunning(sandbox, heartbeat)
+        controller.abort()
+        expect((await pending).aborted).toBe(true)
+        await expectEscapeeGone(sandbox, needle, heartbeat)
+      })
+
+      it("on a background process's kill()", async () => {
+        const { needle, heartbeat } = fresh()
+        const started = await sandbox.start('sh', ['-c', escapeeLine(needle, heartbeat)])
+        await escapeeRunning(sandbox, heartbeat)
+        await started.kill()
+        expect((await started.wait()).signal).toBe('SIGKILL')
+        await expectEscapeeGone(sandbox, needle, heartbeat)
+      })
+
+      it("leaves running what an exec that ended by itself left behind, also through another exec's kill", async () => {
+        const { needle, heartbeat } = fresh()
+        const line = escapeeLine(needle, heartbeat).replace(/; sleep 600$/, '; exit 0')
+        expect((await sandbox.exec('sh', ['-c', line])).exitCode).toBe(0)
+        await escapeeRunning(sandbox, heartbeat)
+        const other = fresh()
+        const killed = await sandbox.exec(
+          'sh',
+          ['-c', escapeeLine(other.needle, other.heartbeat)],
+          {
+            timeout: 1_000,
+          },
+        )
+        expect(killed.timedOut).toBe(true)
+        expect(await processesWith(sandbox, needle)).toHaveLength(1)
+        // Ended here, so that nothing outlives the test but the sandbox itself.
+        for (const pid of await processesWith(sandbox, needle))
+          await sandbox.exec('kill', ['-KILL', pid])
+      })
+    },
+  )
 }

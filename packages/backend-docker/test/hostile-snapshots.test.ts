@@ -4,8 +4,8 @@ import {
   SandboxControlRefusedError,
 } from '@cordon/core'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { docker, testProvider } from './test-run.js'
 import { describeAlongside } from './run-alongside.js'
+import { docker, testProvider } from './test-run.js'
 
 /** What `snapshot()` gave: its error, or (were it taken) the snapshot, removed at once so nothing is left. */
 async function snapshotOutcome(

@@ -1,8 +1,8 @@
 import { randomBytes } from 'node:crypto'
 import type { CordonSandboxProvider } from '@cordon/core'
 import { afterAll, describe, expect, it } from 'vitest'
-import { testProvider } from './test-run.js'
 import { describeAlongside } from './run-alongside.js'
+import { testProvider } from './test-run.js'
 
 // A hostile sandbox against the next one to mount its named volume: what
 // it leaves there must not stop that sandbox from starting, nor keep

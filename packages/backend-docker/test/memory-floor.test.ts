@@ -8,8 +8,8 @@ import {
   GVISOR_KERNEL_MEMORY_ALLOWANCE_MB,
   MIN_MEMORY_LIMIT_MB,
 } from '../src/container-spec.js'
-import { docker, testProvider } from './test-run.js'
 import { describeAlongside } from './run-alongside.js'
+import { docker, testProvider } from './test-run.js'
 
 const MiB = 1024 * 1024
 

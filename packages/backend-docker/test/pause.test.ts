@@ -9,8 +9,8 @@ import { BUSYBOX_IMAGE, endReasonOf, testRunLabels } from '@cordon/test-support'
 import type Docker from 'dockerode'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { collectGarbage } from '../src/index.js'
-import { docker, testProvider } from './test-run.js'
 import { describeAlongside } from './run-alongside.js'
+import { docker, testProvider } from './test-run.js'
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 

@@ -14,8 +14,8 @@ import { containerTestBackend, EPHEMERAL_OUTPUTS } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
 import { createInChildProcess } from './detached-creator.js'
-import { docker } from './test-run.js'
 import { describeAlongside } from './run-alongside.js'
+import { docker } from './test-run.js'
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
 

@@ -3,8 +3,8 @@ import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import type { CordonSandbox, CordonSandboxProvider } from '@cordon/core'
 import { afterEach, beforeEach, describe, expect, it } from 'vitest'
-import { testProvider } from './test-run.js'
 import { describeAlongside } from './run-alongside.js'
+import { testProvider } from './test-run.js'
 
 /**
  * MIGRATING.md's recipe for one host directory that several sandboxes reuse

@@ -13,8 +13,8 @@ import {
   DEFAULT_SNAPSHOT_RETENTION_MS,
 } from '../src/index.js'
 import { engineFront } from './engine-front.js'
-import { docker } from './test-run.js'
 import { describeAlongside } from './run-alongside.js'
+import { docker } from './test-run.js'
 
 const SCRATCH = '/mnt/user-data/scratch'
 
