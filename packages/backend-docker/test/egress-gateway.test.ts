@@ -550,6 +550,12 @@ describe('egress through the gateway (Docker backend)', () => {
   })
 
   it('one sandbox holding its every tunnel leaves the gateway to its neighbours', async () => {
+    // Its channel ends with 256 streams open: none of them may leave a listener behind on the attach socket.
+    const listenerWarnings: string[] = []
+    const onWarning = (warning: Error): void => {
+      if (warning.name === 'MaxListenersExceededWarning') listenerWarnings.push(warning.message)
+    }
+    process.on('warning', onWarning)
     const greedy = await nodeProvider.create({
       egress: { kind: 'static', allowedHosts: ['upstream.test'] },
       memoryLimitMb: 256,
@@ -610,7 +616,12 @@ describe('egress through the gateway (Docker backend)', () => {
       )
       expect(tunnel).toMatch(/^HTTP\/1\.1 200/)
       await holder.kill('SIGKILL')
+      await greedy.destroy()
+      // Its streams close (and Node's warning is emitted) a little after the destroy.
+      await new Promise((resolve) => setTimeout(resolve, 500))
+      expect(listenerWarnings).toEqual([])
     } finally {
+      process.off('warning', onWarning)
       await greedy.destroy()
       await neighbour.destroy()
     }

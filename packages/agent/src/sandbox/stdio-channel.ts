@@ -40,6 +40,8 @@ export class StdioChannel {
   private openStreams = 0
   private readonly spares = new WeakSet<object>()
   private spareCount = 0
+  /** Whether `keepAlive` was last told `ref()` (true) or `unref()` (false); `undefined` before the first. */
+  private held: boolean | undefined
 
   constructor(private readonly options: StdioChannelOptions) {
     this.mux = new StreamMux(options.fromAgent, options.toAgent, {
@@ -106,6 +108,8 @@ export class StdioChannel {
   /** Ends the channel: the agent's stdin closes and it stops. */
   close(): void {
     this.mux.close()
+    // Let go of the carrier while it is still open: its streams close after it is gone.
+    this.refresh()
     this.options.closeCarrier()
   }
 
@@ -119,8 +123,19 @@ export class StdioChannel {
     })
   }
 
+  /**
+   * Tells `keepAlive` only what changed, and once the session is over only
+   * `unref()`, once: its streams then close in a burst, by when the carrier
+   * may be destroyed, and a destroyed `net.Socket` answers every `ref()` or
+   * `unref()` with a `connect` listener that never fires (Node defers the
+   * call to a connection that will never come). One sandbox's channel ended
+   * with hundreds of egress tunnels open would leave hundreds on its socket.
+   */
   private refresh(): void {
-    if (this.openStreams - this.spareCount > 0) this.options.keepAlive?.ref?.()
+    const hold = !this.mux.isClosed && this.openStreams - this.spareCount > 0
+    if (hold === this.held) return
+    this.held = hold
+    if (hold) this.options.keepAlive?.ref?.()
     else this.options.keepAlive?.unref?.()
   }
 }
