@@ -312,7 +312,6 @@ async function prepare(
           runtimeMount: RUNTIME_MOUNT,
           launcher,
           nodeSource: realpathSync(process.execPath),
-          helperImage,
           labels,
         })
       : undefined

@@ -3,6 +3,7 @@ import type Docker from 'dockerode'
 import { hardenedHostConfig } from './container-hardening.js'
 import { isNotFound } from './engine-errors.js'
 import { putHostFiles } from './host-files-archive.js'
+import { ensureKeeperImage } from './keeper-image.js'
 
 /**
  * A copy of the runtime's Node binary on a tmpfs with transparent huge pages,
@@ -56,7 +57,6 @@ export interface HugePageNodeRequest {
   readonly launcher: string
   /** The Node binary on this host. */
   readonly nodeSource: string
-  readonly helperImage: string
   readonly labels: Readonly<Record<string, string>>
 }
 
@@ -177,11 +177,13 @@ async function makeKeeper(
     await docker.getVolume(node.volume).remove()
     await docker.createVolume(volume)
   }
+  // Not a provider's image: the keeper outlives every provider (keeper-image.ts).
+  const image = await ensureKeeperImage(docker)
   let keeper: Docker.Container
   try {
     keeper = await docker.createContainer({
       name: fillingName(node),
-      Image: request.helperImage,
+      Image: image,
       // With no arguments the launcher reads requests on stdin until it ends:
       // held open (OpenStdin) and never attached, it waits there for good.
       Entrypoint: [request.launcher],

@@ -5,6 +5,7 @@ import { describe, expect, it } from 'vitest'
 import { currentRuntimeVolume } from '../src/agent-runtime.js'
 import { ensureHugePageNode, KEEPER_MEMORY_MB } from '../src/huge-page-node.js'
 import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
+import { KEEPER_IMAGE } from '../src/keeper-image.js'
 import { memoryCgroupOf } from './memory-cgroup.js'
 import { privateEngineForSuite } from './private-engine.js'
 
@@ -137,15 +138,63 @@ describe('agent runtime volumes', () => {
       runtimeVolume: 'cordon-runtime-00000000000000dd',
       runtimeMount: '/.cordon',
       launcher: '/.cordon/bin/cordon-launcher',
+      // An empty runtime volume (the engine makes one): the keeper has no program to start.
       nodeSource: process.execPath,
-      helperImage: 'cordon-test/no-such-image:latest',
       labels: runtimeLabels('00000000000000dd'),
     })
     expect(made).toBeUndefined()
-    await engine.docker
-      .getVolume('cordon-runtime-00000000000000dd-node')
-      .remove()
-      .catch(() => {})
+    await expect(
+      engine.docker.getContainer('cordon-runtime-00000000000000dd-keeper-filling').inspect(),
+    ).rejects.toThrow(/no such container/i)
+    for (const volume of [
+      'cordon-runtime-00000000000000dd-node',
+      'cordon-runtime-00000000000000dd',
+    ])
+      await engine.docker
+        .getVolume(volume)
+        .remove()
+        .catch(() => {})
+  })
+
+  it("the keeper runs from cordon's own image: the first provider's image is not held by it and lends it no labels", async () => {
+    // A provider image of the host's own, labelled: committed from busybox on this engine.
+    const base = await engine.docker.createContainer({ Image: BUSYBOX_IMAGE, Cmd: ['true'] })
+    await base.commit({
+      repo: 'cordon-test/keeper-probe',
+      tag: 'latest',
+      changes: 'LABEL cordon-test.keeper-probe=1',
+    })
+    await base.remove()
+    const probeImage = 'cordon-test/keeper-probe:latest'
+    // No keeper on the engine: the next create makes one, from whatever image it uses.
+    for (const info of await engine.docker.listContainers({
+      all: true,
+      filters: { label: ['cordon.runtime.part=keeper'] },
+    }))
+      await engine.docker.getContainer(info.Id).remove({ force: true })
+    const hosted = createDockerSandboxProvider({
+      backend: {
+        tier: 'container',
+        image: probeImage,
+        socketPath: engine.socketPath,
+        sweepDeadOwners: false,
+      },
+      layout: { outputs: { source: { type: 'ephemeral' } } },
+    })
+    try {
+      const sandbox = await hosted.create()
+      expect((await sandbox.exec('echo', ['probe'])).stdout).toBe('probe\n')
+      await sandbox.destroy()
+    } finally {
+      await hosted.close()
+    }
+    const keeper = await engine.docker.getContainer(`${currentRuntimeVolume()}-keeper`).inspect()
+    expect(keeper.State.Running).toBe(true)
+    expect(keeper.Config.Labels).not.toHaveProperty('cordon-test.keeper-probe')
+    // The host can remove its image while the keeper runs on.
+    await engine.docker.getImage(probeImage).remove()
+    expect((await engine.docker.getContainer(keeper.Id).inspect()).State.Running).toBe(true)
+    expect(keeper.Image).toBe((await engine.docker.getImage(KEEPER_IMAGE).inspect()).Id)
   })
 
   it('cordon gc removes runtimes nothing uses, and keeps the current one, mounted ones and new ones', async () => {
