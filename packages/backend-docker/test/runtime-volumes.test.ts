@@ -3,7 +3,7 @@ import { LABEL } from '@cordon/core/backend'
 import { BUSYBOX_IMAGE } from '@cordon/test-support'
 import { describe, expect, it } from 'vitest'
 import { currentRuntimeVolume } from '../src/agent-runtime.js'
-import { ensureHugePageNode, KEEPER_MEMORY_MB } from '../src/huge-page-node.js'
+import { ensureHugePageNode, KEEPER_LABEL, KEEPER_MEMORY_MB } from '../src/huge-page-node.js'
 import { collectGarbage, createDockerSandboxProvider } from '../src/index.js'
 import { KEEPER_IMAGE } from '../src/keeper-image.js'
 import { memoryCgroupOf } from './memory-cgroup.js'
@@ -19,11 +19,11 @@ import { privateEngineForSuite } from './private-engine.js'
 describe('agent runtime volumes', () => {
   const engine = privateEngineForSuite()
 
-  const provider = () =>
+  const provider = (image = BUSYBOX_IMAGE) =>
     createDockerSandboxProvider({
       backend: {
         tier: 'container',
-        image: BUSYBOX_IMAGE,
+        image,
         socketPath: engine.socketPath,
         sweepDeadOwners: false,
       },
@@ -97,7 +97,7 @@ describe('agent runtime volumes', () => {
       }
       expect(mapped[0]).toBe(mapped[1])
       const keepers = await engine.docker.listContainers({
-        filters: { label: ['cordon.runtime.part=keeper'] },
+        filters: { label: [`${KEEPER_LABEL}=keeper`] },
       })
       expect(keepers.map((keeper) => keeper.Names[0])).toEqual([
         `/${currentRuntimeVolume()}-keeper`,
@@ -138,8 +138,8 @@ describe('agent runtime volumes', () => {
       runtimeVolume: 'cordon-runtime-00000000000000dd',
       runtimeMount: '/.cordon',
       launcher: '/.cordon/bin/cordon-launcher',
-      // An empty runtime volume (the engine makes one): the keeper has no program to start.
-      nodeSource: process.execPath,
+      // No binary to copy: the copy cannot be made.
+      nodeSource: '/nonexistent/node',
       labels: runtimeLabels('00000000000000dd'),
     })
     expect(made).toBeUndefined()
@@ -169,18 +169,10 @@ describe('agent runtime volumes', () => {
     // No keeper on the engine: the next create makes one, from whatever image it uses.
     for (const info of await engine.docker.listContainers({
       all: true,
-      filters: { label: ['cordon.runtime.part=keeper'] },
+      filters: { label: [`${KEEPER_LABEL}=keeper`] },
     }))
       await engine.docker.getContainer(info.Id).remove({ force: true })
-    const hosted = createDockerSandboxProvider({
-      backend: {
-        tier: 'container',
-        image: probeImage,
-        socketPath: engine.socketPath,
-        sweepDeadOwners: false,
-      },
-      layout: { outputs: { source: { type: 'ephemeral' } } },
-    })
+    const hosted = provider(probeImage)
     try {
       const sandbox = await hosted.create()
       expect((await sandbox.exec('echo', ['probe'])).stdout).toBe('probe\n')

@@ -81,7 +81,7 @@ describe('cordon gc and the port-forward directories', () => {
     const dry = await cordon(['gc', '--dry-run', '--credential-store', store], env)
     expect(dry.code, dry.stderr).toBe(0)
     expect(dry.stdout).toContain(
-      `cordon gc: would remove 1 port-forward directories of hosts that are gone from ${root}: ${basename(dead.directory)}\n`,
+      `cordon gc (${root}): would remove 1 port-forward directories of hosts that are gone: ${basename(dead.directory)}\n`,
     )
     expect(dry.stdout).not.toContain(basename(live))
     expect(readdirSync(root).sort()).toEqual([basename(dead.directory), basename(live)].sort())
@@ -89,7 +89,7 @@ describe('cordon gc and the port-forward directories', () => {
     const real = await cordon(['gc', '--credential-store', store], env)
     expect(real.code, real.stderr).toBe(0)
     expect(real.stdout).toContain(
-      `cordon gc: removed 1 port-forward directories of hosts that are gone from ${root}: ${basename(dead.directory)}\n`,
+      `cordon gc (${root}): removed 1 port-forward directories of hosts that are gone: ${basename(dead.directory)}\n`,
     )
     expect(readdirSync(root)).toEqual([basename(live)])
 
@@ -97,7 +97,7 @@ describe('cordon gc and the port-forward directories', () => {
     const again = await cordon(['gc', '--credential-store', store], env)
     expect(again.code, again.stderr).toBe(0)
     expect(again.stdout).toContain(
-      `cordon gc: removed 0 port-forward directories of hosts that are gone from ${root}\n`,
+      `cordon gc (${root}): removed 0 port-forward directories of hosts that are gone\n`,
     )
     expect(readdirSync(root)).toEqual([basename(live)])
   }, 120_000)
@@ -112,9 +112,7 @@ describe('cordon gc and the port-forward directories', () => {
       TMPDIR: tmpDir,
     })
     expect(result.code).toBe(1)
-    expect(result.stderr).toContain(
-      `cordon gc: could not sweep the port-forward directories in ${root}: ENOTDIR`,
-    )
+    expect(result.stderr).toContain(`cordon gc (${root}): could not sweep: ENOTDIR`)
     // The other sweeps ran and reported.
     expect(result.stdout).toMatch(/would remove \d+ containers/)
     expect(result.stdout).toContain('credentials of ended detached sandboxes')

@@ -202,6 +202,20 @@ let dockerHost: Outcome
 let everything: Outcome
 let aiSdkHost: Outcome
 
+/**
+ * What a Docker host installs: `@cordon/sandbox` and `@cordon/backend-docker`,
+ * and what those two depend on (unpublished, npm would look for it on the
+ * registry; from npm, a host installs only the two).
+ */
+const DOCKER_HOST_PACKAGES = [
+  '@cordon/sandbox',
+  '@cordon/backend-docker',
+  '@cordon/core',
+  '@cordon/builtin-backends',
+  '@cordon/egress',
+  '@cordon/agent',
+]
+
 beforeAll(async () => {
   work = await mkdtemp(join(tmpdir(), 'cordon-consumer-'))
   const tarballDir = join(work, 'tarballs')
@@ -213,35 +227,12 @@ beforeAll(async () => {
   // installs) and are made at once: most of each is npm waiting on the
   // registry, and one after another they were the package's longest file.
   ;[dockerHost, everything, aiSdkHost] = await Promise.all([
-    project(
-      'docker-host',
-      // What the two packages depend on is listed too: unpublished, npm would
-      // look for it on the registry (from npm, a host installs only the two).
-      [
-        '@cordon/sandbox',
-        '@cordon/backend-docker',
-        '@cordon/core',
-        '@cordon/builtin-backends',
-        '@cordon/egress',
-        '@cordon/agent',
-      ],
-      DOCKER_HOST_PROGRAM,
-    ),
+    project('docker-host', DOCKER_HOST_PACKAGES, DOCKER_HOST_PROGRAM),
     project('everything', [...tarballs.keys()], EVERYTHING_PROGRAM),
-    project(
-      'ai-sdk-host',
-      [
-        '@cordon/ai-sdk',
-        '@cordon/sandbox',
-        '@cordon/backend-docker',
-        '@cordon/core',
-        '@cordon/builtin-backends',
-        '@cordon/egress',
-        '@cordon/agent',
-      ],
-      AI_SDK_HOST_PROGRAM,
-      { lib: ['ES2022', 'DOM'], devDependencies: { '@types/json-schema': '7.0.15' } },
-    ),
+    project('ai-sdk-host', ['@cordon/ai-sdk', ...DOCKER_HOST_PACKAGES], AI_SDK_HOST_PROGRAM, {
+      lib: ['ES2022', 'DOM'],
+      devDependencies: { '@types/json-schema': '7.0.15' },
+    }),
   ])
 }, 600_000)
 

@@ -12,7 +12,7 @@ import { BACKEND_PACKAGES } from '../backend-packages.js'
 import { parseFlags, UsageError } from './command-line.js'
 import { type GarbageReport, loadDockerBackend } from './docker-backend-module.js'
 import { parseDurationFlag } from './duration-flag.js'
-import { ACI_GC, MICROVM_GC, prepareRemoteSweeps } from './remote-backend-sweeps.js'
+import { ACI_GC, MICROVM_GC, prepareRemoteSweeps, type Sweep } from './remote-backend-sweeps.js'
 import type { RunIo } from './run-command.js'
 
 /** What each reason means to the person who ran gc, completing "kept N resources whose owner ...". */
@@ -153,23 +153,28 @@ export async function gcCommand(
     io.stdout(`cordon gc: skipped the Docker Engine: ${error.message}\n`)
   }
 
-  let remoteFailed = false
-  for (const sweep of remote) {
+  // No provider labels the port-forward directories: a --label run leaves them to an unscoped one, as it does agent runtimes.
+  const forwardsRoot = forwardDirectoriesRoot()
+  if (labels)
+    io.stdout(
+      `cordon gc: left the port-forward directories in ${forwardsRoot} alone (they carry no provider's labels; a run without --label sweeps them)\n`,
+    )
+  const sweeps: Sweep[] = [...remote, ...(labels ? [] : [forwardDirectoriesSweep(forwardsRoot)])]
+  let sweepFailed = false
+  for (const sweep of sweeps) {
     try {
       const removed = await sweep.run(dryRun)
       io.stdout(
         `cordon gc (${sweep.where}): ${verb} ${removed.length} ${sweep.removes}${removed.length > 0 ? `: ${removed.join(', ')}` : ''}\n`,
       )
     } catch (error) {
-      remoteFailed = true
+      sweepFailed = true
       const code = SandboxError.isInstance(error) ? ` [${error.code}]` : ''
       io.stderr(
         `cordon gc (${sweep.where}): could not sweep: ${error instanceof Error ? error.message : String(error)}${code}\n`,
       )
     }
   }
-
-  const forwardsFailed = await sweepForwards({ verb, dryRun, scoped: labels !== undefined }, io)
 
   // After every sweep: a detached sandbox removed above leaves its credential with nothing to reach.
   const running = new Set(report?.detachedKept ?? [])
@@ -190,45 +195,19 @@ export async function gcCommand(
   )
   for (const failure of report?.failed ?? [])
     io.stderr(`cordon gc: could not remove ${failure.id}: ${failure.reason}\n`)
-  return (report?.failed.length ?? 0) > 0 || remoteFailed || forwardsFailed ? 1 : 0
+  return (report?.failed.length ?? 0) > 0 || sweepFailed ? 1 : 0
 }
 
 /**
- * The port-forward directories of this user's hosts on this machine
- * (`sweepForwardDirectories`: only those whose owner is judged gone), and
- * what went, one line; resolves with whether the sweep failed. No provider
- * labels them, so a --label run leaves them to an unscoped one, as it does
- * agent runtimes.
+ * The port-forward directories this user's killed hosts left on this
+ * machine (`sweepForwardDirectories`: only those whose owner is judged gone).
  */
-async function sweepForwards(
-  {
-    verb,
-    dryRun,
-    scoped,
-  }: { readonly verb: string; readonly dryRun: boolean; readonly scoped: boolean },
-  io: RunIo,
-): Promise<boolean> {
-  const root = forwardDirectoriesRoot()
-  if (scoped) {
-    io.stdout(
-      `cordon gc: left the port-forward directories in ${root} alone (they carry no provider's labels; a run without --label sweeps them)\n`,
-    )
-    return false
-  }
-  try {
-    const removed = (await sweepForwardDirectories({ dryRun })).map((directory) =>
-      basename(directory),
-    )
-    io.stdout(
-      `cordon gc: ${verb} ${removed.length} port-forward directories of hosts that are gone from ${root}${removed.length > 0 ? `: ${removed.join(', ')}` : ''}\n`,
-    )
-    return false
-  } catch (error) {
-    const code = SandboxError.isInstance(error) ? ` [${error.code}]` : ''
-    io.stderr(
-      `cordon gc: could not sweep the port-forward directories in ${root}: ${error instanceof Error ? error.message : String(error)}${code}\n`,
-    )
-    return true
+function forwardDirectoriesSweep(root: string): Sweep {
+  return {
+    where: root,
+    removes: 'port-forward directories of hosts that are gone',
+    run: async (dryRun) =>
+      (await sweepForwardDirectories({ dryRun })).map((directory) => basename(directory)),
   }
 }
 

@@ -26,9 +26,12 @@ import { UsageError } from './command-line.js'
  * where the backend keeps them remotely.
  */
 
-/** One sweep of one backend: what it removed (or would). */
-export interface RemoteSweep {
-  /** How the output names where it swept: `aci <resource group>`, `microvm <endpoint>`. */
+/**
+ * One sweep gc runs after the Docker one, reported one line each: a remote
+ * backend's, or this machine's port-forward directories (gc-command.ts).
+ */
+export interface Sweep {
+  /** How the output names where it swept: `aci <resource group>`, `microvm <endpoint>`, a directory. */
   readonly where: string
   /** What it removes, plural, and why: `detached guests past their end time`. */
   readonly removes: string
@@ -119,7 +122,7 @@ export async function prepareRemoteSweeps<Config extends SandboxBackendConfigBas
   flags: RemoteSweepFlags,
   env: NodeJS.ProcessEnv,
   importer?: ModuleImporter,
-): Promise<RemoteSweep[]> {
+): Promise<Sweep[]> {
   if (files.length === 0) return []
   const token = env[backend.tokenVariable]
   if (!token)
