@@ -126,7 +126,7 @@ export function fileTransferScenario(variant: BenchRuntime): Scenario {
     const work = await mkdtemp(join(tmpdir(), 'cordon-bench-files-'))
     const provider = cordonProvider({ runtime })
     const bigRounds = quick ? { warmup: 1, iterations: 2 } : { warmup: 1, iterations: 7 }
-    const smallRounds = quick ? { warmup: 0, iterations: 1 } : { warmup: 1, iterations: 3 }
+    const smallRounds = quick ? { warmup: 0, iterations: 1 } : { warmup: 1, iterations: 7 }
     let sandbox: CordonSandbox | undefined
     let floor: Awaited<ReturnType<typeof createFloorSandbox>> | undefined
     let tc: Awaited<ReturnType<typeof startTestcontainer>> | undefined

@@ -1,12 +1,14 @@
-import { closeSync, constants, fstatSync, openSync, readSync } from 'node:fs'
-import { basename, dirname, join, relative, resolve } from 'node:path'
+import { closeSync, fstatSync, readSync } from 'node:fs'
+import { join, relative, resolve } from 'node:path'
 import { DirectoryHandles } from './directory-handles.js'
 import { walk } from './file-list.js'
+import { FilePrefetch } from './file-prefetch.js'
+import { openListedFile } from './listed-file.js'
 import { AgentOperationError } from './operation-error.js'
 import type { PathJail } from './path-jail.js'
 import type { FramedConnection } from './protocol/framed-connection.js'
 import {
-  type FileEntryMessage,
+  type BatchEntryMessage,
   parseClientMessage,
   type ReadFilesRequest,
 } from './protocol/messages.js'
@@ -26,6 +28,8 @@ const GROUP_BYTES = 4 * 1024 * 1024
  * became a link, a directory or a socket since the listing, is left out;
  * one that grew or shrank is sent as it is now, at most its listed size
  * (and a FIFO the sandbox put in its place, as its non-blocking read gives).
+ * Where the client asked (`readWhileListing`), small files are read during
+ * the listing instead and sent as they were then (file-prefetch.ts).
  */
 export async function serveReadFiles(
   connection: FramedConnection,
@@ -50,9 +54,10 @@ async function serveListedFiles(
   shownRoot: string,
   directories: DirectoryHandles,
 ): Promise<void> {
+  const prefetch = request.readWhileListing ? new FilePrefetch(jail, directories) : undefined
   const { realRoot, entries } = jail.actAs(() => {
     const real = jail.resolveForRead(request.path)
-    return { realRoot: real, entries: walk(real, shownRoot, directories) }
+    return { realRoot: real, entries: walk(real, shownRoot, directories, prefetch) }
   })
   for (let start = 0; start < entries.length; start += ENTRIES_PER_MESSAGE)
     await connection.send({
@@ -68,7 +73,7 @@ async function serveListedFiles(
   // then parsing and saving it: at most two groups are held.
   let previous: Promise<void> = Promise.resolve()
   for (let start = 0; start < entries.length; ) {
-    const group: FileEntryMessage[] = []
+    const group: BatchEntryMessage[] = []
     let bytes = 0
     while (
       start < entries.length &&
@@ -78,11 +83,17 @@ async function serveListedFiles(
       bytes += entries[start]!.size
       group.push(entries[start++]!)
     }
-    const contents = jail.actAs(() =>
-      group.map((entry) =>
-        readWhole(jail, directories, entry, join(realRoot, relative(shownRoot, entry.path))),
-      ),
-    )
+    const held = group.map((entry) => prefetch?.take(entry.path))
+    // The switch to the user's ids is itself a dozen system calls: only for files still to read.
+    const contents = held.every((content) => content !== undefined)
+      ? held
+      : jail.actAs(() =>
+          group.map(
+            (entry, index) =>
+              held[index] ??
+              readWhole(jail, directories, entry, join(realRoot, relative(shownRoot, entry.path))),
+          ),
+        )
     await previous
     // The group (at most GROUP_BYTES) leaves in one gathered write.
     previous = connection.gather(() =>
@@ -109,41 +120,17 @@ async function serveListedFiles(
 /**
  * Reads one listed file whole, as the user, up to its listed size;
  * undefined if it is gone, or what stands there now cannot be opened or read
- * as a file. `real` is where the walk found it, under the walk's resolved
- * root, and is opened without resolving it again: the file itself is not
- * followed if it became a link (`O_NOFOLLOW`), and it is opened by name in
- * its directory as `directories` opened and checked it against the roots,
- * which also catches a directory above it swapped for a link since the
- * walk. Where that cannot be done, the opened file's own descriptor is
- * checked instead before a byte is read. Resolving each file first as well
- * cost a `readlink` per path component, a system call that under gVisor is
- * a round trip through its kernel.
+ * as a file (see {@link openListedFile}).
  */
 function readWhole(
   jail: PathJail,
   directories: DirectoryHandles,
-  entry: FileEntryMessage,
+  entry: BatchEntryMessage,
   real: string,
 ): Buffer | undefined {
-  let fd: number
-  let inChecked: string | undefined
+  const fd = openListedFile(jail, directories, real, entry.path)
+  if (fd === undefined) return undefined
   try {
-    inChecked = directories.childPath(dirname(real), basename(real), entry.path)
-    fd = openSync(
-      inChecked ?? real,
-      constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK,
-    )
-  } catch {
-    return undefined
-  }
-  try {
-    // Without /proc to check the descriptor, the path is judged as it now resolves.
-    if (
-      inChecked === undefined &&
-      !jail.checkOpened(fd, entry.path, 'read') &&
-      jail.resolveForRead(real) !== real
-    )
-      return undefined
     // At most what was listed: the host sized its checks by the listing, and a
     // file the sandbox grows in between must not make either side allocate
     // more. No `fstat` first (a system call a file, a round trip through

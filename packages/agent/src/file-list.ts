@@ -1,9 +1,10 @@
 import { type Dirent, lstatSync, readdirSync } from 'node:fs'
 import { join, resolve } from 'node:path'
 import { DirectoryHandles } from './directory-handles.js'
+import type { FilePrefetch } from './file-prefetch.js'
 import type { PathJail } from './path-jail.js'
 import type { FramedConnection } from './protocol/framed-connection.js'
-import type { FileEntryMessage, ListFilesRequest } from './protocol/messages.js'
+import type { BatchEntryMessage, ListFilesRequest } from './protocol/messages.js'
 
 const ENTRIES_PER_MESSAGE = 256
 
@@ -19,7 +20,7 @@ export async function serveListFiles(
   jail: PathJail,
 ): Promise<void> {
   const directories = new DirectoryHandles(jail, 'read')
-  let entries: FileEntryMessage[]
+  let entries: BatchEntryMessage[]
   try {
     entries = jail.actAs(() =>
       walk(jail.resolveForRead(request.path), resolve(request.path), directories),
@@ -44,14 +45,16 @@ export async function serveListFiles(
  * up by path: through the descriptor, each lookup is a walk of `/proc` in
  * gVisor's kernel, and a listing took about a tenth longer. What a batch
  * read sends is read in the directories opened here, whatever the sandbox
- * moved meanwhile.
+ * moved meanwhile. With `prefetch`, small files are read as they are
+ * found, and listed by what was read (file-prefetch.ts).
  */
 export function walk(
   real: string,
   shownRoot: string,
   directories?: DirectoryHandles,
-): FileEntryMessage[] {
-  const entries: FileEntryMessage[] = []
+  prefetch?: FilePrefetch,
+): BatchEntryMessage[] {
+  const entries: BatchEntryMessage[] = []
   const rootStat = lstatSync(real, { throwIfNoEntry: false })
   if (!rootStat?.isDirectory()) return entries
   const pending: Array<{ real: string; shown: string }> = [{ real, shown: shownRoot }]
@@ -80,6 +83,12 @@ export function walk(
       const childShown = join(shown, child.name)
       if (child.isDirectory()) pending.push({ real: childReal, shown: childShown })
       else if (child.isFile()) {
+        const early = prefetch?.read(childReal, childShown)
+        if (early === 'skip') continue
+        if (early !== undefined) {
+          entries.push({ path: childShown, ...early })
+          continue
+        }
         let info: ReturnType<typeof lstatSync>
         try {
           info = lstatSync(childReal)

@@ -1,6 +1,6 @@
 import { connect, createServer, type Socket } from 'node:net'
 import { afterEach, describe, expect, it } from 'vitest'
-import { requestReadFiles } from '../src/protocol/client-operations.js'
+import { requestListFiles, requestReadFiles } from '../src/protocol/client-operations.js'
 import { DEFAULT_MAX_FRAME_BYTES } from '../src/protocol/frame-codec.js'
 import { FramedConnection } from '../src/protocol/framed-connection.js'
 
@@ -79,5 +79,36 @@ describe('a batch read never allocates more than was listed', () => {
     })()
     await expect(reading).rejects.toThrow(/none listed/)
     await serving
+  })
+})
+
+describe('a listing', () => {
+  it('asks for files read while listing, and takes entries without a time there', async () => {
+    const { host, agent } = await pair()
+    const serving = (async () => {
+      const request = await agent.read()
+      await agent.send({ type: 'entries', entries: [{ path: '/out/a', size: 1 }] })
+      await agent.send({ type: 'end' })
+      return request
+    })()
+    const batch = await requestReadFiles(host, '/out')
+    expect(batch.entries).toEqual([{ path: '/out/a', size: 1 }])
+    expect(await serving).toMatchObject({
+      kind: 'message',
+      message: { type: 'read-files', path: '/out', readWhileListing: true },
+    })
+    batch.abandon()
+  })
+
+  it('of list-files refuses an entry without its modification time', async () => {
+    const { host, agent } = await pair()
+    void (async () => {
+      await agent.read()
+      await agent.send({ type: 'entries', entries: [{ path: '/out/a', size: 1 }] })
+      await agent.send({ type: 'end' })
+    })()
+    await expect(requestListFiles(host, '/out')).rejects.toThrow(
+      /\/out\/a: listed without its modification time/,
+    )
   })
 })

@@ -489,13 +489,89 @@ describe('file API through the agent', () => {
       await writeFile(join(agent.outputs, 'whole/large.bin'), large)
       const seen = new Map<string, Buffer>()
       const fstatsBefore = (await loggedCalls('fstatSync')).length
-      for await (const file of await sandbox.readFiles('whole'))
+      const listed = await sandbox.readFiles('whole')
+      // The listing reads small files and asks the size of one too large to
+      // hold from its descriptor (file-prefetch.ts): the empty file is asked
+      // what it is, having given no byte, and the large one its size.
+      expect((await loggedCalls('fstatSync')).length - fstatsBefore).toBe(2)
+      for await (const file of listed)
         seen.set(file.path.split('/').pop()!, Buffer.from(file.content))
-      // Read up to its listed size: only the empty file is asked what it is now.
-      expect((await loggedCalls('fstatSync')).length - fstatsBefore).toBe(1)
+      // Read up to its listed size, without asking its size again.
+      expect((await loggedCalls('fstatSync')).length - fstatsBefore).toBe(2)
       expect([...seen.keys()].sort()).toEqual(['empty.txt', 'large.bin'])
       expect(seen.get('empty.txt')!.byteLength).toBe(0)
       expect(seen.get('large.bin')!.equals(large)).toBe(true)
+    })
+
+    it('a batch read lists a small file by reading it (no lstat, one open), and sends it as it was when listed', async () => {
+      await mkdir(join(agent.outputs, 'early/sub'), { recursive: true })
+      const names = Array.from({ length: 20 }, (_, index) => `sub/f${index}.txt`)
+      for (const name of names) await writeFile(join(agent.outputs, 'early', name), `old ${name}`)
+      const large = Buffer.alloc(100 * 1024, 'o')
+      await writeFile(join(agent.outputs, 'early/large.bin'), large)
+      const callsUnder = async (call: string) =>
+        (await loggedCalls(`${call} `)).filter((line) => line.includes('/early/'))
+      const lstatsBefore = (await callsUnder('lstatSync')).length
+      const opensBefore = (await callsUnder('openSync')).length
+      const listed = await sandbox.readFiles('early')
+      // Changed after the listing, each to as many bytes as it had.
+      for (const name of names) await writeFile(join(agent.outputs, 'early', name), `new ${name}`)
+      await writeFile(join(agent.outputs, 'early/large.bin'), Buffer.alloc(100 * 1024, 'n'))
+      const seen = new Map<string, string>()
+      for await (const file of listed)
+        seen.set(
+          file.path.slice(file.path.indexOf('/early/') + 7),
+          Buffer.from(file.content).toString(),
+        )
+      // The small files as listed; the large one, too large to hold, read after the listing.
+      for (const name of names) expect(seen.get(name)).toBe(`old ${name}`)
+      expect(seen.get('large.bin')).toBe(Buffer.alloc(100 * 1024, 'n').toString())
+      // No file's size asked by path; a small file opened once, the large one twice.
+      expect((await callsUnder('lstatSync')).length - lstatsBefore).toBe(0)
+      const opens = (await callsUnder('openSync')).slice(opensBefore)
+      for (const name of names)
+        expect(opens.filter((line) => line.endsWith(`/early/${name}`))).toHaveLength(1)
+      expect(opens.filter((line) => line.endsWith('/early/large.bin'))).toHaveLength(2)
+    })
+
+    it('a batch read does not read a directory swapped for a link to the outside while it lists', async () => {
+      await mkdir(join(agent.outputs, 'walkread/inner'), { recursive: true })
+      await writeFile(join(agent.outputs, 'walkread/inner/passwd'), 'mine')
+      await writeFile(join(agent.outputs, 'walkread/kept.txt'), 'kept')
+      // Swapped between the parent's read and the directory's (see the walk's test above);
+      // the files are small, so the walk itself reads them.
+      await writeFile(
+        swapOnRead,
+        `${join(agent.outputs, 'walkread')}\n${join(agent.outputs, 'walkread/inner')}\n/etc\n`,
+      )
+      try {
+        const seen = new Map<string, string>()
+        for await (const file of await sandbox.readFiles('walkread'))
+          seen.set(file.path.split('/').pop()!, Buffer.from(file.content).toString())
+        expect(Object.fromEntries(seen)).toEqual({ 'kept.txt': 'kept' })
+      } finally {
+        await writeFile(swapOnRead, '')
+      }
+    })
+
+    it('a batch read holds at most 4 MiB read while listing: past it, files are listed by their size and read after', async () => {
+      await mkdir(join(agent.outputs, 'bounded'))
+      // 80 files of 60 KiB: 4.7 MiB, more than the listing reads.
+      const contents = Array.from({ length: 80 }, (_, index) => Buffer.alloc(60 * 1024, index))
+      for (const [index, content] of contents.entries())
+        await writeFile(join(agent.outputs, `bounded/f${index}.bin`), content)
+      const lstatsBefore = (await loggedCalls('lstatSync ')).length
+      const seen = new Map<string, Buffer>()
+      for await (const file of await sandbox.readFiles('bounded'))
+        seen.set(file.path.split('/').pop()!, Buffer.from(file.content))
+      const lstats = (await loggedCalls('lstatSync ')).length - lstatsBefore
+      // 4 MiB hold 68 of them; the 69th, larger than what was left, is listed
+      // from its descriptor; the other 11 (and the directory itself) by path.
+      expect(Math.floor((4 * 1024 * 1024) / (60 * 1024))).toBe(68)
+      expect(lstats).toBe(1 + 11)
+      expect(seen.size).toBe(80)
+      for (const [index, content] of contents.entries())
+        expect(seen.get(`f${index}.bin`)!.equals(content)).toBe(true)
     })
   })
 })

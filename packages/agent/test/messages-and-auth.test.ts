@@ -180,6 +180,41 @@ describe('message validation', () => {
     ).toThrow(ProtocolError)
   })
 
+  it('parses a read-files that takes files read while listing, and entries listed without a time', () => {
+    // A client that does not say so (an earlier host) gets every entry's time (file-prefetch.ts).
+    expect(parseClientMessage({ type: 'read-files', path: '/out' })).toEqual({
+      type: 'read-files',
+      path: '/out',
+    })
+    expect(
+      parseClientMessage({ type: 'read-files', path: '/out', readWhileListing: true }),
+    ).toEqual({ type: 'read-files', path: '/out', readWhileListing: true })
+    expect(() =>
+      parseClientMessage({ type: 'read-files', path: '/out', readWhileListing: 'yes' }),
+    ).toThrow(ProtocolError)
+    expect(
+      parseAgentMessage({
+        type: 'entries',
+        entries: [
+          { path: '/out/a', size: 3 },
+          { path: '/out/b', size: 70_000, modifiedMs: 5 },
+        ],
+      }),
+    ).toEqual({
+      type: 'entries',
+      entries: [
+        { path: '/out/a', size: 3 },
+        { path: '/out/b', size: 70_000, modifiedMs: 5 },
+      ],
+    })
+    expect(() =>
+      parseAgentMessage({
+        type: 'entries',
+        entries: [{ path: '/out/a', size: 3, modifiedMs: -1 }],
+      }),
+    ).toThrow(ProtocolError)
+  })
+
   it('never throws anything but ProtocolError on arbitrary objects', () => {
     fc.assert(
       fc.property(

@@ -58,10 +58,14 @@ describe('batch file transfer (writeFiles / readFiles)', () => {
       const provider = testProvider({ runtime })
       try {
         const sandbox = await provider.create()
-        // Named as files that exist outside the roots, readable by the sandbox's user.
+        // Named as files that exist outside the roots, readable by the sandbox's
+        // user, and too large to be read while listing (the agent's
+        // file-prefetch.ts): they are read after the swap, where the listing
+        // walked. The small one was read while listing.
+        const mine = 'mine'.padEnd(70 * 1024, '.')
         await sandbox.writeFiles!([
-          { path: 'swap/a/passwd', content: 'mine' },
-          { path: 'swap/a/group', content: 'mine' },
+          { path: 'swap/a/passwd', content: mine },
+          { path: 'swap/a/group', content: mine },
           { path: 'swap/b/kept', content: 'kept' },
         ])
         const listed = await sandbox.readFiles!('swap')
@@ -71,8 +75,8 @@ describe('batch file transfer (writeFiles / readFiles)', () => {
         for await (const file of listed) read.set(file.path, new TextDecoder().decode(file.content))
         // Read in the directory the listing walked (moved, not followed): the files it listed.
         expect(Object.fromEntries(read)).toEqual({
-          [`${sandbox.rootDir}/swap/a/passwd`]: 'mine',
-          [`${sandbox.rootDir}/swap/a/group`]: 'mine',
+          [`${sandbox.rootDir}/swap/a/passwd`]: mine,
+          [`${sandbox.rootDir}/swap/a/group`]: mine,
           [`${sandbox.rootDir}/swap/b/kept`]: 'kept',
         })
       } finally {

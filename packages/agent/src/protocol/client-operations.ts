@@ -6,6 +6,7 @@ import { ConnectionClosedError, type FramedConnection } from './framed-connectio
 import {
   type AgentErrorCode,
   type AgentMessage,
+  type BatchEntryMessage,
   type ExecRequest,
   type ExitMessage,
   type FileChangeMessage,
@@ -448,7 +449,7 @@ async function sendStreamedBatchFile(
 
 /** A `read-files` in progress: the listing, then the files once `proceed` is called. */
 export interface AgentBatchDownload {
-  readonly entries: readonly FileEntryMessage[]
+  readonly entries: readonly BatchEntryMessage[]
   /** Asks for the files; each arrives whole. The connection closes when they are consumed or abandoned. */
   proceed(): AsyncGenerator<{ path: string; content: Buffer }>
   abandon(): void
@@ -463,8 +464,11 @@ export async function requestReadFiles(
   connection: FramedConnection,
   path: string,
 ): Promise<AgentBatchDownload> {
-  await connection.send({ type: 'read-files', path })
-  const entries: FileEntryMessage[] = []
+  // Small files come read during the listing: a system call a file fewer
+  // inside the sandbox (file-prefetch.ts, the agent's), and nothing here
+  // needs their times.
+  await connection.send({ type: 'read-files', path, readWhileListing: true })
+  const entries: BatchEntryMessage[] = []
   for (;;) {
     const message = await nextMessage(connection)
     if (message.type === 'end') break
@@ -523,7 +527,11 @@ export async function requestListFiles(
     const reply = await nextMessage(connection)
     if (reply.type === 'end') break
     if (reply.type !== 'entries') throw remoteOrUnexpected(reply, 'entries')
-    entries.push(...reply.entries)
+    for (const entry of reply.entries) {
+      if (entry.modifiedMs === undefined)
+        throw new ProtocolError(`${entry.path}: listed without its modification time`)
+      entries.push({ path: entry.path, size: entry.size, modifiedMs: entry.modifiedMs })
+    }
   }
   connection.close()
   return entries

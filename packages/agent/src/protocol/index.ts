@@ -79,6 +79,7 @@ export {
   type AttachRequest,
   type AuthMessage,
   type AuthOkMessage,
+  type BatchEntryMessage,
   type CancelAckMessage,
   type CancelMessage,
   type ChannelSuspendedMessage,

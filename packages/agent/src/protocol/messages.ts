@@ -58,6 +58,17 @@ export interface FileEntryMessage {
   readonly size: number
   readonly modifiedMs: number
 }
+/**
+ * One file of a `read-files` listing. A file the agent read while listing
+ * (the request's `readWhileListing`) is listed by what it read: its size is
+ * the bytes it holds, and it has no modification time (asking for one is a
+ * system call a file, which is what reading while listing spares).
+ */
+export interface BatchEntryMessage {
+  readonly path: string
+  readonly size: number
+  readonly modifiedMs?: number
+}
 
 // ---- client to agent -------------------------------------------------------
 
@@ -140,6 +151,12 @@ export interface FileBeginMessage {
 export interface ReadFilesRequest {
   readonly type: 'read-files'
   readonly path: string
+  /**
+   * The client takes small files read during the listing, as they were then
+   * (see file-prefetch.ts). An agent that does not know the field lists as
+   * before; a client that does not send it gets every entry's time.
+   */
+  readonly readWhileListing?: boolean
 }
 /** The client accepts the listing of a `read-files` and wants the files. */
 export interface ProceedMessage {
@@ -466,7 +483,8 @@ export interface DirectoryOkMessage {
 }
 export interface EntriesMessage {
   readonly type: 'entries'
-  readonly entries: readonly FileEntryMessage[]
+  /** A `list-files` answer's entries all have `modifiedMs`; see {@link BatchEntryMessage}. */
+  readonly entries: readonly BatchEntryMessage[]
 }
 export interface ErrorMessage {
   readonly type: 'error'
@@ -708,8 +726,15 @@ export function parseClientMessage(raw: Raw): ClientMessage {
       if (!/^[0-9a-z_]{1,64}$/.test(id)) fail(raw, '"id" must be a process id')
       return { type: 'attach', id, stdin: bool(raw, 'stdin') }
     }
-    case 'read-files':
-      return { type: 'read-files', path: absolutePath(raw, 'path') }
+    case 'read-files': {
+      const readWhileListing =
+        raw.readWhileListing === undefined ? false : bool(raw, 'readWhileListing')
+      return {
+        type: 'read-files',
+        path: absolutePath(raw, 'path'),
+        ...(readWhileListing ? { readWhileListing } : {}),
+      }
+    }
     case 'write-file': {
       const mode = int(raw, 'mode', { optional: true, min: 0 })
       if (mode !== undefined && mode > 0o7777)
@@ -920,10 +945,11 @@ export function parseAgentMessage(raw: Raw): AgentMessage {
         entries: entries.map((entry: unknown) => {
           if (typeof entry !== 'object' || entry === null) fail(raw, 'each entry must be an object')
           const item = entry as Raw
+          const modifiedMs = int(item, 'modifiedMs', { optional: true, min: 0 })
           return {
             path: str(item, 'path')!,
             size: int(item, 'size', { min: 0 })!,
-            modifiedMs: int(item, 'modifiedMs', { min: 0 })!,
+            ...(modifiedMs === undefined ? {} : { modifiedMs }),
           }
         }),
       }
