@@ -16,7 +16,7 @@ import { type BenchRuntime, RUNC } from './bench-runtime.js'
 import { cordonProvider } from './cordon.js'
 import { removeContainer, removeVolume, runQuiet } from './engine.js'
 import { OUTPUTS_PATH } from './hardened-spec.js'
-import { HostFileWriter } from './host-files.js'
+import { DOWNLOAD_BASE, HostFileWriter } from './host-files.js'
 import { interleave } from './interleave.js'
 import { type MemoryGrowth, measureMemoryGrowth } from './memory-sampler.js'
 import { DOCKER_CLI } from './peers/docker-cli.js'
@@ -124,6 +124,7 @@ export function fileTransferScenario(variant: BenchRuntime): Scenario {
   return async ({ quick, log }) => {
     const runtime = variant.engineRuntime
     const work = await mkdtemp(join(tmpdir(), 'cordon-bench-files-'))
+    const downloads = await mkdtemp(join(DOWNLOAD_BASE, 'cordon-bench-downloads-'))
     const provider = cordonProvider({ runtime })
     const bigRounds = quick ? { warmup: 1, iterations: 2 } : { warmup: 1, iterations: 7 }
     const smallRounds = quick ? { warmup: 0, iterations: 1 } : { warmup: 1, iterations: 7 }
@@ -147,7 +148,7 @@ export function fileTransferScenario(variant: BenchRuntime): Scenario {
       const started = tc
       const bigRemote = `${OUTPUTS_PATH}/big.bin`
       const smallRemote = `${OUTPUTS_PATH}/small`
-      const download = (arm: string) => join(work, `dl-${arm.replace(/\W+/g, '-')}`)
+      const download = (arm: string) => join(downloads, `dl-${arm.replace(/\W+/g, '-')}`)
       const memory = new Map<string, MemoryGrowth[]>()
       const remember = (key: string, growth: MemoryGrowth) => {
         const list = memory.get(key) ?? []
@@ -451,7 +452,7 @@ export function fileTransferScenario(variant: BenchRuntime): Scenario {
       return {
         id: `file-transfer${variant.idSuffix}`,
         title: `4. File transfer: 100 MiB up and down, 2,000 small files up and down${variant.label}`,
-        method: `100 MiB of random bytes from a host file to \`${bigRemote}\` (the tmpfs workspace volume) and back into a host file: ${bigRounds.warmup} warm-up + ${bigRounds.iterations} measured rounds per arm, round-robin. ${SMALL_COUNT} files of 512 B to 4 KiB (${(smallBytes / MiB).toFixed(1)} MiB in 20 directories) into a fresh directory and back out: ${smallRounds.warmup} warm-up + ${smallRounds.iterations} measured rounds for the peers${batchWrite && batchRead ? ' and cordon' : `, ${perFileRounds.warmup} + ${perFileRounds.iterations} for cordon's per-file calls (one round takes about 100 s)`}${runtime ? `; every container under \`runtime: '${runtime}'\`` : ''}. cordon uses \`writeFileStream\` (with \`size\`) / \`readFileStream\` for the big file and, for the small ones, ${batchWrite ? '`writeFiles` naming the host files (`hostPath`, one call)' : `\`writeFile\` per file, ${CORDON_FILE_CONCURRENCY} at a time (this cordon has no \`writeFiles\`)`} / ${batchRead ? '`readFiles` (one call)' : `\`listFiles\` + \`readFile\` per file, ${CORDON_FILE_CONCURRENCY} at a time (no \`readFiles\`)`}; \`docker cp\` copies the file or directory${started ? '; testcontainers uses `copyArchiveToContainer` / `copyArchiveFromContainer` with a tar streamed from and to disk' : ''}. Memory: this process's RSS and heap+external growth over the value just before the transfer, sampled every 20 ms, reported as the median (and maximum) over all runs including warm-ups, in a process warmed by one plain file copy (see below); the verdict is on the median, because single peaks swing with V8's collection timing.`,
+        method: `100 MiB of random bytes from a host file to \`${bigRemote}\` (the tmpfs workspace volume) and back into a host file (every arm's downloads land in \`${DOWNLOAD_BASE}\`${DOWNLOAD_BASE === '/dev/shm' ? ", the host's memory: on disk, creating the 2,000 small files alone took longer than any arm's transfer and moved as much between runs" : ''}): ${bigRounds.warmup} warm-up + ${bigRounds.iterations} measured rounds per arm, round-robin. ${SMALL_COUNT} files of 512 B to 4 KiB (${(smallBytes / MiB).toFixed(1)} MiB in 20 directories) into a fresh directory and back out: ${smallRounds.warmup} warm-up + ${smallRounds.iterations} measured rounds for the peers${batchWrite && batchRead ? ' and cordon' : `, ${perFileRounds.warmup} + ${perFileRounds.iterations} for cordon's per-file calls (one round takes about 100 s)`}${runtime ? `; every container under \`runtime: '${runtime}'\`` : ''}. cordon uses \`writeFileStream\` (with \`size\`) / \`readFileStream\` for the big file and, for the small ones, ${batchWrite ? '`writeFiles` naming the host files (`hostPath`, one call)' : `\`writeFile\` per file, ${CORDON_FILE_CONCURRENCY} at a time (this cordon has no \`writeFiles\`)`} / ${batchRead ? '`readFiles` (one call)' : `\`listFiles\` + \`readFile\` per file, ${CORDON_FILE_CONCURRENCY} at a time (no \`readFiles\`)`}; \`docker cp\` copies the file or directory${started ? '; testcontainers uses `copyArchiveToContainer` / `copyArchiveFromContainer` with a tar packed from the host files and extracted where the downloads land' : ''}. Memory: this process's RSS and heap+external growth over the value just before the transfer, sampled every 20 ms, reported as the median (and maximum) over all runs including warm-ups, in a process warmed by one plain file copy (see below); the verdict is on the median, because single peaks swing with V8's collection timing.`,
         tables: [
           {
             caption: `100 MiB upload${variant.label}`,
@@ -497,7 +498,7 @@ export function fileTransferScenario(variant: BenchRuntime): Scenario {
             : []),
           ...(batchRead
             ? [
-                "The information-only small-file download row reads the 2,000 files through `readFiles` and drops them: the rest of cordon's download time is this process writing 2,000 files (16 at a time, with the same writer the testcontainers arm uses), which `docker cp` does in Go.",
+                "The information-only small-file download row reads the 2,000 files through `readFiles` and drops them: the rest of cordon's download time is this process writing 2,000 files (with the same writer the testcontainers arm uses), which `docker cp` does in Go.",
               ]
             : []),
           "`docker cp` runs in its own process; its memory is not this process's, so its growth column only shows the cost of waiting for it.",
@@ -516,6 +517,7 @@ export function fileTransferScenario(variant: BenchRuntime): Scenario {
         await removeVolume(`${tc.getName().replace(/^\//, '')}-outputs`)
       }
       await rm(work, { recursive: true, force: true })
+      await rm(downloads, { recursive: true, force: true })
     }
   }
 }

@@ -31,6 +31,7 @@ import type Docker from 'dockerode'
 import { docker, runQuiet } from './engine.js'
 import { BIG_SIZE, makeInputs, SMALL_COUNT } from './file-transfer.js'
 import { OUTPUTS_PATH } from './hardened-spec.js'
+import { DOWNLOAD_BASE } from './host-files.js'
 import { interleave } from './interleave.js'
 import { DOCKER_CLI } from './peers/docker-cli.js'
 import {
@@ -137,6 +138,7 @@ export const gvisorFloors: Scenario = async ({ quick, log }) => {
   const warmup = quick ? 1 : 2
   const iterations = quick ? 3 : 8
   const work = await mkdtemp(join(tmpdir(), 'cordon-bench-floors-'))
+  const downloads = await mkdtemp(join(DOWNLOAD_BASE, 'cordon-bench-floors-'))
   let floor: FloorSandbox | undefined
   try {
     const inputs = await makeInputs(work)
@@ -200,7 +202,7 @@ export const gvisorFloors: Scenario = async ({ quick, log }) => {
       {
         name: '`docker cp` 2,000 files down',
         prepare: async () => {
-          const target = join(work, `down-${round++}`)
+          const target = join(downloads, `down-${round++}`)
           await mkdir(target)
           return target
         },
@@ -321,5 +323,6 @@ export const gvisorFloors: Scenario = async ({ quick, log }) => {
   } finally {
     if (floor) await removeFloorSandbox(floor)
     await rm(work, { recursive: true, force: true })
+    await rm(downloads, { recursive: true, force: true })
   }
 }

@@ -50,7 +50,7 @@ export function packFiles(files: readonly HostFile[]): Readable {
  * Extracts regular files from a tar stream below `targetDir`, dropping the
  * first `stripComponents` path segments; returns the number of files written.
  * Files up to 1 MiB are collected and written through a `HostFileWriter`
- * (several at a time); larger ones are streamed to disk one by one.
+ * (one after another, synchronously); larger ones are streamed one by one.
  */
 export async function extractFiles(
   archive: NodeJS.ReadableStream,
