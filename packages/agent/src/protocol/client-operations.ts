@@ -308,6 +308,9 @@ async function uploadReply(
 /** A streamed upload's source pieces are sent together once this many bytes are held. */
 const UPLOAD_GATHER_BYTES = 1024 * 1024
 
+/** A streamed download hands its consumer pieces of at most this many bytes (several frames). */
+const DOWNLOAD_PIECE_BYTES = 1024 * 1024
+
 /** Bytes per data frame of a batch upload. */
 const BATCH_CHUNK_BYTES = 256 * 1024
 
@@ -695,7 +698,15 @@ export async function requestReadFile(
         if (frame.kind === 'data') {
           if (frame.channel !== 'file')
             throw new ProtocolError(`unexpected data on ${frame.channel}`)
-          yield frame.data
+          // Frames that arrived while the consumer was busy go on as one
+          // piece: a consumer pays per piece (a file stream's write is a
+          // round trip to Node's thread pool), and a slow one would
+          // otherwise stay behind by a piece a frame.
+          const queued = connection.takeQueuedData(
+            'file',
+            DOWNLOAD_PIECE_BYTES - frame.data.byteLength,
+          )
+          yield queued.length === 0 ? frame.data : Buffer.concat([frame.data, ...queued])
           continue
         }
         const message = parseAgentMessage(frame.message)

@@ -169,6 +169,27 @@ export class FramedConnection {
     }
   }
 
+  /**
+   * The data frames of `channel` already decoded and next in line, taken
+   * without waiting, up to `maxBytes` in all; none if the next frame is of
+   * another kind or channel. A reader slower than the peer finds several
+   * there and can hand them on as one piece.
+   */
+  takeQueuedData(channel: DataChannel, maxBytes: number): Uint8Array[] {
+    const taken: Uint8Array[] = []
+    let bytes = 0
+    for (;;) {
+      const next = this.queue[0]
+      if (next?.kind !== 'data' || next.channel !== channel) break
+      if (bytes + next.data.byteLength > maxBytes) break
+      this.queue.shift()
+      taken.push(next.data)
+      bytes += next.data.byteLength
+    }
+    if (taken.length > 0) this.maybeResume()
+    return taken
+  }
+
   /** Sends one message; resolves when the socket can take more. */
   send(message: AgentMessage | ClientMessage): Promise<void> {
     return this.write(encodeMessageFrame(message))
