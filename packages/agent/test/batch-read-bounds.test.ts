@@ -1,8 +1,14 @@
+import { mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { connect, createServer, type Socket } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
 import { afterEach, describe, expect, it } from 'vitest'
+import { serveReadFiles } from '../src/file-batch-read.js'
+import { PathJail } from '../src/path-jail.js'
 import { requestListFiles, requestReadFiles } from '../src/protocol/client-operations.js'
 import { DEFAULT_MAX_FRAME_BYTES } from '../src/protocol/frame-codec.js'
 import { FramedConnection } from '../src/protocol/framed-connection.js'
+import { parseAgentMessage } from '../src/protocol/messages.js'
 
 /**
  * Issue 17, item 4: the host sizes each batch-read buffer by what the agent
@@ -110,5 +116,37 @@ describe('a listing', () => {
     await expect(requestListFiles(host, '/out')).rejects.toThrow(
       /\/out\/a: listed without its modification time/,
     )
+  })
+})
+
+describe('an agent asked for a batch without readWhileListing (an earlier host)', () => {
+  it('lists every file with its time and reads it after the host proceeds, as it is then', async () => {
+    const root = await mkdtemp(join(tmpdir(), 'cordon-batch-untimed-'))
+    closers.push(() => void rm(root, { recursive: true, force: true }))
+    await writeFile(join(root, 'a.txt'), 'before')
+    const { host, agent } = await pair()
+    const serving = serveReadFiles(
+      agent,
+      { type: 'read-files', path: root },
+      new PathJail([root], [root]),
+    )
+    const listing = await host.read()
+    const entries = listing?.kind === 'message' ? parseAgentMessage(listing.message) : undefined
+    expect(entries).toMatchObject({
+      type: 'entries',
+      entries: [{ path: join(root, 'a.txt'), size: 6, modifiedMs: expect.any(Number) }],
+    })
+    // Changed after the listing, to as many bytes: read after `proceed`, so as it is now.
+    await writeFile(join(root, 'a.txt'), 'after!')
+    await host.read() // end of the listing
+    await host.send({ type: 'proceed' })
+    const begin = await host.read()
+    expect(begin?.kind === 'message' && parseAgentMessage(begin.message)).toMatchObject({
+      type: 'file-begin',
+      size: 6,
+    })
+    const data = await host.read()
+    expect(data?.kind === 'data' && Buffer.from(data.data).toString()).toBe('after!')
+    await serving
   })
 })

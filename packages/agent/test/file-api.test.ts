@@ -461,25 +461,37 @@ describe('file API through the agent', () => {
       expect([...after.values()]).not.toContain('host data')
     })
 
-    it('a walk does not follow a directory swapped for a link to the outside after its parent was read', async () => {
-      await mkdir(join(agent.outputs, 'walked/inner'), { recursive: true })
-      await writeFile(join(agent.outputs, 'walked/inner/mine.txt'), 'mine')
-      await writeFile(join(agent.outputs, 'walked/kept.txt'), 'kept')
-      // Swapped in the moment between the parent's read and the directory's: made
-      // deterministic by a preloaded hook that does the swap on the parent's readdir.
-      // (/etc: readable by the sandbox user, as the host's private directory is not.)
+    /**
+     * Makes `<name>/kept.txt` and `<name>/inner/<innerFile>`, and has `inner`
+     * swapped for a link to `/etc` in the moment between the walk's read of
+     * `<name>` and its read of `inner`: made deterministic by a preloaded hook
+     * that does the swap on the parent's readdir (fixtures/fs-call-log.cjs).
+     * (/etc: readable by the sandbox user, as the host's private directory is not.)
+     */
+    async function swappedWhileWalking<T>(
+      name: string,
+      innerFile: string,
+      walk: () => Promise<T>,
+    ): Promise<T> {
+      await mkdir(join(agent.outputs, name, 'inner'), { recursive: true })
+      await writeFile(join(agent.outputs, name, 'inner', innerFile), 'mine')
+      await writeFile(join(agent.outputs, name, 'kept.txt'), 'kept')
       await writeFile(
         swapOnRead,
-        `${join(agent.outputs, 'walked')}\n${join(agent.outputs, 'walked/inner')}\n/etc\n`,
+        `${join(agent.outputs, name)}\n${join(agent.outputs, name, 'inner')}\n/etc\n`,
       )
       try {
-        const listed = (await sandbox.listFiles('walked')).map((entry) =>
-          entry.path.split('/').pop(),
-        )
-        expect(listed.sort()).toEqual(['kept.txt'])
+        return await walk()
       } finally {
         await writeFile(swapOnRead, '')
       }
+    }
+
+    it('a walk does not follow a directory swapped for a link to the outside after its parent was read', async () => {
+      const listed = await swappedWhileWalking('walked', 'mine.txt', () =>
+        sandbox.listFiles('walked'),
+      )
+      expect(listed.map((entry) => entry.path.split('/').pop())).toEqual(['kept.txt'])
     })
 
     it('a batch read gives each file whole up to its listed size without asking its size again, an empty one included', async () => {
@@ -535,23 +547,14 @@ describe('file API through the agent', () => {
     })
 
     it('a batch read does not read a directory swapped for a link to the outside while it lists', async () => {
-      await mkdir(join(agent.outputs, 'walkread/inner'), { recursive: true })
-      await writeFile(join(agent.outputs, 'walkread/inner/passwd'), 'mine')
-      await writeFile(join(agent.outputs, 'walkread/kept.txt'), 'kept')
-      // Swapped between the parent's read and the directory's (see the walk's test above);
-      // the files are small, so the walk itself reads them.
-      await writeFile(
-        swapOnRead,
-        `${join(agent.outputs, 'walkread')}\n${join(agent.outputs, 'walkread/inner')}\n/etc\n`,
-      )
-      try {
-        const seen = new Map<string, string>()
+      // The files are small, so the walk itself reads them (file-prefetch.ts).
+      const seen = await swappedWhileWalking('walkread', 'passwd', async () => {
+        const contents = new Map<string, string>()
         for await (const file of await sandbox.readFiles('walkread'))
-          seen.set(file.path.split('/').pop()!, Buffer.from(file.content).toString())
-        expect(Object.fromEntries(seen)).toEqual({ 'kept.txt': 'kept' })
-      } finally {
-        await writeFile(swapOnRead, '')
-      }
+          contents.set(file.path.split('/').pop()!, Buffer.from(file.content).toString())
+        return contents
+      })
+      expect(Object.fromEntries(seen)).toEqual({ 'kept.txt': 'kept' })
     })
 
     it('a batch read holds at most 4 MiB read while listing: past it, files are listed by their size and read after', async () => {
