@@ -1,5 +1,5 @@
 import { SandboxBackendUnavailableError, SandboxOperationError } from '@cordon/core'
-import { sleep } from '@cordon/core/backend'
+import { sleep, timeLimit } from '@cordon/core/backend'
 import {
   BACKEND_NAME,
   LIFETIME_CONFIG_MAP_KEY,
@@ -224,8 +224,7 @@ export class StandbyPoolClaims {
   async release(groupName: string, callerSignal?: AbortSignal): Promise<void> {
     const { client } = this.options
     // ARM ends every operation eventually; this bound keeps a stuck one from polling forever.
-    const limit = AbortSignal.timeout(RELEASE_LIMIT_MS)
-    const signal = callerSignal ? AbortSignal.any([callerSignal, limit]) : limit
+    const signal = timeLimit(RELEASE_LIMIT_MS, callerSignal)
     const url = this.groupUrl(groupName)
     const response = await client.send('DELETE', url, { signal })
     if (response.status === 404 || response.status === 204 || response.status === 200) return

@@ -1,6 +1,7 @@
 import type { Duplex } from 'node:stream'
 import { formatResumeLine, type MuxStream, type StreamOpening } from '@cordon/agent/protocol'
 import { StdioChannel } from '@cordon/agent/sandbox'
+import { timeLimit } from '@cordon/core/backend'
 import type Docker from 'dockerode'
 import { type SocketPipeSession, waitForResumed } from './agent-socket-pipe.js'
 import { DirectSocket } from './direct-socket.js'
@@ -46,7 +47,7 @@ export async function resumeOverHostSocket(options: {
       // Put there by an earlier try, which the agent has not taken yet: as good.
       if ((error as NodeJS.ErrnoException).code !== 'EEXIST') throw error
     }
-    const deadline = AbortSignal.any([options.signal, AbortSignal.timeout(options.listenWithinMs)])
+    const deadline = timeLimit(options.listenWithinMs, options.signal)
     while (!connection && !deadline.aborted) {
       connection = await socket.connect(deadline).catch(() => undefined)
       if (!connection) await new Promise((resolve) => setTimeout(resolve, DIAL_POLL_MS))

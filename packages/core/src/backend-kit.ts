@@ -125,4 +125,5 @@ export {
   SNAPSHOT_ID_PATTERN,
 } from './sandbox-id.js'
 export { resolveSandboxPath } from './sandbox-path.js'
+export { timeLimit } from './time-limit.js'
 export { type SandboxBackendVolumes, volumesRefusal } from './volumes.js'

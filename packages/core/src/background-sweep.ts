@@ -1,3 +1,5 @@
+import { timeLimit } from './time-limit.js'
+
 /**
  * The sweep a remote backend runs in the background of its first create,
  * connect or list: removing the detached sandboxes past their end time that
@@ -30,7 +32,7 @@ export function backgroundSweep(
   return {
     run() {
       if (done || running || stopped.signal.aborted) return
-      running = sweep(AbortSignal.any([stopped.signal, AbortSignal.timeout(timeoutMs)])).then(
+      running = sweep(timeLimit(timeoutMs, stopped.signal)).then(
         () => {
           done = true
           running = undefined

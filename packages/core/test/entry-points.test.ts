@@ -117,6 +117,7 @@ describe('entry points', () => {
       'sweepForwardDirectories',
       'tcpPortSchema',
       'throwIfAborted',
+      'timeLimit',
       'tlsClientSchema',
       'validateExecRequest',
       'validatePortForwardRequest',
