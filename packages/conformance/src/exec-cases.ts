@@ -164,9 +164,12 @@ export function execCases(options: SandboxConformanceOptions, sandboxes: Sandbox
     it(
       'holds the command while onOutputBytes holds a piece, and delivers all of it after',
       async () => {
-        // Far more than the pipes and windows between can hold, so the command
-        // can only finish writing once the held piece is let go.
-        const total = 16_000_000
+        // Far more than the pipes, windows and socket buffers between can hold,
+        // so the command can only finish writing once the held piece is let go.
+        // A TCP path holds the most: Linux grows a receive buffer up to
+        // net.ipv4.tcp_rmem's maximum (32 MiB on Debian's kernels) and a send
+        // buffer up to 4 MiB; 16 MB once fitted there on a loaded machine.
+        const total = 64_000_000
         const marker = `${sandboxes.sandbox.rootDir}/held-output-${uniqueSleep()}`
         let release: () => void = () => {}
         const held = new Promise<void>((resolve) => {
