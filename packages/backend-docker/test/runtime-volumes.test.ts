@@ -60,7 +60,41 @@ describe('agent runtime volumes', () => {
       for (const name of [`${runtime}-complete`, `${runtime}-node`, runtime])
         await engine.docker.getVolume(name).remove()
 
-      const second = await hosted.create()
+      // The filler, seen through the engine's events: made from the create's
+      // image, never started, and removed once the volume is full.
+      const filler = `${runtime}-filling`
+      const fillerEvents: { action: string; image?: string }[] = []
+      const events = (await engine.docker.getEvents({
+        filters: { type: ['container'], container: [filler] },
+      })) as NodeJS.ReadableStream & { destroy(): void }
+      events.on('data', (data: Buffer) => {
+        for (const line of data.toString('utf8').split('\n').filter(Boolean)) {
+          const event = JSON.parse(line) as {
+            Action: string
+            Actor: { Attributes: Record<string, string> }
+          }
+          if (event.Actor.Attributes.name === filler)
+            fillerEvents.push({ action: event.Action, image: event.Actor.Attributes.image })
+        }
+      })
+      let second: Awaited<ReturnType<typeof hosted.create>>
+      try {
+        second = await hosted.create()
+        for (let waited = 0; waited < 5_000; waited += 50) {
+          if (fillerEvents.some((event) => event.action === 'destroy')) break
+          await new Promise((resolve) => setTimeout(resolve, 50))
+        }
+      } finally {
+        events.destroy()
+      }
+      const actions = fillerEvents.map((event) => event.action)
+      expect(actions[0]).toBe('create')
+      expect(actions.at(-1)).toBe('destroy')
+      expect(actions).not.toContain('start')
+      expect(fillerEvents[0]!.image).toBe(BUSYBOX_IMAGE)
+      await expect(engine.docker.getContainer(filler).inspect()).rejects.toMatchObject({
+        statusCode: 404,
+      })
       expect((await second.exec('echo', ['two'])).stdout).toBe('two\n')
       await second.destroy()
       const volume = await engine.docker.getVolume(runtime).inspect()
