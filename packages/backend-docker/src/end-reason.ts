@@ -13,6 +13,33 @@ const OOM_EVENT_GRACE_MS = 1000
 const DIE_EVENT_GRACE_MS = 15_000
 /** A container that ends this close to its lifetime ended because of it (timers are not exact). */
 const LIFETIME_SLACK_MS = 1_000
+/** A container's exit status when its first process died of SIGKILL. */
+const SIGKILL_EXIT_CODE = 128 + 9
+
+/**
+ * Whether a container that ended with `exitCode` died of a SIGKILL the
+ * engine was not asked to send: an out-of-memory kill whose `oom` event the
+ * engine did not send.
+ *
+ * Why this is needed: under load the engine sometimes reports a container's
+ * death (exit 137) and never its OOM kill. Seen on this project's machines
+ * for gVisor sandboxes killed for memory while the test suite ran (the
+ * kernel's log had the kill, `docker events` only the `die`); the engine's
+ * shim learns of an OOM through the container's cgroup, and drops the
+ * notice when the cgroup is gone before it gets to it. Nothing in a
+ * sandbox can SIGKILL its first process (the agent's user is not the
+ * sandbox's), and every kill through the engine (a destroy, `docker kill`,
+ * `docker rm -f`, the engine stopping) comes with a `kill` event first; what
+ * is left is the host's OOM killer, or a person's `kill -9` of the
+ * container's processes on the host, which is reported as out-of-memory too.
+ */
+function killedUnasked(
+  events: EngineEvents,
+  containerId: string,
+  exitCode: number | undefined,
+): boolean {
+  return exitCode === SIGKILL_EXIT_CODE && !events.killRequested(containerId)
+}
 
 /**
  * Why a container ended underneath its host, from the engine's events: an
@@ -33,7 +60,7 @@ export async function endReason(
     events.oomSince(containerId, at.startedAt, OOM_EVENT_GRACE_MS),
     events.exitCode(containerId, DIE_EVENT_GRACE_MS),
   ])
-  if (oom) return 'out-of-memory'
+  if (oom || killedUnasked(events, containerId, exitCode)) return 'out-of-memory'
   if (exitCode === AGENT_EXIT_CODES.storageLimit) return 'storage-limit'
   if (
     at.lifetimeMs !== undefined &&
@@ -46,14 +73,21 @@ export async function endReason(
 /**
  * A command whose connection was lost because its container died of an
  * out-of-memory kill (under gVisor the whole sandbox is one process to the
- * host's OOM killer) ended with `oomKilled`, as the engine's event says.
+ * host's OOM killer) ended with `oomKilled`: the engine's `oom` event, or
+ * a container that died of a SIGKILL the engine was not asked to send
+ * (`killedUnasked`). A container still running after the OOM grace did not
+ * die of one.
  */
 export async function explainLostCommand(
   events: EngineEvents,
   containerId: string,
   startedAt: number,
 ): Promise<SandboxExecResult | undefined> {
-  if (!(await events.oomSince(containerId, startedAt, OOM_EVENT_GRACE_MS))) return undefined
+  const [oom, exitCode] = await Promise.all([
+    events.oomSince(containerId, startedAt, OOM_EVENT_GRACE_MS),
+    events.exitCode(containerId, OOM_EVENT_GRACE_MS),
+  ])
+  if (!oom && !killedUnasked(events, containerId, exitCode)) return undefined
   return {
     exitCode: 137,
     stdout: '',

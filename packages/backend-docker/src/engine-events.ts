@@ -5,16 +5,19 @@ import type Docker from 'dockerode'
 type DeathListener = () => void
 
 /**
- * Follows the engine's `oom` and `die` events for one provider's containers.
+ * Follows the engine's `oom`, `kill` and `die` events for one provider's containers.
  * `oom` tells an exec that died of SIGKILL apart: killed by the OOM killer
  * (reported as `oomKilled`) or by something else. `die` ends the execs of a
  * container that stopped underneath them: under gVisor an out-of-memory kill
  * takes the whole sandbox down, and the engine would otherwise keep an exec
- * waiting on a process that no longer exists.
+ * waiting on a process that no longer exists. `kill` says the engine was
+ * asked to signal the container (a destroy, a person's `docker kill`), so
+ * that a SIGKILL it was not asked for can be told apart (end-reason.ts).
  */
 export class EngineEvents {
   private readonly lastOom = new Map<string, number>()
   private readonly exitCodes = new Map<string, number>()
+  private readonly killed = new Set<string>()
   private readonly exitListeners = new Set<() => void>()
   private readonly deathListeners = new Map<string, Set<DeathListener>>()
   private readonly oomListeners = new Set<() => void>()
@@ -38,7 +41,7 @@ export class EngineEvents {
     const stream = (await this.docker.getEvents({
       filters: {
         type: ['container'],
-        event: ['oom', 'die'],
+        event: ['oom', 'kill', 'die'],
         label: [`${LABEL.provider}=${this.providerId}`],
       },
     })) as NodeJS.ReadableStream
@@ -83,6 +86,8 @@ export class EngineEvents {
     if (action === 'oom') {
       this.lastOom.set(id, Date.now())
       for (const listener of this.oomListeners) listener()
+    } else if (action === 'kill') {
+      this.killed.add(id)
     } else if (action === 'die') {
       const exitCode = Number(event.Actor?.Attributes?.exitCode)
       if (Number.isInteger(exitCode)) this.exitCodes.set(id, exitCode)
@@ -110,6 +115,14 @@ export class EngineEvents {
     const seen = () => (this.lastOom.get(containerId) ?? 0) >= sinceMs
     await this.waitUntil(this.oomListeners, seen, graceMs)
     return seen()
+  }
+
+  /**
+   * True if the engine was asked to signal the container (its `kill` event,
+   * which the engine sends before the signal, so before the `die` it causes).
+   */
+  killRequested(containerId: string): boolean {
+    return this.killed.has(containerId)
   }
 
   /**
@@ -150,6 +163,7 @@ export class EngineEvents {
   forget(containerId: string): void {
     this.lastOom.delete(containerId)
     this.exitCodes.delete(containerId)
+    this.killed.delete(containerId)
     this.deathListeners.delete(containerId)
   }
 
