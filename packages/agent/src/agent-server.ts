@@ -15,6 +15,7 @@ import { ALL_OPERATIONS, type ConnectionContext, serveConnection } from './agent
 import { DeadlineClock } from './deadline-clock.js'
 import { HostHold } from './host-hold.js'
 import { KeptProcessRegistry } from './kept-process.js'
+import { withLargeReads } from './large-reads.js'
 import { NativeLauncher } from './launcher-client.js'
 import { NonceSource, runReseedHook } from './nonce-source.js'
 import { killProcessesOf, sealOutputs } from './output-seal.js'
@@ -525,7 +526,10 @@ async function listen(
   sockets: Set<Socket>,
 ): Promise<Server> {
   const handshakes = new PendingHandshakes(MAX_PENDING_HANDSHAKES)
-  const server = createServer({ pauseOnConnect: false }, (socket) => {
+  // The host-backed socket's connections read in large pieces (large-reads.ts):
+  // taken paused, and made to read so before they read anything.
+  const server = createServer({ pauseOnConnect: address.hostBacked === true }, (accepted) => {
+    const socket = address.hostBacked ? withLargeReads(accepted, server) : accepted
     if (sockets.size >= MAX_CONNECTIONS) {
       socket.destroy()
       return
