@@ -31,7 +31,7 @@ const SIGKILL_EXIT_CODE = 128 + 9
  * sandbox's), and every kill through the engine (a destroy, `docker kill`,
  * `docker rm -f`, the engine stopping) comes with a `kill` event first; what
  * is left is the host's OOM killer, or a person's `kill -9` of the
- * container's processes on the host, which is reported as out-of-memory too.
+ * container's first process on the host, which is reported as out-of-memory too.
  */
 function killedUnasked(
   events: EngineEvents,
@@ -89,7 +89,7 @@ export async function explainLostCommand(
   ])
   if (!oom && !killedUnasked(events, containerId, exitCode)) return undefined
   return {
-    exitCode: 137,
+    exitCode: SIGKILL_EXIT_CODE,
     stdout: '',
     stderr: '',
     signal: 'SIGKILL',

@@ -1,4 +1,5 @@
 import { readFileSync, statSync } from 'node:fs'
+import { createInterface } from 'node:readline'
 import { LABEL } from '@cordon/core/backend'
 import { BUSYBOX_IMAGE } from '@cordon/test-support'
 import { describe, expect, it } from 'vitest'
@@ -67,15 +68,14 @@ describe('agent runtime volumes', () => {
       const events = (await engine.docker.getEvents({
         filters: { type: ['container'], container: [filler] },
       })) as NodeJS.ReadableStream & { destroy(): void }
-      events.on('data', (data: Buffer) => {
-        for (const line of data.toString('utf8').split('\n').filter(Boolean)) {
-          const event = JSON.parse(line) as {
-            Action: string
-            Actor: { Attributes: Record<string, string> }
-          }
-          if (event.Actor.Attributes.name === filler)
-            fillerEvents.push({ action: event.Action, image: event.Actor.Attributes.image })
+      // Line by line, as the backend reads them (engine-events.ts): a line may span reads.
+      createInterface({ input: events }).on('line', (line) => {
+        const event = JSON.parse(line) as {
+          Action: string
+          Actor: { Attributes: Record<string, string> }
         }
+        if (event.Actor.Attributes.name === filler)
+          fillerEvents.push({ action: event.Action, image: event.Actor.Attributes.image })
       })
       let second: Awaited<ReturnType<typeof hosted.create>>
       try {
