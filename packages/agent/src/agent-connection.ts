@@ -1,6 +1,7 @@
 import type { Socket } from 'node:net'
 import type { Duplex } from 'node:stream'
 import type { AgentConfig } from './agent-config.js'
+import { type CodeCacheUse, codeCacheUse } from './code-cache-use.js'
 import type { DeadlineClock } from './deadline-clock.js'
 import { serveWatch } from './directory-watch.js'
 import { serveExec } from './exec-runner.js'
@@ -176,6 +177,7 @@ export async function serveConnection(
           ...(context.config.lifetimeMs === undefined
             ? {}
             : { lifetimeMs: context.config.lifetimeMs }),
+          ...codeCacheReport(),
         })
         break
       case 'usage':
@@ -419,4 +421,9 @@ function describeFailure(error: unknown): { code: AgentErrorCode; message: strin
  */
 function commandsUnderOtherUid(runAs: AgentConfig['runAs']): boolean {
   return runAs !== undefined && process.geteuid?.() === 0
+}
+
+function codeCacheReport(): { codeCache?: CodeCacheUse } {
+  const use = codeCacheUse()
+  return use === undefined ? {} : { codeCache: use }
 }

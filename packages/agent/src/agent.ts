@@ -9,6 +9,7 @@
 import { type AgentConfig, AgentConfigError, readAgentConfig } from './agent-config.js'
 import { AGENT_VERSION } from './agent-connection.js'
 import { type RunningAgent, startAgent } from './agent-server.js'
+import { codeCacheUse } from './code-cache-use.js'
 import { type CapabilityName, missingCapabilities } from './effective-capabilities.js'
 import { killProcessesOf } from './output-seal.js'
 import { AGENT_EXIT_CODES } from './protocol/exit-codes.js'
@@ -22,6 +23,12 @@ import { actAsItself } from './user-identity.js'
 async function main(): Promise<void> {
   if (process.argv.includes('--version')) {
     process.stdout.write(`${AGENT_VERSION}\n`)
+    return
+  }
+  // Whether this start compiled the program from its code cache (code-cache-loader.ts):
+  // how an operator checks that a guest's cache fits its Node.
+  if (process.argv.includes('--code-cache')) {
+    process.stdout.write(`${codeCacheUse() ?? 'no loader'}\n`)
     return
   }
   const relay = process.argv.indexOf('--relay')

@@ -10,6 +10,7 @@ export {
 } from './agent-config.js'
 export { AGENT_VERSION } from './agent-connection.js'
 export { type RunningAgent, startAgent } from './agent-server.js'
+export type { CodeCacheUse } from './code-cache-use.js'
 export { EXEC_MARKER_VARIABLE } from './process-tree.js'
 
 /**
@@ -22,6 +23,17 @@ export function agentProgramPath(format: 'esm' | 'cjs' = 'esm'): string {
   return fileURLToPath(
     new URL(format === 'cjs' ? './cordon-agent.cjs' : './cordon-agent.mjs', import.meta.url),
   )
+}
+
+/**
+ * Absolute path of the agent's loader, `dist/cordon-agent-loader.cjs`: `node
+ * <loader> <agent.cjs>` starts the CommonJS program from a V8 code cache
+ * beside it (`<agent.cjs>.cache`, made by `makeAgentCodeCache` from
+ * `@cordon/agent/sandbox`), and from source when there is none or V8 refuses
+ * it. Copy it into the guest beside the program.
+ */
+export function agentLoaderPath(): string {
+  return fileURLToPath(new URL('./cordon-agent-loader.cjs', import.meta.url))
 }
 
 /**

@@ -27,6 +27,7 @@
  */
 
 import type { AgentHealthReport } from '@cordon/core'
+import type { CodeCacheUse } from '../code-cache-use.js'
 
 export const PROTOCOL_VERSION = 2
 /**
@@ -342,8 +343,12 @@ export interface AuthOkMessage {
   /** The agent's answer to the client's nonce (auth.ts `computeAgentProof`). */
   readonly proof: string
 }
-/** The answer to `health`: core's `AgentHealthReport`, which hosts see as it is. */
-export type HealthOkMessage = AgentHealthReport
+/**
+ * The answer to `health`: core's `AgentHealthReport`, which hosts see as it
+ * is, and how the agent's program was compiled at its start (code-cache-use.ts;
+ * absent when it was started without its loader).
+ */
+export type HealthOkMessage = AgentHealthReport & { readonly codeCache?: CodeCacheUse }
 export interface SignalOkMessage {
   readonly type: 'signal-ok'
   /** How many processes were signalled. */
@@ -578,6 +583,13 @@ function int(
   return value
 }
 
+function codeCacheUseOf(raw: Raw): CodeCacheUse {
+  const use = raw.codeCache
+  if (use !== 'used' && use !== 'rejected' && use !== 'none')
+    fail(raw, '"codeCache" must be used, rejected or none')
+  return use
+}
+
 function bool(raw: Raw, key: string): boolean {
   const value = raw[key]
   if (typeof value !== 'boolean') fail(raw, `"${key}" must be a boolean`)
@@ -793,6 +805,7 @@ export function parseAgentMessage(raw: Raw): AgentMessage {
           ? {}
           : { commandsUnderOtherUid: bool(raw, 'commandsUnderOtherUid') }),
         ...(lifetimeMs === undefined ? {} : { lifetimeMs }),
+        ...(raw.codeCache === undefined ? {} : { codeCache: codeCacheUseOf(raw) }),
       }
     }
     case 'signal-ok':

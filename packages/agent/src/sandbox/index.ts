@@ -16,6 +16,7 @@ export {
   type AgentStreamKind,
   RetryableDialError,
 } from './agent-client.js'
+export { makeAgentCodeCache } from './agent-code-cache.js'
 export { refusedTheSecret, toSandboxError } from './agent-error-mapping.js'
 export { AgentProcess, type AgentProcessEnding, type AgentProcessHooks } from './agent-process.js'
 export {

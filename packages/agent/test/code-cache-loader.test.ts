@@ -1,0 +1,147 @@
+/**
+ * The agent's loader starts the CommonJS program from a V8 code cache made
+ * by a warm-up (code-cache-loader.ts says why: under gVisor each compile
+ * V8 makes in a sandbox's first second costs system calls), and from source
+ * when there is none or V8 refuses it.
+ */
+import { execFile, spawn } from 'node:child_process'
+import { readFileSync } from 'node:fs'
+import { copyFile, mkdtemp, rm, stat, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { fileURLToPath } from 'node:url'
+import { promisify } from 'node:util'
+import { Script } from 'node:vm'
+import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { newAgentSecret } from '../src/protocol/index.js'
+import {
+  AgentClient,
+  makeAgentCodeCache,
+  StdioChannel,
+  waitForAgent,
+} from '../src/sandbox/index.js'
+import { LAUNCHER_PROGRAM } from './agent-harness.js'
+
+const run = promisify(execFile)
+const PROGRAM = fileURLToPath(new URL('../dist/cordon-agent.cjs', import.meta.url))
+const LOADER = fileURLToPath(new URL('../dist/cordon-agent-loader.cjs', import.meta.url))
+
+let dir: string
+/** The program copied with its loader, as a guest holds them: `<dir>/agent.cjs` and `<dir>/agent-loader.cjs`. */
+let program: string
+let loader: string
+
+beforeAll(async () => {
+  dir = await mkdtemp(join(tmpdir(), 'cordon-code-cache-test-'))
+  program = join(dir, 'agent.cjs')
+  loader = join(dir, 'agent-loader.cjs')
+  await copyFile(PROGRAM, program)
+  await copyFile(LOADER, loader)
+})
+afterAll(async () => {
+  await rm(dir, { recursive: true, force: true })
+})
+
+/** `node <loader> <program> <argument>`'s output. */
+async function loaderSays(argument: string): Promise<string> {
+  return (await run(process.execPath, [loader, program, argument])).stdout.trim()
+}
+
+/** The loader started as a stdio agent (as a container's entry starts it); its health and a command. */
+async function startThroughLoader(): Promise<{
+  codeCache: string | undefined
+  exitCode: number
+  log: string
+}> {
+  const secret = newAgentSecret()
+  const child = spawn(process.execPath, [loader, program], {
+    cwd: dir,
+    env: {
+      PATH: '/usr/bin:/bin',
+      CORDON_AGENT_LISTEN: 'stdio',
+      CORDON_AGENT_SECRET_STDIN: '1',
+      CORDON_AGENT_WRITE_ROOTS: dir,
+    },
+    stdio: ['pipe', 'pipe', 'pipe'],
+  })
+  const channel = new StdioChannel({
+    fromAgent: child.stdout,
+    toAgent: child.stdin,
+    agentLog: child.stderr,
+    closeCarrier: () => child.stdin.end(),
+  })
+  channel.sendPreface(`${secret}\n`)
+  const client = new AgentClient({
+    secret,
+    description: 'agent through its loader',
+    dial: async (_attempt, kind) => channel.open({ kind }),
+  })
+  try {
+    const health = await waitForAgent(client, 'loader-test', AbortSignal.timeout(20_000))
+    const session = await client.startExec(
+      { command: 'true', args: [], env: { PATH: '/usr/bin:/bin' }, cwd: dir, stdin: false },
+      { onStdout: () => {}, onStderr: () => {} },
+    )
+    const exit = await session.result
+    return { codeCache: health.codeCache, exitCode: exit.exitCode, log: channel.log }
+  } finally {
+    client.close()
+    channel.close()
+    if (child.exitCode === null) await new Promise((resolve) => child.once('exit', resolve))
+  }
+}
+
+describe("the agent's code cache", () => {
+  it('makeAgentCodeCache warms the agent up (through cordon-launcher) and writes a cache with more than a cold compile holds', async () => {
+    const cache = join(dir, 'agent.cjs.cache')
+    await makeAgentCodeCache({ out: cache, program, loader, launcher: LAUNCHER_PROGRAM })
+    const source = readFileSync(program, 'utf8').replace(/^#!/, '//')
+    // What compiling alone would hold: the program's top level, none of what it runs.
+    const cold = new Script(
+      `(function (exports, require, module, __filename, __dirname) { ${source}\n});`,
+    )
+    const coldBytes = cold.createCachedData().byteLength
+    expect((await stat(cache)).size).toBeGreaterThan(coldBytes * 2)
+  })
+
+  it('an agent started through its loader uses the cache, says so in its health answer, and serves commands', async () => {
+    const started = await startThroughLoader()
+    expect(started.codeCache).toBe('used')
+    expect(started.exitCode).toBe(0)
+    expect(await loaderSays('--code-cache')).toBe('used')
+  })
+
+  it('the program sees its own arguments through the loader', async () => {
+    const direct = (await run(process.execPath, [program, '--version'])).stdout.trim()
+    expect(await loaderSays('--version')).toBe(direct)
+    // Started without its loader, it says so.
+    expect((await run(process.execPath, [program, '--code-cache'])).stdout.trim()).toBe('no loader')
+  })
+
+  it('a cache V8 refuses (made for another program) is said in the log, and the program is compiled from source', async () => {
+    await writeFile(
+      join(dir, 'agent.cjs.cache'),
+      new Script('"another program"').createCachedData(),
+    )
+    const started = await startThroughLoader()
+    expect(started.codeCache).toBe('rejected')
+    expect(started.exitCode).toBe(0)
+    expect(started.log).toContain('agent.cjs.cache was made by another Node or with other V8 flags')
+  })
+
+  it('without a cache beside it the program is compiled from source', async () => {
+    await rm(join(dir, 'agent.cjs.cache'))
+    const started = await startThroughLoader()
+    expect(started.codeCache).toBe('none')
+    expect(started.exitCode).toBe(0)
+    expect(await loaderSays('--code-cache')).toBe('none')
+  })
+
+  it('makeAgentCodeCache fails, writing nothing, when the agent cannot start', async () => {
+    const out = join(dir, 'never.cache')
+    await expect(
+      makeAgentCodeCache({ out, program: join(dir, 'missing.cjs'), loader }),
+    ).rejects.toThrow(/ended/)
+    await expect(stat(out)).rejects.toThrow()
+  })
+})
