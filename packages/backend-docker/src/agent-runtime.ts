@@ -175,14 +175,15 @@ function runtimeFiles(): { files: HostFile[]; loaderName: string; launcher: bool
  * Where it cannot be made, the volume is filled without it, and the agent
  * compiles from source: slower to start, the same program.
  */
-async function withCodeCache(
+export async function withCodeCache(
   files: readonly HostFile[],
   fill: (files: HostFile[]) => Promise<void>,
+  make: typeof makeAgentCodeCache = makeAgentCodeCache,
 ): Promise<void> {
   const dir = mkdtempSync(join(tmpdir(), 'cordon-runtime-'))
   try {
     const out = join(dir, 'agent.cjs.cache')
-    const made = await makeAgentCodeCache({
+    const made = await make({
       out,
       nodePath: files.find((file) => file.name === 'bin/node')!.source,
       launcher: files.find((file) => file.name === 'bin/cordon-launcher')?.source,

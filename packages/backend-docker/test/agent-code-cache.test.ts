@@ -7,8 +7,11 @@
  * the container with the entry's own Node, binary and options, finds the
  * volume's cache accepted by V8.
  */
+import { readFileSync } from 'node:fs'
+import { writeFile } from 'node:fs/promises'
 import { describe, expect, it } from 'vitest'
-import { RUNTIME_MOUNT } from '../src/agent-runtime.js'
+import { RUNTIME_MOUNT, withCodeCache } from '../src/agent-runtime.js'
+import type { HostFile } from '../src/host-files-archive.js'
 import { engineExec } from './engine-exec.js'
 import { docker, testProvider } from './test-run.js'
 
@@ -34,4 +37,43 @@ describe("a Docker sandbox's agent starts from the runtime volume's code cache",
       }
     })
   }
+})
+
+describe('filling the runtime volume with the code cache', () => {
+  const files: HostFile[] = [
+    { name: 'bin/node', source: process.execPath, mode: 0o755 },
+    { name: 'agent.cjs', source: '/dev/null', mode: 0o644 },
+  ]
+
+  it("adds agent.cjs.cache, made with the runtime's Node, to what the volume is filled with", async () => {
+    let filled: HostFile[] = []
+    let cache = ''
+    await withCodeCache(
+      files,
+      async (given) => {
+        filled = given
+        cache = readFileSync(given.find((file) => file.name === 'agent.cjs.cache')!.source, 'utf8')
+      },
+      async (options) => {
+        expect(options.nodePath).toBe(process.execPath)
+        await writeFile(options.out, 'compiled')
+      },
+    )
+    expect(filled.map((file) => file.name)).toEqual(['bin/node', 'agent.cjs', 'agent.cjs.cache'])
+    expect(cache).toBe('compiled')
+  })
+
+  it('fills without it where it cannot be made (the agent then compiles from source)', async () => {
+    let filled: HostFile[] = []
+    await withCodeCache(
+      files,
+      async (given) => {
+        filled = given
+      },
+      async () => {
+        throw new Error('the agent ended during its warm-up')
+      },
+    )
+    expect(filled.map((file) => file.name)).toEqual(['bin/node', 'agent.cjs'])
+  })
 })
