@@ -6,7 +6,7 @@
  */
 import { execFile, spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
-import { copyFile, mkdtemp, rm, stat, writeFile } from 'node:fs/promises'
+import { copyFile, mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -135,6 +135,21 @@ describe("the agent's code cache", () => {
     expect(started.codeCache).toBe('none')
     expect(started.exitCode).toBe(0)
     expect(await loaderSays('--code-cache')).toBe('none')
+  })
+
+  it('makeAgentCodeCache still makes a cache where its temporary directory is too long a path for a unix socket', async () => {
+    const long = join(dir, 'x'.repeat(60), 'y'.repeat(60))
+    await mkdir(long, { recursive: true })
+    const tmpdirBefore = process.env.TMPDIR
+    process.env.TMPDIR = long
+    try {
+      const out = join(dir, 'long.cache')
+      await makeAgentCodeCache({ out, program, loader })
+      expect((await stat(out)).size).toBeGreaterThan(0)
+    } finally {
+      if (tmpdirBefore === undefined) delete process.env.TMPDIR
+      else process.env.TMPDIR = tmpdirBefore
+    }
   })
 
   it('makeAgentCodeCache fails, writing nothing, when the agent cannot start', async () => {

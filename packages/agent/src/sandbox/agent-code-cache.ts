@@ -101,13 +101,17 @@ export async function makeAgentCodeCache(options: {
         throw new Error(`the agent ended during its warm-up: ${channel.log.trim().slice(-1000)}`)
       }),
     ])
+    // Warms the listeners' way in too, where they could listen: a temporary
+    // directory whose path is too long for a unix socket (over 107 bytes)
+    // only leaves that part out of the cache.
     for (const path of [directSocket, hostSocket]) {
       const overSocket = new AgentClient({
         secret,
         description: 'agent making its code cache',
         dial: dialUnix(path),
+        maxConnectAttempts: 1,
       })
-      await overSocket.health(signal)
+      await overSocket.health(signal).catch(() => {})
       overSocket.close()
     }
     overStdio.close()
