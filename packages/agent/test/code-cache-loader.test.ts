@@ -154,6 +154,8 @@ describe("the agent's code cache", () => {
 
   it('makeAgentCodeCache fails, writing nothing, when the agent cannot start', async () => {
     const out = join(dir, 'never.cache')
+    // One left there before is not taken for this one's.
+    await writeFile(out, 'an older cache')
     await expect(
       makeAgentCodeCache({ out, program: join(dir, 'missing.cjs'), loader }),
     ).rejects.toThrow(/ended/)

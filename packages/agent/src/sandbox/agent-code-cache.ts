@@ -49,6 +49,8 @@ export async function makeAgentCodeCache(options: {
   readonly program?: string
   readonly loader?: string
 }): Promise<void> {
+  // A cache left at `out` from before must not pass for this one.
+  await rm(options.out, { force: true })
   const dir = await mkdtemp(join(tmpdir(), 'cordon-code-cache-'))
   const signal = timeLimit(MAKE_TIMEOUT_MS)
   const node = options.nodePath ?? process.execPath
