@@ -17,6 +17,12 @@ import { setFlagsFromString } from 'node:v8'
  *   (protocol/sha256.ts) are hot enough by their third call for V8 to
  *   optimise them, a 2 to 4 ms compile; the interpreter and the baseline
  *   compiler run them in a quarter of a millisecond.
+ * - The baseline compiler (Sparkplug). Each of its batch compiles reads the
+ *   clock several times (V8's compile timers), and in a gVisor sandbox's
+ *   first second every clock read is a system call (code-cache-loader.ts).
+ *   Off until the first connection is served, a gVisor create waited
+ *   210-230 ms for its agent against 231-248 ms (three alternating runs of
+ *   bench scenario 1); under runc, no difference (bench/misses.md).
  *
  * The defaults come back once the first connection is served: a long-lived
  * agent wants both, and V8's flags also key its code cache, so Node's own
@@ -25,12 +31,12 @@ import { setFlagsFromString } from 'node:v8'
 let deferred = false
 
 export function deferStartupBackgroundWork(): void {
-  setFlagsFromString('--no-minor-gc-task --no-turbofan')
+  setFlagsFromString('--no-minor-gc-task --no-turbofan --no-sparkplug')
   deferred = true
 }
 
 export function restoreStartupBackgroundWork(): void {
   if (!deferred) return
   deferred = false
-  setFlagsFromString('--minor-gc-task --turbofan')
+  setFlagsFromString('--minor-gc-task --turbofan --sparkplug')
 }
