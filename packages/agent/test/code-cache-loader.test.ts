@@ -6,7 +6,7 @@
  */
 import { execFile, spawn } from 'node:child_process'
 import { readFileSync } from 'node:fs'
-import { copyFile, mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises'
+import { chmod, copyFile, mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { fileURLToPath } from 'node:url'
@@ -150,6 +150,15 @@ describe("the agent's code cache", () => {
       if (tmpdirBefore === undefined) delete process.env.TMPDIR
       else process.env.TMPDIR = tmpdirBefore
     }
+  })
+
+  it('makeAgentCodeCache runs a launcher that is not executable where it lies (as a registry install leaves it) from a copy', async () => {
+    const packed = join(dir, 'packed-launcher')
+    await copyFile(LAUNCHER_PROGRAM, packed)
+    await chmod(packed, 0o644)
+    const out = join(dir, 'packed.cache')
+    await makeAgentCodeCache({ out, program, loader, launcher: packed })
+    expect((await stat(out)).size).toBeGreaterThan(0)
   })
 
   it('makeAgentCodeCache fails, writing nothing, when the agent cannot start', async () => {

@@ -183,14 +183,17 @@ export async function withCodeCache(
   const dir = mkdtempSync(join(tmpdir(), 'cordon-runtime-'))
   try {
     const out = join(dir, 'agent.cjs.cache')
-    const made = await make({
-      out,
-      nodePath: files.find((file) => file.name === 'bin/node')!.source,
-      launcher: files.find((file) => file.name === 'bin/cordon-launcher')?.source,
-    }).then(
-      () => true,
-      () => false,
-    )
+    const nodePath = files.find((file) => file.name === 'bin/node')!.source
+    const launcher = files.find((file) => file.name === 'bin/cordon-launcher')?.source
+    const attempt = (withLauncher: boolean): Promise<boolean> =>
+      make({ out, nodePath, ...(withLauncher ? { launcher } : {}) }).then(
+        () => true,
+        () => false,
+      )
+    // Through the launcher as a container's entry starts it; where the launcher
+    // cannot run on this host (a temporary directory mounted noexec, say),
+    // without it: the cache then lacks only the launcher's side of the agent.
+    const made = (await attempt(true)) || (launcher !== undefined && (await attempt(false)))
     await fill([...files, ...(made ? [{ name: 'agent.cjs.cache', source: out, mode: 0o644 }] : [])])
   } finally {
     rmSync(dir, { recursive: true, force: true })

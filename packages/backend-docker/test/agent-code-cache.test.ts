@@ -63,6 +63,28 @@ describe('filling the runtime volume with the code cache', () => {
     expect(cache).toBe('compiled')
   })
 
+  it('makes it without the launcher where the launcher cannot run on this host', async () => {
+    const withLauncher = [
+      ...files,
+      { name: 'bin/cordon-launcher', source: '/bin/true', mode: 0o755 },
+    ]
+    let filled: HostFile[] = []
+    const asked: Array<string | undefined> = []
+    await withCodeCache(
+      withLauncher,
+      async (given) => {
+        filled = given
+      },
+      async (options) => {
+        asked.push(options.launcher)
+        if (options.launcher) throw new Error('the launcher could not run')
+        await writeFile(options.out, 'compiled')
+      },
+    )
+    expect(asked).toEqual(['/bin/true', undefined])
+    expect(filled.map((file) => file.name)).toContain('agent.cjs.cache')
+  })
+
   it('fills without it where it cannot be made (the agent then compiles from source)', async () => {
     let filled: HostFile[] = []
     await withCodeCache(

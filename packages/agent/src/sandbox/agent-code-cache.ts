@@ -1,9 +1,9 @@
 import { spawn } from 'node:child_process'
 import { once } from 'node:events'
-import { existsSync } from 'node:fs'
-import { mkdtemp, rm } from 'node:fs/promises'
+import { constants, existsSync } from 'node:fs'
+import { access, chmod, copyFile, mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
-import { join } from 'node:path'
+import { basename, join } from 'node:path'
 import { timeLimit } from '@cordon/core/backend'
 import { AGENT_ENV } from '../agent-config.js'
 import { CODE_CACHE_OUT_VARIABLE } from '../code-cache-use.js'
@@ -59,7 +59,8 @@ export async function makeAgentCodeCache(options: {
     options.loader ?? agentLoaderPath(),
     options.program ?? agentProgramPath('cjs'),
   ]
-  const command = options.launcher ? [options.launcher, '--agent', ...program] : program
+  const launcher = options.launcher && (await executable(options.launcher, dir))
+  const command = launcher ? [launcher, '--agent', ...program] : program
   const secret = newAgentSecret()
   const directSocket = join(dir, 'direct.sock')
   const hostSocket = join(dir, 'host.sock')
@@ -72,7 +73,7 @@ export async function makeAgentCodeCache(options: {
       [AGENT_ENV.writeRoots]: dir,
       [AGENT_ENV.directSocket]: directSocket,
       [AGENT_ENV.hostSocket]: hostSocket,
-      ...(options.launcher ? { [AGENT_ENV.launcher]: options.launcher } : {}),
+      ...(launcher ? { [AGENT_ENV.launcher]: launcher } : {}),
       [CODE_CACHE_OUT_VARIABLE]: options.out,
     },
     stdio: ['pipe', 'pipe', 'pipe'],
@@ -128,6 +129,24 @@ export async function makeAgentCodeCache(options: {
     signal.removeEventListener('abort', killOnTimeout)
     if (child.exitCode === null && child.signalCode === null) child.kill('SIGKILL')
     await rm(dir, { recursive: true, force: true })
+  }
+}
+
+/**
+ * `path`, or a copy of it in `dir` that this process may run: a package
+ * manager's pack keeps no file modes but a `bin`'s, so cordon-launcher
+ * installed from the registry is not executable where it lies (the Docker
+ * backend sets its mode when it copies it into the runtime volume).
+ */
+async function executable(path: string, dir: string): Promise<string> {
+  try {
+    await access(path, constants.X_OK)
+    return path
+  } catch {
+    const copy = join(dir, basename(path))
+    await copyFile(path, copy)
+    await chmod(copy, 0o700)
+    return copy
   }
 }
 
