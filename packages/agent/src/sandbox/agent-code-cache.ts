@@ -59,7 +59,13 @@ export async function makeAgentCodeCache(options: {
     options.loader ?? agentLoaderPath(),
     options.program ?? agentProgramPath('cjs'),
   ]
-  const launcher = options.launcher && (await executable(options.launcher, dir))
+  const launcher = options.launcher
+    ? await executable(options.launcher, dir).catch(async (error: unknown) => {
+        // Nothing else of this attempt exists yet; its directory goes too.
+        await rm(dir, { recursive: true, force: true })
+        throw error
+      })
+    : undefined
   const command = launcher ? [launcher, '--agent', ...program] : program
   const secret = newAgentSecret()
   const directSocket = join(dir, 'direct.sock')
