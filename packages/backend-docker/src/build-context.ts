@@ -1,20 +1,8 @@
-import { readdir } from 'node:fs/promises'
-import { createRequire } from 'node:module'
-import { join } from 'node:path'
-import { createGunzip } from 'node:zlib'
+import { readdir, readFile } from 'node:fs/promises'
+import { join, relative } from 'node:path'
+import dockerIgnore from '@balena/dockerignore'
+import tarFs from 'tar-fs'
 import tar from 'tar-stream'
-
-/**
- * dockerode's own packing of a context directory, `.dockerignore` applied as
- * `docker build` applies it: used as is, so that the context sent does not
- * depend on a second reading of the ignore file's rules.
- */
-const dockerodeUtil = createRequire(import.meta.url)('dockerode/lib/util.js') as {
-  prepareBuildContext(
-    file: { context: string; src: string[] },
-    next: (packed: NodeJS.ReadableStream) => void,
-  ): void
-}
 
 /**
  * What of a build context directory goes to the engine, as paths relative
@@ -75,11 +63,32 @@ export function packBuildContext(
     pack.finalize()
   })
   extract.on('error', fail)
-  dockerodeUtil.prepareBuildContext({ context: root, src: [...entries] }, (packed) => {
-    const gunzip = createGunzip()
-    gunzip.on('error', fail)
+  packContext(root, entries).then((packed) => {
     packed.on('error', fail)
-    packed.pipe(gunzip).pipe(extract)
-  })
+    packed.pipe(extract)
+  }, fail)
   return pack
+}
+
+/**
+ * The entries packed as `docker build` packs a context directory: what the
+ * root's `.dockerignore` excludes left out, by the same rules and library
+ * (`@balena/dockerignore`, case-sensitive) that dockerode applies when it
+ * packs one, links sent as links.
+ */
+async function packContext(root: string, entries: readonly string[]): Promise<tar.Pack> {
+  let rules: string | undefined
+  try {
+    rules = await readFile(join(root, '.dockerignore'), 'utf8')
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'ENOENT') throw error
+  }
+  if (rules === undefined) return tarFs.pack(root, { entries: [...entries] })
+  // A CommonJS module whose types name its export `default` (it sets both).
+  const kept = dockerIgnore.default({ ignorecase: false }).add(rules).createFilter()
+  return tarFs.pack(root, {
+    entries: entries.filter(kept),
+    // What tar-fs finds walking a directory entry (it names it by absolute path).
+    ignore: (path) => !kept(relative(root, path)),
+  })
 }
