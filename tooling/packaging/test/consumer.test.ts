@@ -96,7 +96,8 @@ async function project(
   return { install, typeCheck, output }
 }
 
-const DOCKER_HOST_PROGRAM = `import {
+const DOCKER_HOST_PROGRAM = `import { execFileSync } from 'node:child_process'
+import {
   type CordonSandbox,
   createSandboxProvider,
   SandboxBackendNotInstalledError,
@@ -118,7 +119,13 @@ let id = ''
   const result = await sandbox.exec('sh', ['-c', 'echo "hello, $WHO"; cat hello.txt'])
   // The installed @cordon/agent carries cordon-launcher, which starts the commands.
   const launchedBy = (await sandbox.exec('sh', ['-c', 'cat /proc/$PPID/comm'])).stdout.trim()
-  console.log(JSON.stringify({ id, stdout: result.stdout, status: sandbox.status, launchedBy }))
+  // The runtime volume's code cache was made on this install and fits its Node:
+  // the agent, started as the container's entry starts it, says whether V8 took it.
+  const docker = (...args: string[]) => execFileSync('docker', args, { encoding: 'utf8' }).trim()
+  const entry = JSON.parse(docker('inspect', '-f', '{{json .Config.Entrypoint}}', \`cordon-\${id}\`)) as string[]
+  const agent = entry[1] === '--agent' ? entry.slice(2) : entry
+  const codeCache = docker('exec', '-u', '0', \`cordon-\${id}\`, ...agent, '--code-cache')
+  console.log(JSON.stringify({ id, stdout: result.stdout, status: sandbox.status, launchedBy, codeCache }))
 }
 await provider.close()
 
@@ -258,6 +265,7 @@ describe('a stranger installs the packed tarballs', () => {
       stdout: 'hello, a stranger\npacked and installed',
       status: 'ready',
       launchedBy: 'cordon-launcher',
+      codeCache: 'used',
     })
     expect(JSON.parse(missingLine ?? '{}')).toEqual({
       notInstalled: true,
