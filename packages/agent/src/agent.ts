@@ -9,7 +9,7 @@
 import { type AgentConfig, AgentConfigError, readAgentConfig } from './agent-config.js'
 import { AGENT_VERSION } from './agent-connection.js'
 import { type RunningAgent, startAgent } from './agent-server.js'
-import { codeCacheUse } from './code-cache-use.js'
+import { codeCacheUse, startedFromSnapshot } from './code-cache-use.js'
 import { type CapabilityName, missingCapabilities } from './effective-capabilities.js'
 import { killProcessesOf } from './output-seal.js'
 import { AGENT_EXIT_CODES } from './protocol/exit-codes.js'
@@ -29,6 +29,11 @@ async function main(): Promise<void> {
   // how an operator checks that a guest's cache fits its Node.
   if (process.argv.includes('--code-cache')) {
     process.stdout.write(`${codeCacheUse() ?? 'no loader'}\n`)
+    return
+  }
+  // Whether Node started from a startup snapshot of the loader (makeAgentSnapshot).
+  if (process.argv.includes('--startup-snapshot')) {
+    process.stdout.write(`${startedFromSnapshot() ? 'yes' : 'no'}\n`)
     return
   }
   const relay = process.argv.indexOf('--relay')

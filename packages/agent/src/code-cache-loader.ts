@@ -31,12 +31,26 @@
  * `CORDON_AGENT_CODE_CACHE_OUT` set (by `makeAgentCodeCache`, never by a
  * backend for a sandbox), it writes a cache of everything compiled so far to
  * that path when the process exits.
+ *
+ * The code cache holds the agent's functions, not Node's own modules, which
+ * the agent compiles as it first uses them. A startup snapshot of this
+ * loader holds those too (makeAgentSnapshot; snapshot-warm-up.ts says how
+ * and why):
+ *
+ *   node --snapshot-blob <blob> <bundle.cjs> [arguments]
+ *
+ * starts Node from the snapshot, and the snapshot's main function loads the
+ * bundle exactly as above.
  */
 import { readFileSync, writeFileSync } from 'node:fs'
-import { createRequire } from 'node:module'
 import { dirname } from 'node:path'
-import { Script } from 'node:vm'
-import { CODE_CACHE_OUT_VARIABLE, recordCodeCacheUse } from './code-cache-use.js'
+import { startupSnapshot } from 'node:v8'
+import {
+  CODE_CACHE_OUT_VARIABLE,
+  recordCodeCacheUse,
+  recordStartedFromSnapshot,
+} from './code-cache-use.js'
+import { warmUpNodeForSnapshot } from './snapshot-warm-up.js'
 
 type CommonJsWrapper = (
   exports: unknown,
@@ -46,12 +60,25 @@ type CommonJsWrapper = (
   dirname: string,
 ) => void
 
-function load(): void {
-  const bundle = process.argv[2]
+/**
+ * Started as a script, `node <loader> <bundle.cjs> [arguments]`; from a
+ * snapshot of the loader, `node --snapshot-blob <blob> <bundle.cjs>
+ * [arguments]`, whose `process.argv` already reads as `node <bundle.cjs>` would.
+ */
+function load(fromSnapshot: boolean): void {
+  const bundle = process.argv[fromSnapshot ? 1 : 2]
   if (!bundle) {
-    process.stderr.write('usage: cordon-agent-loader.cjs <bundle.cjs> [arguments]\n')
+    process.stderr.write(
+      fromSnapshot
+        ? 'usage: node --snapshot-blob <blob> <bundle.cjs> [arguments]\n'
+        : 'usage: cordon-agent-loader.cjs <bundle.cjs> [arguments]\n',
+    )
     process.exit(2)
   }
+  // Loaded here, not at the top: Node does not vouch for node:vm and
+  // node:module in a snapshot's builder, so a snapshot holds neither.
+  const { Script } = process.getBuiltinModule('node:vm')
+  const { createRequire } = process.getBuiltinModule('node:module')
   // A first line `#!...` is not JavaScript inside a function; `//` keeps its length,
   // which is what V8 compares against a cache.
   const source = readFileSync(bundle, 'utf8').replace(/^#!/, '//')
@@ -78,10 +105,21 @@ function load(): void {
     delete process.env[CODE_CACHE_OUT_VARIABLE]
     process.on('exit', () => writeFileSync(out, script.createCachedData()))
   }
-  process.argv.splice(1, 1)
+  if (!fromSnapshot) process.argv.splice(1, 1)
   const run = script.runInThisContext() as CommonJsWrapper
   const module = { exports: {} }
   run.call(module.exports, module.exports, createRequire(bundle), module, bundle, dirname(bundle))
 }
 
-load()
+// Building a startup snapshot (makeAgentSnapshot): Node's modules are run
+// through first (snapshot-warm-up.ts), and each start from the snapshot loads
+// the bundle as a start from the script does.
+if (startupSnapshot.isBuildingSnapshot()) {
+  warmUpNodeForSnapshot()
+  startupSnapshot.setDeserializeMainFunction(() => {
+    recordStartedFromSnapshot()
+    load(true)
+  })
+} else {
+  load(false)
+}

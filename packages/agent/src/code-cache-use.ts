@@ -28,3 +28,14 @@ export function codeCacheUse(): CodeCacheUse | undefined {
   const use = (globalThis as Record<symbol, unknown>)[KEY]
   return use === 'used' || use === 'rejected' || use === 'none' ? use : undefined
 }
+
+const SNAPSHOT_KEY = Symbol.for('cordon.agent.startedFromSnapshot')
+
+/** The loader started from a startup snapshot of itself (makeAgentSnapshot). */
+export function recordStartedFromSnapshot(): void {
+  ;(globalThis as Record<symbol, unknown>)[SNAPSHOT_KEY] = true
+}
+
+export function startedFromSnapshot(): boolean {
+  return (globalThis as Record<symbol, unknown>)[SNAPSHOT_KEY] === true
+}

@@ -4,7 +4,7 @@
  * V8 makes in a sandbox's first second costs system calls), and from source
  * when there is none or V8 refuses it.
  */
-import { execFile, spawn } from 'node:child_process'
+import { execFile } from 'node:child_process'
 import { readFileSync } from 'node:fs'
 import { chmod, copyFile, mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
@@ -13,14 +13,9 @@ import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { Script } from 'node:vm'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { newAgentSecret } from '../src/protocol/index.js'
-import {
-  AgentClient,
-  makeAgentCodeCache,
-  StdioChannel,
-  waitForAgent,
-} from '../src/sandbox/index.js'
+import { makeAgentCodeCache } from '../src/sandbox/index.js'
 import { LAUNCHER_PROGRAM } from './agent-harness.js'
+import { startStdioAgent } from './stdio-agent.js'
 
 const run = promisify(execFile)
 const PROGRAM = fileURLToPath(new URL('../dist/cordon-agent.cjs', import.meta.url))
@@ -48,47 +43,8 @@ async function loaderSays(argument: string): Promise<string> {
 }
 
 /** The loader started as a stdio agent (as a container's entry starts it); its health and a command. */
-async function startThroughLoader(): Promise<{
-  codeCache: string | undefined
-  exitCode: number
-  log: string
-}> {
-  const secret = newAgentSecret()
-  const child = spawn(process.execPath, [loader, program], {
-    cwd: dir,
-    env: {
-      PATH: '/usr/bin:/bin',
-      CORDON_AGENT_LISTEN: 'stdio',
-      CORDON_AGENT_SECRET_STDIN: '1',
-      CORDON_AGENT_WRITE_ROOTS: dir,
-    },
-    stdio: ['pipe', 'pipe', 'pipe'],
-  })
-  const channel = new StdioChannel({
-    fromAgent: child.stdout,
-    toAgent: child.stdin,
-    agentLog: child.stderr,
-    closeCarrier: () => child.stdin.end(),
-  })
-  channel.sendPreface(`${secret}\n`)
-  const client = new AgentClient({
-    secret,
-    description: 'agent through its loader',
-    dial: async (_attempt, kind) => channel.open({ kind }),
-  })
-  try {
-    const health = await waitForAgent(client, 'loader-test', AbortSignal.timeout(20_000))
-    const session = await client.startExec(
-      { command: 'true', args: [], env: { PATH: '/usr/bin:/bin' }, cwd: dir, stdin: false },
-      { onStdout: () => {}, onStderr: () => {} },
-    )
-    const exit = await session.result
-    return { codeCache: health.codeCache, exitCode: exit.exitCode, log: channel.log }
-  } finally {
-    client.close()
-    channel.close()
-    if (child.exitCode === null) await new Promise((resolve) => child.once('exit', resolve))
-  }
+function startThroughLoader() {
+  return startStdioAgent([loader, program], dir)
 }
 
 describe("the agent's code cache", () => {

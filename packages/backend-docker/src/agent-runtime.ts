@@ -1,14 +1,14 @@
 import { execFileSync } from 'node:child_process'
 import { createHash } from 'node:crypto'
-import { mkdtempSync, readdirSync, realpathSync, rmSync, statSync } from 'node:fs'
+import { readdirSync, realpathSync, statSync } from 'node:fs'
 import { createRequire } from 'node:module'
-import { arch as hostArch, platform, tmpdir } from 'node:os'
+import { arch as hostArch, platform } from 'node:os'
 import { basename, dirname, join } from 'node:path'
 import { agentLoaderPath, agentProgramPath, launcherProgramPath } from '@cordon/agent'
-import { makeAgentCodeCache } from '@cordon/agent/sandbox'
 import { SandboxBackendUnavailableError } from '@cordon/core'
 import { LABEL } from '@cordon/core/backend'
 import type Docker from 'dockerode'
+import { AGENT_SNAPSHOT_FILE, withStartState } from './agent-start-state.js'
 import { isNotFound } from './engine-errors.js'
 import { type HostFile, putHostFiles } from './host-files-archive.js'
 import { ensureHugePageNode, type HugePageNode, hugePageNodeIsPresent } from './huge-page-node.js'
@@ -158,46 +158,14 @@ function runtimeFiles(): { files: HostFile[]; loaderName: string; launcher: bool
     })),
     // CommonJS: Node's ES module loader would add its start-up to every create (bench scenario 11).
     { name: 'agent.cjs', source: agentProgramPath('cjs'), mode: 0o644 },
-    // Starts it from `agent.cjs.cache`, made when the volume is filled (withCodeCache below).
+    // Starts it from `agent.cjs.cache`, and is what `agent.blob` is a snapshot of,
+    // both made when the volume is filled (agent-start-state.ts).
     { name: 'agent-loader.cjs', source: agentLoaderPath(), mode: 0o644 },
     ...gatewayFiles(),
   ]
   const launcher = launcherProgramPath(hostArch())
   if (launcher) files.push({ name: 'bin/cordon-launcher', source: launcher, mode: 0o755 })
   return { files, loaderName, launcher: launcher !== undefined }
-}
-
-/**
- * Fills with `files` and the agent's V8 code cache, `agent.cjs.cache` (why:
- * the agent's code-cache-loader.ts), made here by running the runtime's Node
- * (this host's) on the agent as a container's entry runs it. It is not part
- * of the volume's name: it follows from what is (that Node and that agent).
- * Where it cannot be made, the volume is filled without it, and the agent
- * compiles from source: slower to start, the same program.
- */
-export async function withCodeCache(
-  files: readonly HostFile[],
-  fill: (files: HostFile[]) => Promise<void>,
-  make: typeof makeAgentCodeCache = makeAgentCodeCache,
-): Promise<void> {
-  const dir = mkdtempSync(join(tmpdir(), 'cordon-runtime-'))
-  try {
-    const out = join(dir, 'agent.cjs.cache')
-    const nodePath = files.find((file) => file.name === 'bin/node')!.source
-    const launcher = files.find((file) => file.name === 'bin/cordon-launcher')?.source
-    const attempt = (withLauncher: boolean): Promise<boolean> =>
-      make({ out, nodePath, ...(withLauncher ? { launcher } : {}) }).then(
-        () => true,
-        () => false,
-      )
-    // Through the launcher as a container's entry starts it; where the launcher
-    // cannot run on this host (a temporary directory mounted noexec, say),
-    // without it: the cache then lacks only the launcher's side of the agent.
-    const made = (await attempt(true)) || (launcher !== undefined && (await attempt(false)))
-    await fill([...files, ...(made ? [{ name: 'agent.cjs.cache', source: out, mode: 0o644 }] : [])])
-  } finally {
-    rmSync(dir, { recursive: true, force: true })
-  }
 }
 
 /** The content's fingerprint: names, sizes and modification times (fast; no need to read 100 MB). */
@@ -216,6 +184,9 @@ const ENGINE_ARCHITECTURES: Readonly<Record<string, string>> = {
   aarch64: 'arm64',
   arm64: 'arm64',
 }
+
+/** On the completion mark: `1` when the volume holds the agent's startup snapshot. */
+const SNAPSHOT_LABEL = 'cordon.runtime.snapshot'
 
 /** Runtimes prepared (or being prepared) by this process, per engine endpoint. */
 const prepared = new Map<string, Promise<AgentRuntime>>()
@@ -339,9 +310,10 @@ async function prepare(
     startNode(`${RUNTIME_MOUNT}/bin/node`, script, args)
   const agentScript = `${RUNTIME_MOUNT}/agent.cjs`
   const agentLoader = `${RUNTIME_MOUNT}/agent-loader.cjs`
+  const agentSnapshot = `${RUNTIME_MOUNT}/${AGENT_SNAPSHOT_FILE}`
   const launcher = content.launcher ? `${RUNTIME_MOUNT}/bin/cordon-launcher` : undefined
   const labels = { [LABEL.managed]: '1', [LABEL.role]: 'runtime', 'cordon.runtime': hash }
-  const withHugePageNode = async (): Promise<AgentRuntime> => {
+  const withHugePageNode = async (startState: { snapshot: boolean }): Promise<AgentRuntime> => {
     // The keeper's program is the launcher; without one for this architecture, no huge pages.
     const hugePageNode = launcher
       ? await ensureHugePageNode(docker, {
@@ -354,7 +326,10 @@ async function prepare(
       : undefined
     const agentNode = hugePageNode?.path ?? `${RUNTIME_MOUNT}/bin/node`
     const agentEntrypointWith = (nodeOptions: readonly string[]): string[] => {
-      const agent = startNode(agentNode, agentLoader, [agentScript], nodeOptions)
+      // From the loader's startup snapshot where the volume holds one, else the loader as a script.
+      const agent = startState.snapshot
+        ? startNode(agentNode, agentScript, [], [...nodeOptions, '--snapshot-blob', agentSnapshot])
+        : startNode(agentNode, agentLoader, [agentScript], nodeOptions)
       return launcher ? [launcher, '--agent', ...agent] : agent
     }
     return {
@@ -372,15 +347,22 @@ async function prepare(
   for (;;) {
     const [filled, marked] = await Promise.all([
       volumeIsRuntime(docker, volume),
-      volumeExists(docker, done),
+      volumeLabels(docker, done),
     ])
-    if (filled && marked) return withHugePageNode()
+    if (filled && marked) return withHugePageNode({ snapshot: marked[SNAPSHOT_LABEL] === '1' })
     const filler = await acquireLock(docker, lock, volume, helperImage, labels)
     if (filler) {
       try {
-        await withCodeCache(content.files, (files) => putHostFiles(filler, RUNTIME_MOUNT, files))
-        await docker.createVolume({ Name: done, Labels: labels })
-        return withHugePageNode()
+        const startState = await withStartState(content.files, (files) =>
+          putHostFiles(filler, RUNTIME_MOUNT, files),
+        )
+        // The mark says whether the volume holds the snapshot: every process
+        // that finds the volume filled starts its agents the same way.
+        await docker.createVolume({
+          Name: done,
+          Labels: { ...labels, [SNAPSHOT_LABEL]: startState.snapshot ? '1' : '0' },
+        })
+        return withHugePageNode(startState)
       } finally {
         await filler.remove({ force: true }).catch(() => {})
       }
@@ -407,11 +389,18 @@ async function volumeIsRuntime(docker: Docker, name: string): Promise<boolean> {
 }
 
 async function volumeExists(docker: Docker, name: string): Promise<boolean> {
+  return (await volumeLabels(docker, name)) !== undefined
+}
+
+/** The volume's labels, or undefined if there is no such volume. */
+async function volumeLabels(
+  docker: Docker,
+  name: string,
+): Promise<Record<string, string> | undefined> {
   try {
-    await docker.getVolume(name).inspect()
-    return true
+    return (await docker.getVolume(name).inspect()).Labels ?? {}
   } catch (error) {
-    if (isNotFound(error)) return false
+    if (isNotFound(error)) return undefined
     throw error
   }
 }

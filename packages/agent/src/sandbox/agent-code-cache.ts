@@ -23,9 +23,10 @@ const MAKE_TIMEOUT_MS = 30_000
  *
  * The cache holds the functions compiled by the time the agent exits, so the
  * agent is run here first, as a container's entry runs it: through its
- * loader, started by `cordon-launcher --agent` when a launcher is given,
- * serving its stdin and stdout, listening on two unix sockets as well (a
- * temporary directory is its write root). Then it is warmed up as a
+ * loader (or the loader's startup snapshot, `snapshot`), started by
+ * `cordon-launcher --agent` when a launcher is given, serving its stdin
+ * and stdout, listening on two unix sockets as well (a temporary directory
+ * is its write root). Then it is warmed up as a
  * sandbox's first moments use it: an authenticated health answer on each
  * way in, a command (`true`), a file written, read back, listed and
  * removed. Then its stdin is closed, it ends, and its loader writes the
@@ -48,6 +49,12 @@ export async function makeAgentCodeCache(options: {
   /** The CommonJS program and its loader (default: this package's, `agentProgramPath('cjs')` and `agentLoaderPath()`). */
   readonly program?: string
   readonly loader?: string
+  /**
+   * A startup snapshot of the loader (makeAgentSnapshot) the guest starts
+   * the agent from: the agent is then run from it here too, as the guest
+   * runs it (`node --snapshot-blob <snapshot> <program>`).
+   */
+  readonly snapshot?: string
 }): Promise<void> {
   // A cache left at `out` from before must not pass for this one.
   await rm(options.out, { force: true })
@@ -56,7 +63,9 @@ export async function makeAgentCodeCache(options: {
   const node = options.nodePath ?? process.execPath
   const program = [
     node,
-    options.loader ?? agentLoaderPath(),
+    ...(options.snapshot
+      ? ['--snapshot-blob', options.snapshot]
+      : [options.loader ?? agentLoaderPath()]),
     options.program ?? agentProgramPath('cjs'),
   ]
   const launcher = options.launcher

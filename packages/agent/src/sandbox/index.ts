@@ -26,6 +26,7 @@ export {
   ReleasedWithError,
   type SandboxFreezer,
 } from './agent-sandbox.js'
+export { makeAgentSnapshot } from './agent-snapshot.js'
 export { type HostHoldKeeper, keepHostHold } from './host-hold-keeper.js'
 export { dialTcp, dialUnix, type SocketConnectOptions, socketConnected } from './socket-dial.js'
 export { StdioChannel, type StdioChannelOptions } from './stdio-channel.js'
