@@ -181,8 +181,12 @@ function closesWithin(channel: StdioChannel, ms: number): Promise<boolean> {
   })
 }
 
-/** How many containers a memory snapshot's source may be continued in before it is given up. */
-const CONTINUE_ATTEMPTS = 2
+/**
+ * How many containers a memory snapshot's source may be continued in before
+ * it is given up (the engine's "no such container" below came twice in a row
+ * once, in a full backend run beside other heavy work).
+ */
+const CONTINUE_ATTEMPTS = 3
 
 /** What create needs to know of the engine, read once per backend. */
 interface EngineFacts {
