@@ -43,7 +43,7 @@
  * bundle exactly as above.
  */
 import { readFileSync, writeFileSync } from 'node:fs'
-import { dirname } from 'node:path'
+import { dirname, resolve } from 'node:path'
 import { startupSnapshot } from 'node:v8'
 import {
   CODE_CACHE_OUT_VARIABLE,
@@ -66,8 +66,8 @@ type CommonJsWrapper = (
  * [arguments]`, whose `process.argv` already reads as `node <bundle.cjs>` would.
  */
 function load(fromSnapshot: boolean): void {
-  const bundle = process.argv[fromSnapshot ? 1 : 2]
-  if (!bundle) {
+  const named = process.argv[fromSnapshot ? 1 : 2]
+  if (!named) {
     process.stderr.write(
       fromSnapshot
         ? 'usage: node --snapshot-blob <blob> <bundle.cjs> [arguments]\n'
@@ -75,6 +75,8 @@ function load(fromSnapshot: boolean): void {
     )
     process.exit(2)
   }
+  // As Node takes a script's path: relative to the working directory.
+  const bundle = resolve(named)
   // Loaded here, not at the top: Node does not vouch for node:vm and
   // node:module in a snapshot's builder, so a snapshot holds neither.
   const { Script } = process.getBuiltinModule('node:vm')

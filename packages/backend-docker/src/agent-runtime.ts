@@ -49,8 +49,13 @@ export interface AgentRuntime {
    * the runtime's Node directly.
    */
   readonly agentEntrypoint: string[]
-  /** {@link agentEntrypoint} with options for the agent's Node (gvisor-agent-threads.ts). */
-  agentEntrypointWith(nodeOptions: readonly string[]): string[]
+  /**
+   * {@link agentEntrypoint} with options for the agent's Node
+   * (gvisor-agent-threads.ts), and started from the volume's startup
+   * snapshot where `fromSnapshot` asks it and the volume holds one
+   * (agent-start-state.ts).
+   */
+  agentEntrypointWith(nodeOptions: readonly string[], start?: { fromSnapshot?: boolean }): string[]
   /** The egress gateway program inside the runtime. */
   readonly gatewayScript: string
   /**
@@ -325,11 +330,20 @@ async function prepare(
         })
       : undefined
     const agentNode = hugePageNode?.path ?? `${RUNTIME_MOUNT}/bin/node`
-    const agentEntrypointWith = (nodeOptions: readonly string[]): string[] => {
-      // From the loader's startup snapshot where the volume holds one, else the loader as a script.
-      const agent = startState.snapshot
-        ? startNode(agentNode, agentScript, [], [...nodeOptions, '--snapshot-blob', agentSnapshot])
-        : startNode(agentNode, agentLoader, [agentScript], nodeOptions)
+    const agentEntrypointWith = (
+      nodeOptions: readonly string[],
+      start: { fromSnapshot?: boolean } = {},
+    ): string[] => {
+      // From the loader's startup snapshot where asked and the volume holds one, else the loader as a script.
+      const agent =
+        start.fromSnapshot && startState.snapshot
+          ? startNode(
+              agentNode,
+              agentScript,
+              [],
+              [...nodeOptions, '--snapshot-blob', agentSnapshot],
+            )
+          : startNode(agentNode, agentLoader, [agentScript], nodeOptions)
       return launcher ? [launcher, '--agent', ...agent] : agent
     }
     return {

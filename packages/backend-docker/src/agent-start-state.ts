@@ -9,6 +9,20 @@ export const AGENT_SNAPSHOT_FILE = 'agent.blob'
 /** The agent program's V8 code cache, beside the program (the agent's code-cache-loader.ts says why). */
 export const AGENT_CODE_CACHE_FILE = 'agent.cjs.cache'
 
+/**
+ * Whether a runtime's sandboxes start their agent from the snapshot: under
+ * gVisor only. There it spares most of the agent's wait (bench scenario 1
+ * under gVisor, three alternating runs each: "waiting for the agent" 229-237
+ * against 138-163 ms); under runc compiling is cheap and the snapshot's
+ * gain was within the noise (0.92x-0.99x against 0.90x-0.93x), while Node
+ * started from it holds more memory (bench scenario 9, an idle sandbox's
+ * charge: 7.7 against 12.8 MiB). Every runtime's agent loads its program
+ * from the code cache.
+ */
+export function agentStartsFromSnapshot(runtime: string | undefined): boolean {
+  return runtime === 'runsc'
+}
+
 /** Who makes them (a seam for tests: the real ones run this host's Node). */
 export interface StartStateMakers {
   readonly snapshot: typeof makeAgentSnapshot

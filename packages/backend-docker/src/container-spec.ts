@@ -14,6 +14,7 @@ import {
 } from '@cordon/core/backend'
 import type { ContainerCreateOptions, MountSettings } from 'dockerode'
 import { type AgentRuntime, RUNTIME_MOUNT } from './agent-runtime.js'
+import { agentStartsFromSnapshot } from './agent-start-state.js'
 import { hardenedHostConfig } from './container-hardening.js'
 import { engineMessage } from './engine-errors.js'
 import { agentNodeOptions } from './gvisor-agent-threads.js'
@@ -545,7 +546,9 @@ export function containerSpec(options: {
   return {
     name: options.name,
     Image: options.image ?? config.image,
-    Entrypoint: options.runtime.agentEntrypointWith(agentNodeOptions(config.runtime)),
+    Entrypoint: options.runtime.agentEntrypointWith(agentNodeOptions(config.runtime), {
+      fromSnapshot: agentStartsFromSnapshot(config.runtime),
+    }),
     Cmd: [],
     User: '0:0',
     WorkingDir: '/',
