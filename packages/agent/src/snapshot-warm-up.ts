@@ -9,12 +9,13 @@
  * times (code-cache-loader.ts), and inside a gVisor sandbox's first second
  * each read is a system call. The agent's own program comes compiled from
  * its code cache; Node's own modules (streams, sockets, the file system
- * calls, timers) were still compiled as the agent first used them. Measured
- * on the host with gdb (a breakpoint on glibc's clock_gettime): a program
- * loading and using them read the clock 2,814 times as a script and 267
- * times from a snapshot warmed this way (1,945 from one that only loaded
- * them); in bare gVisor containers started for it, 182-264 ms against
- * 68-156 ms (bench/misses.md).
+ * calls, timers) were still compiled as the agent first used them. Counted
+ * on the host with gdb (a breakpoint on glibc's clock_gettime), the agent
+ * run through makeAgentCodeCache's warm-up read the clock 8,322-8,440 times
+ * started on the loader and 3,008-3,030 times started from this snapshot,
+ * its code cache in place both times; a probe program using those modules
+ * the same way, 2,814 times as a script, 1,945 from a snapshot that only
+ * loaded them and 267 from one warmed up like this (bench/misses.md).
  *
  * Only Node's own code runs here, never the agent's: nothing the agent
  * reads or makes (its configuration, its secret, random bytes, descriptors)
