@@ -17,15 +17,19 @@
  * the same way, 2,814 times as a script, 1,945 from a snapshot that only
  * loaded them and 267 from one warmed up like this (bench/misses.md).
  *
- * Only Node's own code runs here, never the agent's: nothing the agent
- * reads or makes (its configuration, its secret, random bytes, descriptors)
- * can end up in the snapshot. Everything opened is closed again, and Node
+ * Only modules Node supports in a snapshot's builder are used (node:vm,
+ * node:module and node:child_process are not, so the agent's spawn path and
+ * the loader's own calls are compiled at each start). Only Node's own code
+ * runs here, never the agent's: nothing the agent reads or makes (its
+ * configuration, its secret, random bytes, descriptors) can end up in the
+ * snapshot. Everything opened is closed again, and Node
  * takes the snapshot once the event loop is empty. The snapshot is built
  * with an environment of PATH alone, in a temporary directory removed
  * afterwards, since every sandbox's volume holds the blob.
  */
 import { once } from 'node:events'
 import {
+  chmodSync,
   closeSync,
   fstatSync,
   lstatSync,
@@ -61,6 +65,7 @@ export function warmUpNodeForSnapshot(): void {
       await useFiles(dir)
       await useSockets(join(dir, 'warm-up.sock'))
       await useStreamsAndTimers()
+      useBuffersAndProcess()
     } finally {
       rmSync(dir, { recursive: true, force: true })
     }
@@ -80,7 +85,11 @@ async function useFiles(dir: string): Promise<void> {
   const fd = openSync(path, 'wx', 0o644)
   writeSync(fd, Buffer.from('warm-up\n'))
   writevSync(fd, [Buffer.from('a'), new Uint8Array([98, 10])])
-  fstatSync(fd)
+  const stats = fstatSync(fd)
+  stats.isFile()
+  stats.isDirectory()
+  stats.isCharacterDevice()
+  chmodSync(path, 0o640)
   readlinkSync(`/proc/self/fd/${fd}`)
   closeSync(fd)
   const readable = openSync(path, 'r')
@@ -129,6 +138,21 @@ async function useSockets(path: string): Promise<void> {
   await once(server, 'close')
   // A socket made around nothing yet, as the agent wraps an accepted handle.
   new Socket().destroy()
+}
+
+/** The Buffer and process calls of the agent's handshake and bookkeeping. */
+function useBuffersAndProcess(): void {
+  const buffer = Buffer.alloc(64)
+  buffer.writeUInt32BE(0xdeadbeef, 0)
+  buffer.writeInt32BE(-2, 4)
+  buffer.readInt32BE(4)
+  buffer.readUInt32BE(0)
+  buffer.subarray(8, 16).fill(7)
+  Buffer.from(buffer.toString('hex'), 'hex').equals(buffer)
+  Buffer.concat([buffer, Buffer.allocUnsafe(8)]).copy(buffer)
+  process.hrtime.bigint()
+  process.umask()
+  setTimeout(() => {}, 0).unref()
 }
 
 /** Streams as the agent's framing and transfers use them, and its timers. */
