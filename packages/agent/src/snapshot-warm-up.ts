@@ -25,7 +25,8 @@
  * snapshot. Everything opened is closed again, and Node
  * takes the snapshot once the event loop is empty. The snapshot is built
  * with an environment of PATH alone, in a temporary directory removed
- * afterwards, since every sandbox's volume holds the blob.
+ * afterwards, and the warm-up names its files relative to it, since every
+ * sandbox's volume holds the blob.
  */
 import { once } from 'node:events'
 import {
@@ -51,7 +52,6 @@ import {
   writevSync,
 } from 'node:fs'
 import { createConnection, createServer, Socket } from 'node:net'
-import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { PassThrough, Readable, Writable } from 'node:stream'
 import { setTimeout as sleep } from 'node:timers/promises'
@@ -59,7 +59,9 @@ import { promisify } from 'node:util'
 
 /** Runs the warm-up; the snapshot is taken after it has ended (and everything it opened is closed). */
 export function warmUpNodeForSnapshot(): void {
-  const dir = mkdtempSync(join(tmpdir(), 'cordon-agent-warm-up-'))
+  // Relative to the working directory (makeAgentSnapshot's temporary one):
+  // what Node keeps of the paths it was given then names no host directory.
+  const dir = mkdtempSync('cordon-agent-warm-up-')
   void (async () => {
     try {
       await useFiles(dir)
@@ -102,7 +104,8 @@ async function useFiles(dir: string): Promise<void> {
   readFileSync(path)
   statSync(path, { throwIfNoEntry: false })
   lstatSync(join(dir, 'missing'), { throwIfNoEntry: false })
-  realpathSync.native(nested)
+  // Of a path that is the same on every host (an absolute one in the snapshot reveals nothing).
+  realpathSync.native('/')
   readdirSync(dir, { withFileTypes: true })
   renameSync(join(dir, 'other'), join(nested, 'moved'))
   unlinkSync(join(nested, 'moved'))

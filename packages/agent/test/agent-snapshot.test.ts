@@ -77,12 +77,14 @@ describe("the agent's startup snapshot", () => {
     expect(await snapshotSays('--version')).toBe(direct)
   })
 
-  it('holds nothing of the environment of the process that made it', async () => {
+  it('holds nothing of the environment of the process that made it, nor where the loader and the output lie', async () => {
     const bytes = readFileSync(blob)
     expect(bytes.byteLength).toBeGreaterThan(1024 * 1024)
     expect(bytes.includes(hostSecret)).toBe(false)
     expect(bytes.includes('CORDON_TEST_HOST_SECRET')).toBe(false)
     if (process.env.HOME) expect(bytes.includes(`HOME=${process.env.HOME}`)).toBe(false)
+    // The loader was copied from `dir` and the snapshot written there: neither path is in it.
+    expect(bytes.includes(dir)).toBe(false)
   })
 
   it('makeAgentSnapshot fails, writing nothing, when the build fails', async () => {

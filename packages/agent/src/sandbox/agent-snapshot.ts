@@ -1,6 +1,6 @@
 import { execFile } from 'node:child_process'
 import { existsSync } from 'node:fs'
-import { mkdtemp, rm } from 'node:fs/promises'
+import { copyFile, mkdtemp, rm } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { promisify } from 'node:util'
@@ -19,9 +19,10 @@ const MAKE_TIMEOUT_MS = 60_000
  *
  * The snapshot is Node's heap after the loader has run through Node's
  * modules; it holds none of the agent's program, which the loader reads at
- * each start. It is built in a new temporary directory with an environment
- * of PATH alone, so nothing of this host's environment is in it; every
- * sandbox that mounts it can read it.
+ * each start. It is built in a new temporary directory, from a copy of the
+ * loader there, with an environment of PATH alone and every path named
+ * relative to that directory, so nothing of this host's environment and no
+ * path of its is in it; every sandbox that mounts it can read it.
  *
  * Node starts only from a snapshot made by the same Node binary with the
  * same V8 flags (Node's own options, such as `--v8-pool-size`, do not
@@ -51,15 +52,19 @@ export async function makeAgentSnapshot(options: {
     encoding: 'utf8' as const,
   }
   try {
+    // Relative names, in the temporary directory: Node keeps its own command
+    // line in the snapshot, and no path of this host's should be in it.
+    await copyFile(options.loader ?? agentLoaderPath(), join(dir, 'agent-loader.cjs'))
     const built = await run(
       node,
-      ['--snapshot-blob', options.out, '--build-snapshot', options.loader ?? agentLoaderPath()],
+      ['--snapshot-blob', 'agent.blob', '--build-snapshot', 'agent-loader.cjs'],
       settings,
     ).catch((error: { stderr?: string; message: string }) => {
       throw new Error(`building the agent's snapshot failed: ${error.stderr || error.message}`)
     })
-    if (!existsSync(options.out))
+    if (!existsSync(join(dir, 'agent.blob')))
       throw new Error(`building the agent's snapshot wrote nothing: ${built.stderr}`)
+    await copyFile(join(dir, 'agent.blob'), options.out)
     const checked = await run(
       node,
       [
