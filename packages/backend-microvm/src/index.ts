@@ -38,6 +38,7 @@ export type {
 export { microVMBackend } from './definition.js'
 export { removeEndedDetachedMicroVMGuests } from './detached-sweep.js'
 export { encodeEgressAllowlist } from './egress-allowlist.js'
+export { removeMicroVMGuestsOfGoneHosts } from './gone-owner-sweep.js'
 export {
   createBackend,
   createMicroVMBackend,

@@ -23,6 +23,7 @@ import {
   type CordonSandboxBackend,
   LABEL,
   newSnapshotId,
+  ownerLabels,
   parseBackendConfig,
   resolveBackendOptions,
   resolverRefusedEvent,
@@ -39,6 +40,7 @@ import type { SandboxAgentEndpoint } from './control-plane-types.js'
 import { microVMBackend } from './definition.js'
 import { removeEndedDetachedGuests, SWEEP_TIMEOUT_MS } from './detached-sweep.js'
 import { encodeEgressAllowlist } from './egress-allowlist.js'
+import { removeGuestsOfGoneOwners } from './gone-owner-sweep.js'
 import {
   decodeReconnectState,
   detachedLabels,
@@ -126,7 +128,19 @@ export function createMicroVMBackend(
     (signal) => removeEndedDetachedGuests(controlPlane, signal),
     SWEEP_TIMEOUT_MS,
   )
-  const sweepEndedDetached = (): void => detachedSweep.run()
+  /**
+   * Alongside it: deletes the guests, not detached, whose creating host
+   * process this machine can tell has ended ({@link removeGuestsOfGoneOwners}:
+   * one left paused would otherwise never end).
+   */
+  const goneOwnerSweep = backgroundSweep(
+    (signal) => removeGuestsOfGoneOwners(controlPlane, signal),
+    SWEEP_TIMEOUT_MS,
+  )
+  const sweepEndedDetached = (): void => {
+    detachedSweep.run()
+    goneOwnerSweep.run()
+  }
 
   const create = async (backendOptions: SandboxBackendOptions): Promise<AgentSandbox> => {
     const request = withEnforcedLimits(
@@ -172,8 +186,9 @@ export function createMicroVMBackend(
             agentVsockPort: vsockPort,
             agentSecret: secret,
             labels: {
-              'cordon.managed': '1',
-              'cordon.provider': context.providerId,
+              // Who created it, so that a sweep on this machine can tell once that
+              // process has ended (gone-owner-sweep.ts); managed and provider among them.
+              ...ownerLabels(context.providerId),
               'cordon.sandbox': request.id,
               ...(request.detached && request.lifetimeMs !== undefined
                 ? detachedLabels(Date.now() + request.lifetimeMs)

@@ -3,13 +3,16 @@ import { once } from 'node:events'
 import { fileURLToPath } from 'node:url'
 import { startTestOrchestrator, type TestOrchestratorStandin } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
-import { createMicroVMSandboxProvider } from '../src/index.js'
+import { createMicroVMSandboxProvider, removeMicroVMGuestsOfGoneHosts } from '../src/index.js'
 
 /**
  * A sandbox that is not detached ends with its host, as on the Docker
  * backend: the host holds its guest's agent (`hold-host`), and a guest no
  * host has held for `hostGoneGraceMs` is ended by its agent and removed by
  * the orchestrator (openapi.yaml, **Agent exit**). A detached one runs on.
+ * A paused guest's agent is frozen and cannot end it: a sweep on the
+ * machine the host ran on deletes the guests whose host has ended
+ * (gone-owner-sweep.ts).
  */
 
 const sleep = (ms: number) => new Promise((resolve) => setTimeout(resolve, ms))
@@ -53,6 +56,7 @@ async function goneWithin(
 /** Starts the creator and resolves with its two sandbox ids once it has printed them. */
 async function startCreator(
   standin: TestOrchestratorStandin,
+  options: { pauseAttached?: boolean } = {},
 ): Promise<{ child: ChildProcess; attached: string; detached: string }> {
   const child = spawn(process.execPath, [creator], {
     env: {
@@ -60,6 +64,7 @@ async function startCreator(
       CORDON_TEST_ENDPOINT: standin.backendConfig().orchestratorEndpoint,
       CORDON_TEST_TOKEN: standin.token,
       CORDON_TEST_GRACE_MS: String(GRACE_MS),
+      CORDON_TEST_PAUSE: options.pauseAttached ? '1' : '0',
     },
     stdio: ['ignore', 'pipe', 'pipe'],
   })
@@ -103,6 +108,64 @@ describe('a host that is killed, on the orchestrator stand-in', () => {
       expect(await goneWithin(standin, attached, GRACE_MS + REMOVAL_MARGIN_MS)).toBe(true)
       // The detached one is its lifetime's (180 s), not its creator's.
       expect(await guestExists(standin, detached)).toBe(true)
+    } finally {
+      child.kill('SIGKILL')
+      await deleteGuest(standin, attached)
+      await deleteGuest(standin, detached)
+    }
+  })
+
+  it("a host killed while its sandbox is paused leaves a frozen guest, which a sweep on this machine deletes; a live host's paused guest and a detached one are kept", async () => {
+    const { child, attached, detached } = await startCreator(standin, { pauseAttached: true })
+    const provider = createMicroVMSandboxProvider({
+      backend: { ...standin.backendConfig(), hostGoneGraceMs: GRACE_MS },
+      credentialStore: false,
+    })
+    try {
+      const own = await provider.create({ lifetimeMs: 180_000 })
+      await own.pause()
+      child.kill('SIGKILL')
+      await once(child, 'exit')
+      // Its agent is frozen, so it cannot end itself, and paused time does not count.
+      await sleep(GRACE_MS * 3)
+      expect(await guestExists(standin, attached)).toBe(true)
+      const sweep = () => removeMicroVMGuestsOfGoneHosts(standin.backendConfig())
+      expect(
+        await removeMicroVMGuestsOfGoneHosts(standin.backendConfig(), { dryRun: true }),
+      ).toEqual([attached])
+      expect(await guestExists(standin, attached)).toBe(true)
+      expect(await sweep()).toEqual([attached])
+      expect(await guestExists(standin, attached)).toBe(false)
+      expect(await guestExists(standin, own.id)).toBe(true)
+      expect(await guestExists(standin, detached)).toBe(true)
+      expect(await sweep()).toEqual([])
+      await own.resume()
+      expect((await own.exec('echo', ['still here'])).stdout).toBe('still here\n')
+      await own.destroy()
+    } finally {
+      child.kill('SIGKILL')
+      await provider.close()
+      await deleteGuest(standin, attached)
+      await deleteGuest(standin, detached)
+    }
+  })
+
+  it("a provider's first create, connect or list runs that sweep in the background", async () => {
+    const { child, attached, detached } = await startCreator(standin, { pauseAttached: true })
+    try {
+      child.kill('SIGKILL')
+      await once(child, 'exit')
+      const provider = createMicroVMSandboxProvider({
+        backend: standin.backendConfig(),
+        credentialStore: false,
+      })
+      try {
+        await provider.list()
+        expect(await goneWithin(standin, attached, REMOVAL_MARGIN_MS)).toBe(true)
+        expect(await guestExists(standin, detached)).toBe(true)
+      } finally {
+        await provider.close()
+      }
     } finally {
       child.kill('SIGKILL')
       await deleteGuest(standin, attached)

@@ -45,6 +45,8 @@ async function detachedFromAnotherProcess(options: {
   store: string
   lifetimeMs: number
   pause?: boolean
+  /** Not detached: the process exits without closing its provider, as a host that dies. */
+  attached?: boolean
 }): Promise<{ id: string; endsAt: number }> {
   const { stdout } = await runNode(process.execPath, [creator], {
     env: {
@@ -55,6 +57,7 @@ async function detachedFromAnotherProcess(options: {
       CORDON_TEST_STORE: options.store,
       CORDON_TEST_LIFETIME_MS: String(options.lifetimeMs),
       CORDON_TEST_PAUSE: options.pause ? '1' : '0',
+      CORDON_TEST_ATTACHED: options.attached ? '1' : '0',
     },
     timeout: 120_000,
   })
@@ -159,6 +162,39 @@ describe('cordon gc --microvm, against the orchestrator stand-in', () => {
       } finally {
         await provider.close()
       }
+    }
+  }, 240_000)
+
+  it('removes a guest, not detached, whose host process on this machine has ended (left paused, its agent frozen); --dry-run removes nothing', async () => {
+    const { getToken: _, ...backend } = standin.backendConfig()
+    const made = { backend, tokenField: 'getToken', token: standin.token, store }
+    const orphan = await detachedFromAnotherProcess({
+      ...made,
+      lifetimeMs: 180_000,
+      pause: true,
+      attached: true,
+    })
+    try {
+      expect(await guestState(orphan.id)).toBe('paused')
+      const env = { ...NO_ENGINE, CORDON_ORCHESTRATOR_TOKEN: standin.token }
+      const where = `cordon gc (microvm ${standin.backendConfig().orchestratorEndpoint})`
+      const dry = await cordon(['gc', '--dry-run', '--microvm', config], env)
+      expect(dry.code, dry.stderr).toBe(0)
+      expect(dry.stdout).toContain(
+        `${where}: would remove 1 guests whose host process on this machine has ended: ${orphan.id}\n`,
+      )
+      expect(await guestState(orphan.id)).toBe('paused')
+      const real = await cordon(['gc', '--microvm', config], env)
+      expect(real.code, real.stderr).toBe(0)
+      expect(real.stdout).toContain(
+        `${where}: removed 1 guests whose host process on this machine has ended: ${orphan.id}\n`,
+      )
+      expect(await guestState(orphan.id)).toBeUndefined()
+    } finally {
+      await fetch(`${standin.backendConfig().orchestratorEndpoint}/v1/sandboxes/${orphan.id}`, {
+        method: 'DELETE',
+        headers: { authorization: `Bearer ${standin.token}` },
+      })
     }
   }, 240_000)
 

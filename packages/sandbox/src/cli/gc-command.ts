@@ -65,9 +65,10 @@ the backend config's fields but its token function (tier and runtime or
 service may be left out), and gc removes there, and nothing else: the
 detached sandboxes whose end time has passed (ACI: the container groups of
 the config's resource group, stopped ones too; microVM: the control plane's
-guests, paused ones too), and on the microVM control plane cordon's
-snapshots older than --snapshot-retention (default the config's
-snapshotRetentionMs, else 7d). The token comes from the environment:
+guests, paused ones too), on the microVM control plane the guests, not
+detached, whose creating host process ran on this machine and has ended
+(paused ones too), and there cordon's snapshots older than
+--snapshot-retention (default the config's snapshotRetentionMs, else 7d). The token comes from the environment:
 CORDON_ARM_TOKEN (Azure Resource Manager) for --aci,
 CORDON_ORCHESTRATOR_TOKEN (the control plane) for --microvm. Each flag may
 be given more than once. With either, the Docker Engine is swept too when

@@ -99,6 +99,10 @@ export const MICROVM_GC: RemoteGcBackend<MicroVMBackendConfig> = {
   sweeps: [
     { name: 'removeEndedDetachedMicroVMGuests', removes: 'detached guests past their end time' },
     {
+      name: 'removeMicroVMGuestsOfGoneHosts',
+      removes: 'guests whose host process on this machine has ended',
+    },
+    {
       name: 'removeExpiredMicroVMSnapshots',
       removes: 'snapshots past their retention',
       options: ({ snapshotRetentionMs }) =>
