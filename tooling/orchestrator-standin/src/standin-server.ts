@@ -625,5 +625,10 @@ function labelFilter(url: URL): Array<readonly [string, string]> {
  */
 function withoutLifetime(labels: Readonly<Record<string, string>>): Record<string, string> {
   const { 'cordon.detached': _detached, 'cordon.expires': _expires, ...kept } = labels
-  return kept
+  // Its creator's owner labels too: whether a guest outlives its creator is
+  // the orchestrator's and the microVM backend's to judge (its
+  // gone-owner-sweep.ts), not a Docker gc's that finds the guest's container.
+  return Object.fromEntries(
+    Object.entries(kept).filter(([key]) => !key.startsWith('cordon.owner.')),
+  )
 }
