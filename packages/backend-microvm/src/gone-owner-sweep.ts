@@ -34,15 +34,18 @@ export async function removeGuestsOfGoneOwners(
   dryRun = false,
 ): Promise<string[]> {
   const guests = await controlPlane.listSandboxes({ [LABEL.managed]: '1' }, signal)
-  const orphaned = guests.filter(
-    (guest) => guest.labels[LABEL.detached] !== '1' && judgeOwner(guest.labels).state === 'gone',
-  )
+  const orphaned = guests.filter(ownerIsGone)
   if (dryRun) return orphaned.map((guest) => guest.sandboxId)
   return removeEach(
     orphaned,
     (guest) => guest.sandboxId,
     (guest) => controlPlane.deleteSandbox(guest.sandboxId, signal),
   )
+}
+
+/** A guest, not detached, whose creating process this machine can tell has ended. */
+export function ownerIsGone(guest: { readonly labels: Readonly<Record<string, string>> }): boolean {
+  return guest.labels[LABEL.detached] !== '1' && judgeOwner(guest.labels).state === 'gone'
 }
 
 /**

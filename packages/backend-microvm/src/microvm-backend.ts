@@ -34,13 +34,13 @@ import {
   type SandboxListing,
   withEnforcedLimits,
 } from '@cordon/core/backend'
+import { removeAbandonedGuests } from './abandoned-guests.js'
 import { requireAgentOutOfReach } from './agent-reach-check.js'
 import { BACKEND_NAME, controlPlaneFor } from './control-plane-client.js'
 import type { SandboxAgentEndpoint } from './control-plane-types.js'
 import { microVMBackend } from './definition.js'
-import { removeEndedDetachedGuests, SWEEP_TIMEOUT_MS } from './detached-sweep.js'
+import { SWEEP_TIMEOUT_MS } from './detached-sweep.js'
 import { encodeEgressAllowlist } from './egress-allowlist.js'
-import { removeGuestsOfGoneOwners } from './gone-owner-sweep.js'
 import {
   decodeReconnectState,
   detachedLabels,
@@ -121,26 +121,16 @@ export function createMicroVMBackend(
   /**
    * In the background of the backend's first create, connect or list (and
    * of the next one after a sweep that failed): deletes the detached guests
-   * past their end time ({@link removeEndedDetachedGuests}; what `cordon gc
-   * --microvm` runs too).
+   * past their end time and the guests, not detached, whose creating host
+   * process this machine can tell has ended (one left paused would otherwise
+   * never end): {@link removeAbandonedGuests}; what `cordon gc --microvm`
+   * runs too, as two sweeps.
    */
-  const detachedSweep = backgroundSweep(
-    (signal) => removeEndedDetachedGuests(controlPlane, signal),
+  const guestSweep = backgroundSweep(
+    (signal) => removeAbandonedGuests(controlPlane, signal),
     SWEEP_TIMEOUT_MS,
   )
-  /**
-   * Alongside it: deletes the guests, not detached, whose creating host
-   * process this machine can tell has ended ({@link removeGuestsOfGoneOwners}:
-   * one left paused would otherwise never end).
-   */
-  const goneOwnerSweep = backgroundSweep(
-    (signal) => removeGuestsOfGoneOwners(controlPlane, signal),
-    SWEEP_TIMEOUT_MS,
-  )
-  const sweepEndedDetached = (): void => {
-    detachedSweep.run()
-    goneOwnerSweep.run()
-  }
+  const sweepAbandonedGuests = (): void => guestSweep.run()
 
   const create = async (backendOptions: SandboxBackendOptions): Promise<AgentSandbox> => {
     const request = withEnforcedLimits(
@@ -148,7 +138,7 @@ export function createMicroVMBackend(
     )
     // In the background: an orchestrator that is slow or down must not hold up (or fail) the create.
     retentionSweep.run()
-    sweepEndedDetached()
+    sweepAbandonedGuests()
     return runCreateSequence(
       {
         sandboxId: request.id,
@@ -360,7 +350,7 @@ export function createMicroVMBackend(
   ): Promise<ConnectedBackendSandbox> => {
     const id = request.sandboxId
     const state = decodeReconnectState(request.secret, id)
-    sweepEndedDetached()
+    sweepAbandonedGuests()
     const signal = request.signal ?? AbortSignal.timeout(readyTimeoutMs)
     const guest = await controlPlane.describeSandbox(id, signal)
     if (guest?.labels[LABEL.managed] !== '1' || guest.labels[LABEL.sandbox] !== id)
@@ -419,7 +409,7 @@ export function createMicroVMBackend(
   const list = async (listOptions: {
     readonly signal?: AbortSignal
   }): Promise<readonly SandboxListing[]> => {
-    sweepEndedDetached()
+    sweepAbandonedGuests()
     const guests = await controlPlane.listSandboxes({ [LABEL.managed]: '1' }, listOptions.signal)
     return guests.flatMap((guest) => listingOf(guest, context.providerId))
   }
@@ -432,7 +422,7 @@ export function createMicroVMBackend(
     list,
     snapshots,
     async close() {
-      await Promise.all([detachedSweep.stop(), retentionSweep.stop()])
+      await Promise.all([guestSweep.stop(), retentionSweep.stop()])
       await controlPlane.close()
     },
   }
