@@ -1,5 +1,11 @@
 import type { MicroVMBackendConfig } from '@cordon/builtin-backends'
-import { judgeOwner, LABEL, parseBackendConfig, removeEach } from '@cordon/core/backend'
+import {
+  judgeOwner,
+  LABEL,
+  ownerLabels,
+  parseBackendConfig,
+  removeEach,
+} from '@cordon/core/backend'
 import { type ControlPlaneClient, controlPlaneFor } from './control-plane-client.js'
 import { microVMBackend } from './definition.js'
 import { SWEEP_TIMEOUT_MS } from './detached-sweep.js'
@@ -33,7 +39,14 @@ export async function removeGuestsOfGoneOwners(
   signal: AbortSignal,
   dryRun = false,
 ): Promise<string[]> {
-  const guests = await controlPlane.listSandboxes({ [LABEL.managed]: '1' }, signal)
+  // Only a guest made on this boot of this machine can be judged here: asked
+  // for by the boot id its owner labels record (as this process's own would).
+  const boot = ownerLabels('gone-owner-sweep')[LABEL.ownerBoot]
+  if (boot === undefined || boot === 'unknown') return []
+  const guests = await controlPlane.listSandboxes(
+    { [LABEL.managed]: '1', [LABEL.ownerBoot]: boot },
+    signal,
+  )
   const orphaned = guests.filter(ownerIsGone)
   if (dryRun) return orphaned.map((guest) => guest.sandboxId)
   return removeEach(
@@ -44,7 +57,7 @@ export async function removeGuestsOfGoneOwners(
 }
 
 /** A guest, not detached, whose creating process this machine can tell has ended. */
-export function ownerIsGone(guest: { readonly labels: Readonly<Record<string, string>> }): boolean {
+function ownerIsGone(guest: { readonly labels: Readonly<Record<string, string>> }): boolean {
   return guest.labels[LABEL.detached] !== '1' && judgeOwner(guest.labels).state === 'gone'
 }
 

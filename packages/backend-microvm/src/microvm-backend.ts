@@ -34,13 +34,13 @@ import {
   type SandboxListing,
   withEnforcedLimits,
 } from '@cordon/core/backend'
-import { removeAbandonedGuests } from './abandoned-guests.js'
 import { requireAgentOutOfReach } from './agent-reach-check.js'
 import { BACKEND_NAME, controlPlaneFor } from './control-plane-client.js'
 import type { SandboxAgentEndpoint } from './control-plane-types.js'
 import { microVMBackend } from './definition.js'
-import { SWEEP_TIMEOUT_MS } from './detached-sweep.js'
+import { removeEndedDetachedGuests, SWEEP_TIMEOUT_MS } from './detached-sweep.js'
 import { encodeEgressAllowlist } from './egress-allowlist.js'
+import { removeGuestsOfGoneOwners } from './gone-owner-sweep.js'
 import {
   decodeReconnectState,
   detachedLabels,
@@ -121,16 +121,23 @@ export function createMicroVMBackend(
   /**
    * In the background of the backend's first create, connect or list (and
    * of the next one after a sweep that failed): deletes the detached guests
-   * past their end time and the guests, not detached, whose creating host
-   * process this machine can tell has ended (one left paused would otherwise
-   * never end): {@link removeAbandonedGuests}; what `cordon gc --microvm`
-   * runs too, as two sweeps.
+   * past their end time ({@link removeEndedDetachedGuests}) and the guests,
+   * not detached, whose creating host process this machine can tell has
+   * ended ({@link removeGuestsOfGoneOwners}: one left paused would otherwise
+   * never end); what `cordon gc --microvm` runs too.
    */
-  const guestSweep = backgroundSweep(
-    (signal) => removeAbandonedGuests(controlPlane, signal),
+  const detachedSweep = backgroundSweep(
+    (signal) => removeEndedDetachedGuests(controlPlane, signal),
     SWEEP_TIMEOUT_MS,
   )
-  const sweepAbandonedGuests = (): void => guestSweep.run()
+  const goneOwnerSweep = backgroundSweep(
+    (signal) => removeGuestsOfGoneOwners(controlPlane, signal),
+    SWEEP_TIMEOUT_MS,
+  )
+  const sweepAbandonedGuests = (): void => {
+    detachedSweep.run()
+    goneOwnerSweep.run()
+  }
 
   const create = async (backendOptions: SandboxBackendOptions): Promise<AgentSandbox> => {
     const request = withEnforcedLimits(
@@ -422,7 +429,7 @@ export function createMicroVMBackend(
     list,
     snapshots,
     async close() {
-      await Promise.all([guestSweep.stop(), retentionSweep.stop()])
+      await Promise.all([detachedSweep.stop(), goneOwnerSweep.stop(), retentionSweep.stop()])
       await controlPlane.close()
     },
   }

@@ -78,9 +78,10 @@ describe('control plane through the orchestrator stand-in', () => {
     try {
       const wanted = request({ env: { FROM_HOST: 'yes' } })
       const sandbox = await backend.create(wanted)
-      // Three calls: a backend's first create lists its snapshots for the
-      // retention sweep and its detached guests for theirs, then creates the guest.
-      expect(tokenCalls).toBe(3)
+      // Four calls: a backend's first create lists its snapshots for the
+      // retention sweep, its detached guests for theirs and this machine's
+      // guests for the sweep of gone hosts' (gone-owner-sweep.ts), then creates the guest.
+      expect(tokenCalls).toBe(4)
       expect(sandbox.status).toBe('ready')
       expect(await containersOf(wanted.id)).toBe(1)
       // Commands run under the guest's own uid, not the agent's (README: guest requirements).
@@ -89,7 +90,7 @@ describe('control plane through the orchestrator stand-in', () => {
       )
       await sandbox.destroy()
       await sandbox.destroy()
-      expect(tokenCalls).toBe(4)
+      expect(tokenCalls).toBe(5)
       expect(await containersOf(wanted.id)).toBe(0)
       expect(
         SandboxDestroyedError.isInstance(
