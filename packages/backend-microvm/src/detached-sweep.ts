@@ -1,11 +1,8 @@
 import type { MicroVMBackendConfig } from '@cordon/builtin-backends'
-import { LABEL, parseBackendConfig, removeEach } from '@cordon/core/backend'
-import { type ControlPlaneClient, controlPlaneFor } from './control-plane-client.js'
-import { microVMBackend } from './definition.js'
+import { LABEL, removeEach } from '@cordon/core/backend'
+import { type GuestSweepOptions, runConfiguredSweep } from './configured-sweep.js'
+import type { ControlPlaneClient } from './control-plane-client.js'
 import { hasPassedEndTime } from './reconnect-state.js'
-
-/** How long a sweep of ended detached guests may take when the caller gives no signal. */
-export const SWEEP_TIMEOUT_MS = 60_000
 
 /**
  * Deletes every detached guest of cordon's on the control plane whose end
@@ -44,19 +41,9 @@ export async function removeEndedDetachedGuests(
  * Each backend also runs it once, in the background, when it first creates,
  * connects or lists. Nothing else is touched.
  */
-export async function removeEndedDetachedMicroVMGuests(
+export function removeEndedDetachedMicroVMGuests(
   input: MicroVMBackendConfig,
-  options: { readonly signal?: AbortSignal; readonly dryRun?: boolean } = {},
+  options: GuestSweepOptions = {},
 ): Promise<string[]> {
-  const config = parseBackendConfig(microVMBackend, input)
-  const controlPlane = controlPlaneFor(config)
-  try {
-    return await removeEndedDetachedGuests(
-      controlPlane,
-      options.signal ?? AbortSignal.timeout(SWEEP_TIMEOUT_MS),
-      options.dryRun === true,
-    )
-  } finally {
-    await controlPlane.close()
-  }
+  return runConfiguredSweep(input, options, removeEndedDetachedGuests)
 }

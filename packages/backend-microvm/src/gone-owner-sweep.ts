@@ -1,14 +1,7 @@
 import type { MicroVMBackendConfig } from '@cordon/builtin-backends'
-import {
-  judgeOwner,
-  LABEL,
-  ownerLabels,
-  parseBackendConfig,
-  removeEach,
-} from '@cordon/core/backend'
-import { type ControlPlaneClient, controlPlaneFor } from './control-plane-client.js'
-import { microVMBackend } from './definition.js'
-import { SWEEP_TIMEOUT_MS } from './detached-sweep.js'
+import { judgeOwner, LABEL, ownerLabels, removeEach } from '@cordon/core/backend'
+import { type GuestSweepOptions, runConfiguredSweep } from './configured-sweep.js'
+import type { ControlPlaneClient } from './control-plane-client.js'
 
 /**
  * Deletes every guest of cordon's on the control plane that is not detached
@@ -68,19 +61,9 @@ function ownerIsGone(guest: { readonly labels: Readonly<Record<string, string>> 
  * configured control plane. Each backend also runs it once, in the
  * background, when it first creates, connects or lists.
  */
-export async function removeMicroVMGuestsOfGoneHosts(
+export function removeMicroVMGuestsOfGoneHosts(
   input: MicroVMBackendConfig,
-  options: { readonly signal?: AbortSignal; readonly dryRun?: boolean } = {},
+  options: GuestSweepOptions = {},
 ): Promise<string[]> {
-  const config = parseBackendConfig(microVMBackend, input)
-  const controlPlane = controlPlaneFor(config)
-  try {
-    return await removeGuestsOfGoneOwners(
-      controlPlane,
-      options.signal ?? AbortSignal.timeout(SWEEP_TIMEOUT_MS),
-      options.dryRun === true,
-    )
-  } finally {
-    await controlPlane.close()
-  }
+  return runConfiguredSweep(input, options, removeGuestsOfGoneOwners)
 }

@@ -35,10 +35,11 @@ import {
   withEnforcedLimits,
 } from '@cordon/core/backend'
 import { requireAgentOutOfReach } from './agent-reach-check.js'
+import { SWEEP_TIMEOUT_MS } from './configured-sweep.js'
 import { BACKEND_NAME, controlPlaneFor } from './control-plane-client.js'
 import type { SandboxAgentEndpoint } from './control-plane-types.js'
 import { microVMBackend } from './definition.js'
-import { removeEndedDetachedGuests, SWEEP_TIMEOUT_MS } from './detached-sweep.js'
+import { removeEndedDetachedGuests } from './detached-sweep.js'
 import { encodeEgressAllowlist } from './egress-allowlist.js'
 import { removeGuestsOfGoneOwners } from './gone-owner-sweep.js'
 import {
