@@ -14,6 +14,11 @@ import {
 
 /** The bundled program, exactly what guests run. Built by `pnpm build`. */
 export const AGENT_PROGRAM = fileURLToPath(new URL('../dist/cordon-agent.mjs', import.meta.url))
+/** The same program as CommonJS, and the loader that starts it from a code cache or a snapshot. */
+export const AGENT_CJS_PROGRAM = fileURLToPath(new URL('../dist/cordon-agent.cjs', import.meta.url))
+export const AGENT_LOADER = fileURLToPath(
+  new URL('../dist/cordon-agent-loader.cjs', import.meta.url),
+)
 
 /** cordon-launcher for this machine, built by `pnpm build` (scripts/build-launcher.mjs). */
 export const LAUNCHER_PROGRAM = fileURLToPath(

@@ -11,16 +11,17 @@ import { readFileSync } from 'node:fs'
 import { copyFile, mkdtemp, rm, stat, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { makeAgentCodeCache, makeAgentSnapshot } from '../src/sandbox/index.js'
-import { LAUNCHER_PROGRAM } from './agent-harness.js'
+import {
+  LAUNCHER_PROGRAM,
+  AGENT_LOADER as LOADER,
+  AGENT_CJS_PROGRAM as PROGRAM,
+} from './agent-harness.js'
 import { startStdioAgent } from './stdio-agent.js'
 
 const run = promisify(execFile)
-const PROGRAM = fileURLToPath(new URL('../dist/cordon-agent.cjs', import.meta.url))
-const LOADER = fileURLToPath(new URL('../dist/cordon-agent-loader.cjs', import.meta.url))
 
 let dir: string
 /** As a guest holds them: `<dir>/agent.cjs`, `<dir>/agent-loader.cjs` and `<dir>/agent.blob`. */

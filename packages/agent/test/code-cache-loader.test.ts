@@ -9,17 +9,18 @@ import { readFileSync } from 'node:fs'
 import { chmod, copyFile, mkdir, mkdtemp, rm, stat, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { fileURLToPath } from 'node:url'
 import { promisify } from 'node:util'
 import { Script } from 'node:vm'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
 import { makeAgentCodeCache } from '../src/sandbox/index.js'
-import { LAUNCHER_PROGRAM } from './agent-harness.js'
+import {
+  LAUNCHER_PROGRAM,
+  AGENT_LOADER as LOADER,
+  AGENT_CJS_PROGRAM as PROGRAM,
+} from './agent-harness.js'
 import { startStdioAgent } from './stdio-agent.js'
 
 const run = promisify(execFile)
-const PROGRAM = fileURLToPath(new URL('../dist/cordon-agent.cjs', import.meta.url))
-const LOADER = fileURLToPath(new URL('../dist/cordon-agent-loader.cjs', import.meta.url))
 
 let dir: string
 /** The program copied with its loader, as a guest holds them: `<dir>/agent.cjs` and `<dir>/agent-loader.cjs`. */

@@ -27,8 +27,8 @@ const MAKE_TIMEOUT_MS = 60_000
  * Node starts only from a snapshot made by the same Node binary with the
  * same V8 flags (Node's own options, such as `--v8-pool-size`, do not
  * count), and refuses to start otherwise: use `nodePath`'s binary in the
- * guest. Before resolving, the snapshot is started once and must run the
- * program (`--version`). Rejects if the build or that check fails or takes
+ * guest. Before resolving, the snapshot is started once with the program,
+ * which must say it started from it (`--startup-snapshot`). Rejects if the build or that check fails or takes
  * longer than 60 s.
  */
 export async function makeAgentSnapshot(options: {
