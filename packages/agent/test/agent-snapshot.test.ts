@@ -73,6 +73,26 @@ describe("the agent's startup snapshot", () => {
     )
   })
 
+  it('Node refuses it under other V8 flags, and takes it with Node options such as --v8-pool-size', async () => {
+    const refused = await run(process.execPath, [
+      '--no-opt',
+      '--snapshot-blob',
+      blob,
+      program,
+      '--version',
+    ]).catch((error: { code?: number; stderr?: string }) => error)
+    expect(refused).toMatchObject({ code: expect.any(Number) })
+    expect((refused as { stderr: string }).stderr).toMatch(/snapshot/i)
+    const taken = await run(process.execPath, [
+      '--v8-pool-size=1',
+      '--snapshot-blob',
+      blob,
+      program,
+      '--startup-snapshot',
+    ])
+    expect(taken.stdout).toBe('yes\n')
+  })
+
   it('the program sees its own arguments, as it does started directly', async () => {
     const direct = (await run(process.execPath, [program, '--version'])).stdout.trim()
     expect(await snapshotSays('--version')).toBe(direct)
