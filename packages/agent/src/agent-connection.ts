@@ -1,4 +1,5 @@
 import type { Socket } from 'node:net'
+import { dirname } from 'node:path'
 import type { Duplex } from 'node:stream'
 import type { AgentConfig } from './agent-config.js'
 import { type CodeCacheUse, codeCacheUse } from './code-cache-use.js'
@@ -74,6 +75,15 @@ export const ALL_OPERATIONS: ReadonlySet<AgentOperation> = new Set<AgentOperatio
   'list-processes',
   'attach',
 ])
+
+/**
+ * Where the host may stage pieces of an upload (staged-pieces.ts): the
+ * host-backed socket's directory, the one place both the host and this agent
+ * reach and the sandbox's user does not.
+ */
+function uploadStage(config: AgentConfig): string | undefined {
+  return config.hostSocket === undefined ? undefined : dirname(config.hostSocket)
+}
 
 export interface ConnectionContext {
   readonly config: AgentConfig
@@ -304,7 +314,7 @@ export async function serveConnection(
         await serveReadFile(connection, request, context.jail)
         break
       case 'write-file':
-        await serveWriteFile(connection, request, context.jail)
+        await serveWriteFile(connection, request, context.jail, uploadStage(context.config))
         break
       case 'write-files':
         await serveWriteFiles(connection, context.jail)

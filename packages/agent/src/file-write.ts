@@ -18,6 +18,7 @@ import type { PathJail } from './path-jail.js'
 import type { FramedConnection } from './protocol/framed-connection.js'
 import { parseClientMessage, type WriteFileRequest } from './protocol/messages.js'
 import { randomBytes } from './random-bytes.js'
+import { PIECE_READ_BYTES, takeStagedPiece } from './staged-pieces.js'
 
 /**
  * A file being received, made as the sandbox's user: a temporary file beside
@@ -328,14 +329,21 @@ function abandonUpload(jail: PathJail, upload: Upload): void {
  * a temporary file beside the target, which replaces the target only after
  * the end frame arrived and (with a declared size) the byte count matched. A
  * failed or abandoned upload leaves the old file untouched.
+ *
+ * With a `stage` (a gVisor sandbox's host-backed directory, staged-pieces.ts)
+ * the host may hand over pieces as files there instead (`staged`), in order
+ * with the data frames; each is answered with `staged-taken`, which is what
+ * lets the host stage the next without filling the stage.
  */
 export async function serveWriteFile(
   connection: FramedConnection,
   request: WriteFileRequest,
   jail: PathJail,
+  stage?: string,
 ): Promise<void> {
   const upload = openUpload(jail, request.path, request.mode)
   const writes = new GatheredWrites(upload)
+  let pieceBuffer: Buffer | undefined
   try {
     await connection.send({ type: 'write-ready' })
     let received = 0
@@ -360,6 +368,23 @@ export async function serveWriteFile(
         continue
       }
       const message = parseClientMessage(frame.message)
+      if (message.type === 'staged') {
+        if (stage === undefined)
+          throw new AgentOperationError('bad-request', 'this agent has no stage for pieces')
+        received += message.bytes
+        if (request.size !== undefined && received > request.size) {
+          throw new AgentOperationError(
+            'size-mismatch',
+            `received more than the declared ${request.size} bytes`,
+          )
+        }
+        // The frames before it first: the file's bytes stay in order.
+        writes.flush()
+        pieceBuffer ??= Buffer.allocUnsafeSlow(PIECE_READ_BYTES)
+        takeStagedPiece(stage, message.name, message.bytes, upload.fd, pieceBuffer)
+        await connection.send({ type: 'staged-taken' })
+        continue
+      }
       if (message.type !== 'end')
         throw new AgentOperationError(
           'bad-request',

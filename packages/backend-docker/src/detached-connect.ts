@@ -249,6 +249,8 @@ export async function connectDetached(
       }
       return (await relay.channel()).open({ kind })
     },
+    // Under gVisor, uploads hand the agent pieces as files beside its host-backed socket.
+    uploadStage: () => direct?.stage,
     onSpare: (stream, spare) => {
       if (stream instanceof Socket) {
         if (spare) stream.unref()

@@ -13,6 +13,7 @@ import { RESTORED_MARKER } from '@cordon/agent/protocol'
 import { RetryableDialError } from '@cordon/agent/sandbox'
 import type { ContainerBackendConfig } from '@cordon/builtin-backends'
 import type Docker from 'dockerode'
+import { HostUploadStage, STAGE_ROOM_BYTES } from './upload-stage.js'
 
 /**
  * The direct channel: a unix socket the agent listens on inside the
@@ -109,11 +110,16 @@ export function wantsHostSocket(options: {
   )
 }
 
+/** What a socket's directory needs for the socket and the restore's marker. */
+const SOCKET_ROOM_BYTES = 65536
+
 /**
  * The host-backed socket's directory: an anonymous volume of the engine's
  * local driver, a tmpfs root's with mode 0700 (as the direct socket's), so
  * the engine removes it with its container; labelled as cordon's, so that
- * `cordon gc` finds one an engine left behind.
+ * `cordon gc` finds one an engine left behind. Beside the socket it is the
+ * stage of uploads' pieces (upload-stage.ts): {@link STAGE_ROOM_BYTES} of
+ * the host's memory at most, taken only while pieces wait.
  */
 export function hostSocketMount(labels: Record<string, string>): Docker.MountSettings {
   return {
@@ -129,7 +135,7 @@ export function hostSocketMount(labels: Record<string, string>): Docker.MountSet
         Options: {
           type: 'tmpfs',
           device: 'tmpfs',
-          o: 'size=65536,mode=0700,nosuid,nodev,noexec',
+          o: `size=${SOCKET_ROOM_BYTES + STAGE_ROOM_BYTES},mode=0700,nosuid,nodev,noexec`,
         },
       },
     },
@@ -138,7 +144,7 @@ export function hostSocketMount(labels: Record<string, string>): Docker.MountSet
 
 /** The tmpfs that holds the socket: root's, mode 0700, tiny, nothing executable. */
 export function directSocketTmpfs(): Record<string, string> {
-  return { [DIRECT_SOCKET_DIR]: 'rw,nosuid,nodev,noexec,size=65536,mode=0700' }
+  return { [DIRECT_SOCKET_DIR]: `rw,nosuid,nodev,noexec,size=${SOCKET_ROOM_BYTES},mode=0700` }
 }
 
 /** Not followed at the last component: a link there is refused (ELOOP), not resolved. */
@@ -198,6 +204,14 @@ export class DirectRoute {
       await new Promise((resolve) => setTimeout(resolve, LISTENER_POLL_MS))
     }
     return undefined
+  }
+
+  /**
+   * Where uploads may stage pieces (upload-stage.ts): the host-backed
+   * socket's directory once it is found, whichever way the stream goes.
+   */
+  uploadStage(): HostUploadStage | undefined {
+    return this.closed ? undefined : this.socket?.stage
   }
 
   /**
@@ -266,6 +280,8 @@ export class DirectSocket {
     private readonly rootFd: number,
     /** The socket's path from there. */
     private readonly socketPath: string = DIRECT_SOCKET_PATH,
+    /** For the host-backed socket: its directory as the stage of uploads' pieces. */
+    readonly stage?: HostUploadStage,
   ) {}
 
   /**
@@ -290,7 +306,11 @@ export class DirectSocket {
         closeSync(dirFd)
         return undefined
       }
-      return new DirectSocket(dirFd, `/${HOST_SOCKET_PATH.split('/').pop()}`)
+      return new DirectSocket(
+        dirFd,
+        `/${HOST_SOCKET_PATH.split('/').pop()}`,
+        HostUploadStage.of(dirFd),
+      )
     } catch {
       if (dirFd !== undefined) closeSync(dirFd)
       return undefined
@@ -367,6 +387,7 @@ export class DirectSocket {
   }
 
   close(): void {
+    this.stage?.close()
     try {
       closeSync(this.rootFd)
     } catch {

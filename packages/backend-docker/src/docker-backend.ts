@@ -703,6 +703,8 @@ export class DockerBackend implements CordonSandboxBackend {
               throw error
             }
           },
+          // Under gVisor, uploads hand the agent pieces as files beside its host-backed socket.
+          uploadStage: () => direct?.uploadStage(),
           onSpare: (stream, spare) => {
             // A waiting spare keeps no host process alive, whichever way it goes.
             if (stream instanceof Socket) {

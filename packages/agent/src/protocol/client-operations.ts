@@ -285,14 +285,22 @@ export async function requestSignalMarked(
  * Waits for the agent's `write-ready`, then listens for its next message
  * while the caller sends: the agent only speaks again to finish or to refuse,
  * so an early refusal (a path it may not write, a full disk, a size exceeded)
- * stops the upload.
+ * stops the upload. The one exception, `staged-taken` (the agent has a
+ * staged piece, see {@link UploadStage}), is handed to `onTaken`.
  */
 async function uploadReply(
   connection: FramedConnection,
+  onTaken?: () => void,
 ): Promise<{ readonly message: Promise<AgentMessage>; arrived(): boolean }> {
   const ready = await nextMessage(connection)
   if (ready.type !== 'write-ready') throw remoteOrUnexpected(ready, 'write-ready')
-  const message = nextMessage(connection)
+  const message = (async () => {
+    for (;;) {
+      const next = await nextMessage(connection)
+      if (next.type !== 'staged-taken' || !onTaken) return next
+      onTaken()
+    }
+  })()
   let settled = false
   message.then(
     () => {
@@ -304,6 +312,38 @@ async function uploadReply(
   )
   return { message, arrived: () => settled }
 }
+
+/**
+ * Where a host can hand an agent pieces of an upload as files rather than
+ * as bytes on the connection: a directory both reach and the sandbox's user
+ * does not (a gVisor sandbox's host-backed socket directory; the agent's
+ * staged-pieces.ts says why it is faster there). Offered by a backend
+ * through `AgentClientOptions.uploadStage`.
+ */
+export interface UploadStage {
+  /**
+   * Writes `pieces` (`bytes` in all) to a new file in the stage and returns
+   * its name (32 lowercase hex digits and `.upload`: `STAGED_NAME`), or
+   * undefined when the stage has no room now: the bytes then go over the
+   * connection.
+   */
+  put(pieces: readonly Uint8Array[], bytes: number): Promise<string | undefined>
+  /** Removes a piece the agent did not take (the upload ended first). Never throws. */
+  discard(name: string): void
+}
+
+/** Bytes of a staged piece: read by the agent in one read (its PIECE_READ_BYTES). */
+export const STAGED_PIECE_BYTES = 4 * 1024 * 1024
+
+/**
+ * Staged pieces the agent has not taken yet, at most: one it is writing and
+ * one ready behind it keeps both sides busy, and the stage (the host's
+ * memory) holds no more than that for an upload.
+ */
+const STAGED_AHEAD = 2
+
+/** How long a failed staged upload waits for the agent's refusal, which explains it better. */
+const REFUSAL_WAIT_MS = 200
 
 /** A streamed upload's source pieces are sent together once this many bytes are held. */
 const UPLOAD_GATHER_BYTES = 1024 * 1024
@@ -738,15 +778,32 @@ export async function requestWriteFile(
   connection: FramedConnection,
   path: string,
   source: AsyncIterable<Uint8Array>,
-  options: { mode?: number; size?: number } = {},
+  options: { mode?: number; size?: number; stage?: UploadStage | undefined } = {},
 ): Promise<number> {
+  // Staged pieces need an agent that takes them (revision 6).
+  const stage =
+    options.stage !== undefined && (agentRevisions.get(connection) ?? 0) >= 6
+      ? options.stage
+      : undefined
   await connection.send({
     type: 'write-file',
     path,
     ...(options.mode === undefined ? {} : { mode: options.mode }),
     ...(options.size === undefined ? {} : { size: options.size }),
   })
-  const reply = await uploadReply(connection)
+  const staged: string[] = []
+  let untaken = 0
+  let roomMade: (() => void) | undefined
+  const reply = await uploadReply(
+    connection,
+    stage &&
+      (() => {
+        untaken--
+        roomMade?.()
+      }),
+  )
+  // A refusal ends any wait for room too.
+  reply.message.finally(() => roomMade?.()).catch(() => {})
   let sent = 0
   // A source's pieces (a file stream's are 64 KiB) leave in gathered writes
   // of up to UPLOAD_GATHER_BYTES: the agent then wakes once for many
@@ -763,6 +820,39 @@ export async function requestWriteFile(
     if (pieces.length > 0)
       await connection.gather(() => pieces.map((piece) => connection.sendData('file', piece)))
   }
+  // With a stage, STAGED_PIECE_BYTES are gathered and handed over as a file
+  // once the agent has room for another; a full stage sends them as frames.
+  // A piece is written to the stage while the source goes on being read
+  // (one after another, so the agent gets them in order); `untaken` counts
+  // a piece from the start of its write until the agent has it.
+  let handing: Promise<void> = Promise.resolve()
+  const stageHeld = async (): Promise<void> => {
+    while (untaken >= STAGED_AHEAD && !reply.arrived())
+      await new Promise<void>((resolve) => {
+        roomMade = resolve
+      })
+    if (reply.arrived()) return
+    const pieces = held
+    const bytes = heldBytes
+    held = []
+    heldBytes = 0
+    untaken++
+    handing = handing.then(async () => {
+      const name = reply.arrived() ? undefined : await stage!.put(pieces, bytes)
+      if (name === undefined) {
+        untaken--
+        roomMade?.()
+        if (!reply.arrived())
+          await connection.gather(() => pieces.map((piece) => connection.sendData('file', piece)))
+        return
+      }
+      staged.push(name)
+      await connection.send({ type: 'staged', name, bytes })
+    })
+    // Looked at when the upload ends (below); a failed send also destroys the connection.
+    handing.catch(() => {})
+  }
+  const gatherBytes = stage ? STAGED_PIECE_BYTES : UPLOAD_GATHER_BYTES
   try {
     for await (const chunk of source) {
       if (reply.arrived()) break
@@ -773,10 +863,22 @@ export async function requestWriteFile(
           `source delivered more than the declared ${options.size} bytes`,
         )
       }
-      held.push(chunk)
-      heldBytes += chunk.byteLength
-      if (heldBytes >= UPLOAD_GATHER_BYTES) await sendHeld()
+      if (!stage) {
+        held.push(chunk)
+        heldBytes += chunk.byteLength
+        if (heldBytes >= gatherBytes) await sendHeld()
+        continue
+      }
+      // Staged pieces are of STAGED_PIECE_BYTES: a larger chunk is cut (views, not copies).
+      for (let offset = 0; offset < chunk.byteLength && !reply.arrived(); ) {
+        const part = chunk.subarray(offset, offset + (gatherBytes - heldBytes))
+        offset += part.byteLength
+        held.push(part)
+        heldBytes += part.byteLength
+        if (heldBytes >= gatherBytes) await stageHeld()
+      }
     }
+    await handing
     if (!reply.arrived()) await sendHeld()
     if (!reply.arrived()) await connection.send({ type: 'end' })
     const done = await reply.message
@@ -785,6 +887,19 @@ export async function requestWriteFile(
     return done.bytes
   } catch (error) {
     connection.destroy()
+    // The agent removes what it took; what it did not is removed here, once
+    // the piece being written (if any) is done.
+    await handing.catch(() => {})
+    for (const name of staged) stage?.discard(name)
+    // A piece still being handed over when the agent refused meets a closed
+    // connection; the agent's refusal, sent before it closed, is the answer.
+    if (stage && !(error instanceof AgentRemoteError)) {
+      const answer = await Promise.race([
+        reply.message.catch(() => undefined),
+        new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), REFUSAL_WAIT_MS)),
+      ])
+      if (answer?.type === 'error') throw remoteOrUnexpected(answer, 'write-done')
+    }
     throw error
   }
 }

@@ -44,7 +44,9 @@ export {
   requestWatch,
   requestWriteFile,
   requestWriteFiles,
+  STAGED_PIECE_BYTES,
   type StreamedBatchContent,
+  type UploadStage,
 } from './client-operations.js'
 export { AGENT_EXIT_CODES } from './exit-codes.js'
 export {
@@ -127,6 +129,9 @@ export {
   type SessionAdoptedMessage,
   type SignalMarkedRequest,
   type SignalOkMessage,
+  STAGED_NAME,
+  type StagedPieceMessage,
+  type StagedTakenMessage,
   type StartedMessage,
   type StatOkMessage,
   type StatRequest,

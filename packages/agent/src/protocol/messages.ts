@@ -34,9 +34,10 @@ export const PROTOCOL_VERSION = 2
  * Requests this agent serves beyond protocol 2's first set. 1: `stat`,
  * `remove`, `rename`, `make-directory` with `strict`, `watch`, `exec` with
  * `keep`, `list-processes`, `attach`. 2: `pause-clocks`, `resume-clocks`.
- * 3: `suspend-channel`. 4: `adopt-session`. 5: `hold-host`.
+ * 3: `suspend-channel`. 4: `adopt-session`. 5: `hold-host`. 6: `staged` pieces
+ * of a `write-file` (staged-pieces.ts), each answered by `staged-taken`.
  */
-export const PROTOCOL_REVISION = 5
+export const PROTOCOL_REVISION = 6
 
 export type AgentErrorCode =
   | 'unauthorized'
@@ -137,6 +138,19 @@ export interface WriteFileRequest {
   /** Declared size; a different number of bytes fails the write. */
   readonly size?: number
 }
+/**
+ * The next `bytes` of a `write-file`'s upload are in a file the host wrote to
+ * the agent's stage, a directory only the host and the agent can reach
+ * (staged-pieces.ts); the agent answers `staged-taken` once it has them.
+ */
+export interface StagedPieceMessage {
+  readonly type: 'staged'
+  /** The piece's file name in the stage: {@link STAGED_NAME} and nothing else. */
+  readonly name: string
+  readonly bytes: number
+}
+/** What a staged piece's file may be called: no directory part, nothing to resolve. */
+export const STAGED_NAME = /^[0-9a-f]{32}\.upload$/
 /** Many files on one connection: `file-begin` and its bytes for each, then `end` (see file-write.ts). */
 export interface WriteFilesRequest {
   readonly type: 'write-files'
@@ -321,6 +335,7 @@ export type ClientMessage =
   | AuthMessage
   | AgentRequest
   | FileBeginMessage
+  | StagedPieceMessage
   | ProceedMessage
   | StdinEndMessage
   | CancelMessage
@@ -472,6 +487,10 @@ export interface FileInfoMessage {
   readonly size: number
   readonly mode: number
 }
+/** The agent wrote a staged piece into the upload and removed its file from the stage. */
+export interface StagedTakenMessage {
+  readonly type: 'staged-taken'
+}
 export interface WriteReadyMessage {
   readonly type: 'write-ready'
 }
@@ -519,6 +538,7 @@ export type AgentMessage =
   | ExitMessage
   | FileInfoMessage
   | WriteReadyMessage
+  | StagedTakenMessage
   | WriteDoneMessage
   | EntriesMessage
   | DirectoryOkMessage
@@ -705,6 +725,11 @@ export function parseClientMessage(raw: Raw): ClientMessage {
         ...(mode === undefined ? {} : { mode }),
       }
     }
+    case 'staged': {
+      const name = str(raw, 'name')!
+      if (!STAGED_NAME.test(name)) fail(raw, '"name" must be 32 lowercase hex digits and ".upload"')
+      return { type: 'staged', name, bytes: int(raw, 'bytes', { min: 1 })! }
+    }
     case 'read-file':
       return { type: 'read-file', path: absolutePath(raw, 'path') }
     case 'list-files':
@@ -786,6 +811,7 @@ export function parseAgentMessage(raw: Raw): AgentMessage {
     }
     case 'cancel-ack':
     case 'write-ready':
+    case 'staged-taken':
     case 'done':
     case 'watching':
     case 'end':

@@ -38,6 +38,7 @@ import {
   requestWriteFile,
   requestWriteFiles,
   type StatOkMessage,
+  type UploadStage,
   type UsageOkMessage,
 } from '../protocol/index.js'
 import { toSandboxError } from './agent-error-mapping.js'
@@ -94,6 +95,12 @@ export interface AgentClientOptions extends AgentClientTuning {
   readonly keepSpareConnection?: boolean
   /** Told when a connection starts or stops waiting as a spare (a channel may then not count it as work). */
   readonly onSpare?: (stream: Duplex, spare: boolean) => void
+  /**
+   * Where uploads may hand the agent pieces as files (see `UploadStage`),
+   * asked at each upload: a backend's stage can come and go with the
+   * sandbox's socket (a restore finds it anew). Undefined: bytes only.
+   */
+  readonly uploadStage?: () => UploadStage | undefined
 }
 
 /** A dial failure worth another attempt: nothing listening yet, or a connection reset by a resume. */
@@ -559,6 +566,7 @@ export class AgentClient {
       requestWriteFile(connection, path, source, {
         ...(options.mode === undefined ? {} : { mode: options.mode }),
         ...(options.size === undefined ? {} : { size: options.size }),
+        stage: this.options.uploadStage?.(),
       }),
     )
   }

@@ -1,0 +1,210 @@
+import { type ChildProcess, spawn } from 'node:child_process'
+import { createHash, randomBytes } from 'node:crypto'
+import { once } from 'node:events'
+import { existsSync, rmSync } from 'node:fs'
+import { chmod, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises'
+import { connect } from 'node:net'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { setTimeout as sleep } from 'node:timers/promises'
+import { afterEach, describe, expect, it } from 'vitest'
+import {
+  ProtocolError,
+  parseClientMessage,
+  STAGED_PIECE_BYTES,
+  type UploadStage,
+} from '../src/protocol/index.js'
+import { AgentClient } from '../src/sandbox/index.js'
+import { AGENT_PROGRAM } from './agent-harness.js'
+
+/**
+ * An upload's pieces handed over as files in the agent's stage, the
+ * directory of its host-backed socket (staged-pieces.ts): every byte in
+ * order, mixed with pieces that came as bytes, and a piece that is not what
+ * was announced (a link, a FIFO, another size, a name that climbs out)
+ * refused without the agent reading it or waiting on it.
+ */
+
+const cleanups: Array<() => Promise<void> | void> = []
+afterEach(async () => {
+  for (const cleanup of cleanups.splice(0).reverse()) await cleanup()
+})
+
+const digest = (bytes: Uint8Array) => createHash('sha256').update(bytes).digest('hex')
+
+/** An agent serving stdio with a host-backed socket in a fresh directory (its stage). */
+async function agentWithStage(withStage = true): Promise<{
+  client: (stage?: UploadStage) => AgentClient
+  dir: string
+}> {
+  const dir = await mkdtemp(join(tmpdir(), 'cordon-staged-'))
+  cleanups.push(() => rm(dir, { recursive: true, force: true }))
+  await chmod(dir, 0o755)
+  const socketDir = join(dir, 'agent')
+  const roots = join(dir, 'roots')
+  await Promise.all([
+    import('node:fs/promises').then((fs) => fs.mkdir(socketDir, { mode: 0o700 })),
+    import('node:fs/promises').then((fs) => fs.mkdir(roots, { mode: 0o755 })),
+  ])
+  const hostSocket = join(socketDir, 'files.sock')
+  const secret = randomBytes(32).toString('base64url')
+  const child: ChildProcess = spawn(process.execPath, [AGENT_PROGRAM], {
+    env: {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      CORDON_AGENT_WRITE_ROOTS: roots,
+      // Without a host-backed socket the agent listens on a plain one: no stage.
+      ...(withStage
+        ? {
+            CORDON_AGENT_LISTEN: 'stdio',
+            CORDON_AGENT_SECRET_STDIN: '1',
+            CORDON_AGENT_HOST_SOCKET: hostSocket,
+          }
+        : { CORDON_AGENT_LISTEN: `unix:${hostSocket}`, CORDON_AGENT_SECRET: secret }),
+    },
+    stdio: ['pipe', 'pipe', 'pipe'],
+  })
+  cleanups.push(async () => {
+    if (child.exitCode === null && child.signalCode === null) {
+      child.kill('SIGKILL')
+      await once(child, 'exit')
+    }
+  })
+  if (withStage) child.stdin!.write(`${secret}\n`)
+  for (let waited = 0; !existsSync(hostSocket); waited += 20) {
+    if (waited > 10_000) throw new Error('the agent never listened on its socket')
+    await sleep(20)
+  }
+  return {
+    dir: roots,
+    client: (stage) =>
+      new AgentClient({
+        secret,
+        description: `unix:${hostSocket}`,
+        dial: async () => {
+          const socket = connect(hostSocket)
+          await once(socket, 'connect')
+          return socket
+        },
+        maxConnectAttempts: 50,
+        ...(stage ? { uploadStage: () => stage } : {}),
+      }),
+  }
+}
+
+/** A stage in `directory` as a host would keep it; `plant` may put something else at a name. */
+function stageIn(
+  directory: string,
+  plant?: (path: string, bytes: Buffer, index: number) => Promise<boolean>,
+): UploadStage & { staged: string[]; refused: number } {
+  const stage = {
+    staged: [] as string[],
+    refused: 0,
+    async put(pieces: readonly Uint8Array[], _bytes: number): Promise<string | undefined> {
+      const name = `${randomBytes(16).toString('hex')}.upload`
+      const path = join(directory, name)
+      const bytes = Buffer.concat(pieces)
+      if (plant && !(await plant(path, bytes, stage.staged.length + stage.refused))) {
+        stage.refused++
+        return undefined
+      }
+      if (!existsSync(path)) await writeFile(path, bytes, { flag: 'wx', mode: 0o600 })
+      stage.staged.push(name)
+      return name
+    },
+    discard(name: string): void {
+      rmSync(join(directory, name), { force: true })
+    },
+  }
+  return stage
+}
+
+async function* piecesOf(data: Buffer, size = 64 * 1024): AsyncGenerator<Uint8Array> {
+  for (let offset = 0; offset < data.byteLength; offset += size)
+    yield data.subarray(offset, offset + size)
+}
+
+const uploads = async (dir: string) =>
+  (await readdir(join(dir, '..', 'agent'))).filter((name) => name.endsWith('.upload'))
+
+describe('staged upload pieces', () => {
+  it('takes 24 MiB as staged pieces, and pieces mixed with bytes when the stage is full, in order', async () => {
+    const { client, dir } = await agentWithStage()
+    const stageDir = join(dir, '..', 'agent')
+    const data = randomBytes(24 * 1024 * 1024 + 123)
+    const all = stageIn(stageDir)
+    const target = join(dir, 'staged.bin')
+    expect(await client(all).writeFile(target, piecesOf(data), { size: data.byteLength })).toBe(
+      data.byteLength,
+    )
+    expect(digest(await readFile(target))).toBe(digest(data))
+    expect(all.staged.length).toBe(Math.floor(data.byteLength / STAGED_PIECE_BYTES))
+    // Every other piece "does not fit" and crosses as bytes instead.
+    const half = stageIn(stageDir, async (_path, _bytes, index) => index % 2 === 0)
+    const mixed = join(dir, 'mixed.bin')
+    await client(half).writeFile(mixed, piecesOf(data, 1024 * 1024 + 7), {})
+    expect(digest(await readFile(mixed))).toBe(digest(data))
+    expect(half.staged.length).toBeGreaterThan(0)
+    expect(half.refused).toBeGreaterThan(0)
+    expect(await uploads(dir)).toEqual([])
+  })
+
+  it('refuses a piece that is a link, a FIFO or not the announced size, leaves the target as it was and the stage empty', async () => {
+    const { client, dir } = await agentWithStage()
+    const stageDir = join(dir, '..', 'agent')
+    const secretFile = join(dir, '..', 'host-secret')
+    await writeFile(secretFile, 'host secret '.repeat(400_000))
+    const target = join(dir, 'kept.txt')
+    await writeFile(target, 'before')
+    const data = randomBytes(12 * 1024 * 1024)
+    const plants: Record<string, (path: string, bytes: Buffer) => Promise<boolean>> = {
+      link: async (path) => {
+        await symlink(secretFile, path)
+        return true
+      },
+      fifo: async (path) => {
+        const { execFileSync } = await import('node:child_process')
+        execFileSync('mkfifo', [path])
+        return true
+      },
+      'short piece': async (path, bytes) => {
+        await writeFile(path, bytes.subarray(1))
+        return true
+      },
+    }
+    for (const [what, plant] of Object.entries(plants)) {
+      const stage = stageIn(stageDir, (path, bytes, index) =>
+        index === 1 ? plant(path, bytes) : Promise.resolve(true),
+      )
+      await expect(
+        client(stage).writeFile(target, piecesOf(data), { size: data.byteLength }),
+        what,
+      ).rejects.toThrow()
+      expect(await readFile(target, 'utf8'), what).toBe('before')
+      expect(await uploads(dir), what).toEqual([])
+    }
+    expect(existsSync(secretFile)).toBe(true)
+  })
+
+  it('an agent without a stage refuses staged pieces; a name with a directory part is not even parsed', async () => {
+    const { client, dir } = await agentWithStage(false)
+    const elsewhere = await mkdtemp(join(tmpdir(), 'cordon-staged-elsewhere-'))
+    cleanups.push(() => rm(elsewhere, { recursive: true, force: true }))
+    const data = randomBytes(8 * 1024 * 1024)
+    await expect(
+      client(stageIn(elsewhere)).writeFile(join(dir, 'x.bin'), piecesOf(data), {}),
+    ).rejects.toThrow(/no stage/)
+    expect(existsSync(join(dir, 'x.bin'))).toBe(false)
+    for (const name of [
+      '../etc/passwd',
+      'a/0123456789abcdef0123456789abcdef.upload',
+      'x.upload',
+      '',
+    ])
+      expect(() => parseClientMessage({ type: 'staged', name, bytes: 1 }), name).toThrow(
+        ProtocolError,
+      )
+    expect(() =>
+      parseClientMessage({ type: 'staged', name: `${'a'.repeat(32)}.upload`, bytes: 0 }),
+    ).toThrow(ProtocolError)
+  })
+})

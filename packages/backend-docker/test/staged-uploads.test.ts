@@ -1,0 +1,212 @@
+import { createHash } from 'node:crypto'
+import { type FSWatcher, watch } from 'node:fs'
+import { readdir } from 'node:fs/promises'
+import { NODE_IMAGE } from '@cordon/test-support'
+import { describe, expect, it } from 'vitest'
+import { HOST_SOCKET_DIR } from '../src/direct-socket.js'
+import { docker, testProvider } from './test-run.js'
+
+/**
+ * Issue 30: under gVisor an upload's bytes cross into the sandbox as files
+ * the host writes beside the agent's host-backed socket (the agent's
+ * staged-pieces.ts, the backend's upload-stage.ts), not as bytes on the
+ * socket. Proved here in real gVisor sandboxes: the pieces appear in the
+ * stage and are gone after, the file arrives byte-exact, the stage refuses
+ * the sandbox's user, and an upload that fails leaves nothing there.
+ */
+
+const MIB = 1024 * 1024
+
+/** Deterministic bytes in 64 KiB pieces (a file stream's size), never all at once. */
+async function* source(total: number, seed: number): AsyncGenerator<Uint8Array> {
+  let state = seed
+  for (let sent = 0; sent < total; sent += 64 * 1024) {
+    const chunk = new Uint8Array(Math.min(64 * 1024, total - sent))
+    for (let i = 0; i < chunk.length; i += 4) {
+      state = (state * 1664525 + 1013904223) >>> 0
+      chunk[i] = state & 0xff
+      chunk[i + 1] = (state >>> 8) & 0xff
+      chunk[i + 2] = (state >>> 16) & 0xff
+      chunk[i + 3] = state >>> 24
+    }
+    yield chunk
+  }
+}
+
+async function sha256(chunks: AsyncIterable<Uint8Array>): Promise<string> {
+  const hash = createHash('sha256')
+  for await (const chunk of chunks) hash.update(chunk)
+  return hash.digest('hex')
+}
+
+/** The stage's directory on the host: the source of the host-backed socket's volume. */
+async function stageOnHost(sandboxId: string): Promise<string> {
+  const info = await docker.getContainer(`cordon-${sandboxId}`).inspect()
+  const mount = info.Mounts.find((entry) => entry.Destination === HOST_SOCKET_DIR)
+  expect(mount?.Type).toBe('volume')
+  return mount!.Source
+}
+
+/** Counts the pieces staged in `directory` while it is watched. */
+function countPieces(directory: string): { pieces: Set<string>; watcher: FSWatcher } {
+  const pieces = new Set<string>()
+  const watcher = watch(directory, (_event, name) => {
+    if (name?.endsWith('.upload')) pieces.add(name)
+  })
+  return { pieces, watcher }
+}
+
+const layout = { outputs: { source: { type: 'ephemeral' as const, sizeMb: 400 } } }
+
+describe('staged upload pieces (gVisor)', () => {
+  it('a 100 MiB upload crosses as staged pieces, arrives byte-exact, and leaves the stage empty', async () => {
+    const provider = testProvider({ runtime: 'runsc', image: NODE_IMAGE }, { layout })
+    try {
+      const sandbox = await provider.create({ memoryLimitMb: 256 })
+      const stage = await stageOnHost(sandbox.id)
+      const total = 100 * MIB
+      const expected = await sha256(source(total, 7))
+      const { pieces, watcher } = countPieces(stage)
+      try {
+        await sandbox.writeFileStream('big.bin', source(total, 7), { size: total })
+        await sandbox.writeFileStream('spooled.bin', source(total, 7))
+      } finally {
+        watcher.close()
+      }
+      // 4 MiB pieces: nearly all of 200 MiB went through the stage.
+      expect(pieces.size).toBeGreaterThanOrEqual(40)
+      expect((await readdir(stage)).filter((name) => name.endsWith('.upload'))).toEqual([])
+      for (const name of ['big.bin', 'spooled.bin']) {
+        const inside = await sandbox.exec('sha256sum', [`${sandbox.rootDir}/${name}`])
+        expect(inside.stdout.split(' ')[0]).toBe(expected)
+        expect(await sha256(await sandbox.readFileStream(name))).toBe(expected)
+      }
+      // Written as the sandbox's user, as every upload is.
+      const owner = await sandbox.exec('sh', ['-c', `stat -c %u ${sandbox.rootDir}/big.bin; id -u`])
+      const [fileUid, userUid] = owner.stdout.trim().split('\n')
+      expect(fileUid).toBe(userUid)
+    } finally {
+      await provider.close()
+    }
+  }, 180_000)
+
+  it('uploads at once share the stage; what does not fit crosses the socket, and every file is whole', async () => {
+    const provider = testProvider({ runtime: 'runsc', image: NODE_IMAGE }, { layout })
+    try {
+      const sandbox = await provider.create({ memoryLimitMb: 256 })
+      const stage = await stageOnHost(sandbox.id)
+      const total = 40 * MIB
+      const seeds = [1, 2, 3, 4]
+      await Promise.all(
+        seeds.map((seed) =>
+          sandbox.writeFileStream(`at-once-${seed}.bin`, source(total, seed), { size: total }),
+        ),
+      )
+      for (const seed of seeds) {
+        const inside = await sandbox.exec('sha256sum', [`${sandbox.rootDir}/at-once-${seed}.bin`])
+        expect(inside.stdout.split(' ')[0]).toBe(await sha256(source(total, seed)))
+      }
+      expect((await readdir(stage)).filter((name) => name.endsWith('.upload'))).toEqual([])
+    } finally {
+      await provider.close()
+    }
+  }, 180_000)
+
+  it('an upload that fails part-way leaves the target as it was and nothing in the stage', async () => {
+    const provider = testProvider({ runtime: 'runsc', image: NODE_IMAGE }, { layout })
+    try {
+      const sandbox = await provider.create({ memoryLimitMb: 256 })
+      const stage = await stageOnHost(sandbox.id)
+      await sandbox.writeFile('kept.txt', 'before')
+      // More bytes than declared: refused once the agent counts past the size.
+      await expect(
+        sandbox.writeFileStream('kept.txt', source(32 * MIB, 9), { size: 20 * MIB }),
+      ).rejects.toThrow(/declared/)
+      // A source that breaks after 24 MiB.
+      async function* broken(): AsyncGenerator<Uint8Array> {
+        yield* source(24 * MIB, 10)
+        throw new Error('the source broke')
+      }
+      await expect(sandbox.writeFileStream('kept.txt', broken())).rejects.toThrow()
+      expect((await sandbox.readFile('kept.txt')).toString()).toBe('before')
+      // The agent removes a piece it refused; the host, one it never sent or the agent never took.
+      for (let waited = 0; waited < 2_000; waited += 50) {
+        if ((await readdir(stage)).every((name) => !name.endsWith('.upload'))) break
+        await new Promise((resolve) => setTimeout(resolve, 50))
+      }
+      expect((await readdir(stage)).filter((name) => name.endsWith('.upload'))).toEqual([])
+      const leftovers = await sandbox.exec('sh', [
+        '-c',
+        `ls -a ${sandbox.rootDir} | grep -c cordon-upload || true`,
+      ])
+      expect(leftovers.stdout.trim()).toBe('0')
+    } finally {
+      await provider.close()
+    }
+  }, 180_000)
+
+  it('a staged upload larger than the outputs mount meets its size cap, and leaves neither file nor piece', async () => {
+    const provider = testProvider(
+      { runtime: 'runsc', image: NODE_IMAGE },
+      { layout: { outputs: { source: { type: 'ephemeral', sizeMb: 24 } } } },
+    )
+    try {
+      const sandbox = await provider.create({ memoryLimitMb: 256 })
+      const stage = await stageOnHost(sandbox.id)
+      const { pieces, watcher } = countPieces(stage)
+      try {
+        await expect(sandbox.writeFileStream('too-big.bin', source(64 * MIB, 12))).rejects.toThrow()
+      } finally {
+        watcher.close()
+      }
+      expect(pieces.size).toBeGreaterThan(0)
+      const left = await sandbox.exec('sh', [
+        '-c',
+        `ls -a ${sandbox.rootDir}; df -k ${sandbox.rootDir} | tail -1`,
+      ])
+      expect(left.stdout).not.toMatch(/too-big|cordon-upload/)
+      for (let waited = 0; waited < 2_000; waited += 50) {
+        if ((await readdir(stage)).every((name) => !name.endsWith('.upload'))) break
+        await new Promise((resolve) => setTimeout(resolve, 50))
+      }
+      expect((await readdir(stage)).filter((name) => name.endsWith('.upload'))).toEqual([])
+      // And the sandbox goes on: a file that fits still arrives whole.
+      await sandbox.writeFileStream('fits.bin', source(8 * MIB, 13), { size: 8 * MIB })
+      const inside = await sandbox.exec('sha256sum', [`${sandbox.rootDir}/fits.bin`])
+      expect(inside.stdout.split(' ')[0]).toBe(await sha256(source(8 * MIB, 13)))
+    } finally {
+      await provider.close()
+    }
+  }, 180_000)
+
+  it("the sandbox's user can neither read a piece nor plant one", async () => {
+    const provider = testProvider({ runtime: 'runsc', image: NODE_IMAGE }, { layout })
+    try {
+      const sandbox = await provider.create({ memoryLimitMb: 256 })
+      const stage = await stageOnHost(sandbox.id)
+      const { pieces, watcher } = countPieces(stage)
+      // A command that tries the stage for as long as an upload runs beside it.
+      const prying = sandbox.exec('sh', [
+        '-c',
+        [
+          'end=$(($(date +%s) + 3))',
+          'while [ $(date +%s) -lt $end ]; do',
+          `  ls ${HOST_SOCKET_DIR} >/dev/null 2>&1 && echo LISTED`,
+          `  cat ${HOST_SOCKET_DIR}/*.upload >/dev/null 2>&1 && echo READ`,
+          `  (: > ${HOST_SOCKET_DIR}/0123456789abcdef0123456789abcdef.upload) 2>/dev/null && echo PLANTED`,
+          'done; echo DONE',
+        ].join('\n'),
+      ])
+      try {
+        await sandbox.writeFileStream('watched.bin', source(64 * MIB, 11), { size: 64 * MIB })
+      } finally {
+        watcher.close()
+      }
+      const result = await prying
+      expect(result.stdout).toBe('DONE\n')
+      expect(pieces.size).toBeGreaterThan(0)
+    } finally {
+      await provider.close()
+    }
+  }, 180_000)
+})
