@@ -1,4 +1,6 @@
 import { type ChildProcess, spawn } from 'node:child_process'
+import { randomBytes } from 'node:crypto'
+import { once } from 'node:events'
 import { existsSync } from 'node:fs'
 import { mkdir, mkdtemp, rm, writeFile } from 'node:fs/promises'
 import { connect, type Socket } from 'node:net'
@@ -10,7 +12,9 @@ import {
   type ExitMessage,
   FramedConnection,
   requestExec,
+  type UploadStage,
 } from '../src/protocol/index.js'
+import { AgentClient } from '../src/sandbox/index.js'
 
 /** The bundled program, exactly what guests run. Built by `pnpm build`. */
 export const AGENT_PROGRAM = fileURLToPath(new URL('../dist/cordon-agent.mjs', import.meta.url))
@@ -248,5 +252,54 @@ export async function runCommand(
     return { exit: await session.result, stdout, stderr }
   } finally {
     connection.destroy()
+  }
+}
+
+/**
+ * The agent as a gVisor sandbox runs it: serving stdio, its secret on stdin,
+ * and listening on a host-backed socket at `hostSocket` too (or, without
+ * one, on a plain unix socket there: `hostBacked: false`). Resolves once the
+ * socket exists, with a client that dials it; the caller ends the process.
+ */
+export async function startSocketAgent(options: {
+  readonly socket: string
+  readonly writeRoots: string
+  readonly hostBacked?: boolean
+}): Promise<{ child: ChildProcess; client: (stage?: UploadStage) => AgentClient }> {
+  const secret = randomBytes(32).toString('base64url')
+  const hostBacked = options.hostBacked ?? true
+  const child = spawn(process.execPath, [AGENT_PROGRAM], {
+    env: {
+      PATH: process.env.PATH ?? '/usr/bin:/bin',
+      CORDON_AGENT_WRITE_ROOTS: options.writeRoots,
+      ...(hostBacked
+        ? {
+            CORDON_AGENT_LISTEN: 'stdio',
+            CORDON_AGENT_SECRET_STDIN: '1',
+            CORDON_AGENT_HOST_SOCKET: options.socket,
+          }
+        : { CORDON_AGENT_LISTEN: `unix:${options.socket}`, CORDON_AGENT_SECRET: secret }),
+    },
+    stdio: ['pipe', 'pipe', 'pipe'],
+  })
+  if (hostBacked) child.stdin!.write(`${secret}\n`)
+  for (let waited = 0; !existsSync(options.socket); waited += 20) {
+    if (waited > 10_000) throw new Error('the agent never listened on its socket')
+    await delay(20)
+  }
+  return {
+    child,
+    client: (stage) =>
+      new AgentClient({
+        secret,
+        description: `unix:${options.socket}`,
+        dial: async () => {
+          const socket = connect(options.socket)
+          await once(socket, 'connect')
+          return socket
+        },
+        maxConnectAttempts: 50,
+        ...(stage ? { uploadStage: () => stage } : {}),
+      }),
   }
 }

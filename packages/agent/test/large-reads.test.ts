@@ -1,7 +1,6 @@
-import { type ChildProcess, spawn } from 'node:child_process'
+import type { ChildProcess } from 'node:child_process'
 import { createHash, randomBytes } from 'node:crypto'
 import { once } from 'node:events'
-import { existsSync } from 'node:fs'
 import { chmod, mkdtemp, readFile, rm } from 'node:fs/promises'
 import { connect, createServer, type Server, type Socket } from 'node:net'
 import { tmpdir } from 'node:os'
@@ -9,8 +8,7 @@ import { join } from 'node:path'
 import { setTimeout as sleep } from 'node:timers/promises'
 import { afterEach, describe, expect, it } from 'vitest'
 import { LARGE_READ_BYTES, withLargeReads } from '../src/large-reads.js'
-import { AgentClient } from '../src/sandbox/index.js'
-import { AGENT_PROGRAM } from './agent-harness.js'
+import { startSocketAgent } from './agent-harness.js'
 
 /**
  * The agent's host-backed socket (gVisor's) reads its connections in pieces
@@ -115,32 +113,9 @@ describe("the agent's host-backed socket", () => {
     const dir = await tempDir()
     await chmod(dir, 0o755)
     const hostSocket = join(dir, 'host.sock')
-    const secret = randomBytes(32).toString('base64url')
-    child = spawn(process.execPath, [AGENT_PROGRAM], {
-      env: {
-        PATH: process.env.PATH ?? '/usr/bin:/bin',
-        CORDON_AGENT_LISTEN: 'stdio',
-        CORDON_AGENT_SECRET_STDIN: '1',
-        CORDON_AGENT_WRITE_ROOTS: dir,
-        CORDON_AGENT_HOST_SOCKET: hostSocket,
-      },
-      stdio: ['pipe', 'pipe', 'pipe'],
-    })
-    child.stdin!.write(`${secret}\n`)
-    for (let waited = 0; !existsSync(hostSocket); waited += 20) {
-      if (waited > 10_000) throw new Error('the agent never listened on its host-backed socket')
-      await sleep(20)
-    }
-    const client = new AgentClient({
-      secret,
-      description: `unix:${hostSocket}`,
-      dial: async () => {
-        const socket = connect(hostSocket)
-        await once(socket, 'connect')
-        return socket
-      },
-      maxConnectAttempts: 50,
-    })
+    const agent = await startSocketAgent({ socket: hostSocket, writeRoots: dir })
+    child = agent.child
+    const client = agent.client()
     const data = randomBytes(32 * 1024 * 1024)
     async function* pieces(): AsyncGenerator<Uint8Array> {
       for (let offset = 0; offset < data.byteLength; offset += 64 * 1024)

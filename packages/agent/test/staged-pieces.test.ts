@@ -1,12 +1,9 @@
-import { type ChildProcess, spawn } from 'node:child_process'
 import { createHash, randomBytes } from 'node:crypto'
 import { once } from 'node:events'
 import { existsSync, rmSync } from 'node:fs'
 import { chmod, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises'
-import { connect } from 'node:net'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
-import { setTimeout as sleep } from 'node:timers/promises'
 import { afterEach, describe, expect, it } from 'vitest'
 import {
   ProtocolError,
@@ -14,8 +11,8 @@ import {
   STAGED_PIECE_BYTES,
   type UploadStage,
 } from '../src/protocol/index.js'
-import { AgentClient } from '../src/sandbox/index.js'
-import { AGENT_PROGRAM } from './agent-harness.js'
+import type { AgentClient } from '../src/sandbox/index.js'
+import { startSocketAgent } from './agent-harness.js'
 
 /**
  * An upload's pieces handed over as files in the agent's stage, the
@@ -46,22 +43,10 @@ async function agentWithStage(withStage = true): Promise<{
     import('node:fs/promises').then((fs) => fs.mkdir(socketDir, { mode: 0o700 })),
     import('node:fs/promises').then((fs) => fs.mkdir(roots, { mode: 0o755 })),
   ])
-  const hostSocket = join(socketDir, 'files.sock')
-  const secret = randomBytes(32).toString('base64url')
-  const child: ChildProcess = spawn(process.execPath, [AGENT_PROGRAM], {
-    env: {
-      PATH: process.env.PATH ?? '/usr/bin:/bin',
-      CORDON_AGENT_WRITE_ROOTS: roots,
-      // Without a host-backed socket the agent listens on a plain one: no stage.
-      ...(withStage
-        ? {
-            CORDON_AGENT_LISTEN: 'stdio',
-            CORDON_AGENT_SECRET_STDIN: '1',
-            CORDON_AGENT_HOST_SOCKET: hostSocket,
-          }
-        : { CORDON_AGENT_LISTEN: `unix:${hostSocket}`, CORDON_AGENT_SECRET: secret }),
-    },
-    stdio: ['pipe', 'pipe', 'pipe'],
+  const { child, client } = await startSocketAgent({
+    socket: join(socketDir, 'files.sock'),
+    writeRoots: roots,
+    hostBacked: withStage,
   })
   cleanups.push(async () => {
     if (child.exitCode === null && child.signalCode === null) {
@@ -69,26 +54,7 @@ async function agentWithStage(withStage = true): Promise<{
       await once(child, 'exit')
     }
   })
-  if (withStage) child.stdin!.write(`${secret}\n`)
-  for (let waited = 0; !existsSync(hostSocket); waited += 20) {
-    if (waited > 10_000) throw new Error('the agent never listened on its socket')
-    await sleep(20)
-  }
-  return {
-    dir: roots,
-    client: (stage) =>
-      new AgentClient({
-        secret,
-        description: `unix:${hostSocket}`,
-        dial: async () => {
-          const socket = connect(hostSocket)
-          await once(socket, 'connect')
-          return socket
-        },
-        maxConnectAttempts: 50,
-        ...(stage ? { uploadStage: () => stage } : {}),
-      }),
-  }
+  return { dir: roots, client }
 }
 
 /** A stage in `directory` as a host would keep it; `plant` may put something else at a name. */

@@ -1,34 +1,10 @@
-import { createHash } from 'node:crypto'
 import { describe, expect, it } from 'vitest'
+import { deterministicBytes, digestOf } from './deterministic-bytes.js'
 import { testProvider } from './test-run.js'
 
 const MIB = 1024 * 1024
-
-/** 100 MiB of deterministic bytes, produced chunk by chunk, never all at once. */
-async function* source(total: number, seed: number): AsyncGenerator<Uint8Array> {
-  let state = seed
-  for (let sent = 0; sent < total; sent += MIB) {
-    const chunk = new Uint8Array(Math.min(MIB, total - sent))
-    for (let i = 0; i < chunk.length; i += 4) {
-      state = (state * 1664525 + 1013904223) >>> 0
-      chunk[i] = state & 0xff
-      chunk[i + 1] = (state >>> 8) & 0xff
-      chunk[i + 2] = (state >>> 16) & 0xff
-      chunk[i + 3] = state >>> 24
-    }
-    yield chunk
-  }
-}
-
-async function sha256(chunks: AsyncIterable<Uint8Array>): Promise<{ hash: string; bytes: number }> {
-  const hash = createHash('sha256')
-  let bytes = 0
-  for await (const chunk of chunks) {
-    hash.update(chunk)
-    bytes += chunk.byteLength
-  }
-  return { hash: hash.digest('hex'), bytes }
-}
+const source = deterministicBytes
+const sha256 = digestOf
 
 describe('streamed transfer of a 100 MiB file', () => {
   it('moves 100 MiB in and out byte-exact, with and without a declared size', async () => {

@@ -1,9 +1,9 @@
-import { createHash } from 'node:crypto'
 import { type FSWatcher, watch } from 'node:fs'
 import { readdir } from 'node:fs/promises'
 import { NODE_IMAGE } from '@cordon/test-support'
 import { describe, expect, it } from 'vitest'
 import { HOST_SOCKET_DIR } from '../src/direct-socket.js'
+import { deterministicBytes, digestOf } from './deterministic-bytes.js'
 import { docker, testProvider } from './test-run.js'
 
 /**
@@ -17,26 +17,16 @@ import { docker, testProvider } from './test-run.js'
 
 const MIB = 1024 * 1024
 
-/** Deterministic bytes in 64 KiB pieces (a file stream's size), never all at once. */
-async function* source(total: number, seed: number): AsyncGenerator<Uint8Array> {
-  let state = seed
-  for (let sent = 0; sent < total; sent += 64 * 1024) {
-    const chunk = new Uint8Array(Math.min(64 * 1024, total - sent))
-    for (let i = 0; i < chunk.length; i += 4) {
-      state = (state * 1664525 + 1013904223) >>> 0
-      chunk[i] = state & 0xff
-      chunk[i + 1] = (state >>> 8) & 0xff
-      chunk[i + 2] = (state >>> 16) & 0xff
-      chunk[i + 3] = state >>> 24
-    }
-    yield chunk
-  }
-}
+/** Deterministic bytes in 64 KiB pieces, a file stream's size. */
+const source = (total: number, seed: number) => deterministicBytes(total, seed, 64 * 1024)
+const sha256 = async (chunks: AsyncIterable<Uint8Array>) => (await digestOf(chunks)).hash
 
-async function sha256(chunks: AsyncIterable<Uint8Array>): Promise<string> {
-  const hash = createHash('sha256')
-  for await (const chunk of chunks) hash.update(chunk)
-  return hash.digest('hex')
+/** Waits (briefly: a refused piece is removed as the refusal is sent) for no piece in the stage. */
+async function expectStageEmpty(stage: string): Promise<void> {
+  const pieces = async () => (await readdir(stage)).filter((name) => name.endsWith('.upload'))
+  for (let waited = 0; waited < 2_000 && (await pieces()).length > 0; waited += 50)
+    await new Promise((resolve) => setTimeout(resolve, 50))
+  expect(await pieces()).toEqual([])
 }
 
 /** The stage's directory on the host: the source of the host-backed socket's volume. */
@@ -75,7 +65,7 @@ describe('staged upload pieces (gVisor)', () => {
       }
       // 4 MiB pieces: nearly all of 200 MiB went through the stage.
       expect(pieces.size).toBeGreaterThanOrEqual(40)
-      expect((await readdir(stage)).filter((name) => name.endsWith('.upload'))).toEqual([])
+      await expectStageEmpty(stage)
       for (const name of ['big.bin', 'spooled.bin']) {
         const inside = await sandbox.exec('sha256sum', [`${sandbox.rootDir}/${name}`])
         expect(inside.stdout.split(' ')[0]).toBe(expected)
@@ -106,7 +96,7 @@ describe('staged upload pieces (gVisor)', () => {
         const inside = await sandbox.exec('sha256sum', [`${sandbox.rootDir}/at-once-${seed}.bin`])
         expect(inside.stdout.split(' ')[0]).toBe(await sha256(source(total, seed)))
       }
-      expect((await readdir(stage)).filter((name) => name.endsWith('.upload'))).toEqual([])
+      await expectStageEmpty(stage)
     } finally {
       await provider.close()
     }
@@ -130,11 +120,7 @@ describe('staged upload pieces (gVisor)', () => {
       await expect(sandbox.writeFileStream('kept.txt', broken())).rejects.toThrow()
       expect((await sandbox.readFile('kept.txt')).toString()).toBe('before')
       // The agent removes a piece it refused; the host, one it never sent or the agent never took.
-      for (let waited = 0; waited < 2_000; waited += 50) {
-        if ((await readdir(stage)).every((name) => !name.endsWith('.upload'))) break
-        await new Promise((resolve) => setTimeout(resolve, 50))
-      }
-      expect((await readdir(stage)).filter((name) => name.endsWith('.upload'))).toEqual([])
+      await expectStageEmpty(stage)
       const leftovers = await sandbox.exec('sh', [
         '-c',
         `ls -a ${sandbox.rootDir} | grep -c cordon-upload || true`,
@@ -165,11 +151,7 @@ describe('staged upload pieces (gVisor)', () => {
         `ls -a ${sandbox.rootDir}; df -k ${sandbox.rootDir} | tail -1`,
       ])
       expect(left.stdout).not.toMatch(/too-big|cordon-upload/)
-      for (let waited = 0; waited < 2_000; waited += 50) {
-        if ((await readdir(stage)).every((name) => !name.endsWith('.upload'))) break
-        await new Promise((resolve) => setTimeout(resolve, 50))
-      }
-      expect((await readdir(stage)).filter((name) => name.endsWith('.upload'))).toEqual([])
+      await expectStageEmpty(stage)
       // And the sandbox goes on: a file that fits still arrives whole.
       await sandbox.writeFileStream('fits.bin', source(8 * MIB, 13), { size: 8 * MIB })
       const inside = await sandbox.exec('sha256sum', [`${sandbox.rootDir}/fits.bin`])
