@@ -317,7 +317,7 @@ export async function serveConnection(
         await serveWriteFile(connection, request, context.jail, uploadStage(context.config))
         break
       case 'write-files':
-        await serveWriteFiles(connection, context.jail)
+        await serveWriteFiles(connection, context.jail, uploadStage(context.config))
         break
       case 'read-files':
         await serveReadFiles(connection, request, context.jail)

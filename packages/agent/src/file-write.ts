@@ -413,8 +413,14 @@ export async function serveWriteFile(
  * {@link serveWriteFile} does, so a batch that fails part-way leaves the
  * files before the failure written and the failing one untouched. One
  * connection instead of one per file: no handshake or round trip per file.
+ * A large file's bytes may come as staged pieces too (see
+ * {@link serveWriteFile}), in order with its data frames.
  */
-export async function serveWriteFiles(connection: FramedConnection, jail: PathJail): Promise<void> {
+export async function serveWriteFiles(
+  connection: FramedConnection,
+  jail: PathJail,
+  stage?: string,
+): Promise<void> {
   await connection.send({ type: 'write-ready' })
   let bytes = 0
   let files = 0
@@ -426,6 +432,7 @@ export async function serveWriteFiles(connection: FramedConnection, jail: PathJa
   let pending: Array<{ path: string; mode: number | undefined; content: Uint8Array }> = []
   let pendingBytes = 0
   let remaining = 0
+  let pieceBuffer: Buffer | undefined
   // The directories the batch's small files went to, for the whole batch: a
   // directory it made stays one whose files it may create at their names.
   const directories = new Map<string, BatchDirectory>()
@@ -455,30 +462,46 @@ export async function serveWriteFiles(connection: FramedConnection, jail: PathJa
         bytes += frame.data.byteLength
       } else {
         const message = parseClientMessage(frame.message)
-        if (upload || gathering)
-          throw new AgentOperationError(
-            'size-mismatch',
-            `"${message.type}" before the previous file's ${remaining} remaining bytes`,
-          )
-        if (message.type === 'end') {
-          flush()
-          await connection.send({ type: 'write-done', bytes, files })
-          return
-        }
-        if (message.type !== 'file-begin')
-          throw new AgentOperationError('bad-request', `unexpected "${message.type}" in a batch`)
-        remaining = message.size
-        if (message.size <= SMALL_FILE_BYTES) {
-          gathering = {
-            path: message.path,
-            mode: message.mode,
-            content: new Uint8Array(message.size),
-            filled: 0,
-          }
+        if (message.type === 'staged') {
+          // A large file's bytes as a staged piece (see serveWriteFile).
+          if (!upload)
+            throw new AgentOperationError('bad-request', 'a staged piece outside a large file')
+          if (message.bytes > remaining)
+            throw new AgentOperationError('size-mismatch', 'more bytes than the file declared')
+          if (stage === undefined)
+            throw new AgentOperationError('bad-request', 'this agent has no stage for pieces')
+          upload.writes.flush()
+          pieceBuffer ??= Buffer.allocUnsafeSlow(PIECE_READ_BYTES)
+          takeStagedPiece(stage, message.name, message.bytes, upload.file.fd, pieceBuffer)
+          remaining -= message.bytes
+          bytes += message.bytes
+          await connection.send({ type: 'staged-taken' })
         } else {
-          flush()
-          const file = openUpload(jail, message.path, message.mode)
-          upload = { file, writes: new GatheredWrites(file) }
+          if (upload || gathering)
+            throw new AgentOperationError(
+              'size-mismatch',
+              `"${message.type}" before the previous file's ${remaining} remaining bytes`,
+            )
+          if (message.type === 'end') {
+            flush()
+            await connection.send({ type: 'write-done', bytes, files })
+            return
+          }
+          if (message.type !== 'file-begin')
+            throw new AgentOperationError('bad-request', `unexpected "${message.type}" in a batch`)
+          remaining = message.size
+          if (message.size <= SMALL_FILE_BYTES) {
+            gathering = {
+              path: message.path,
+              mode: message.mode,
+              content: new Uint8Array(message.size),
+              filled: 0,
+            }
+          } else {
+            flush()
+            const file = openUpload(jail, message.path, message.mode)
+            upload = { file, writes: new GatheredWrites(file) }
+          }
         }
       }
       if (remaining > 0) continue

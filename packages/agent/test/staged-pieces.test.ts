@@ -114,6 +114,33 @@ describe('staged upload pieces', () => {
     expect(await uploads(dir)).toEqual([])
   })
 
+  it('takes the large files of a batch as staged pieces, in hand or streamed, beside small ones', async () => {
+    const { client, dir } = await agentWithStage()
+    const stage = stageIn(join(dir, '..', 'agent'))
+    const inHand = randomBytes(10 * 1024 * 1024 + 5)
+    const streamed = randomBytes(9 * 1024 * 1024 + 11)
+    const small = randomBytes(3_000)
+    const result = await client(stage).writeFiles(dir, [
+      { path: join(dir, 'a/small.bin'), content: small },
+      { path: join(dir, 'a/in-hand.bin'), content: inHand },
+      {
+        path: join(dir, 'b/streamed.bin'),
+        content: { size: streamed.byteLength, pieces: () => piecesOf(streamed) },
+      },
+      { path: join(dir, 'b/small.bin'), content: small },
+    ])
+    expect(result).toEqual({
+      files: 4,
+      bytes: inHand.byteLength + streamed.byteLength + 2 * small.byteLength,
+    })
+    expect(digest(await readFile(join(dir, 'a/in-hand.bin')))).toBe(digest(inHand))
+    expect(digest(await readFile(join(dir, 'b/streamed.bin')))).toBe(digest(streamed))
+    expect(await readFile(join(dir, 'b/small.bin'))).toEqual(small)
+    // Two whole pieces of each large file; their tails (under 4 MiB) as frames.
+    expect(stage.staged.length).toBe(4)
+    expect(await uploads(dir)).toEqual([])
+  })
+
   it('refuses a piece that is a link, a FIFO or not the announced size, leaves the target as it was and the stage empty', async () => {
     const { client, dir } = await agentWithStage()
     const stageDir = join(dir, '..', 'agent')

@@ -1,5 +1,9 @@
-import { type FSWatcher, watch } from 'node:fs'
-import { readdir } from 'node:fs/promises'
+import { createWriteStream, type FSWatcher, watch } from 'node:fs'
+import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises'
+import { tmpdir } from 'node:os'
+import { join } from 'node:path'
+import { Readable } from 'node:stream'
+import { pipeline } from 'node:stream/promises'
 import { NODE_IMAGE } from '@cordon/test-support'
 import { describe, expect, it } from 'vitest'
 import { HOST_SOCKET_DIR } from '../src/direct-socket.js'
@@ -77,6 +81,41 @@ describe('staged upload pieces (gVisor)', () => {
       expect(fileUid).toBe(userUid)
     } finally {
       await provider.close()
+    }
+  }, 180_000)
+
+  it('a batch crosses its large host file as staged pieces, beside its small files', async () => {
+    const provider = testProvider({ runtime: 'runsc', image: NODE_IMAGE }, { layout })
+    const dir = await mkdtemp(join(tmpdir(), 'cordon-staged-batch-'))
+    try {
+      const big = join(dir, 'big.bin')
+      const small = join(dir, 'small.txt')
+      await pipeline(Readable.from(source(100 * MIB, 21)), createWriteStream(big))
+      await writeFile(small, 'small file')
+      const sandbox = await provider.create({ memoryLimitMb: 256 })
+      const stage = await stageOnHost(sandbox.id)
+      const { pieces, watcher } = countPieces(stage)
+      try {
+        await sandbox.writeFiles!([
+          { path: 'batch/small.txt', hostPath: small },
+          { path: 'batch/big.bin', hostPath: big },
+          { path: 'batch/after.txt', hostPath: small },
+        ])
+      } finally {
+        watcher.close()
+      }
+      expect(pieces.size).toBe(25)
+      await expectStageEmpty(stage)
+      const inside = await sandbox.exec('sh', [
+        '-c',
+        `cd ${sandbox.rootDir}/batch && sha256sum big.bin && cat small.txt after.txt`,
+      ])
+      expect(inside.stdout).toBe(
+        `${await sha256(source(100 * MIB, 21))}  big.bin\nsmall filesmall file`,
+      )
+    } finally {
+      await provider.close()
+      await rm(dir, { recursive: true, force: true })
     }
   }, 180_000)
 

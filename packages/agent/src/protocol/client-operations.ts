@@ -22,6 +22,7 @@ import {
   type StatOkMessage,
   type UsageOkMessage,
 } from './messages.js'
+import { StagedSender, sendAsData, type UploadReply, type UploadStage } from './staged-sender.js'
 
 /**
  * The client half of the protocol, independent of how the connection was
@@ -291,7 +292,7 @@ export async function requestSignalMarked(
 async function uploadReply(
   connection: FramedConnection,
   onTaken?: () => void,
-): Promise<{ readonly message: Promise<AgentMessage>; arrived(): boolean }> {
+): Promise<UploadReply> {
   const ready = await nextMessage(connection)
   if (ready.type !== 'write-ready') throw remoteOrUnexpected(ready, 'write-ready')
   const message = (async () => {
@@ -312,38 +313,6 @@ async function uploadReply(
   )
   return { message, arrived: () => settled }
 }
-
-/**
- * Where a host can hand an agent pieces of an upload as files rather than
- * as bytes on the connection: a directory both reach and the sandbox's user
- * does not (a gVisor sandbox's host-backed socket directory; the agent's
- * staged-pieces.ts says why it is faster there). Offered by a backend
- * through `AgentClientOptions.uploadStage`.
- */
-export interface UploadStage {
-  /**
-   * Writes `pieces` (`bytes` in all) to a new file in the stage and returns
-   * its name (32 lowercase hex digits and `.upload`: `STAGED_NAME`), or
-   * undefined when the stage has no room now: the bytes then go over the
-   * connection.
-   */
-  put(pieces: readonly Uint8Array[], bytes: number): Promise<string | undefined>
-  /** Removes a piece the agent did not take (the upload ended first). Never throws. */
-  discard(name: string): void
-}
-
-/** Bytes of a staged piece: read by the agent in one read (its PIECE_READ_BYTES). */
-export const STAGED_PIECE_BYTES = 4 * 1024 * 1024
-
-/**
- * Staged pieces the agent has not taken yet, at most: one it is writing and
- * one ready behind it keeps both sides busy, and the stage (the host's
- * memory) holds no more than that for an upload.
- */
-const STAGED_AHEAD = 2
-
-/** How long a failed staged upload waits for the agent's refusal, which explains it better. */
-const REFUSAL_WAIT_MS = 200
 
 /** A streamed upload's source pieces are sent together once this many bytes are held. */
 const UPLOAD_GATHER_BYTES = 1024 * 1024
@@ -388,9 +357,13 @@ export interface BatchUploadFile {
 export async function requestWriteFiles(
   connection: FramedConnection,
   files: Iterable<BatchUploadFile>,
+  options: { stage?: UploadStage | undefined } = {},
 ): Promise<{ files: number; bytes: number }> {
+  // A large file's bytes go as staged pieces where there is a stage.
+  const staging = stagedSender(connection, options.stage)
   await connection.send({ type: 'write-files' })
-  const reply = await uploadReply(connection)
+  const reply = await uploadReply(connection, staging?.taken)
+  staging?.follow(reply)
   // Small files leave in groups, each one gathered write: the agent then
   // wakes and reads once for many files rather than once a file (under
   // gVisor each of its reads is a round trip through the sandbox's kernel).
@@ -439,7 +412,13 @@ export async function requestWriteFiles(
         size,
         ...(file.mode === undefined ? {} : { mode: file.mode }),
       })
-      if (inHand) await sendBatchBytes(connection, inHand)
+      if (staging) {
+        if (inHand) await staging.add(inHand)
+        else
+          for await (const piece of streamedBatchPieces(file.path, content as StreamedBatchContent))
+            await staging.add(piece)
+        await staging.flush()
+      } else if (inHand) await sendBatchBytes(connection, inHand)
       else await sendStreamedBatchFile(connection, file.path, content as StreamedBatchContent)
     }
     if (!reply.arrived()) await sendGroup()
@@ -455,6 +434,7 @@ export async function requestWriteFiles(
     return { files: done.files ?? 0, bytes: done.bytes }
   } catch (error) {
     connection.destroy()
+    if (staging) throw await stagedFailure(staging, reply, error)
     throw error
   }
 }
@@ -479,11 +459,20 @@ async function sendStreamedBatchFile(
   path: string,
   content: StreamedBatchContent,
 ): Promise<void> {
+  for await (const piece of streamedBatchPieces(path, content))
+    await sendBatchBytes(connection, piece)
+}
+
+/** A streamed file's pieces; throws where its source gives more or fewer bytes than declared. */
+async function* streamedBatchPieces(
+  path: string,
+  content: StreamedBatchContent,
+): AsyncGenerator<Uint8Array> {
   let sent = 0
   for await (const piece of content.pieces()) {
     if (sent + piece.byteLength > content.size)
       throw new Error(`${path}: its source gave more than the ${content.size} bytes declared`)
-    await sendBatchBytes(connection, piece)
+    yield piece
     sent += piece.byteLength
   }
   if (sent !== content.size)
@@ -780,30 +769,15 @@ export async function requestWriteFile(
   source: AsyncIterable<Uint8Array>,
   options: { mode?: number; size?: number; stage?: UploadStage | undefined } = {},
 ): Promise<number> {
-  // Staged pieces need an agent that takes them (revision 6).
-  const stage =
-    options.stage !== undefined && (agentRevisions.get(connection) ?? 0) >= 6
-      ? options.stage
-      : undefined
+  const staging = stagedSender(connection, options.stage)
   await connection.send({
     type: 'write-file',
     path,
     ...(options.mode === undefined ? {} : { mode: options.mode }),
     ...(options.size === undefined ? {} : { size: options.size }),
   })
-  const staged: string[] = []
-  let untaken = 0
-  let roomMade: (() => void) | undefined
-  const reply = await uploadReply(
-    connection,
-    stage &&
-      (() => {
-        untaken--
-        roomMade?.()
-      }),
-  )
-  // A refusal ends any wait for room too.
-  reply.message.finally(() => roomMade?.()).catch(() => {})
+  const reply = await uploadReply(connection, staging?.taken)
+  staging?.follow(reply)
   let sent = 0
   // A source's pieces (a file stream's are 64 KiB) leave in gathered writes
   // of up to UPLOAD_GATHER_BYTES: the agent then wakes once for many
@@ -811,48 +785,15 @@ export async function requestWriteFile(
   // round trip through its kernel. The pieces are held, not copied, as a
   // Node stream's consumer holds what it is given (a source must not fill
   // a piece again once yielded); the upload completes only at its end.
+  // With a stage they go as staged pieces instead (staged-sender.ts).
   let held: Uint8Array[] = []
   let heldBytes = 0
   const sendHeld = async (): Promise<void> => {
     const pieces = held
     held = []
     heldBytes = 0
-    if (pieces.length > 0)
-      await connection.gather(() => pieces.map((piece) => connection.sendData('file', piece)))
+    if (pieces.length > 0) await sendAsData(connection, pieces)
   }
-  // With a stage, STAGED_PIECE_BYTES are gathered and handed over as a file
-  // once the agent has room for another; a full stage sends them as frames.
-  // A piece is written to the stage while the source goes on being read
-  // (one after another, so the agent gets them in order); `untaken` counts
-  // a piece from the start of its write until the agent has it.
-  let handing: Promise<void> = Promise.resolve()
-  const stageHeld = async (): Promise<void> => {
-    while (untaken >= STAGED_AHEAD && !reply.arrived())
-      await new Promise<void>((resolve) => {
-        roomMade = resolve
-      })
-    if (reply.arrived()) return
-    const pieces = held
-    const bytes = heldBytes
-    held = []
-    heldBytes = 0
-    untaken++
-    handing = handing.then(async () => {
-      const name = reply.arrived() ? undefined : await stage!.put(pieces, bytes)
-      if (name === undefined) {
-        untaken--
-        roomMade?.()
-        if (!reply.arrived())
-          await connection.gather(() => pieces.map((piece) => connection.sendData('file', piece)))
-        return
-      }
-      staged.push(name)
-      await connection.send({ type: 'staged', name, bytes })
-    })
-    // Looked at when the upload ends (below); a failed send also destroys the connection.
-    handing.catch(() => {})
-  }
-  const gatherBytes = stage ? STAGED_PIECE_BYTES : UPLOAD_GATHER_BYTES
   try {
     for await (const chunk of source) {
       if (reply.arrived()) break
@@ -863,22 +804,15 @@ export async function requestWriteFile(
           `source delivered more than the declared ${options.size} bytes`,
         )
       }
-      if (!stage) {
-        held.push(chunk)
-        heldBytes += chunk.byteLength
-        if (heldBytes >= gatherBytes) await sendHeld()
+      if (staging) {
+        await staging.add(chunk)
         continue
       }
-      // Staged pieces are of STAGED_PIECE_BYTES: a larger chunk is cut (views, not copies).
-      for (let offset = 0; offset < chunk.byteLength && !reply.arrived(); ) {
-        const part = chunk.subarray(offset, offset + (gatherBytes - heldBytes))
-        offset += part.byteLength
-        held.push(part)
-        heldBytes += part.byteLength
-        if (heldBytes >= gatherBytes) await stageHeld()
-      }
+      held.push(chunk)
+      heldBytes += chunk.byteLength
+      if (heldBytes >= UPLOAD_GATHER_BYTES) await sendHeld()
     }
-    await handing
+    await staging?.flush()
     if (!reply.arrived()) await sendHeld()
     if (!reply.arrived()) await connection.send({ type: 'end' })
     const done = await reply.message
@@ -887,21 +821,42 @@ export async function requestWriteFile(
     return done.bytes
   } catch (error) {
     connection.destroy()
-    // The agent removes what it took; what it did not is removed here, once
-    // the piece being written (if any) is done.
-    await handing.catch(() => {})
-    for (const name of staged) stage?.discard(name)
-    // A piece still being handed over when the agent refused meets a closed
-    // connection; the agent's refusal, sent before it closed, is the answer.
-    if (stage && !(error instanceof AgentRemoteError)) {
-      const answer = await Promise.race([
-        reply.message.catch(() => undefined),
-        new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), REFUSAL_WAIT_MS)),
-      ])
-      if (answer?.type === 'error') throw remoteOrUnexpected(answer, 'write-done')
-    }
+    if (staging) throw await stagedFailure(staging, reply, error)
     throw error
   }
+}
+
+/** A sender of staged pieces, where there is a stage and the agent takes them (revision 6). */
+function stagedSender(
+  connection: FramedConnection,
+  stage: UploadStage | undefined,
+): StagedSender | undefined {
+  return stage !== undefined && (agentRevisions.get(connection) ?? 0) >= 6
+    ? new StagedSender(connection, stage)
+    : undefined
+}
+
+/** How long a failed staged upload waits for the agent's refusal, which explains it better. */
+const REFUSAL_WAIT_MS = 200
+
+/**
+ * The error a staged upload fails with, once its pieces are out of the
+ * stage: a piece still being handed over when the agent refused meets a
+ * closed connection, and the agent's refusal, sent before it closed, is the
+ * better answer.
+ */
+async function stagedFailure(
+  staging: StagedSender,
+  reply: UploadReply,
+  error: unknown,
+): Promise<unknown> {
+  await staging.abandon()
+  if (error instanceof AgentRemoteError) return error
+  const answer = await Promise.race([
+    reply.message.catch(() => undefined),
+    new Promise<undefined>((resolve) => setTimeout(() => resolve(undefined), REFUSAL_WAIT_MS)),
+  ])
+  return answer?.type === 'error' ? remoteOrUnexpected(answer, 'write-done') : error
 }
 
 export interface AgentExecHandlers {

@@ -44,9 +44,7 @@ export {
   requestWatch,
   requestWriteFile,
   requestWriteFiles,
-  STAGED_PIECE_BYTES,
   type StreamedBatchContent,
-  type UploadStage,
 } from './client-operations.js'
 export { AGENT_EXIT_CODES } from './exit-codes.js'
 export {
@@ -148,6 +146,7 @@ export {
   type WriteReadyMessage,
 } from './messages.js'
 export { formatResumeLine, RESTORED_MARKER, RESUME_LINE_MARK, RESUMED_ACK } from './resume-line.js'
+export { STAGED_PIECE_BYTES, type UploadStage } from './staged-sender.js'
 export {
   MAX_DATA_PAYLOAD,
   MuxProtocolError,

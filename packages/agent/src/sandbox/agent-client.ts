@@ -452,7 +452,7 @@ export class AgentClient {
     signal?: AbortSignal,
   ): Promise<{ files: number; bytes: number }> {
     return this.withConnection('writeFiles', directory, signal, (connection) =>
-      requestWriteFiles(connection, files),
+      requestWriteFiles(connection, files, { stage: this.options.uploadStage?.() }),
     )
   }
 
