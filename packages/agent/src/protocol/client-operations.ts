@@ -415,8 +415,13 @@ export async function requestWriteFiles(
       if (staging) {
         if (inHand) await staging.add(inHand)
         else
-          for await (const piece of streamedBatchPieces(file.path, content as StreamedBatchContent))
+          for await (const piece of streamedBatchPieces(
+            file.path,
+            content as StreamedBatchContent,
+          )) {
+            if (reply.arrived()) break
             await staging.add(piece)
+          }
         await staging.flush()
       } else if (inHand) await sendBatchBytes(connection, inHand)
       else await sendStreamedBatchFile(connection, file.path, content as StreamedBatchContent)
