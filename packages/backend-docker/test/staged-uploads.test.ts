@@ -1,12 +1,13 @@
 import { createWriteStream, type FSWatcher, watch } from 'node:fs'
-import { mkdtemp, readdir, rm, writeFile } from 'node:fs/promises'
+import { mkdtemp, readdir, rm, statfs, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import { Readable } from 'node:stream'
 import { pipeline } from 'node:stream/promises'
 import { NODE_IMAGE } from '@cordon/test-support'
-import { describe, expect, it } from 'vitest'
+import { describe, expect, it, vi } from 'vitest'
 import { HOST_SOCKET_DIR } from '../src/direct-socket.js'
+import { HostUploadStage } from '../src/upload-stage.js'
 import { deterministicBytes, digestOf } from './deterministic-bytes.js'
 import { docker, testProvider } from './test-run.js'
 
@@ -58,6 +59,9 @@ describe('staged upload pieces (gVisor)', () => {
     try {
       const sandbox = await provider.create({ memoryLimitMb: 256 })
       const stage = await stageOnHost(sandbox.id)
+      // The stage's room on the host: 16 MiB for pieces, 64 KiB for the socket.
+      const room = await statfs(stage)
+      expect(room.blocks * room.bsize).toBe(16 * MIB + 64 * 1024)
       const total = 100 * MIB
       const expected = await sha256(source(total, 7))
       const { pieces, watcher } = countPieces(stage)
@@ -126,11 +130,25 @@ describe('staged upload pieces (gVisor)', () => {
       const stage = await stageOnHost(sandbox.id)
       const total = 40 * MIB
       const seeds = [1, 2, 3, 4]
+      // In hand, so that the host outpaces the agent and the stage fills.
+      const contents = await Promise.all(
+        seeds.map(async (seed) => {
+          const chunks: Uint8Array[] = []
+          for await (const chunk of source(total, seed)) chunks.push(chunk)
+          return chunks
+        }),
+      )
+      const put = vi.spyOn(HostUploadStage.prototype, 'put')
       await Promise.all(
-        seeds.map((seed) =>
-          sandbox.writeFileStream(`at-once-${seed}.bin`, source(total, seed), { size: total }),
+        seeds.map((seed, index) =>
+          sandbox.writeFileStream(`at-once-${seed}.bin`, contents[index]!, { size: total }),
         ),
       )
+      // Room for four pieces, and each upload keeps up to two waiting: some went over the socket.
+      const outcomes = await Promise.all(put.mock.results.map((result) => result.value))
+      expect(outcomes.filter((name) => name !== undefined).length).toBeGreaterThan(0)
+      expect(outcomes.filter((name) => name === undefined).length).toBeGreaterThan(0)
+      put.mockRestore()
       for (const seed of seeds) {
         const inside = await sandbox.exec('sha256sum', [`${sandbox.rootDir}/at-once-${seed}.bin`])
         expect(inside.stdout.split(' ')[0]).toBe(await sha256(source(total, seed)))
