@@ -26,6 +26,11 @@ const MIB = 1024 * 1024
 const source = (total: number, seed: number) => deterministicBytes(total, seed, 64 * 1024)
 const sha256 = async (chunks: AsyncIterable<Uint8Array>) => (await digestOf(chunks)).hash
 
+/** Chunks already in memory, as a source. */
+async function* inHand(chunks: readonly Uint8Array[]): AsyncGenerator<Uint8Array> {
+  yield* chunks
+}
+
 /** Waits (briefly: a refused piece is removed as the refusal is sent) for no piece in the stage. */
 async function expectStageEmpty(stage: string): Promise<void> {
   const pieces = async () => (await readdir(stage)).filter((name) => name.endsWith('.upload'))
@@ -141,7 +146,9 @@ describe('staged upload pieces (gVisor)', () => {
       const put = vi.spyOn(HostUploadStage.prototype, 'put')
       await Promise.all(
         seeds.map((seed, index) =>
-          sandbox.writeFileStream(`at-once-${seed}.bin`, contents[index]!, { size: total }),
+          sandbox.writeFileStream(`at-once-${seed}.bin`, inHand(contents[index]!), {
+            size: total,
+          }),
         ),
       )
       // Room for four pieces, and each upload keeps up to two waiting: some went over the socket.
