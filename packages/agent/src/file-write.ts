@@ -16,7 +16,11 @@ import { DirectoryHandles } from './directory-handles.js'
 import { AgentOperationError } from './operation-error.js'
 import type { PathJail } from './path-jail.js'
 import type { FramedConnection } from './protocol/framed-connection.js'
-import { parseClientMessage, type WriteFileRequest } from './protocol/messages.js'
+import {
+  parseClientMessage,
+  type StagedPieceMessage,
+  type WriteFileRequest,
+} from './protocol/messages.js'
 import { randomBytes } from './random-bytes.js'
 import { PIECE_READ_BYTES, takeStagedPiece } from './staged-pieces.js'
 
@@ -272,6 +276,11 @@ class GatheredWrites {
 
   constructor(private readonly upload: Upload) {}
 
+  /** The upload's descriptor, for what is written besides the frames (staged pieces). */
+  get fd(): number {
+    return this.upload.fd
+  }
+
   add(data: Uint8Array): void {
     this.chunks.push(data)
     this.bytes += data.byteLength
@@ -296,6 +305,31 @@ class GatheredWrites {
         offset += writeSync(this.upload.fd, chunk, offset, chunk.byteLength - offset)
       written = 0
     }
+  }
+}
+
+/**
+ * Takes an upload's staged pieces (staged-pieces.ts) on one connection: each
+ * is written after the frames gathered before it, so the file's bytes stay
+ * in order, and answered with `staged-taken`, which is what lets the host
+ * stage the next without filling the stage. One read buffer for the
+ * connection, made at its first piece.
+ */
+class StagedPieceTaker {
+  private buffer: Buffer | undefined
+
+  constructor(
+    private readonly connection: FramedConnection,
+    private readonly stage: string | undefined,
+  ) {}
+
+  async take(message: StagedPieceMessage, writes: GatheredWrites): Promise<void> {
+    if (this.stage === undefined)
+      throw new AgentOperationError('bad-request', 'this agent has no stage for pieces')
+    writes.flush()
+    this.buffer ??= Buffer.allocUnsafeSlow(PIECE_READ_BYTES)
+    takeStagedPiece(this.stage, message.name, message.bytes, writes.fd, this.buffer)
+    await this.connection.send({ type: 'staged-taken' })
   }
 }
 
@@ -332,8 +366,7 @@ function abandonUpload(jail: PathJail, upload: Upload): void {
  *
  * With a `stage` (a gVisor sandbox's host-backed directory, staged-pieces.ts)
  * the host may hand over pieces as files there instead (`staged`), in order
- * with the data frames; each is answered with `staged-taken`, which is what
- * lets the host stage the next without filling the stage.
+ * with the data frames (see StagedPieceTaker).
  */
 export async function serveWriteFile(
   connection: FramedConnection,
@@ -343,7 +376,7 @@ export async function serveWriteFile(
 ): Promise<void> {
   const upload = openUpload(jail, request.path, request.mode)
   const writes = new GatheredWrites(upload)
-  let pieceBuffer: Buffer | undefined
+  const pieces = new StagedPieceTaker(connection, stage)
   try {
     await connection.send({ type: 'write-ready' })
     let received = 0
@@ -369,8 +402,6 @@ export async function serveWriteFile(
       }
       const message = parseClientMessage(frame.message)
       if (message.type === 'staged') {
-        if (stage === undefined)
-          throw new AgentOperationError('bad-request', 'this agent has no stage for pieces')
         received += message.bytes
         if (request.size !== undefined && received > request.size) {
           throw new AgentOperationError(
@@ -378,11 +409,7 @@ export async function serveWriteFile(
             `received more than the declared ${request.size} bytes`,
           )
         }
-        // The frames before it first: the file's bytes stay in order.
-        writes.flush()
-        pieceBuffer ??= Buffer.allocUnsafeSlow(PIECE_READ_BYTES)
-        takeStagedPiece(stage, message.name, message.bytes, upload.fd, pieceBuffer)
-        await connection.send({ type: 'staged-taken' })
+        await pieces.take(message, writes)
         continue
       }
       if (message.type !== 'end')
@@ -432,7 +459,7 @@ export async function serveWriteFiles(
   let pending: Array<{ path: string; mode: number | undefined; content: Uint8Array }> = []
   let pendingBytes = 0
   let remaining = 0
-  let pieceBuffer: Buffer | undefined
+  const pieces = new StagedPieceTaker(connection, stage)
   // The directories the batch's small files went to, for the whole batch: a
   // directory it made stays one whose files it may create at their names.
   const directories = new Map<string, BatchDirectory>()
@@ -468,14 +495,9 @@ export async function serveWriteFiles(
             throw new AgentOperationError('bad-request', 'a staged piece outside a large file')
           if (message.bytes > remaining)
             throw new AgentOperationError('size-mismatch', 'more bytes than the file declared')
-          if (stage === undefined)
-            throw new AgentOperationError('bad-request', 'this agent has no stage for pieces')
-          upload.writes.flush()
-          pieceBuffer ??= Buffer.allocUnsafeSlow(PIECE_READ_BYTES)
-          takeStagedPiece(stage, message.name, message.bytes, upload.file.fd, pieceBuffer)
+          await pieces.take(message, upload.writes)
           remaining -= message.bytes
           bytes += message.bytes
-          await connection.send({ type: 'staged-taken' })
         } else {
           if (upload || gathering)
             throw new AgentOperationError(

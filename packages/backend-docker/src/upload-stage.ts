@@ -1,7 +1,7 @@
 import { randomBytes } from 'node:crypto'
 import { closeSync, constants, openSync, unlinkSync } from 'node:fs'
 import { type FileHandle, open } from 'node:fs/promises'
-import { STAGED_PIECE_BYTES, type UploadStage } from '@cordon/agent/protocol'
+import { STAGED_AHEAD, STAGED_PIECE_BYTES, type UploadStage } from '@cordon/agent/protocol'
 
 /**
  * The host's side of staged upload pieces (the agent's staged-pieces.ts says
@@ -22,11 +22,12 @@ import { STAGED_PIECE_BYTES, type UploadStage } from '@cordon/agent/protocol'
 
 /** Uploads that can each keep their pieces in flight at once; a third sends bytes. */
 const UPLOADS_STAGED_AT_ONCE = 2
-/** Pieces an upload keeps in the stage at most (client-operations.ts, STAGED_AHEAD). */
-const PIECES_AHEAD = 2
 
-/** The stage's room: what {@link hostSocketMount}'s tmpfs gets beyond the socket's. */
-export const STAGE_ROOM_BYTES = UPLOADS_STAGED_AT_ONCE * PIECES_AHEAD * STAGED_PIECE_BYTES
+/**
+ * The stage's room: what {@link hostSocketMount}'s tmpfs gets beyond the
+ * socket's, the pieces two uploads keep waiting at most.
+ */
+export const STAGE_ROOM_BYTES = UPLOADS_STAGED_AT_ONCE * STAGED_AHEAD * STAGED_PIECE_BYTES
 
 const CREATE_FLAGS =
   constants.O_WRONLY | constants.O_CREAT | constants.O_EXCL | constants.O_NOFOLLOW

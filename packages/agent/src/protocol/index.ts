@@ -146,7 +146,7 @@ export {
   type WriteReadyMessage,
 } from './messages.js'
 export { formatResumeLine, RESTORED_MARKER, RESUME_LINE_MARK, RESUMED_ACK } from './resume-line.js'
-export { STAGED_PIECE_BYTES, type UploadStage } from './staged-sender.js'
+export { STAGED_AHEAD, STAGED_PIECE_BYTES, type UploadStage } from './staged-sender.js'
 export {
   MAX_DATA_PAYLOAD,
   MuxProtocolError,

@@ -29,7 +29,7 @@ export const STAGED_PIECE_BYTES = 4 * 1024 * 1024
  * and pieces of 2, 8 and 16 MiB: 4 MiB and two ahead was the fastest), and
  * the stage (the host's memory) holds no more than that for an upload.
  */
-const STAGED_AHEAD = 2
+export const STAGED_AHEAD = 2
 
 /** What an upload hears from the agent once it is ready: its last word, and whether it came. */
 export interface UploadReply {
