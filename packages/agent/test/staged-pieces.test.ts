@@ -1,6 +1,6 @@
 import { createHash, randomBytes } from 'node:crypto'
 import { once } from 'node:events'
-import { existsSync, rmSync } from 'node:fs'
+import { existsSync, readdirSync, rmSync } from 'node:fs'
 import { chmod, mkdtemp, readdir, readFile, rm, symlink, writeFile } from 'node:fs/promises'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
@@ -8,6 +8,7 @@ import { afterEach, describe, expect, it } from 'vitest'
 import {
   ProtocolError,
   parseClientMessage,
+  STAGED_AHEAD,
   STAGED_PIECE_BYTES,
   type UploadStage,
 } from '../src/protocol/index.js'
@@ -61,11 +62,15 @@ async function agentWithStage(withStage = true): Promise<{
 function stageIn(
   directory: string,
   plant?: (path: string, bytes: Buffer, index: number) => Promise<boolean>,
-): UploadStage & { staged: string[]; refused: number } {
+): UploadStage & { staged: string[]; refused: number; mostWaiting: number } {
   const stage = {
     staged: [] as string[],
     refused: 0,
+    /** The most pieces found waiting in the stage when another was put. */
+    mostWaiting: 0,
     async put(pieces: readonly Uint8Array[], _bytes: number): Promise<string | undefined> {
+      const waiting = readdirSync(directory).filter((entry) => entry.endsWith('.upload')).length
+      stage.mostWaiting = Math.max(stage.mostWaiting, waiting)
       const name = `${randomBytes(16).toString('hex')}.upload`
       const path = join(directory, name)
       const bytes = Buffer.concat(pieces)
@@ -104,6 +109,8 @@ describe('staged upload pieces', () => {
     )
     expect(digest(await readFile(target))).toBe(digest(data))
     expect(all.staged.length).toBe(Math.floor(data.byteLength / STAGED_PIECE_BYTES))
+    // The host holds at most STAGED_AHEAD pieces not yet taken, this one included.
+    expect(all.mostWaiting).toBeLessThanOrEqual(STAGED_AHEAD - 1)
     // Every other piece "does not fit" and crosses as bytes instead.
     const half = stageIn(stageDir, async (_path, _bytes, index) => index % 2 === 0)
     const mixed = join(dir, 'mixed.bin')
