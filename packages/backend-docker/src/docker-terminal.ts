@@ -46,6 +46,8 @@ export interface DockerTerminalContext {
 const MAX_CELLS = 10_000
 /** Output kept for a first `onData` listener that subscribes after the program started. */
 const MAX_EARLY_BYTES = 1024 * 1024
+/** How long a failed resize waits for the program's output to end before asking the engine. */
+const END_NOTICE_MS = 2_000
 
 export async function openDockerTerminal(
   context: DockerTerminalContext,
@@ -89,19 +91,11 @@ export async function openDockerTerminal(
     for (const listener of listeners) listener(chunk)
   })
   stream.on('error', () => {})
-  const exited = new Promise<number>((resolve) => {
-    let settled = false
-    const settle = () => {
-      if (settled) return
-      settled = true
-      exec.inspect().then(
-        (info: { ExitCode?: number | null }) => resolve(info.ExitCode ?? -1),
-        () => resolve(-1),
-      )
-    }
-    stream.once('end', settle)
-    stream.once('close', settle)
+  const streamEnded = new Promise<void>((resolve) => {
+    stream.once('end', resolve)
+    stream.once('close', resolve)
   })
+  const exited = streamEnded.then(() => exitCodeOf(exec))
   let ended = false
   let exitCode = -1
   void exited.then((code) => {
@@ -117,12 +111,24 @@ export async function openDockerTerminal(
       // A program that ended before its terminal could be sized (this engine
       // API cannot size it at start) keeps its output and status: a size
       // means nothing to it any more.
-      const running = await exec.inspect().then(
-        (info: { Running?: boolean }) => info.Running !== false,
-        () => true,
-      )
-      if (running) throw error
+      if (!(await programEnded())) throw error
     }
+  }
+  // The engine learns of an exec's end from an event it handles on its own
+  // time: on a loaded machine its inspect still says running for a moment
+  // after the process is gone (and a resize already fails with "stopped").
+  // The end of the attach stream is the earlier sign, so it is awaited first,
+  // for a bounded time, before the engine is asked.
+  const programEnded = async (): Promise<boolean> => {
+    const noticed = await Promise.race([
+      streamEnded.then(() => true),
+      new Promise<boolean>((resolve) => setTimeout(resolve, END_NOTICE_MS, false).unref()),
+    ])
+    if (noticed) return true
+    return exec.inspect().then(
+      (info: { Running?: boolean }) => info.Running === false,
+      () => false,
+    )
   }
   await resize(options.size)
   const terminal: SandboxTerminal = {
@@ -159,6 +165,25 @@ export async function openDockerTerminal(
     },
   }
   return terminal
+}
+
+type EngineExec = Awaited<ReturnType<Docker.Container['exec']>>
+
+/**
+ * The program's exit code once its output has ended. The engine may not have
+ * handled the exit yet (see `programEnded`), so a "still running" answer is
+ * asked again, for a bounded time; -1 if the engine never says.
+ */
+async function exitCodeOf(exec: EngineExec): Promise<number> {
+  const deadline = Date.now() + END_NOTICE_MS
+  for (;;) {
+    const info = (await exec.inspect().catch(() => undefined)) as
+      | { Running?: boolean; ExitCode?: number | null }
+      | undefined
+    if (!info) return -1
+    if (!info.Running || Date.now() > deadline) return info.ExitCode ?? -1
+    await new Promise((resolve) => setTimeout(resolve, 25))
+  }
 }
 
 function validate(options: SandboxTerminalOptions): void {
