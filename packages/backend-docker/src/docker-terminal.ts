@@ -10,6 +10,7 @@ import {
   type SandboxTerminalOptions,
 } from '@cordon/core'
 import type Docker from 'dockerode'
+import { ENGINE_EXIT_NOTICE_MS, engineExecExitCode } from './engine-exec-end.js'
 
 /**
  * Interactive terminals on Docker sandboxes.
@@ -46,8 +47,6 @@ export interface DockerTerminalContext {
 const MAX_CELLS = 10_000
 /** Output kept for a first `onData` listener that subscribes after the program started. */
 const MAX_EARLY_BYTES = 1024 * 1024
-/** How long a failed resize waits for the program's output to end before asking the engine. */
-const END_NOTICE_MS = 2_000
 
 export async function openDockerTerminal(
   context: DockerTerminalContext,
@@ -95,7 +94,7 @@ export async function openDockerTerminal(
     stream.once('end', resolve)
     stream.once('close', resolve)
   })
-  const exited = streamEnded.then(() => exitCodeOf(exec))
+  const exited = streamEnded.then(() => engineExecExitCode(exec))
   let ended = false
   let exitCode = -1
   void exited.then((code) => {
@@ -114,15 +113,13 @@ export async function openDockerTerminal(
       if (!(await programEnded())) throw error
     }
   }
-  // The engine learns of an exec's end from an event it handles on its own
-  // time: on a loaded machine its inspect still says running for a moment
-  // after the process is gone (and a resize already fails with "stopped").
-  // The end of the attach stream is the earlier sign, so it is awaited first,
-  // for a bounded time, before the engine is asked.
+  // The engine's inspect lags an exec's end (engine-exec-end.ts); the end
+  // of the attach stream is the earlier sign, so it is awaited first, for a
+  // bounded time, before the engine is asked.
   const programEnded = async (): Promise<boolean> => {
     const noticed = await Promise.race([
       streamEnded.then(() => true),
-      new Promise<boolean>((resolve) => setTimeout(resolve, END_NOTICE_MS, false).unref()),
+      new Promise<boolean>((resolve) => setTimeout(resolve, ENGINE_EXIT_NOTICE_MS, false).unref()),
     ])
     if (noticed) return true
     return exec.inspect().then(
@@ -165,25 +162,6 @@ export async function openDockerTerminal(
     },
   }
   return terminal
-}
-
-type EngineExec = Awaited<ReturnType<Docker.Container['exec']>>
-
-/**
- * The program's exit code once its output has ended. The engine may not have
- * handled the exit yet (see `programEnded`), so a "still running" answer is
- * asked again, for a bounded time; -1 if the engine never says.
- */
-async function exitCodeOf(exec: EngineExec): Promise<number> {
-  const deadline = Date.now() + END_NOTICE_MS
-  for (;;) {
-    const info = (await exec.inspect().catch(() => undefined)) as
-      | { Running?: boolean; ExitCode?: number | null }
-      | undefined
-    if (!info) return -1
-    if (!info.Running || Date.now() > deadline) return info.ExitCode ?? -1
-    await new Promise((resolve) => setTimeout(resolve, 25))
-  }
 }
 
 function validate(options: SandboxTerminalOptions): void {

@@ -13,6 +13,7 @@ import type Docker from 'dockerode'
 import type { AgentRuntime } from './agent-runtime.js'
 import { removeContainerAndWait } from './container-removal.js'
 import { isNotFound } from './engine-errors.js'
+import { engineExecExitCode } from './engine-exec-end.js'
 import { checkedSnapshotArchive } from './snapshot-archive.js'
 import { CAPTURE_SCRIPT, RESTORE_SCRIPT } from './snapshot-scripts.js'
 
@@ -336,8 +337,7 @@ export async function runInContainer(
   }
   source.signal?.throwIfAborted()
   stdout.end()
-  const inspected = await exec.inspect()
-  return { exitCode: inspected.ExitCode ?? -1, stderr: errorText }
+  return { exitCode: await engineExecExitCode(exec), stderr: errorText }
 }
 
 /**
