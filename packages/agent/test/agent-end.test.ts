@@ -6,8 +6,8 @@
 import { afterEach, describe, expect, it } from 'vitest'
 import {
   type AgentUnderTest,
-  delay,
   processesMatching,
+  processesOnce,
   runCommand,
   startAgentProcess,
 } from './agent-harness.js'
@@ -27,10 +27,11 @@ describe('the agent stopping', () => {
       `sleep 1${needle} >/dev/null 2>&1 & setsid sleep 2${needle} >/dev/null 2>&1 & exit 0`,
     ])
     expect(background.exit.exitCode).toBe(0)
-    // The command has ended; what it started lives on.
-    await delay(100)
-    expect(await processesMatching(`sleep 1${needle}`)).toHaveLength(1)
-    expect(await processesMatching(`sleep 2${needle}`)).toHaveLength(1)
+    // The command has ended; what it started lives on (once each child has
+    // exec'd `sleep`, it no longer carries the shell's line, which names both).
+    const one = (pids: readonly number[]) => pids.length === 1
+    expect(await processesOnce(`sleep 1${needle}`, one)).toHaveLength(1)
+    expect(await processesOnce(`sleep 2${needle}`, one)).toHaveLength(1)
 
     await agent.stop()
     agent = undefined

@@ -211,6 +211,26 @@ export async function processesMatching(needle: string): Promise<number[]> {
 }
 
 /**
+ * Pids of the processes matching `needle` once `settled` holds for them, or
+ * after `timeoutMs` whatever they are. A command's children exec what they
+ * run some time after the agent answered `started` (and a killed tree takes
+ * a moment to go): on a loaded machine a single look too soon sees a
+ * process that still carries its parent's command line, or none at all.
+ */
+export async function processesOnce(
+  needle: string,
+  settled: (pids: readonly number[]) => boolean,
+  timeoutMs = 10_000,
+): Promise<number[]> {
+  const deadline = Date.now() + timeoutMs
+  for (;;) {
+    const found = await processesMatching(needle)
+    if (settled(found) || Date.now() > deadline) return found
+    await delay(50)
+  }
+}
+
+/**
  * Runs one command on the agent and collects its output. With `stdin`, the
  * bytes are written and the input closed; a command that closes its input
  * early is not an error (its exit says what happened).

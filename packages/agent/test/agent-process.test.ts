@@ -26,6 +26,7 @@ import {
   LAUNCHER_PROGRAM,
   LAUNCHERS,
   processesMatching,
+  processesOnce,
   runCommand,
   startAgentProcess,
   tcpPortOf,
@@ -191,12 +192,11 @@ describe.each(LAUNCHERS)('agent program (bundled, real child process), %s', (_, 
           onStdout: (bytes) => chunks.push(Buffer.from(bytes).toString()),
         },
       )
-      expect(await processesMatching(marker)).not.toEqual([])
+      expect(await processesOnce(marker, (pids) => pids.length > 0)).not.toEqual([])
       // The client stops heartbeating and stops reading: to the agent it is gone.
       silent.stopHeartbeat()
       silent.socket.pause()
-      for (let i = 0; i < 50 && (await processesMatching(marker)).length > 0; i++) await delay(100)
-      expect(await processesMatching(marker)).toEqual([])
+      expect(await processesOnce(marker, (pids) => pids.length === 0)).toEqual([])
       silent.destroy()
     })
 
@@ -212,8 +212,9 @@ describe.each(LAUNCHERS)('agent program (bundled, real child process), %s', (_, 
         env: {},
         stdin: false,
       })
-      await delay(300)
-      expect((await processesMatching(marker)).length).toBeGreaterThanOrEqual(2)
+      expect(
+        (await processesOnce(marker, (pids) => pids.length >= 2)).length,
+      ).toBeGreaterThanOrEqual(2)
       await session.cancel('SIGKILL', 'abort')
       const exit = await session.result
       expect(exit).toMatchObject({
@@ -226,14 +227,25 @@ describe.each(LAUNCHERS)('agent program (bundled, real child process), %s', (_, 
     })
 
     it('a SIGTERM kill escalates to SIGKILL for a tree that ignores it', async () => {
+      let armedOutput = ''
       const connection = await agent.connect()
-      const session = await requestExec(connection, {
-        command: 'sh',
-        args: ['-c', 'trap "" TERM; sleep 30; sleep 31'],
-        env: {},
-        stdin: false,
-      })
-      await delay(200)
+      const session = await requestExec(
+        connection,
+        {
+          command: 'sh',
+          args: ['-c', 'trap "" TERM; echo armed; sleep 30; sleep 31'],
+          env: {},
+          stdin: false,
+        },
+        {
+          onStdout: (bytes) => {
+            armedOutput += Buffer.from(bytes).toString()
+          },
+        },
+      )
+      // The shell ignores SIGTERM only once it has run `trap`.
+      for (let i = 0; i < 200 && !armedOutput.includes('armed'); i++) await delay(50)
+      expect(armedOutput).toContain('armed')
       const started = Date.now()
       await session.cancel('SIGTERM', 'kill')
       const exit = await session.result
@@ -280,14 +292,11 @@ describe.each(LAUNCHERS)('agent program (bundled, real child process), %s', (_, 
         env: {},
         stdin: false,
       })
-      for (let i = 0; i < 30 && (await processesMatching(marker)).length === 0; i++)
-        await delay(100)
-      expect(await processesMatching(marker)).not.toEqual([])
+      expect(await processesOnce(marker, (pids) => pids.length > 0)).not.toEqual([])
       // The first `sh` has exited by now (it only started the background one).
       await delay(300)
       connection.destroy()
-      for (let i = 0; i < 30 && (await processesMatching(marker)).length > 0; i++) await delay(100)
-      expect(await processesMatching(marker)).toEqual([])
+      expect(await processesOnce(marker, (pids) => pids.length === 0)).toEqual([])
     })
 
     it('dropping the connection kills the command', async () => {
@@ -300,12 +309,9 @@ describe.each(LAUNCHERS)('agent program (bundled, real child process), %s', (_, 
         stdin: false,
       })
       // `started` can come before the launcher's child has exec'd `sh` on a loaded machine.
-      for (let i = 0; i < 30 && (await processesMatching(marker)).length === 0; i++)
-        await delay(100)
-      expect(await processesMatching(marker)).not.toEqual([])
+      expect(await processesOnce(marker, (pids) => pids.length > 0)).not.toEqual([])
       connection.destroy()
-      for (let i = 0; i < 30 && (await processesMatching(marker)).length > 0; i++) await delay(100)
-      expect(await processesMatching(marker)).toEqual([])
+      expect(await processesOnce(marker, (pids) => pids.length === 0)).toEqual([])
     })
   })
 

@@ -84,13 +84,15 @@ describe('kept processes through the agent', () => {
       'sh',
       [
         '-c',
-        'echo first; sleep 0.3; echo while-detached; echo err >&2; read go2; echo live; exit 3',
+        'echo first; while [ ! -e gate-replay ]; do sleep 0.05; done; echo while-detached; echo err >&2; read go2; echo live; exit 3',
       ],
       { onOutput: (chunk) => (first += chunk.data) },
     )
     let seen = ''
     await until(async () => first === 'first\n')
     await process.detach()
+    // What follows is written only now, while nobody is attached.
+    await sandbox.writeFile('gate-replay', '')
     const detached = await process.wait().catch((error: unknown) => error)
     expect(SandboxOperationError.isInstance(detached)).toBe(true)
     expect((detached as Error).message).toContain(`attachProcess('${process.id}')`)
@@ -119,13 +121,14 @@ describe('kept processes through the agent', () => {
   it('keeps a running process when the connection that started it goes', async () => {
     const process = await sandbox.start('sh', [
       '-c',
-      'sleep 0.3; echo kept-alive-marker; exec sleep 30',
+      'while [ ! -e gate-kept ]; do sleep 0.05; done; echo kept-alive-marker; : > kept-written; exec sleep 30',
     ])
     ;(process as unknown as { abandon(): void }).abandon()
     await process.wait().catch(() => {})
     expect(existsSync(`/proc/${process.pid}`)).toBe(true)
     // Its output comes while nobody is attached.
-    await delay(500)
+    await sandbox.writeFile('gate-kept', '')
+    await until(async () => (await sandbox.exec('test', ['-e', 'kept-written'])).exitCode === 0)
     const again = await sandbox.attachProcess(process.id!)
     await again.kill('SIGKILL')
     const result = await again.wait()
@@ -166,9 +169,10 @@ describe('kept processes through the agent', () => {
   it('reattaches from a fresh client, as another host process would', async () => {
     const process = await sandbox.start('sh', [
       '-c',
-      'sleep 0.3; echo while-away; read x; echo "$x"',
+      'while [ ! -e gate-away ]; do sleep 0.05; done; echo while-away; read x; echo "$x"',
     ])
     await process.detach()
+    await sandbox.writeFile('gate-away', '')
     const other = sandboxOn(tcpPortOf(agent), agent.secret)
     try {
       const listed = await other.listProcesses()

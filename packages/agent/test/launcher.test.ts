@@ -369,7 +369,10 @@ describe('starting commands: cordon-launcher behaves as Node spawn does', () => 
     const before = launcherPids(agent.child.pid!)
     expect(before).toHaveLength(1)
     process.kill(before[0]!, 'SIGKILL')
-    await delay(100)
+    // A command sent before the agent has seen the launcher's end fails (it
+    // may have been started: it is not sent again); the next one after gets
+    // a new launcher.
+    for (let i = 0; i < 200 && !agent.stderr().includes('the launcher exited'); i++) await delay(50)
     const { exit, stdout } = await run(agent, 'echo', ['after'])
     expect(exit.exitCode).toBe(0)
     expect(stdout).toBe('after\n')

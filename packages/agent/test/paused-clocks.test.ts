@@ -61,18 +61,20 @@ describe('an agent across a pause', () => {
       connection,
       {
         command: 'sh',
-        args: ['-c', 'sleep 1.5; echo done'],
+        args: ['-c', 'sleep 3; echo done'],
         env: {},
         stdin: false,
-        timeoutMs: 800,
+        timeoutMs: 2_000,
       },
       { onStdout: (bytes) => (stdout += Buffer.from(bytes).toString()), onStderr: () => {} },
     )
+    // About 3 s of wall time, 2.5 s of it held: the command runs past its
+    // 2 s timeout only in wall time (the rest is room for a loaded machine).
     await delay(100)
     expect(await requestClocks(await agent.connect(), 'pause-clocks')).toBe(0)
-    await delay(1_100)
+    await delay(2_500)
     expect(await requestClocks(await agent.connect(), 'resume-clocks')).toBeGreaterThanOrEqual(
-      1_000,
+      2_400,
     )
     const exit: ExitMessage = await session.result
     expect(exit.timedOut).toBe(false)
@@ -107,7 +109,9 @@ describe('an agent across a pause', () => {
     await requestClocks(await agent.connect(), 'resume-clocks')
     const end = await exited
     expect(agent.stderr()).toContain('lifetime reached')
-    expect(end - started).toBeGreaterThanOrEqual(2_400)
+    // 1.5 s held: it ran well past its 1 s in wall time (the agent's lifetime
+    // began at its start, before `started`, hence not the whole 2.5 s).
+    expect(end - started).toBeGreaterThanOrEqual(2_000)
   })
 })
 

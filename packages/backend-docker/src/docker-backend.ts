@@ -664,6 +664,10 @@ export class DockerBackend implements CordonSandboxBackend {
         step('attaching to the container')
         const attach = (to: Docker.Container) => attachChannel(to, this.engine.docker, fromAgent)
         channel = await attach(container)
+        // Before the agent starts, so that the agent's own lifetime (counted
+        // from its start, or its resume) never begins before this: a sandbox
+        // its lifetime ended is told from one lost, however slow the create.
+        const startedAt = Date.now()
         if (snapshot?.memory && checkpointEngine) {
           step('starting the container from the memory snapshot')
           await startFromCheckpoint(
@@ -1029,7 +1033,6 @@ export class DockerBackend implements CordonSandboxBackend {
         // and the agent ending it for a storage cap (its exit status) from its own
         // lifetime ending it and from the engine going away. A memory snapshot
         // ends the container on purpose and goes on in another (takeMemorySnapshot).
-        const startedAt = Date.now()
         const watchChannel = (watched: StdioChannel): void => {
           watched.onClose(() => {
             if (watched !== channel || checkpointing) return

@@ -14,7 +14,7 @@ import type Docker from 'dockerode'
 type EngineExec = Awaited<ReturnType<Docker.Container['exec']>>
 
 /** How long the engine is given to catch up with an exec's end. */
-export const ENGINE_EXIT_NOTICE_MS = 2_000
+export const ENGINE_EXIT_NOTICE_MS = 10_000
 
 /**
  * The exit code of an exec whose output has ended: a "still running" answer

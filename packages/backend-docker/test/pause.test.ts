@@ -173,8 +173,9 @@ for (const runtime of ['docker', 'runsc'] as const) {
         console.log(
           `${runtime}: paused ${resumedAt - pausedAt} ms; lifetime ${lifetimeMs} ms ended ${ranAfterResume} ms after the resume`,
         )
-        // About 4 s were left at the pause.
-        expect(ranAfterResume).toBeGreaterThan(2_500)
+        // About 4 s were left at the pause, less the agent's part of the create
+        // and of the pause, which a loaded gVisor host stretches to a second or more.
+        expect(ranAfterResume).toBeGreaterThan(1_500)
         expect(ranAfterResume).toBeLessThan(8_000)
       } finally {
         await sandbox.destroy()

@@ -99,18 +99,20 @@ describe('pause and resume (the provider side)', () => {
     await provider.close()
   })
 
+  // Real timers, with room for a loaded machine: a sleep that wakes late
+  // only eats into the margin before the next check (about half a second).
   it('does not count paused time toward the idle timeout', async () => {
     const { provider, events } = makeProvider()
-    const sandbox = await provider.create({ idleTimeoutMs: 300 })
-    await sleep(150)
+    const sandbox = await provider.create({ idleTimeoutMs: 1_500 })
+    await sleep(750)
     await sandbox.pause()
-    await sleep(700)
+    await sleep(2_500)
     expect(sandbox.endReason).toBeUndefined()
     await sandbox.resume()
-    // 150 ms of idleness were counted before the pause; about 150 more end it.
-    await sleep(60)
+    // 750 ms of idleness were counted before the pause; about 750 more end it.
+    await sleep(250)
     expect(sandbox.endReason).toBeUndefined()
-    await sleep(400)
+    await sleep(2_000)
     expect(sandbox.endReason).toBe('idle')
     expect(phases(events)).toEqual(
       expect.arrayContaining(['pause', 'resume', 'idle', 'destroy.end']),
@@ -120,15 +122,15 @@ describe('pause and resume (the provider side)', () => {
 
   it('moves the lifetime later by the time paused', async () => {
     const { provider } = makeProvider()
-    const sandbox = await provider.create({ lifetimeMs: 400 })
-    await sleep(200)
+    const sandbox = await provider.create({ lifetimeMs: 2_000 })
+    await sleep(1_000)
     await sandbox.pause()
-    await sleep(600)
+    await sleep(2_500)
     expect(sandbox.endReason).toBeUndefined()
     await sandbox.resume()
-    await sleep(100)
+    await sleep(400)
     expect(sandbox.endReason).toBeUndefined()
-    await sleep(300)
+    await sleep(2_000)
     expect(sandbox.endReason).toBe('lifetime')
     await provider.close()
   })

@@ -87,16 +87,19 @@ describe('cordon shell', () => {
 
   it('says why when the sandbox is killed under the program, with stdin from a pipe or on a terminal', async () => {
     // Without a terminal: cordon cannot know how the program ended (125).
-    const child = spawn(process.execPath, [CLI, 'shell', '--', 'sleep', '60'], {
-      stdio: ['pipe', 'pipe', 'pipe'],
-    })
+    const child = spawn(
+      process.execPath,
+      [CLI, 'shell', '--', 'sh', '-c', 'echo started; exec sleep 60'],
+      { stdio: ['pipe', 'pipe', 'pipe'] },
+    )
     let stderr = ''
     child.stderr.on('data', (chunk: Buffer) => {
       stderr += chunk.toString()
     })
     const exited = new Promise<number | null>((resolve) => child.on('close', resolve))
+    // Killed once the program runs (the container exists from the start of create).
+    await new Promise<void>((resolve) => child.stdout.once('data', () => resolve()))
     const container = await waitFor('the sandbox', () => sandboxContainersOf(child.pid!)[0])
-    await new Promise((resolve) => setTimeout(resolve, 1000))
     execFileSync('docker', ['kill', container])
     expect(await exited).toBe(125)
     expect(stderr).toBe(SANDBOX_LOST)

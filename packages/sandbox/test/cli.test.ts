@@ -89,10 +89,15 @@ describe('the cordon command', () => {
     await until(/30 100/)
     Object.assign(stdout, { columns: 120, rows: 40 })
     resized()
-    await new Promise((resolve) => setTimeout(resolve, 300))
-    stdin.write('stty size; exit 4\r')
-    expect(await running).toBe(4)
+    // The resize is an engine call of its own, not ordered with what is typed:
+    // ask again until the new size shows (on a loaded engine it can take a while).
+    for (let asked = 0; asked < 80 && !/40 120/.test(shown); asked++) {
+      stdin.write('stty size\r')
+      await new Promise((resolve) => setTimeout(resolve, 250))
+    }
     expect(shown).toContain('40 120')
+    stdin.write('exit 4\r')
+    expect(await running).toBe(4)
   })
 
   it('takes --outputs relative to where it runs, and --runtime runc', async () => {
