@@ -10,7 +10,7 @@ import {
   type SandboxTerminalOptions,
 } from '@cordon/core'
 import type Docker from 'dockerode'
-import { ENGINE_EXIT_NOTICE_MS, engineExecExitCode } from './engine-exec-end.js'
+import { engineExecExitCode } from './engine-exec-end.js'
 
 /**
  * Interactive terminals on Docker sandboxes.
@@ -47,6 +47,8 @@ export interface DockerTerminalContext {
 const MAX_CELLS = 10_000
 /** Output kept for a first `onData` listener that subscribes after the program started. */
 const MAX_EARLY_BYTES = 1024 * 1024
+/** How long a failed resize waits for the program's output to end before asking the engine. */
+const OUTPUT_END_WAIT_MS = 2_000
 
 export async function openDockerTerminal(
   context: DockerTerminalContext,
@@ -115,11 +117,12 @@ export async function openDockerTerminal(
   }
   // The engine's inspect lags an exec's end (engine-exec-end.ts); the end
   // of the attach stream is the earlier sign, so it is awaited first, for a
-  // bounded time, before the engine is asked.
+  // short time (a resize that failed on a running program is reported
+  // after it), before the engine is asked.
   const programEnded = async (): Promise<boolean> => {
     const noticed = await Promise.race([
       streamEnded.then(() => true),
-      new Promise<boolean>((resolve) => setTimeout(resolve, ENGINE_EXIT_NOTICE_MS, false).unref()),
+      new Promise<boolean>((resolve) => setTimeout(resolve, OUTPUT_END_WAIT_MS, false).unref()),
     ])
     if (noticed) return true
     return exec.inspect().then(
