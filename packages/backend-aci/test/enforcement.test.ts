@@ -125,9 +125,20 @@ describe('enforced from inside a claimed sandbox', () => {
     const init = await sandbox!.exec('cat', ['/proc/1/cmdline'])
     expect(init.stdout.replaceAll('\0', ' ')).toContain('cordon-aci-entrypoint.sh')
     await sandbox!.exec('sh', ['-c', "(setsid sh -c 'sleep 0.2' &); (setsid sh -c 'sleep 0.2' &)"])
-    await new Promise((resolve) => setTimeout(resolve, 700))
-    const ps = await sandbox!.exec('ps', ['-o', 'stat,args'])
-    expect(ps.stdout.split('\n').filter((line) => /^\s*Z/.test(line))).toEqual([])
+    // Asked until both orphans have ended and nothing is left a zombie (a
+    // loaded machine's sleeps end late): without a reaper the zombies stay.
+    const zombies = (stdout: string) => stdout.split('\n').filter((line) => /^\s*Z/.test(line))
+    let ps = await sandbox!.exec('ps', ['-o', 'stat,args'])
+    for (
+      let tries = 0;
+      tries < 100 && (zombies(ps.stdout).length > 0 || ps.stdout.includes('sleep 0.2'));
+      tries++
+    ) {
+      await new Promise((resolve) => setTimeout(resolve, 100))
+      ps = await sandbox!.exec('ps', ['-o', 'stat,args'])
+    }
+    expect(ps.stdout).not.toContain('sleep 0.2')
+    expect(zombies(ps.stdout)).toEqual([])
   })
 })
 

@@ -208,7 +208,7 @@ describe('cordon-egress', () => {
 
   it('exits 0 on SIGTERM', async () => {
     cli.child.kill('SIGTERM')
-    expect(await Promise.race([cli.exited, sleep(5_000).then(() => 'still running')])).toBe(0)
+    expect(await Promise.race([cli.exited, sleep(15_000).then(() => 'still running')])).toBe(0)
   })
 
   it('exits 2 with every config problem on stderr, taking the config from the environment', async () => {
@@ -219,12 +219,12 @@ describe('cordon-egress', () => {
         polcy: {},
       }),
     })
-    expect(await Promise.race([bad.exited, sleep(5_000).then(() => 'still running')])).toBe(2)
+    expect(await Promise.race([bad.exited, sleep(15_000).then(() => 'still running')])).toBe(2)
     expect(bad.stderr()).toMatch(/control\.token/)
     expect(bad.stderr()).toMatch(/allowedPorts\.0/)
     expect(bad.stderr()).toMatch(/polcy/)
     const missing = spawnCli([])
-    expect(await Promise.race([missing.exited, sleep(5_000).then(() => 'still running')])).toBe(2)
+    expect(await Promise.race([missing.exited, sleep(15_000).then(() => 'still running')])).toBe(2)
     expect(missing.stderr()).toMatch(/CORDON_EGRESS_CONFIG/)
   })
 })

@@ -155,7 +155,8 @@ describe('orchestrator stand-in', () => {
     // Firecracker's behaviour: no reply for a port nobody listens on, OK for the agent's once it is up.
     expect(await vsockConnectLine(created.agent.udsPath, 4321)).toBeNull()
     let line: string | null = null
-    for (let i = 0; i < 100 && line === null; i++) {
+    // Up to 30 s: the guest's agent starts in a gVisor container, which a loaded machine slows.
+    for (let i = 0; i < 600 && line === null; i++) {
       line = await vsockConnectLine(created.agent.udsPath, 1024)
       if (line === null) await new Promise((resolve) => setTimeout(resolve, 50))
     }
