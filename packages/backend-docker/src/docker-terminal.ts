@@ -96,7 +96,8 @@ export async function openDockerTerminal(
     stream.once('end', resolve)
     stream.once('close', resolve)
   })
-  const exited = streamEnded.then(() => engineExecExitCode(exec))
+  // A terminal's status is a number: an engine that cannot be asked gives -1.
+  const exited = streamEnded.then(() => engineExecExitCode(exec)).catch(() => -1)
   let ended = false
   let exitCode = -1
   void exited.then((code) => {

@@ -19,15 +19,13 @@ export const ENGINE_EXIT_NOTICE_MS = 10_000
 /**
  * The exit code of an exec whose output has ended: a "still running" answer
  * is asked again, every 25 ms for `ENGINE_EXIT_NOTICE_MS`; -1 if the engine
- * cannot be asked or never says.
+ * never says. An engine that cannot be asked throws its own error, which
+ * says more than any exit code would.
  */
 export async function engineExecExitCode(exec: EngineExec): Promise<number> {
   const deadline = Date.now() + ENGINE_EXIT_NOTICE_MS
   for (;;) {
-    const info = (await exec.inspect().catch(() => undefined)) as
-      | { Running?: boolean; ExitCode?: number | null }
-      | undefined
-    if (!info) return -1
+    const info = (await exec.inspect()) as { Running?: boolean; ExitCode?: number | null }
     if (!info.Running || Date.now() > deadline) return info.ExitCode ?? -1
     await new Promise((resolve) => setTimeout(resolve, 25))
   }
