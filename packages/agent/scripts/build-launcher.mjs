@@ -1,6 +1,9 @@
 // Compiles cordon-launcher (launcher/cordon-launcher.c), the small program the
 // agent starts commands through, into dist/launcher/linux-<arch>/. Statically
 // linked, so it runs in any image on that architecture whatever its libc.
+// Beside it on x86-64, cordon-startup-clock.so (launcher/startup-clock.c),
+// which the agent's loader preloads in a gVisor sandbox: shared, since it is
+// loaded into the runtime's Node, and linked to the runtime's glibc.
 // Built for this machine's architecture with `cc`, and for the other one too
 // when its cross compiler is installed (Debian: gcc-aarch64-linux-gnu or
 // gcc-x86-64-linux-gnu); a backend finds no launcher for an architecture it
@@ -13,6 +16,8 @@ import { fileURLToPath } from 'node:url'
 const root = fileURLToPath(new URL('..', import.meta.url))
 const source = `${root}launcher/cordon-launcher.c`
 const FLAGS = ['-std=c11', '-O2', '-static', '-s', '-Wall', '-Wextra', '-Werror']
+const clockSource = `${root}launcher/startup-clock.c`
+const CLOCK_FLAGS = ['-std=c11', '-O2', '-shared', '-fPIC', '-s', '-Wall', '-Wextra', '-Werror']
 
 if (platform() !== 'linux') {
   console.log(`build-launcher: not on Linux (${platform()}); no launcher built`)
@@ -38,4 +43,14 @@ for (const [target, compiler] of Object.entries(compilers)) {
   execFileSync(compiler, [...FLAGS, '-o', `${outDir}/cordon-launcher`, source], {
     stdio: 'inherit',
   })
+  // It reads the time-stamp counter: written for x86-64, and only built there.
+  if (target === 'x64') {
+    execFileSync(
+      compiler,
+      [...CLOCK_FLAGS, '-o', `${outDir}/cordon-startup-clock.so`, clockSource],
+      {
+        stdio: 'inherit',
+      },
+    )
+  }
 }

@@ -2,7 +2,7 @@ import { constants } from 'node:os'
 import type { Readable } from 'node:stream'
 import type { DeadlineClock } from './deadline-clock.js'
 import type { KeptProcessRegistry } from './kept-process.js'
-import { readOomKillCount } from './oom-counter.js'
+import { endedByOomKill, readOomKillCount } from './oom-counter.js'
 import type { PathJail } from './path-jail.js'
 import type { LaunchedProcess, ProcessLauncher } from './process-launcher.js'
 import {
@@ -148,14 +148,7 @@ export async function serveExec(
   finished = true
   timeout?.cancel()
   if (killTimer) clearTimeout(killTimer)
-  const oomAfter = readOomKillCount()
-  const oomKilled =
-    signal === 'SIGKILL' &&
-    !timedOut &&
-    !aborted &&
-    oomBefore !== undefined &&
-    oomAfter !== undefined &&
-    oomAfter > oomBefore
+  const oomKilled = endedByOomKill(oomBefore, { signal, timedOut, aborted })
   await connection.send({
     type: 'exit',
     exitCode: code ?? (signal ? 128 + (constants.signals[signal] ?? 0) : -1),

@@ -46,3 +46,16 @@ export function launcherProgramPath(arch: string = process.arch): string | undef
   const path = fileURLToPath(new URL(`./launcher/linux-${arch}/cordon-launcher`, import.meta.url))
   return existsSync(path) ? path : undefined
 }
+
+/**
+ * Absolute path of cordon-startup-clock.so built for `arch` (`launcher/startup-clock.c`):
+ * preloaded into the agent's Node (`ld.so --preload`) in a gVisor sandbox, it
+ * answers most of Node's clock reads of the sandbox's first second without a
+ * system call. Built for x64 only; undefined where this package holds no build.
+ */
+export function startupClockLibraryPath(arch: string = process.arch): string | undefined {
+  const path = fileURLToPath(
+    new URL(`./launcher/linux-${arch}/cordon-startup-clock.so`, import.meta.url),
+  )
+  return existsSync(path) ? path : undefined
+}

@@ -1,6 +1,6 @@
 import { constants } from 'node:os'
 import type { DeadlineClock } from './deadline-clock.js'
-import { readOomKillCount } from './oom-counter.js'
+import { endedByOomKill, readOomKillCount } from './oom-counter.js'
 import { AgentOperationError } from './operation-error.js'
 import type { LaunchedProcess } from './process-launcher.js'
 import { type ExecIdentity, signalExecProcesses } from './process-tree.js'
@@ -319,7 +319,6 @@ export class KeptProcess {
   private finish(code: number | null, signal: NodeJS.Signals | null): void {
     this.timeout?.cancel()
     if (this.killTimer) clearTimeout(this.killTimer)
-    const oomAfter = readOomKillCount()
     this.endedAt = Date.now()
     this.exit = {
       type: 'exit',
@@ -327,13 +326,11 @@ export class KeptProcess {
       signal,
       timedOut: this.timedOut,
       aborted: this.aborted,
-      oomKilled:
-        signal === 'SIGKILL' &&
-        !this.timedOut &&
-        !this.aborted &&
-        this.oomBefore !== undefined &&
-        oomAfter !== undefined &&
-        oomAfter > this.oomBefore,
+      oomKilled: endedByOomKill(this.oomBefore, {
+        signal,
+        timedOut: this.timedOut,
+        aborted: this.aborted,
+      }),
       durationMs: Math.round(performance.now() - this.started),
     }
     this.attachment?.wake?.()

@@ -4,7 +4,12 @@ import { readdirSync, realpathSync, statSync } from 'node:fs'
 import { createRequire } from 'node:module'
 import { arch as hostArch, platform } from 'node:os'
 import { basename, dirname, join } from 'node:path'
-import { agentLoaderPath, agentProgramPath, launcherProgramPath } from '@cordon/agent'
+import {
+  agentLoaderPath,
+  agentProgramPath,
+  launcherProgramPath,
+  startupClockLibraryPath,
+} from '@cordon/agent'
 import { SandboxBackendUnavailableError } from '@cordon/core'
 import { LABEL } from '@cordon/core/backend'
 import type Docker from 'dockerode'
@@ -12,6 +17,7 @@ import { AGENT_SNAPSHOT_FILE, withStartState } from './agent-start-state.js'
 import { isNotFound } from './engine-errors.js'
 import { type HostFile, putHostFiles } from './host-files-archive.js'
 import { ensureHugePageNode, type HugePageNode, hugePageNodeIsPresent } from './huge-page-node.js'
+import { loaderTakesPreload, STARTUP_CLOCK_FILE } from './startup-clock.js'
 
 /**
  * The runtime every cordon container runs on, whatever its image: a read-only
@@ -53,9 +59,14 @@ export interface AgentRuntime {
    * {@link agentEntrypoint} with options for the agent's Node
    * (gvisor-agent-threads.ts), and started from the volume's startup
    * snapshot where `fromSnapshot` asks it and the volume holds one
-   * (agent-start-state.ts).
+   * (agent-start-state.ts), with the startup clock preloaded where
+   * `startupClock` asks it and the volume and its loader allow it
+   * (startup-clock.ts).
    */
-  agentEntrypointWith(nodeOptions: readonly string[], start?: { fromSnapshot?: boolean }): string[]
+  agentEntrypointWith(
+    nodeOptions: readonly string[],
+    start?: { fromSnapshot?: boolean; startupClock?: boolean },
+  ): string[]
   /** The egress gateway program inside the runtime. */
   readonly gatewayScript: string
   /**
@@ -146,7 +157,12 @@ function* walk(dir: string): Generator<string> {
   }
 }
 
-function runtimeFiles(): { files: HostFile[]; loaderName: string; launcher: boolean } {
+function runtimeFiles(): {
+  files: HostFile[]
+  loaderName: string
+  launcher: boolean
+  startupClock: boolean
+} {
   if (platform() !== 'linux') {
     throw new Error(`the agent runtime is this host's Node, and this host runs ${platform()}`)
   }
@@ -170,7 +186,14 @@ function runtimeFiles(): { files: HostFile[]; loaderName: string; launcher: bool
   ]
   const launcher = launcherProgramPath(hostArch())
   if (launcher) files.push({ name: 'bin/cordon-launcher', source: launcher, mode: 0o755 })
-  return { files, loaderName, launcher: launcher !== undefined }
+  const startupClock = startupClockLibraryPath(hostArch())
+  if (startupClock) files.push({ name: STARTUP_CLOCK_FILE, source: startupClock, mode: 0o644 })
+  return {
+    files,
+    loaderName,
+    launcher: launcher !== undefined,
+    startupClock: startupClock !== undefined,
+  }
 }
 
 /** The content's fingerprint: names, sizes and modification times (fast; no need to read 100 MB). */
@@ -302,10 +325,12 @@ async function prepare(
     script: string,
     args: readonly string[] = [],
     nodeOptions: readonly string[] = [],
+    preload: readonly string[] = [],
   ): string[] => [
     `${RUNTIME_MOUNT}/lib/${content.loaderName}`,
     '--library-path',
     `${RUNTIME_MOUNT}/lib`,
+    ...(preload.length > 0 ? ['--preload', preload.join(':')] : []),
     binary,
     ...nodeOptions,
     script,
@@ -317,6 +342,10 @@ async function prepare(
   const agentLoader = `${RUNTIME_MOUNT}/agent-loader.cjs`
   const agentSnapshot = `${RUNTIME_MOUNT}/${AGENT_SNAPSHOT_FILE}`
   const launcher = content.launcher ? `${RUNTIME_MOUNT}/bin/cordon-launcher` : undefined
+  const startupClock =
+    content.startupClock && loaderTakesPreload()
+      ? `${RUNTIME_MOUNT}/${STARTUP_CLOCK_FILE}`
+      : undefined
   const labels = { [LABEL.managed]: '1', [LABEL.role]: 'runtime', 'cordon.runtime': hash }
   const withHugePageNode = async (startState: { snapshot: boolean }): Promise<AgentRuntime> => {
     // The keeper's program is the launcher; without one for this architecture, no huge pages.
@@ -332,8 +361,9 @@ async function prepare(
     const agentNode = hugePageNode?.path ?? `${RUNTIME_MOUNT}/bin/node`
     const agentEntrypointWith = (
       nodeOptions: readonly string[],
-      start: { fromSnapshot?: boolean } = {},
+      start: { fromSnapshot?: boolean; startupClock?: boolean } = {},
     ): string[] => {
+      const preload = start.startupClock && startupClock ? [startupClock] : []
       // From the loader's startup snapshot where asked and the volume holds one, else the loader as a script.
       const agent =
         start.fromSnapshot && startState.snapshot
@@ -342,8 +372,9 @@ async function prepare(
               agentScript,
               [],
               [...nodeOptions, '--snapshot-blob', agentSnapshot],
+              preload,
             )
-          : startNode(agentNode, agentLoader, [agentScript], nodeOptions)
+          : startNode(agentNode, agentLoader, [agentScript], nodeOptions, preload)
       return launcher ? [launcher, '--agent', ...agent] : agent
     }
     return {

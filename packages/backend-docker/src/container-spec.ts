@@ -20,6 +20,7 @@ import { engineMessage } from './engine-errors.js'
 import { agentNodeOptions } from './gvisor-agent-threads.js'
 import { HUGE_PAGE_NODE_MOUNT } from './huge-page-node.js'
 import { engineVolumeName, type VolumeMountRequest } from './named-volumes.js'
+import { agentUsesStartupClock } from './startup-clock.js'
 
 export const DEFAULT_CPUS = 1
 export const DEFAULT_TMPFS_MB = 64
@@ -548,6 +549,7 @@ export function containerSpec(options: {
     Image: options.image ?? config.image,
     Entrypoint: options.runtime.agentEntrypointWith(agentNodeOptions(config.runtime), {
       fromSnapshot: agentStartsFromSnapshot(config.runtime),
+      startupClock: agentUsesStartupClock(config.runtime),
     }),
     Cmd: [],
     User: '0:0',
