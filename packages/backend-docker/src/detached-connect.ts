@@ -28,6 +28,7 @@ import { engineStreamCarrier, startAttachedRootExec } from './attached-channel.j
 import { DEFAULT_CPUS, proxyEnvironment, sandboxUser } from './container-spec.js'
 import type { dockerBackend } from './definition.js'
 import { type DetachedEgress, holdDetachedEgress } from './detached-egress.js'
+import { explainDetachedLoss } from './detached-loss.js'
 import {
   DIRECT_SOCKET_PATH,
   DirectSocket,
@@ -364,14 +365,14 @@ export async function connectDetached(
           if (!isNotFound(error) && !/removal .* in progress/i.test(String(error))) throw error
         })
     },
-    explainLoss: async () => {
-      const now = await docker
-        .getContainer(info.Id)
-        .inspect()
-        .catch(() => undefined)
-      if (!now?.State?.Running) return Date.now() >= endsAt - 1_000 ? 'lifetime' : 'lost'
-      return undefined
-    },
+    explainLoss: () =>
+      explainDetachedLoss(async () => {
+        const now = await docker
+          .getContainer(info.Id)
+          .inspect()
+          .catch(() => undefined)
+        return now?.State?.Running
+      }, endsAt),
     freezer: {
       pause: (signal) => pauseContainer(docker.getContainer(info.Id), signal),
       resume: (signal) => unpauseContainer(docker.getContainer(info.Id), signal),
