@@ -14,6 +14,7 @@ import {
   startAttachedRootExec,
 } from './attached-channel.js'
 import { DIRECT_SOCKET_PATH } from './direct-socket.js'
+import { askUntilEnded } from './engine-lag.js'
 
 /**
  * The way back to an agent waiting for its resume line (a memory snapshot's
@@ -74,15 +75,16 @@ export async function resumeOverSocketPipe(options: {
     channel,
     async closeAndWait(timeoutMs = 5_000) {
       channel.close()
-      const until = Date.now() + timeoutMs
-      while (Date.now() < until) {
-        const running = await exec.inspect().then(
-          (info) => info.Running,
-          () => false,
-        )
-        if (!running) return
-        await new Promise((resolve) => setTimeout(resolve, 25))
-      }
+      // The pipe's program ends once its stdin does; the engine says so late (engine-lag.ts).
+      await askUntilEnded(
+        () =>
+          exec.inspect().then(
+            (info) => info.Running,
+            () => false,
+          ),
+        (running) => running === true,
+        { forMs: timeoutMs, everyMs: 25 },
+      )
     },
   }
 }

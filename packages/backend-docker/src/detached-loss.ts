@@ -1,18 +1,12 @@
-import { setTimeout as sleep } from 'node:timers/promises'
 import type { LostReason } from '@cordon/agent/sandbox'
+import { askUntilEnded } from './engine-lag.js'
 
 /**
  * How long a reconnected sandbox whose channel failed waits for the engine to
- * say its container ended, while the engine still says it runs. Docker
- * learns of a container's end from an event it handles on its own time, so
- * on a loaded machine its inspect can say `Running` for a moment after the
- * agent is gone; asked once, such a sandbox stayed `ready` until another
- * call failed.
+ * say its container ended, while the engine still says it runs (engine-lag.ts);
+ * asked once, such a sandbox stayed `ready` until another call failed.
  */
 export const ENGINE_END_NOTICE_MS = 2_000
-
-/** Between two questions to the engine. */
-const ASK_EVERY_MS = 100
 
 /**
  * Why a reconnected sandbox's channel failed, as its container says it:
@@ -26,10 +20,10 @@ export async function explainDetachedLoss(
   endsAt: number,
   noticeMs: number = ENGINE_END_NOTICE_MS,
 ): Promise<LostReason | undefined> {
-  const deadline = Date.now() + noticeMs
-  for (;;) {
-    if (!(await isRunning())) return Date.now() >= endsAt - 1_000 ? 'lifetime' : 'lost'
-    if (Date.now() >= deadline) return undefined
-    await sleep(ASK_EVERY_MS)
-  }
+  const running = await askUntilEnded(isRunning, (answer) => answer === true, {
+    forMs: noticeMs,
+    everyMs: 100,
+  })
+  if (running) return undefined
+  return Date.now() >= endsAt - 1_000 ? 'lifetime' : 'lost'
 }

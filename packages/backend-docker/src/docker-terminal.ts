@@ -116,7 +116,7 @@ export async function openDockerTerminal(
       if (!(await programEnded())) throw error
     }
   }
-  // The engine's inspect lags an exec's end (engine-exec-end.ts); the end
+  // The engine's inspect lags an exec's end (engine-lag.ts); the end
   // of the attach stream is the earlier sign, so it is awaited first, for a
   // short time (a resize that failed on a running program is reported
   // after it), before the engine is asked.

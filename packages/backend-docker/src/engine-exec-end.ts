@@ -1,14 +1,10 @@
 import type Docker from 'dockerode'
+import { askUntilEnded } from './engine-lag.js'
 
 /**
- * What the engine says about an exec whose output has ended.
- *
- * The engine handles an exec's exit as an event of its own: on a loaded
- * machine its inspect still says "running" (and gives no exit code) for a
- * moment after the process is gone, while the attach stream has already
- * ended and a resize already fails because the process stopped. Everything
- * that reads an engine exec's end goes through here so none of them takes
- * that moment for the answer.
+ * What the engine says about an exec whose output has ended (the engine's
+ * inspect lags it: engine-lag.ts). Terminals and the filesystem snapshot's
+ * programs read their exit code here.
  */
 
 type EngineExec = Awaited<ReturnType<Docker.Container['exec']>>
@@ -23,10 +19,10 @@ export const ENGINE_EXIT_NOTICE_MS = 10_000
  * says more than any exit code would.
  */
 export async function engineExecExitCode(exec: EngineExec): Promise<number> {
-  const deadline = Date.now() + ENGINE_EXIT_NOTICE_MS
-  for (;;) {
-    const info = (await exec.inspect()) as { Running?: boolean; ExitCode?: number | null }
-    if (!info.Running || Date.now() > deadline) return info.ExitCode ?? -1
-    await new Promise((resolve) => setTimeout(resolve, 25))
-  }
+  const info = await askUntilEnded(
+    async () => (await exec.inspect()) as { Running?: boolean; ExitCode?: number | null },
+    (answer) => answer.Running === true,
+    { forMs: ENGINE_EXIT_NOTICE_MS, everyMs: 25 },
+  )
+  return info.ExitCode ?? -1
 }
