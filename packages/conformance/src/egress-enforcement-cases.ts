@@ -36,7 +36,8 @@ function hostAddresses(): string[] {
  * address, directly (`nc`) and through any proxy its environment names
  * (`wget`, which follows `http_proxy`), at this host's loopback and
  * interface addresses; the listener must see no connection and the sandbox
- * no answer. A backend that reports a kind it does not enforce fails here,
+ * no answer. A sandbox lacking either tool fails the case rather than
+ * passing it unheard. A backend that reports a kind it does not enforce fails here,
  * whatever `sandbox.enforced` says. Where a kind is not declared, it is
  * checked as a refusal instead; a declared kind a deployment cannot give
  * (a control plane without allowlists) may be refused at create naming it.
@@ -63,7 +64,10 @@ export function egressEnforcementCases(
         await new Promise<void>((resolve) => server.listen(0, '0.0.0.0', resolve))
         const port = (server.address() as { port: number }).port
         try {
+          // A probe that cannot run would read as blocked: a sandbox without
+          // `nc` or `wget` names what it lacks, and that fails the case.
           const script = [
+            'for tool in nc wget; do command -v "$tool" >/dev/null 2>&1 || echo "lacks $tool"; done',
             'for address in "$@"; do',
             `  nc -w 2 "$address" ${port} </dev/null >/dev/null 2>&1 && echo "reached $address directly"`,
             `  wget -q -T 3 -O - "http://$address:${port}/" 2>/dev/null | grep -q reached && echo "reached $address over HTTP"`,
@@ -91,7 +95,10 @@ export function egressEnforcementCases(
                   return { stdout: 'tried\n' }
                 throw error
               })
-            expect(tried.stdout, `${kind}: what the sandbox reached`).toBe('tried\n')
+            expect(
+              tried.stdout,
+              `${kind}: what the sandbox reached, or a tool it lacks (the case needs nc and wget)`,
+            ).toBe('tried\n')
             expect(connections, `${kind}: connections the listener saw`).toBe(0)
           }
         } finally {

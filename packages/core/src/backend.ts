@@ -153,7 +153,11 @@ export function resolveBackendOptions<Config extends SandboxBackendConfigBase>(
   definition: SandboxBackendDefinition<Config>,
   config: Config,
 ): SandboxCreateRequest<number | undefined> {
-  const refusal = requestRefusal(definition, config, options)
+  // The default policy is checked like a named one: a backend that cannot
+  // enforce deny-all, called directly with no egress, must refuse rather
+  // than report deny-all over an open network.
+  const egress = options.egress ?? DENY_ALL
+  const refusal = requestRefusal(definition, config, { ...options, egress })
   if (refusal) throw refusal
   const { enforcement } = definition
   return {
@@ -168,7 +172,7 @@ export function resolveBackendOptions<Config extends SandboxBackendConfigBase>(
     execTimeoutMs: options.timeoutMs ?? SANDBOX_DEFAULT_TIMEOUT_MS,
     lifetimeMs: options.lifetimeMs,
     workingDirectory: options.workingDirectory,
-    egress: options.egress ?? DENY_ALL,
+    egress,
     signal: options.signal,
     snapshot: options.snapshot,
     onStep: options.onStep,

@@ -122,7 +122,7 @@ function volumeSourceRefusal(
   return new SandboxControlRefusedError(
     'volumes',
     definition.name,
-    `layout.${role}.source is a named volume, and this backend keeps no named volumes; use a backend that declares volumes (container:docker, container:runsc)`,
+    `layout.${role}.source is a named volume, and this backend keeps no named volumes; use a backend whose definition declares volumes: true`,
   )
 }
 

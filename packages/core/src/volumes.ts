@@ -118,6 +118,6 @@ export function volumesRefusal(backend: string): SandboxControlRefusedError {
   return new SandboxControlRefusedError(
     'volumes',
     backend,
-    'this backend keeps no named volumes; use a backend that declares volumes (container:docker, container:runsc)',
+    'this backend keeps no named volumes; use a backend whose definition declares volumes: true',
   )
 }

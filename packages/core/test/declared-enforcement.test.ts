@@ -89,6 +89,17 @@ describe('declared enforcement', () => {
     ).rejects.toBeInstanceOf(SandboxControlRefusedError)
   })
 
+  it('refuses the default deny-all when a backend that cannot enforce it is called directly with no egress', async () => {
+    const backend = new RecordingBackend(recordingDefinition({ egress: ['allow-all'] }))
+    const refused = await backend.create({ workingDirectory: '.' }).catch((error: unknown) => error)
+    expect(SandboxControlRefusedError.isInstance(refused)).toBe(true)
+    expect(refused).toMatchObject({ control: 'egress.deny-all', backend: 'test:recording' })
+    expect(backend.requests).toHaveLength(0)
+    // Named, the kind it enforces goes through.
+    await backend.create({ workingDirectory: '.', egress: { kind: 'allow-all' } })
+    expect(backend.resolved[0]?.egress).toEqual({ kind: 'allow-all' })
+  })
+
   it('reports what holds for a sandbox, the provider clocks included', async () => {
     const { provider } = providerDeclaring({}, { defaultIdleTimeoutMs: 60_000 })
     const sandbox = await provider.create({ lifetimeMs: 120_000, timeoutMs: 5_000 })

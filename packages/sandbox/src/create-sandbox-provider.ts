@@ -22,6 +22,15 @@ export interface CreateSandboxProviderWithBackendsOptions<Config extends Sandbox
 }
 
 /**
+ * The config a backend definition takes; over several definitions, any of
+ * theirs. It lets a host pass two or more third-party definitions with
+ * different configs and a literal config, with no type argument or cast
+ * (inferring one `Config` from such a list fails).
+ */
+export type BackendConfigOf<Definition> =
+  Definition extends SandboxBackendDefinition<infer Config> ? Config : never
+
+/**
  * Builds a {@link CordonSandboxProvider} for the backend the config names:
  * one of the built-in backends, or one of `options.backends`.
  *
@@ -42,6 +51,12 @@ export function createSandboxProvider(
 export function createSandboxProvider<Config extends SandboxBackendConfigBase>(
   config: SandboxProviderConfigFor<Config>,
   options: CreateSandboxProviderWithBackendsOptions<Config>,
+): CordonSandboxProvider
+export function createSandboxProvider<
+  const Definitions extends readonly SandboxBackendDefinition[],
+>(
+  config: SandboxProviderConfigFor<BackendConfigOf<Definitions[number]>>,
+  options: CreateSandboxProviderOptions & { readonly backends: Definitions },
 ): CordonSandboxProvider
 export function createSandboxProvider(
   config: SandboxProviderConfigFor<SandboxBackendConfigBase>,

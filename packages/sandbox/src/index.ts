@@ -177,6 +177,7 @@ export {
 } from '@cordon/egress'
 export { BACKEND_PACKAGES } from './backend-packages.js'
 export {
+  type BackendConfigOf,
   type CreateSandboxProviderOptions,
   type CreateSandboxProviderWithBackendsOptions,
   createSandboxProvider,
