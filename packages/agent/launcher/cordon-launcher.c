@@ -58,6 +58,9 @@
  * Or it joins a connection: `cordon-launcher --pipe <socket>` connects to the
  * Unix socket and copies bytes between it and its own stdin and stdout, both
  * ways, until either end closes; see pipe_to_socket.
+ *
+ * Or it ends a user's processes: `cordon-launcher --kill-user <uid> <gid>`,
+ * run by the agent (as root) before it seals the outputs; see kill-user.c.
  */
 #define _GNU_SOURCE
 #include <dirent.h>
@@ -82,6 +85,8 @@
 #include <sys/types.h>
 #include <sys/wait.h>
 #include <unistd.h>
+
+#include "kill-user.h"
 
 #define FLAG_STDIN_PIPE 1u
 #define FLAG_NEW_SESSION 2u
@@ -192,6 +197,16 @@ static void forget_finished(void) {
  * descriptor tables for the storage cap), and the engine then opens these
  * three calls to every process of the container; commands get them back closed.
  *
+ * inotify_add_watch() asking for read events (IN_ACCESS, IN_OPEN,
+ * IN_CLOSE_NOWRITE): refused with EPERM. They tell a watcher when a
+ * directory is opened and listed, and so where the agent's walk of a capped
+ * host directory is: an independent audit moved 120 MiB between two
+ * directories, always into one the walk had just listed, and no walk of a
+ * 16 MiB cap ever saw it. Watches of changes (create, modify, move, delete,
+ * attributes, close after writing), which file watchers and build tools
+ * use, are untouched; a watch asking for every event (IN_ALL_EVENTS) is
+ * refused and has to name the ones it needs.
+ *
  * Each architecture a command could call in (x86_64 and its 32-bit and x32
  * ABIs, or aarch64 and 32-bit ARM) has a block of its own with that ABI's
  * numbers; the x32 bit is masked off, since x32 uses the x86_64 numbers.
@@ -204,36 +219,50 @@ static void forget_finished(void) {
 #endif
 #define FALLOCATE_PUNCH_HOLE_KEEP_SIZE 3u
 
-/* One architecture's block: 13 instructions; the accumulator holds the arch on entry. */
-#define ARCH_BLOCK(arch, nr_mask, nr_fallocate, nr_kcmp, nr_pidfd_getfd, nr_process_madvise)      \
-  BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (arch), 0, 12),                                               \
+/* Read events of inotify, which show where the storage walk is (see above). */
+#define INOTIFY_READ_EVENTS 0x31u /* IN_ACCESS | IN_CLOSE_NOWRITE | IN_OPEN */
+
+/*
+ * One architecture's block: 19 instructions; the accumulator holds the arch
+ * on entry. Jump offsets count from the next instruction.
+ */
+#define ARCH_BLOCK(arch, nr_mask, nr_fallocate, nr_inotify_add_watch, nr_kcmp, nr_pidfd_getfd,   \
+                   nr_process_madvise)                                                            \
+  BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (arch), 0, 18),                                               \
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, nr)),                        \
       BPF_STMT(BPF_ALU | BPF_AND | BPF_K, (nr_mask)),                                               \
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr_fallocate), 4, 0),                                    \
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr_fallocate), 6, 0),                                    \
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr_inotify_add_watch), 10, 0),                           \
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr_kcmp), 2, 0),                                         \
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr_pidfd_getfd), 1, 0),                                  \
-      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr_process_madvise), 0, 5),                              \
+      BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, (nr_process_madvise), 0, 1),                              \
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),                    \
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),                                                 \
       /* fallocate's mode, the low half of its second argument (both ABIs are little-endian) */    \
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[1])),                   \
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, 0, 2, 0),                                                 \
       BPF_JUMP(BPF_JMP | BPF_JEQ | BPF_K, FALLOCATE_PUNCH_HOLE_KEEP_SIZE, 1, 0),                    \
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EOPNOTSUPP & SECCOMP_RET_DATA)),               \
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW),                                                 \
+      /* inotify_add_watch's mask, the low half of its third argument */                           \
+      BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, args[2])),                   \
+      BPF_JUMP(BPF_JMP | BPF_JSET | BPF_K, INOTIFY_READ_EVENTS, 0, 1),                              \
+      BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ERRNO | (EPERM & SECCOMP_RET_DATA)),                    \
       BPF_STMT(BPF_RET | BPF_K, SECCOMP_RET_ALLOW)
 
 static void install_syscall_filter(void) {
   static struct sock_filter program[] = {
       BPF_STMT(BPF_LD | BPF_W | BPF_ABS, offsetof(struct seccomp_data, arch)),
 #if defined(__x86_64__)
-      ARCH_BLOCK(AUDIT_ARCH_X86_64, ~0x40000000u, __NR_fallocate, __NR_kcmp, __NR_pidfd_getfd,
-                 __NR_process_madvise),
+      ARCH_BLOCK(AUDIT_ARCH_X86_64, ~0x40000000u, __NR_fallocate, __NR_inotify_add_watch,
+                 __NR_kcmp, __NR_pidfd_getfd, __NR_process_madvise),
       /* i386 numbers (arch/x86/entry/syscalls/syscall_32.tbl) */
-      ARCH_BLOCK(AUDIT_ARCH_I386, ~0u, 324, 349, 438, 440),
+      ARCH_BLOCK(AUDIT_ARCH_I386, ~0u, 324, 292, 349, 438, 440),
 #elif defined(__aarch64__)
-      ARCH_BLOCK(AUDIT_ARCH_AARCH64, ~0u, __NR_fallocate, __NR_kcmp, __NR_pidfd_getfd,
-                 __NR_process_madvise),
+      ARCH_BLOCK(AUDIT_ARCH_AARCH64, ~0u, __NR_fallocate, __NR_inotify_add_watch, __NR_kcmp,
+                 __NR_pidfd_getfd, __NR_process_madvise),
       /* 32-bit ARM numbers (arch/arm/tools/syscall.tbl) */
-      ARCH_BLOCK(AUDIT_ARCH_ARM, ~0u, 352, 378, 438, 440),
+      ARCH_BLOCK(AUDIT_ARCH_ARM, ~0u, 352, 317, 378, 438, 440),
 #else
 #error "cordon-launcher: no system call filter for this architecture"
 #endif
@@ -658,13 +687,16 @@ int main(int argc, char **argv) {
     return errno == ENOENT ? 127 : 126;
   }
   if (argc == 3 && strcmp(argv[1], "--pipe") == 0) return pipe_to_socket(argv[2]);
+  if (argc == 4 && strcmp(argv[1], "--kill-user") == 0)
+    return kill_user_processes((uid_t)strtoul(argv[2], NULL, 10), (gid_t)strtoul(argv[3], NULL, 10));
   close_inherited_on_exec();
   int starts_agent = argc > 2 && strcmp(argv[1], "--agent") == 0;
   if (argc > 1 && !starts_agent) {
     fprintf(stderr,
             "usage: cordon-launcher [--agent <program> [arguments]]\n"
             "       cordon-launcher --exec <program> [arguments]\n"
-            "       cordon-launcher --pipe <socket>\n");
+            "       cordon-launcher --pipe <socket>\n"
+            "       cordon-launcher --kill-user <uid> <gid>\n");
     return 2;
   }
   dev_null = open("/dev/null", O_RDONLY | O_CLOEXEC);

@@ -1,4 +1,4 @@
-// Compiles cordon-launcher (launcher/cordon-launcher.c), the small program the
+// Compiles cordon-launcher (launcher/cordon-launcher.c, with launcher/kill-user.c), the small program the
 // agent starts commands through, into dist/launcher/linux-<arch>/. Statically
 // linked, so it runs in any image on that architecture whatever its libc.
 // Beside it on x86-64, cordon-startup-clock.so (launcher/startup-clock.c),
@@ -14,7 +14,7 @@ import { arch, platform } from 'node:os'
 import { fileURLToPath } from 'node:url'
 
 const root = fileURLToPath(new URL('..', import.meta.url))
-const source = `${root}launcher/cordon-launcher.c`
+const sources = [`${root}launcher/cordon-launcher.c`, `${root}launcher/kill-user.c`]
 const FLAGS = ['-std=c11', '-O2', '-static', '-s', '-Wall', '-Wextra', '-Werror']
 const clockSource = `${root}launcher/startup-clock.c`
 const CLOCK_FLAGS = ['-std=c11', '-O2', '-shared', '-fPIC', '-s', '-Wall', '-Wextra', '-Werror']
@@ -40,7 +40,7 @@ for (const [target, compiler] of Object.entries(compilers)) {
   }
   const outDir = `${root}dist/launcher/linux-${target}`
   mkdirSync(outDir, { recursive: true })
-  execFileSync(compiler, [...FLAGS, '-o', `${outDir}/cordon-launcher`, source], {
+  execFileSync(compiler, [...FLAGS, '-o', `${outDir}/cordon-launcher`, ...sources], {
     stdio: 'inherit',
   })
   // It reads the time-stamp counter: written for x86-64, and only built there.

@@ -18,7 +18,7 @@ import { KeptProcessRegistry } from './kept-process.js'
 import { withLargeReads } from './large-reads.js'
 import { NativeLauncher } from './launcher-client.js'
 import { NonceSource, runReseedHook } from './nonce-source.js'
-import { killProcessesOf, sealOutputs } from './output-seal.js'
+import { sealOutputs } from './output-seal.js'
 import { PathJail } from './path-jail.js'
 import { PendingHandshakes } from './pending-handshakes.js'
 import { nodeLauncher } from './process-launcher.js'
@@ -27,6 +27,7 @@ import { RESTORED_MARKER, RESUMED_ACK } from './protocol/resume-line.js'
 import { type MuxStream, pipeBothWays, StreamMux } from './protocol/stream-mux.js'
 import { listenOnPath } from './unix-listener.js'
 import { actAsItself, actAsUser } from './user-identity.js'
+import { killProcessesOf } from './user-processes-kill.js'
 
 /** How often a suspended agent looks for the restore's marker (RESTORED_MARKER). */
 const RESTORE_WATCH_MS = 5
@@ -179,9 +180,9 @@ export async function startAgent(config: AgentConfig): Promise<RunningAgent> {
  */
 function sealOnEnd(config: AgentConfig): void {
   if (!config.runAs || config.sealRoots.length === 0) return
-  const killed = killProcessesOf(config.runAs.uid)
+  const kill = killProcessesOf(config.runAs, config.launcher)
   const report = sealOutputs(config.sealRoots, { uid: config.runAs.uid })
-  config.log('info', 'outputs sealed', { killed, ...report })
+  config.log('info', 'outputs sealed', { ...kill, ...report })
 }
 
 /**

@@ -11,7 +11,6 @@ import { AGENT_VERSION } from './agent-connection.js'
 import { type RunningAgent, startAgent } from './agent-server.js'
 import { codeCacheUse, startedFromSnapshot } from './code-cache-use.js'
 import { type CapabilityName, missingCapabilities } from './effective-capabilities.js'
-import { killProcessesOf } from './output-seal.js'
 import { AGENT_EXIT_CODES } from './protocol/exit-codes.js'
 import { runRelay } from './relay.js'
 import { runSocketPipe } from './socket-pipe.js'
@@ -19,6 +18,7 @@ import { deferStartupBackgroundWork } from './startup-v8-flags.js'
 import { findExcess, type StorageExcess, watchStorage } from './storage-watch.js'
 import { handTreesTo } from './tree-owner.js'
 import { actAsItself } from './user-identity.js'
+import { killProcessesOf } from './user-processes-kill.js'
 
 async function main(): Promise<void> {
   if (process.argv.includes('--version')) {
@@ -132,8 +132,8 @@ function watchCaps(config: AgentConfig, runAs: { uid: number; gid: number }, age
     intervalMs: config.storageCheckMs,
     onExceeded: (excess) => {
       // Stop the writers first; closing then seals the outputs as every end does.
-      const killed = killProcessesOf(runAs.uid)
-      config.log('error', `${describeExcess(excess)}; ending the sandbox`, { killed })
+      const kill = killProcessesOf(runAs, config.launcher)
+      config.log('error', `${describeExcess(excess)}; ending the sandbox`, { ...kill })
       // Set before closing: the channel's end also exits, with this status.
       process.exitCode = AGENT_EXIT_CODES.storageLimit
       void agent.close().finally(() => process.exit())

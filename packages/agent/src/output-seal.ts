@@ -13,7 +13,6 @@ import {
   unlinkSync,
 } from 'node:fs'
 import { type DirectoryNode, DirectoryTree, LinkJudge } from './link-verdicts.js'
-import { readProcessTable } from './process-table.js'
 
 /**
  * Making a sandbox's host-visible outputs safe to hand to other tools, and
@@ -79,8 +78,6 @@ export interface SealOptions {
 }
 
 const SET_ID_BITS = 0o6000
-/** Passes over `/proc` before the agent gives up on processes that keep forking. */
-const MAX_KILL_PASSES = 50
 /**
  * How long a tree's links are judged by where they resolve, from the end of
  * its walk; later ones by their text alone (link-verdicts.ts).
@@ -89,31 +86,6 @@ const PRECISE_JUDGING_MS = 5_000
 const OPEN_DIRECTORY = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW
 /** For fchmod and fchown: never a link, and never blocking on a FIFO swapped in. */
 const OPEN_ENTRY = constants.O_RDONLY | constants.O_NOFOLLOW | constants.O_NONBLOCK
-
-/**
- * Sends SIGKILL to every process whose real uid is `uid` until none is left
- * (a process forking while it is killed shows up in the next pass; the
- * sandbox's process limit bounds how many there can be). The agent holds
- * CAP_KILL for this. Returns how many it killed.
- */
-export function killProcessesOf(uid: number): number {
-  let killed = 0
-  for (let pass = 0; pass < MAX_KILL_PASSES; pass++) {
-    const targets = readProcessTable().filter(
-      (entry) => entry.uid === uid && entry.pid !== process.pid,
-    )
-    if (targets.length === 0) break
-    for (const { pid } of targets) {
-      try {
-        process.kill(pid, 'SIGKILL')
-        killed++
-      } catch {
-        // Gone in between.
-      }
-    }
-  }
-  return killed
-}
 
 interface OpenDirectory {
   readonly fd: number

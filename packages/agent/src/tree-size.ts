@@ -19,11 +19,23 @@ import type { ActAs } from './user-identity.js'
  * refused, not walked. Run by the agent as root with CAP_DAC_OVERRIDE, it
  * sees every entry whatever its modes: a directory the sandbox made
  * unreadable (mode 0300) hides nothing.
+ *
+ * The sandbox must not be able to tell where the walk is: an audit watched
+ * the agent open and list its directories (inotify's read events) and moved
+ * a directory of 120 MiB, each time, into one the walk had just listed, so
+ * that no walk of a 16 MiB cap ever counted it. Commands are refused those
+ * events (the launcher's system call filter); the walk opens directories
+ * without updating their access times (O_NOATIME, where the agent may),
+ * which a sandbox could otherwise poll for the same answer; and each walk
+ * goes through a directory's entries in a fresh random order, so that even
+ * knowing when a walk runs does not tell which directory it has passed.
  */
 
 /** Entries examined per synchronous slice; between slices the agent serves its other work. */
 const ENTRIES_PER_SLICE = 2_000
 const OPEN_DIRECTORY = constants.O_RDONLY | constants.O_DIRECTORY | constants.O_NOFOLLOW
+/** Needs the directory's owner or CAP_FOWNER (which the agent holds with a writable host directory). */
+const OPEN_DIRECTORY_UNSEEN = OPEN_DIRECTORY | constants.O_NOATIME
 /** st_blocks is in units of 512 bytes, whatever the filesystem's block size. */
 const BLOCK_UNIT = 512
 
@@ -102,7 +114,7 @@ function walkSlice(walk: Walk): void {
     const { parent, name } = walk.pending.pop()!
     let fd: number
     try {
-      fd = openSync(parent ? `/proc/self/fd/${parent.fd}/${name}` : name, OPEN_DIRECTORY)
+      fd = openDirectory(parent ? `/proc/self/fd/${parent.fd}/${name}` : name)
     } catch {
       continue // Removed or replaced in between (a link now: not followed).
     } finally {
@@ -116,6 +128,7 @@ function walkSlice(walk: Walk): void {
     } catch {
       // Removed in between.
     }
+    shuffle(entries)
     for (const entry of entries) {
       examined++
       try {
@@ -132,5 +145,25 @@ function walkSlice(walk: Walk): void {
     }
     release(directory)
     if (walk.total > walk.stopAbove) return
+  }
+}
+
+/** Opens a directory without touching its access time where the agent may, else as before. */
+function openDirectory(path: string): number {
+  try {
+    return openSync(path, OPEN_DIRECTORY_UNSEEN)
+  } catch (error) {
+    if ((error as NodeJS.ErrnoException).code !== 'EPERM') throw error
+    return openSync(path, OPEN_DIRECTORY)
+  }
+}
+
+/** Fisher-Yates, in place. */
+function shuffle<T>(items: T[]): void {
+  for (let last = items.length - 1; last > 0; last--) {
+    const other = Math.floor(Math.random() * (last + 1))
+    const kept = items[last]!
+    items[last] = items[other]!
+    items[other] = kept
   }
 }

@@ -126,6 +126,22 @@ for (const runtime of ['docker', 'runsc'] as const) {
       }
     })
 
+    it("refuses commands inotify's read events, which would show where the storage walk is; watches of changes work", async () => {
+      const tool = await buildHostileTool()
+      const withTool = testProvider(
+        { runtime },
+        { layout: { outputs: { source: { type: 'ephemeral' } }, uploads: tool.uploads } },
+      )
+      try {
+        const probe = await withTool.create()
+        const result = await probe.exec(HOSTILE_TOOL, ['inotify', probe.rootDir])
+        expect(result.stdout).toBe('reads=EPERM\nchanges=0\nall=EPERM\n')
+      } finally {
+        await withTool.close()
+        await tool.remove()
+      }
+    })
+
     it('runs all of its commands as one uid: one command can signal another (a documented limit)', async () => {
       const other = await sandbox.start('sleep', ['30'])
       const killed = await sandbox.exec('sh', [

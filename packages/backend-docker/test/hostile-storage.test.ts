@@ -101,6 +101,43 @@ async function startHolder(sandbox: CordonSandbox, args: string[]): Promise<void
 
 describe('a hostile sandbox cannot get past its host directory cap (Docker)', () => {
   for (const runtime of ['docker', 'runsc'] as const) {
+    // An independent audit: inotify told the sandbox where the walk was, and
+    // 120 MiB moved, each time, into the directory just listed, was never
+    // counted against a 16 MiB cap. The same attack, run as written: its
+    // watch is refused, its payload then moves blindly, and a walk finds it.
+    it(`a payload moved about to dodge the walk is found: the walk cannot be watched (${runtime})`, async () => {
+      const root = await hostDirectory()
+      const provider = hostileProvider(runtime, root)
+      try {
+        const sandbox = await provider.create()
+        let output = ''
+        const attack = await sandbox.start(
+          TOOL,
+          ['hide-payload', sandbox.rootDir, '8', '15', '60'],
+          {
+            cwd: sandbox.rootDir,
+            onOutput: (chunk) => {
+              output += chunk.data
+            },
+          },
+        )
+        void attack.wait().catch(() => {})
+        await endsWithStorageLimit(sandbox, 45_000)
+        // The attack ran: its payload is on the disk, in one of the two places.
+        const payload = await Promise.any(
+          ['X', 'Y'].map((side) => readdir(join(root, side, 'P'))),
+        ).catch(() => [])
+        expect(payload.length).toBeGreaterThan(0)
+        const bytes = await hostAllocated(root)
+        // The refusal itself is test/hardening.test.ts's; here, what the attack said.
+        console.log(
+          `[hostile-storage ${runtime}] payload moved about: ${(bytes / MiB).toFixed(1)} MiB when the sandbox ended (cap ${CAP_MB} MiB); the attack said ${JSON.stringify(output)}`,
+        )
+      } finally {
+        await provider.close()
+      }
+    })
+
     it(`files in a directory made write-only count, in stats() and against the cap (${runtime})`, async () => {
       const root = await hostDirectory()
       const provider = hostileProvider(runtime, root)

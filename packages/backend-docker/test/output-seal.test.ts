@@ -5,6 +5,7 @@ import { join, relative } from 'node:path'
 import { fileURLToPath } from 'node:url'
 import { testRunId } from '@cordon/test-support'
 import { describe, expect, it } from 'vitest'
+import { buildHostileTool, HOSTILE_TOOL } from './hostile-tool.js'
 import { docker, testProvider } from './test-run.js'
 
 /** Every entry under `root`, walked without following links. */
@@ -302,6 +303,52 @@ describe('writable host directories are safe for host tools once the sandbox end
       } finally {
         await provider.close()
         await rm(root, { recursive: true, force: true })
+      }
+    })
+  }
+
+  for (const runtime of ['docker', 'runsc'] as const) {
+    // An independent audit: chains of processes that fork and exit at once
+    // emptied a pass of the agent's look at /proc, the seal ran with them
+    // alive, and under gVisor about one run in four found a link to
+    // /etc/shadow planted after it. Several runs, four chains each.
+    it(`processes that fork and exit at once are all ended before the seal: no link planted after it (${runtime})`, async () => {
+      const tool = await buildHostileTool()
+      try {
+        for (let run = 0; run < 4; run++) {
+          const root = await hostDirectory()
+          const provider = testProvider(
+            { runtime },
+            {
+              layout: {
+                outputs: { source: { type: 'hostDir', hostPath: root } },
+                uploads: tool.uploads,
+              },
+            },
+          )
+          try {
+            const sandbox = await provider.create()
+            const started = await sandbox.exec(
+              'sh',
+              ['-c', `${HOSTILE_TOOL} fork-chain "$PWD" 4 && sleep 1`],
+              { cwd: sandbox.rootDir },
+            )
+            expect(started.stdout).toBe('chaining\n')
+            // The chains re-plant it as soon as it is missing: it is there now.
+            expect((await lstat(join(root, 'evil'))).isSymbolicLink()).toBe(true)
+            await sandbox.destroy()
+            // Whatever outlived the kill would plant it again within milliseconds.
+            await new Promise((wake) => setTimeout(wake, 500))
+            expect(await readdir(root), `run ${run}: what is left after destroy()`).not.toContain(
+              'evil',
+            )
+          } finally {
+            await provider.close()
+            await rm(root, { recursive: true, force: true })
+          }
+        }
+      } finally {
+        await tool.remove()
       }
     })
   }
