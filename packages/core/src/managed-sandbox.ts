@@ -1,4 +1,5 @@
 import type { Buffer } from 'node:buffer'
+import { checkCaptureOptions } from './capture-options.js'
 import { SANDBOX_FORK_MAX } from './constants.js'
 import type { MeasuredUsageField, SandboxEnforcementReport } from './enforcement.js'
 import {
@@ -595,7 +596,8 @@ export class ManagedSandbox implements CordonSandbox {
     })
   }
 
-  snapshot(options: SandboxSnapshotOptions = {}): Promise<SandboxSnapshot> {
+  async snapshot(options: SandboxSnapshotOptions = {}): Promise<SandboxSnapshot> {
+    checkCaptureOptions(options, 'snapshot', ['memory', 'signal'])
     return this.capture(options, false)
   }
 
@@ -648,6 +650,7 @@ export class ManagedSandbox implements CordonSandbox {
   }
 
   async fork(options: SandboxForkOptions): Promise<CordonSandbox[]> {
+    checkCaptureOptions(options, 'fork', ['count', 'memory', 'signal'])
     throwIfAborted(options?.signal, 'fork')
     const count = options?.count
     if (!Number.isInteger(count) || count < 1 || count > SANDBOX_FORK_MAX)

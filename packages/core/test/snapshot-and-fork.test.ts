@@ -106,6 +106,33 @@ describe('snapshots and fork (the provider side)', () => {
     await provider.close()
   })
 
+  it('refuses options it does not know and a memory that is not a boolean, capturing nothing', async () => {
+    const { provider, backend, kept } = makeProvider({ snapshot: true, memorySnapshot: true })
+    const sandbox = await provider.create()
+    const calls = [
+      () => sandbox.snapshot({ memory: 'yes' } as never),
+      () => sandbox.snapshot({ memmory: true } as never),
+      () => sandbox.fork({ count: 1, memory: 1 } as never),
+      () => sandbox.fork({ count: 1, name: 'copy' } as never),
+      () => sandbox.fork(undefined as never),
+    ]
+    for (const call of calls) {
+      const error = await call().catch((caught: unknown) => caught)
+      expect(SandboxConfigValidationError.isInstance(error), String(error)).toBe(true)
+    }
+    const both = await sandbox
+      .snapshot({ memory: 'yes', extra: 1 } as never)
+      .catch((caught: unknown) => caught)
+    expect((both as SandboxConfigValidationError).issues.map((issue) => issue.path)).toEqual([
+      'extra',
+      'memory',
+    ])
+    // Nothing reached the backend but the one create.
+    expect(backend.requests).toHaveLength(1)
+    expect(kept.size).toBe(0)
+    await provider.close()
+  })
+
   it('creates from a snapshot with its limits unless the call names its own', async () => {
     const { provider, backend } = makeProvider({ snapshot: true, memorySnapshot: false })
     const source = await provider.create()
