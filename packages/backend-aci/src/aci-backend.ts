@@ -187,11 +187,13 @@ export function createAciStandbyPoolBackend(
         refuseLayoutProfileMismatch(layout, facts)
         step('claim')
         const secret = newAgentSecret()
+        // One time for its tags (a detached group's end time) and for the creator's handle (sandbox.endsAt).
+        const claimedAt = Date.now()
         const group = await claims.claim({
           groupName,
           sandboxId: request.id,
           secret,
-          tags: claimTags(request, Date.now()),
+          tags: claimTags(request, claimedAt),
           lifetimeMs: request.detached ? request.lifetimeMs : undefined,
           profile: facts,
           signal,
@@ -235,6 +237,9 @@ export function createAciStandbyPoolBackend(
           execTimeoutMs: request.execTimeoutMs,
           ...(request.detached
             ? {
+                ...(request.lifetimeMs !== undefined
+                  ? { endsAt: claimedAt + request.lifetimeMs }
+                  : {}),
                 reconnectSecret: encodeReconnectState({
                   secret,
                   env: request.env,
@@ -269,6 +274,8 @@ export function createAciStandbyPoolBackend(
     readonly workingDirectory: string | undefined
     readonly execTimeoutMs: number
     readonly reconnectSecret?: string
+    /** A detached group's end time as its tag holds it. */
+    readonly endsAt?: number
   }): AgentSandbox =>
     new AgentSandbox({
       id: parts.id,
@@ -302,6 +309,7 @@ export function createAciStandbyPoolBackend(
         ? {}
         : {
             reconnectSecret: parts.reconnectSecret,
+            ...(parts.endsAt !== undefined ? { endsAt: parts.endsAt } : {}),
             // The group and its agent go on; AgentSandbox has closed this host's connections.
             disconnect: async () => {},
           }),

@@ -120,6 +120,10 @@ describe('reconnect on the ARM stand-in', () => {
     expect(Number(group.tags[LABEL.expires])).toBeGreaterThan(Date.now())
     const credentialFile = join(store, `${id}.json`)
     expect(existsSync(credentialFile)).toBe(true)
+    // The creator's end time (sandbox.endsAt, kept with its credential) is the one the tag holds.
+    expect(JSON.parse(readFileSync(credentialFile, 'utf8')).endsAt).toBe(
+      Number(group.tags[LABEL.expires]),
+    )
     // No tag holds the secret.
     const secret = secretOf(JSON.parse(readFileSync(credentialFile, 'utf8')).credential)
     expect(JSON.stringify(group.tags)).not.toContain(secret)

@@ -550,6 +550,9 @@ export class DockerBackend implements CordonSandboxBackend {
           )
           registering.catch(() => {})
         }
+        // One end time for every label of it and for the creator's handle (sandbox.endsAt).
+        const expiresAt =
+          request.lifetimeMs !== undefined ? Date.now() + request.lifetimeMs : undefined
         step('creating the container')
         const spec = {
           ...containerSpec({
@@ -560,7 +563,9 @@ export class DockerBackend implements CordonSandboxBackend {
             image,
             mounts: [
               ...layoutMounts(layout, runtime, this.name, this.engine.socketPath),
-              ...(hostSocketWanted ? [hostSocketMount(this.labels(request, 'agent-socket'))] : []),
+              ...(hostSocketWanted
+                ? [hostSocketMount(this.labels(request, 'agent-socket', expiresAt))]
+                : []),
             ],
             tmpfs: {
               ...tmpfsMounts(this.config, layout, user),
@@ -569,7 +574,7 @@ export class DockerBackend implements CordonSandboxBackend {
             fileSizeBytes: fileSizeLimit(layout, volumeSizes),
             handsOverOutputs: sealsOutputs,
             ownsVolumes,
-            labels: this.labels(request, 'sandbox'),
+            labels: this.labels(request, 'sandbox', expiresAt),
             ...(hostSocketWanted ? { engineRuntime: HOST_SOCKETS_RUNTIME } : {}),
             // Not under gVisor: pinned to fewer cores, its ptrace platform leaves
             // the stubs of exited processes unreaped, and a loop of short
@@ -991,6 +996,7 @@ export class DockerBackend implements CordonSandboxBackend {
           },
           ...(request.detached
             ? {
+                ...(expiresAt !== undefined ? { endsAt: expiresAt } : {}),
                 reconnectSecret: encodeReconnectState({
                   secret,
                   env: request.env,
@@ -1067,7 +1073,12 @@ export class DockerBackend implements CordonSandboxBackend {
     }
   }
 
-  private labels(request: SandboxCreateRequest, role: ResourceRole): Record<string, string> {
+  /** `expiresAt`: when its lifetime ends it, ms since the epoch (`cordon.expires`); undefined for none. */
+  private labels(
+    request: SandboxCreateRequest,
+    role: ResourceRole,
+    expiresAt: number | undefined,
+  ): Record<string, string> {
     const owner = ownerLabels(this.context.providerId)
     if (request.detached) {
       // No process owns a detached sandbox: its end time does. Without the
@@ -1081,9 +1092,7 @@ export class DockerBackend implements CordonSandboxBackend {
       ...owner,
       [LABEL.sandbox]: request.id,
       [LABEL.role]: role,
-      ...(request.lifetimeMs !== undefined
-        ? { [LABEL.expires]: String(Date.now() + request.lifetimeMs) }
-        : {}),
+      ...(expiresAt !== undefined ? { [LABEL.expires]: String(expiresAt) } : {}),
       ...(request.detached ? { [LABEL.detached]: '1' } : {}),
     }
   }

@@ -1,4 +1,4 @@
-import { existsSync, mkdtempSync, rmSync } from 'node:fs'
+import { existsSync, mkdtempSync, readFileSync, rmSync } from 'node:fs'
 import { tmpdir } from 'node:os'
 import { join } from 'node:path'
 import {
@@ -134,6 +134,30 @@ for (const runtime of ['docker', 'runsc'] as const) {
       const again = await provider.connect(id).catch((error: unknown) => error)
       expect(SandboxCredentialRefusedError.isInstance(again)).toBe(true)
     }, 240_000)
+
+    it("the creator's sandbox.endsAt is the end time the engine's label holds, which its credential, list() and a connected handle tell too", async () => {
+      const sandbox = await provider.create({ detached: true, lifetimeMs: 60_000 })
+      try {
+        const inspected = await docker.getContainer(`cordon-${sandbox.id}`).inspect()
+        const label = Number(inspected.Config.Labels[LABEL.expires])
+        expect(label).toBeGreaterThan(Date.now())
+        expect(sandbox.endsAt).toBe(label)
+        const stored = JSON.parse(readFileSync(join(store, `${sandbox.id}.json`), 'utf8'))
+        expect(stored.endsAt).toBe(label)
+        const listed = (await provider.list()).find((entry) => entry.id === sandbox.id)
+        expect(listed?.endsAt).toBe(label)
+        const other = makeProvider(false)
+        try {
+          const reached = await other.connect(sandbox.id, { credential: sandbox.credential! })
+          expect(reached.endsAt).toBe(label)
+          await reached.disconnect()
+        } finally {
+          await other.close()
+        }
+      } finally {
+        await sandbox.destroy()
+      }
+    }, 120_000)
 
     it('a sandbox that is not detached still ends when its host process is killed (SIGKILL)', async () => {
       const { id, exitedWith } = await createInChildProcess(runtime, {})

@@ -165,6 +165,11 @@ export function createMicroVMBackend(
         )
         mark('control-plane.create')
         const secret = newAgentSecret()
+        // One end time for its label and for the creator's handle (sandbox.endsAt).
+        const endsAt =
+          request.detached && request.lifetimeMs !== undefined
+            ? Date.now() + request.lifetimeMs
+            : undefined
         const created = await controlPlane.createSandbox(
           {
             sandboxId: request.id,
@@ -188,9 +193,7 @@ export function createMicroVMBackend(
               // process has ended (gone-owner-sweep.ts); managed and provider among them.
               ...ownerLabels(context.providerId),
               'cordon.sandbox': request.id,
-              ...(request.detached && request.lifetimeMs !== undefined
-                ? detachedLabels(Date.now() + request.lifetimeMs)
-                : {}),
+              ...(endsAt !== undefined ? detachedLabels(endsAt) : {}),
             },
           },
           signal,
@@ -241,6 +244,7 @@ export function createMicroVMBackend(
           state,
           execTimeoutMs: request.execTimeoutMs,
           detached: request.detached,
+          endsAt,
           hold,
         })
         mark('agent.working-directory')
@@ -271,6 +275,8 @@ export function createMicroVMBackend(
     readonly state: MicroVMReconnectState
     readonly execTimeoutMs: number
     readonly detached: boolean
+    /** A detached guest's end time as its label holds it, where the create fixed it. */
+    readonly endsAt?: number | undefined
     /** The creator's hold on a guest that is not detached: let go of when the guest is deleted. */
     readonly hold?: HostHoldKeeper | undefined
   }): AgentSandbox {
@@ -337,6 +343,7 @@ export function createMicroVMBackend(
       explainLoss: () => controlPlane.whyGone(id, AbortSignal.timeout(10_000)),
       ...(parts.detached
         ? {
+            ...(parts.endsAt !== undefined ? { endsAt: parts.endsAt } : {}),
             reconnectSecret: encodeReconnectState(state),
             // The guest goes on; AgentSandbox has closed this host's connections.
             disconnect: async () => {},

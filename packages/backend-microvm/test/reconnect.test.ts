@@ -117,6 +117,10 @@ describe('reconnect on the orchestrator stand-in', () => {
     expect(guest.labels[LABEL.detached]).toBe('1')
     const credentialFile = join(store, `${id}.json`)
     expect(existsSync(credentialFile)).toBe(true)
+    // The creator's end time (sandbox.endsAt, kept with its credential) is the one the label holds.
+    expect(JSON.parse(readFileSync(credentialFile, 'utf8')).endsAt).toBe(
+      Number(guest.labels[LABEL.expires]),
+    )
     // Nothing the control plane shows holds the secret.
     const secret = secretOf(JSON.parse(readFileSync(credentialFile, 'utf8')).credential)
     expect(JSON.stringify(guest)).not.toContain(secret)

@@ -33,10 +33,16 @@ import {
 } from './errors.js'
 import { describeError } from './event-error.js'
 import type { SandboxEvent, SandboxEventListener } from './events.js'
+import {
+  connectedForkRequest,
+  type KeptCreateSettings,
+  keepCreateSettings,
+} from './kept-create-settings.js'
 import type { ResolvedContainerSandboxLayout } from './layout.js'
 import { ManagedSandbox } from './managed-sandbox.js'
 import type { CordonSandboxProvider, SandboxSnapshots } from './provider.js'
 import { prepareProviderConfig } from './provider-config.js'
+import { policyOfRecord } from './recorded-egress.js'
 import type { CordonBackendSandbox, CordonSandbox, SandboxSnapshotStore } from './sandbox.js'
 import { isSandboxId, newSandboxId, type SandboxId } from './sandbox-id.js'
 import {
@@ -199,11 +205,18 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
         })
       : undefined
 
+  /**
+   * Hands `sandbox` out. `request` is what it was made with (its clocks);
+   * `forkRequest`, what its forks are made with: the same request, except
+   * for a sandbox reached with `connect()` (its creator's, from the
+   * credential), and it throws where no fork can be made to match.
+   */
   const adopt = (
     sandbox: CordonBackendSandbox,
     request: SandboxBackendOptions,
     idleTimeoutMs: number | undefined,
     detached?: { readonly endsAt: number; readonly credential: string },
+    forkRequest: () => SandboxBackendOptions = () => request,
   ): ManagedSandbox => {
     const forget = (done: ManagedSandbox): void => {
       live.delete(done)
@@ -222,7 +235,7 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
         if (done.detached) credentials?.remove(done.id)
       },
       snapshots: { files: enforcement.snapshot, memory: enforcement.memorySnapshot },
-      fork: (source, forkOptions) => fork(source, request, idleTimeoutMs, forkOptions),
+      fork: (source, forkOptions) => fork(source, forkRequest, idleTimeoutMs, forkOptions),
       ...(detached ? { detached, onDisconnected: forget } : {}),
     })
     live.add(managed)
@@ -238,7 +251,7 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
    */
   const fork = async (
     source: ManagedSandbox,
-    sourceRequest: SandboxBackendOptions,
+    forkRequest: () => SandboxBackendOptions,
     idleTimeoutMs: number | undefined,
     forkOptions: {
       readonly count: number
@@ -248,6 +261,8 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
   ): Promise<CordonSandbox[]> => {
     if (closed) throw new SandboxError('provider is closed')
     const store = await snapshotStore('fork')
+    // Before the snapshot: a fork that cannot match its source is refused with nothing made.
+    const sourceRequest = forkRequest()
     const { signal } = forkOptions
     const taken = await source.snapshotForFork({
       memory: forkOptions.memory,
@@ -321,19 +336,13 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
         `${snapshotId} holds running processes, and this backend cannot continue them`,
       )
     const { memoryLimitMb, maxProcesses } = snapshot.limits
-    let egress = call.egress
-    if (!egress) {
-      if (snapshot.egress.kind === 'resolver')
-        throw new SandboxControlRefusedError(
-          'egress',
-          backendName,
-          `${snapshotId} was taken of a sandbox with a resolver policy, whose function a snapshot cannot keep; pass the create call's egress`,
-        )
-      egress =
-        snapshot.egress.kind === 'static'
-          ? { kind: 'static', allowedHosts: [...(snapshot.egress.allowedHosts ?? [])] }
-          : { kind: snapshot.egress.kind }
-    }
+    const egress = call.egress ?? policyOfRecord(snapshot.egress)
+    if (!egress)
+      throw new SandboxControlRefusedError(
+        'egress',
+        backendName,
+        `${snapshotId} was taken of a sandbox with a resolver policy, whose function a snapshot cannot keep; pass the create call's egress`,
+      )
     return {
       ...request,
       ...(call.memoryLimitMb === undefined && memoryLimitMb !== undefined ? { memoryLimitMb } : {}),
@@ -366,11 +375,20 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
     idleTimeoutMs: number | undefined,
   ): Promise<CordonSandbox> => {
     const secret = sandbox.reconnectSecret
-    const endsAt = Date.now() + request.lifetimeMs!
+    // The end time the backend fixed where others read it, so that every host tells the same one.
+    const endsAt =
+      sandbox.endsAt !== undefined && Number.isFinite(sandbox.endsAt)
+        ? sandbox.endsAt
+        : Date.now() + request.lifetimeMs!
     try {
       if (!secret)
         throw new SandboxError(`${backendName} made a detached sandbox without its secret`)
-      const credential = encodeSandboxCredential(sandbox.id, secret, endsAt)
+      const credential = encodeSandboxCredential(
+        sandbox.id,
+        secret,
+        endsAt,
+        keepCreateSettings(request),
+      )
       credentials?.save({ sandboxId: sandbox.id, backend: backendName, endsAt, credential })
       return adopt(sandbox, request, idleTimeoutMs, { endsAt, credential })
     } catch (error) {
@@ -378,8 +396,12 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
       throw error
     }
   }
-  const encodeSandboxCredential = (sandboxId: SandboxId, secret: string, endsAt: number) =>
-    encodeCredential({ sandboxId, backend: backendName, secret, endsAt })
+  const encodeSandboxCredential = (
+    sandboxId: SandboxId,
+    secret: string,
+    endsAt: number,
+    settings: KeptCreateSettings,
+  ) => encodeCredential({ sandboxId, backend: backendName, secret, endsAt, settings })
 
   const close = async (): Promise<void> => {
     closed = true
@@ -493,7 +515,7 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
             ? `no credential given, and the credential store ${credentials.directory} holds none for it`
             : 'no credential given, and this provider keeps no credential store (credentialStore: false)',
         )
-      const { secret } = decodeCredential(credential, id, backendName)
+      const { secret, settings } = decodeCredential(credential, id, backendName)
       const loaded = await backend()
       if (!loaded.connect)
         throw new SandboxControlRefusedError(
@@ -501,24 +523,34 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
           backendName,
           'the backend declares reconnect but has no connect()',
         )
-      const execTimeoutMs = config.defaultTimeoutMs ?? SANDBOX_DEFAULT_TIMEOUT_MS
+      // The creator's exec timeout: its commands run as the creator's would.
+      const execTimeoutMs =
+        settings?.timeoutMs ?? config.defaultTimeoutMs ?? SANDBOX_DEFAULT_TIMEOUT_MS
       const connected = await loaded.connect({
         sandboxId: id,
         secret,
         execTimeoutMs,
         signal: call.signal,
       })
-      const lifetimeMs = Math.max(1, connected.endsAt - Date.now())
+      const handle: SandboxBackendOptions = {
+        sandboxId: id,
+        workingDirectory: settings?.workingDirectory ?? defaultWorkingDirectory,
+        timeoutMs: execTimeoutMs,
+        // Its clock here runs to the end time fixed at its create.
+        lifetimeMs: Math.max(1, connected.endsAt - Date.now()),
+      }
       return adopt(
         connected.sandbox,
-        {
-          sandboxId: id,
-          workingDirectory: defaultWorkingDirectory,
-          timeoutMs: execTimeoutMs,
-          lifetimeMs,
-        },
+        handle,
         call.idleTimeoutMs ?? config.defaultIdleTimeoutMs,
         { endsAt: connected.endsAt, credential },
+        () =>
+          connectedForkRequest(settings, {
+            sandboxId: id,
+            backend: backendName,
+            enforcement: connected.sandbox.enforcement,
+            handle,
+          }),
       )
     },
     async list(

@@ -11,6 +11,7 @@ import {
 import { homedir } from 'node:os'
 import { join } from 'node:path'
 import { SandboxConfigValidationError, SandboxCredentialRefusedError } from './errors.js'
+import { type KeptCreateSettings, parseKeptCreateSettings } from './kept-create-settings.js'
 import { isSandboxId, type SandboxId } from './sandbox-id.js'
 
 /**
@@ -19,10 +20,13 @@ import { isSandboxId, type SandboxId } from './sandbox-id.js'
  * The credential is what the creator held: the sandbox agent's secret (the
  * agent proves, on every connection, that a host holds it), with the
  * sandbox's id, backend and end time, so that a credential is refused for
- * another sandbox before anything is dialled. It is kept only where the
- * host says: in the host's own storage (`sandbox.credential`), and in the
- * provider's credential store, a directory of the host's user. Never in a
- * label, an environment variable or anything else the engine shows.
+ * another sandbox before anything is dialled, and the create's settings
+ * (kept-create-settings.ts: its environment among them, which may hold
+ * secrets), so that a host that connects forks it as the creator would.
+ * It is kept only where the host says: in the host's own storage
+ * (`sandbox.credential`), and in the provider's credential store, a
+ * directory of the host's user. Never in a label, an environment variable
+ * or anything else the engine shows.
  */
 
 const PREFIX = 'cordon-credential-v1.'
@@ -32,6 +36,8 @@ interface CredentialFields {
   readonly backend: string
   readonly secret: string
   readonly endsAt: number
+  /** Absent from a credential made before they were kept. */
+  readonly settings?: KeptCreateSettings
 }
 
 export function encodeCredential(fields: CredentialFields): string {
@@ -57,7 +63,8 @@ export function decodeCredential(
     typeof fields.secret !== 'string' ||
     typeof fields.sandboxId !== 'string' ||
     typeof fields.backend !== 'string' ||
-    typeof fields.endsAt !== 'number'
+    typeof fields.endsAt !== 'number' ||
+    (fields.settings !== undefined && !parseKeptCreateSettings(fields.settings))
   )
     throw new SandboxCredentialRefusedError(
       sandboxId,

@@ -844,6 +844,14 @@ export interface CordonBackendSandbox extends Sandbox, AsyncDisposable {
    */
   readonly reconnectSecret?: string
   /**
+   * A detached sandbox's end time, ms since the epoch, as the backend fixed
+   * it where others read it (the engine's label or tag that `list()` and
+   * `connect()` report): the provider hands it out as `sandbox.endsAt`, so
+   * that the creator's handle tells the same time as every other host.
+   * Absent: the provider counts the lifetime from the create's end.
+   */
+  readonly endsAt?: number
+  /**
    * Drops this host's connections to a detached sandbox and leaves it
    * running; absent where the backend makes none.
    */
@@ -874,6 +882,7 @@ export interface CordonSandbox
     | 'resume'
     | 'snapshot'
     | 'reconnectSecret'
+    | 'endsAt'
     | 'disconnect'
   > {
   /**
@@ -953,9 +962,10 @@ export interface CordonSandbox
    * Makes `count` new sandboxes from the state this one is in now (its
    * files, and its processes where `memory`), each with its own id, user,
    * egress client and clocks, with this sandbox's limits, egress policy,
-   * environment and timeouts. They share nothing writable with this one or
-   * with each other; this sandbox goes on. Forks end with this host, even
-   * those of a detached sandbox. The snapshot taken for them is
+   * environment, timeouts and lifetime (a sandbox reached with `connect()`
+   * too: its credential keeps what its create asked for). They share
+   * nothing writable with this one or with each other; this sandbox goes
+   * on. Forks end with this host, even those of a detached sandbox. The snapshot taken for them is
    * removed once they run. If one cannot be made, none is handed out: those
    * made are destroyed and the error is thrown. A backend that cannot
    * refuses with `SandboxControlRefusedError` naming `fork`.
@@ -972,7 +982,8 @@ export interface CordonSandbox
   /**
    * What a host must hold to connect to this detached sandbox from another
    * process (`provider.connect(id, { credential })`): an opaque string
-   * carrying the sandbox's agent secret. Keep it as you would a password;
+   * carrying the sandbox's agent secret and its create's settings (its
+   * environment among them). Keep it as you would a password;
    * undefined for a sandbox that is not detached.
    */
   readonly credential: string | undefined

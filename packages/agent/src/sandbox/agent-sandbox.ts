@@ -153,6 +153,8 @@ export interface AgentSandboxInit {
    * what the backend's `connect()` needs to reach it again, opaque to the provider.
    */
   readonly reconnectSecret?: string
+  /** A detached sandbox's end time as the backend fixed it (`CordonBackendSandbox.endsAt`). */
+  readonly endsAt?: number
   /**
    * Closes the backend's channel to a detached sandbox without ending it;
    * with it the sandbox has `disconnect()`.
@@ -226,6 +228,7 @@ export class AgentSandbox implements CordonBackendSandbox {
   readonly resume?: (options?: SandboxPauseOptions) => Promise<void>
   readonly snapshot?: (options?: SandboxBackendSnapshotOptions) => Promise<SandboxSnapshot>
   readonly reconnectSecret?: string
+  readonly endsAt?: number
   readonly disconnect?: () => Promise<void>
 
   constructor(private readonly init: AgentSandboxInit) {
@@ -249,6 +252,7 @@ export class AgentSandbox implements CordonBackendSandbox {
       }
     }
     if (init.reconnectSecret !== undefined) this.reconnectSecret = init.reconnectSecret
+    if (init.endsAt !== undefined) this.endsAt = init.endsAt
     const letGo = init.disconnect
     if (letGo) {
       this.disconnect = async () => {
