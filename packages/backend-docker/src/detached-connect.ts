@@ -340,6 +340,8 @@ export async function connectDetached(
           workingDirectory: state.workingDirectory,
           agent: client,
           launcher,
+          backend,
+          gvisor: wanted === 'runsc',
         },
         terminalOptions,
       ).catch((error: unknown) => {
@@ -395,6 +397,7 @@ export async function connectDetached(
             containerId: info.Id,
             sandboxId: id,
             runtime: agentRuntime,
+            agent: client,
             user,
             roots: snapshotRoots(layout),
             baseImage,

@@ -738,6 +738,7 @@ export class DockerBackend implements CordonSandboxBackend {
           docker: this.engine.docker,
           containerId: container.id,
           runtime,
+          agent: client,
           user,
         }
         if (snapshot && !snapshot.memory) {
@@ -914,6 +915,8 @@ export class DockerBackend implements CordonSandboxBackend {
                 workingDirectory,
                 agent: client,
                 launcher: runtime.launcher,
+                backend: this.name,
+                gvisor: this.config.runtime === 'runsc',
               },
               terminalOptions,
             ).catch((error: unknown) => {

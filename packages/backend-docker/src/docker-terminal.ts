@@ -4,6 +4,7 @@ import { EXEC_MARKER_VARIABLE } from '@cordon/agent'
 import type { AgentClient } from '@cordon/agent/sandbox'
 import {
   SandboxConfigValidationError,
+  SandboxControlRefusedError,
   type SandboxId,
   SandboxOperationError,
   type SandboxTerminal,
@@ -19,12 +20,14 @@ import { engineExecExitCode } from './engine-exec-end.js'
  * pseudo-terminal, so a terminal is the one thing that goes through the
  * engine's exec API (with `Tty`): the engine makes the pty, and the program
  * runs as the sandbox's user with the container's hardening (no capabilities,
- * no-new-privileges, its rlimits and cgroup). Opening one therefore costs the
- * engine's exec round trips (tens of milliseconds), which an interactive
- * session does not notice. The program is not the agent's child, so it
- * carries an exec marker in its environment, and `kill` asks the agent to
- * signal every process with that marker and their descendants, which is
- * everything started on the terminal.
+ * no-new-privileges, its rlimits and cgroup), started through cordon-launcher
+ * where the runtime holds one, which under gVisor is what leaves it without
+ * capabilities (a terminal there without one is refused). Opening one
+ * therefore costs the engine's exec round trips (tens of milliseconds),
+ * which an interactive session does not notice. The program is not the
+ * agent's child, so it carries an exec marker in its environment, and
+ * `kill` asks the agent to signal every process with that marker and their
+ * descendants, which is everything started on the terminal.
  */
 
 export interface DockerTerminalContext {
@@ -42,6 +45,10 @@ export interface DockerTerminalContext {
    * agent starts does.
    */
   readonly launcher: string | undefined
+  /** The sandbox's backend, as `tier:runtime`, named in a refusal. */
+  readonly backend: string
+  /** Whether the sandbox runs under gVisor (see {@link openDockerTerminal}). */
+  readonly gvisor: boolean
 }
 
 const MAX_CELLS = 10_000
@@ -55,6 +62,17 @@ export async function openDockerTerminal(
   options: SandboxTerminalOptions,
 ): Promise<SandboxTerminal> {
   validate(options)
+  // Under gVisor the first process of an engine exec keeps the container's
+  // capabilities (the agent's: CAP_DAC_OVERRIDE, CAP_SETUID and more)
+  // though it runs as the sandbox's user; an execve() as that user is what
+  // drops them. The launcher's `--exec` is that execve; without a launcher
+  // the terminal's program would hold rights no command of the sandbox has.
+  if (context.gvisor && context.launcher === undefined)
+    throw new SandboxControlRefusedError(
+      'openTerminal',
+      context.backend,
+      `under gVisor a terminal starts through cordon-launcher, and @cordon/agent has none for this architecture (linux/${process.arch})`,
+    )
   const marker = randomBytes(16).toString('hex')
   const env = {
     TERM: 'xterm-256color',

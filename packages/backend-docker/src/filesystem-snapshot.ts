@@ -1,4 +1,5 @@
-import { PassThrough, type Readable } from 'node:stream'
+import { PassThrough } from 'node:stream'
+import type { AgentClient } from '@cordon/agent/sandbox'
 import {
   isSnapshotId,
   type ResolvedContainerSandboxLayout,
@@ -13,7 +14,6 @@ import type Docker from 'dockerode'
 import type { AgentRuntime } from './agent-runtime.js'
 import { removeContainerAndWait } from './container-removal.js'
 import { isNotFound } from './engine-errors.js'
-import { engineExecExitCode } from './engine-exec-end.js'
 import { checkedSnapshotArchive } from './snapshot-archive.js'
 import { CAPTURE_SCRIPT, RESTORE_SCRIPT } from './snapshot-scripts.js'
 
@@ -81,6 +81,8 @@ export interface SnapshotSource {
   readonly containerId: string
   readonly sandboxId: string
   readonly runtime: AgentRuntime
+  /** The sandbox's agent, which starts the capture as it starts the sandbox's commands. */
+  readonly agent: AgentClient
   readonly user: { readonly uid: number; readonly gid: number }
   /** The writable tmpfs directories to capture (`/tmp` and the ephemeral layout mounts). */
   readonly roots: readonly string[]
@@ -232,7 +234,7 @@ export async function takeFilesystemSnapshot(source: SnapshotSource): Promise<St
       tar.pipe(checked.input)
       const refusal = () =>
         new SandboxControlRefusedError('snapshot', source.backend, checked.refusal() ?? '')
-      const captured = runInContainer(
+      const captured = runInSandbox(
         source,
         ['-e', CAPTURE_SCRIPT, `.cordon-snapshot/${id}`, ...source.roots],
         tar,
@@ -294,50 +296,70 @@ export async function takeFilesystemSnapshot(source: SnapshotSource): Promise<St
 }
 
 /**
- * Runs the runtime's Node inside the container as the sandbox's user,
- * its stdout into `stdout`, and resolves with its exit code and stderr.
+ * Runs the runtime's Node inside the sandbox the way the sandbox's own
+ * commands run: started by its agent, as its user, under the launcher's
+ * system call filter where the runtime holds one, with no capabilities (the
+ * agent sets the user from root, which clears them), its stdout into
+ * `stdout`; resolves with its exit code and stderr. Not an engine exec naming the user: under gVisor the
+ * first process of such an exec keeps the container's capabilities
+ * (`CAP_DAC_OVERRIDE` among them) whatever user it runs as, so a capture
+ * started that way read files the user cannot, and the new sandbox got them.
+ * Closing `stdout` or the signal firing ends the program (the agent kills
+ * its whole tree when its connection goes).
  */
-export async function runInContainer(
-  source: Pick<SnapshotSource, 'docker' | 'containerId' | 'runtime' | 'user' | 'signal'>,
+export async function runInSandbox(
+  source: Pick<SnapshotSource, 'agent' | 'runtime' | 'signal'>,
   nodeArgs: readonly string[],
   stdout: PassThrough,
 ): Promise<{ exitCode: number; stderr: string }> {
-  const container = source.docker.getContainer(source.containerId)
-  const [program, ...rest] = source.runtime.node(nodeArgs[0]!, ...nodeArgs.slice(1))
-  const exec = await container.exec({
-    Cmd: [program!, ...rest],
-    User: `${source.user.uid}:${source.user.gid}`,
-    WorkingDir: '/',
-    AttachStdin: false,
-    AttachStdout: true,
-    AttachStderr: true,
-    Tty: false,
-    ...(source.signal ? { abortSignal: source.signal } : {}),
-  })
-  const stream = (await exec.start({ hijack: true, stdin: false })) as Readable
-  const stop = (): void => {
-    stream.destroy()
-  }
-  source.signal?.addEventListener('abort', stop, { once: true })
-  stdout.once('close', stop)
-  const stderr = new PassThrough()
+  const [program, ...args] = source.runtime.node(nodeArgs[0]!, ...nodeArgs.slice(1))
   let errorText = ''
-  stderr.on('data', (chunk: Buffer) => {
-    if (errorText.length < 64 * 1024) errorText += chunk.toString('utf8')
-  })
-  source.docker.modem.demuxStream(stream, stdout, stderr)
-  try {
-    await new Promise<void>((resolve, reject) => {
-      stream.once('end', resolve)
-      stream.once('close', resolve)
-      stream.once('error', reject)
+  // A slow reader holds the agent's output back, not this process's memory.
+  const deliver = (bytes: Uint8Array): Promise<void> | undefined => {
+    if (stdout.destroyed || stdout.write(bytes)) return undefined
+    return new Promise<void>((resolve) => {
+      const done = (): void => {
+        stdout.off('drain', done)
+        stdout.off('close', done)
+        resolve()
+      }
+      stdout.on('drain', done)
+      stdout.on('close', done)
     })
-  } finally {
-    source.signal?.removeEventListener('abort', stop)
+  }
+  let exitCode: number
+  try {
+    // Its own environment, not the sandbox's: nothing the image or the
+    // create call set (NODE_OPTIONS) reaches the runtime's Node.
+    const session = await source.agent.startExec(
+      { command: program!, args, env: {}, cwd: '/', stdin: false },
+      {
+        onStdout: deliver,
+        onStderr: (bytes) => {
+          if (errorText.length < 64 * 1024) errorText += Buffer.from(bytes).toString('utf8')
+        },
+      },
+      source.signal,
+    )
+    const stop = (): void => session.abandon()
+    source.signal?.addEventListener('abort', stop, { once: true })
+    stdout.once('close', stop)
+    // Refused while the agent was starting it: nothing more is wanted.
+    if (stdout.destroyed) stop()
+    try {
+      exitCode = (await session.result).exitCode
+    } finally {
+      source.signal?.removeEventListener('abort', stop)
+      stdout.off('close', stop)
+    }
+  } catch (error) {
+    // Cut off by the signal: the abort is what the caller reports.
+    source.signal?.throwIfAborted()
+    throw error
   }
   source.signal?.throwIfAborted()
   stdout.end()
-  return { exitCode: await engineExecExitCode(exec), stderr: errorText }
+  return { exitCode, stderr: errorText }
 }
 
 /**
@@ -345,12 +367,12 @@ export async function runInContainer(
  * it is handed out.
  */
 export async function restoreFilesystemSnapshot(
-  target: Pick<SnapshotSource, 'docker' | 'containerId' | 'runtime' | 'user' | 'signal'>,
+  target: Pick<SnapshotSource, 'agent' | 'runtime' | 'signal'>,
   snapshot: StoredSnapshot,
 ): Promise<void> {
   const sink = new PassThrough()
   sink.resume()
-  const result = await runInContainer(
+  const result = await runInSandbox(
     target,
     ['-e', RESTORE_SCRIPT, `${SNAPSHOT_DIRECTORY}/${snapshot.id}`],
     sink,

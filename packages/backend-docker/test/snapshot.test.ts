@@ -7,11 +7,13 @@ import {
 import { LABEL } from '@cordon/core/backend'
 import { BUSYBOX_IMAGE, testRunLabels } from '@cordon/test-support'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { SNAPSHOT_DIRECTORY } from '../src/filesystem-snapshot.js'
 import {
   collectGarbage,
   createDockerSandboxProvider,
   DEFAULT_SNAPSHOT_RETENTION_MS,
 } from '../src/index.js'
+import { engineExec } from './engine-exec.js'
 import { engineFront } from './engine-front.js'
 import { describeAlongside } from './run-alongside.js'
 import { docker } from './test-run.js'
@@ -148,6 +150,72 @@ for (const runtime of ['docker', 'runsc'] as const) {
       await expect(provider.create({ snapshot: snapshotId! })).rejects.toSatisfy(
         SandboxSnapshotNotFoundError.isInstance,
       )
+    })
+
+    it("leaves out what its user cannot read: a mode-000 file, a closed directory, root's 0600 file", async () => {
+      const source = await provider.create()
+      let snapshotId: string | undefined
+      try {
+        // The sandbox's own file and directory without permission bits, and a
+        // file of root's (put there past the agent): no command of the
+        // sandbox reads any of them, so its snapshot must not either.
+        const planted = await source.exec('sh', [
+          '-c',
+          [
+            'echo mode-000-content-5e1d > /tmp/no-read && chmod 000 /tmp/no-read',
+            `echo mode-000-content-3a7c > ${SCRATCH}/no-read && chmod 000 ${SCRATCH}/no-read`,
+            'mkdir /tmp/closed && echo closed-dir-content-7b90 > /tmp/closed/f && chmod 000 /tmp/closed',
+            'echo readable > /tmp/open',
+          ].join(' && '),
+        ])
+        expect(planted.exitCode).toBe(0)
+        const rootFile = await engineExec(
+          `cordon-${source.id}`,
+          ['sh', '-c', 'echo root-only-content-2c4f > /tmp/root-only && chmod 600 /tmp/root-only'],
+          { user: '0:0' },
+        )
+        expect(rootFile.exitCode).toBe(0)
+        const unread = await source.exec('sh', [
+          '-c',
+          `cat /tmp/no-read; cat ${SCRATCH}/no-read; cat /tmp/closed/f; cat /tmp/root-only`,
+        ])
+        expect(unread.stdout).toBe('')
+        expect(unread.stderr.match(/Permission denied/g)).toHaveLength(4)
+
+        const taken = await source.snapshot()
+        snapshotId = taken.id
+        const restored = await provider.create({ snapshot: taken.id })
+        try {
+          const left = await restored.exec('sh', [
+            '-c',
+            `for path in /tmp/no-read ${SCRATCH}/no-read /tmp/closed /tmp/root-only; do if [ -e $path ] || [ -L $path ]; then echo "kept $path"; fi; done; cat /tmp/open`,
+          ])
+          expect(left.stdout).toBe('readable\n')
+          // Nor is any of it in the snapshot's image, where the restore reads from.
+          const image = await restored.exec('sh', [
+            '-c',
+            `grep -rl -e -content- ${SNAPSHOT_DIRECTORY}/${taken.id}; cat ${SNAPSHOT_DIRECTORY}/${taken.id}/manifest.json`,
+          ])
+          const [found, manifest] = [
+            image.stdout.slice(0, image.stdout.indexOf('{')),
+            image.stdout.slice(image.stdout.indexOf('{')),
+          ]
+          expect(found).toBe('')
+          expect((JSON.parse(manifest) as { skipped: string[] }).skipped).toEqual(
+            expect.arrayContaining([
+              '/tmp/no-read',
+              `${SCRATCH}/no-read`,
+              '/tmp/closed',
+              '/tmp/root-only',
+            ]),
+          )
+        } finally {
+          await restored.destroy()
+        }
+      } finally {
+        await source.destroy()
+        if (snapshotId) await provider.snapshots.remove(snapshotId).catch(() => {})
+      }
     })
 
     it('forks a running sandbox into independent sandboxes and leaves no snapshot behind', async () => {

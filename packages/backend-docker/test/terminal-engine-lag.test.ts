@@ -43,6 +43,8 @@ function laggingEngine(options: { lagInspects: number; exitCode: number; resizeF
       workingDirectory: '/workspace',
       agent: {} as AgentClient,
       launcher: undefined,
+      backend: 'container:runc',
+      gvisor: false,
     },
     get inspects() {
       return inspects

@@ -1,9 +1,14 @@
+import type { AgentClient } from '@cordon/agent/sandbox'
 import {
   type CordonSandboxProvider,
+  SandboxControlRefusedError,
+  type SandboxId,
   SandboxOperationError,
   type SandboxTerminal,
 } from '@cordon/core'
+import type Docker from 'dockerode'
 import { afterAll, beforeAll, describe, expect, it } from 'vitest'
+import { openDockerTerminal } from '../src/docker-terminal.js'
 import { testProvider } from './test-run.js'
 
 /** Collects what a terminal shows and waits for text to appear in it. */
@@ -125,6 +130,34 @@ for (const runtime of ['docker', 'runsc'] as const) {
       }
     })
 
+    it("its program holds no capabilities and reads nothing the sandbox's user cannot", async () => {
+      const sandbox = await provider.create()
+      try {
+        await sandbox.exec('sh', [
+          '-c',
+          'echo mode-000-content > /tmp/no-read && chmod 000 /tmp/no-read',
+        ])
+        // The shell itself opens the file (`read` is its own): the program the
+        // engine's exec started, not a command it ran.
+        const terminal = await sandbox.openTerminal({
+          command: 'sh',
+          args: [
+            '-c',
+            'grep CapEff /proc/$$/status; read line < /tmp/no-read && echo "read $line"; echo done',
+          ],
+          size: { cols: 80, rows: 24 },
+        })
+        const shown = screen(terminal)
+        await shown.waitFor(/done/)
+        expect(shown.text).toMatch(/CapEff:\s+0{16}\r\n/)
+        expect(shown.text).toContain('Permission denied')
+        expect(shown.text).not.toContain('mode-000-content')
+        expect(await terminal.exited).toBe(0)
+      } finally {
+        await sandbox.destroy()
+      }
+    })
+
     it('refuses a bad size with a typed error', async () => {
       const sandbox = await provider.create()
       await expect(sandbox.openTerminal({ size: { cols: 0, rows: 24 } })).rejects.toThrow(
@@ -134,3 +167,33 @@ for (const runtime of ['docker', 'runsc'] as const) {
     })
   })
 }
+
+describe('a terminal under gVisor without cordon-launcher', () => {
+  it('is refused before the engine is asked: its program would keep the capabilities an engine exec starts with there', async () => {
+    let asked = false
+    const docker = {
+      getContainer: () => {
+        asked = true
+        throw new Error('the engine was asked')
+      },
+    } as unknown as Docker
+    const error = await openDockerTerminal(
+      {
+        docker,
+        containerId: 'c',
+        sandboxId: 'sbx_nolauncher' as SandboxId,
+        user: { uid: 1000, gid: 1000 },
+        env: {},
+        workingDirectory: '/workspace',
+        agent: {} as AgentClient,
+        launcher: undefined,
+        backend: 'container:runsc',
+        gvisor: true,
+      },
+      { size: { cols: 80, rows: 24 } },
+    ).catch((caught: unknown) => caught)
+    expect(SandboxControlRefusedError.isInstance(error)).toBe(true)
+    expect(error).toMatchObject({ control: 'openTerminal', backend: 'container:runsc' })
+    expect(asked).toBe(false)
+  })
+})
