@@ -1,4 +1,4 @@
-import { type Dirent, type FSWatcher, lstatSync, readdirSync, watch } from 'node:fs'
+import { type Dirent, type FSWatcher, lstatSync, readdirSync, type Stats, watch } from 'node:fs'
 import { join, resolve, sep } from 'node:path'
 import { AgentOperationError } from './operation-error.js'
 import type { PathJail } from './path-jail.js'
@@ -19,9 +19,33 @@ const MAX_UNSENT_BATCHES = 256
 const UPLOAD_TEMPORARY = /^\..+\.[0-9a-f]{12}\.cordon-upload$/
 
 interface KnownEntry {
+  readonly dev: number
   readonly ino: number
+  /** Birth time (0 where the file system keeps none, as under gVisor). */
+  readonly bornMs: number
   readonly directory: boolean
   readonly mtimeMs: number
+}
+
+/**
+ * What a move keeps and a new entry does not share: the file system and
+ * inode (inode numbers repeat across mounts), the kind, and the birth time,
+ * for a file system such as ext4 hands a freed inode to the next entry made
+ * at once. (Without birth times, an entry made in the same moment another
+ * went can still take its inode and be reported as its move.)
+ */
+function identityOf(entry: KnownEntry): string {
+  return `${entry.dev}:${entry.ino}:${entry.directory ? 'd' : 'f'}:${entry.bornMs}`
+}
+
+function knownEntry(info: Stats): KnownEntry {
+  return {
+    dev: info.dev,
+    ino: info.ino,
+    bornMs: info.birthtimeMs,
+    directory: info.isDirectory(),
+    mtimeMs: info.mtimeMs,
+  }
 }
 
 /**
@@ -36,6 +60,13 @@ interface KnownEntry {
  * read and watched acting as the sandbox's user, and links are never
  * followed (a link is an entry like any other).
  *
+ * A directory made inside the tree is watched only once its batch is
+ * reconciled, so a move into it before then has no arriving half: reading
+ * the new directory finds the entry, and an entry whose inode the watch
+ * knew under a name that no longer holds it was moved, not made (its
+ * leaving half may come in this batch or the next; either way it is one
+ * `renamed`).
+ *
  * Under gVisor the sentry implements inotify itself and sees every change
  * made inside the sandbox; a change made to a host directory from outside
  * the sandbox is not seen there (nor reported by this watch).
@@ -43,6 +74,8 @@ interface KnownEntry {
 export class DirectoryWatch {
   private readonly watchers = new Map<string, FSWatcher>()
   private readonly known = new Map<string, KnownEntry>()
+  /** The names the watch knows each inode by (more than one for hard links). */
+  private readonly namesByIdentity = new Map<string, Set<string>>()
   private readonly pending = new Map<string, boolean>()
   private timer: ReturnType<typeof setTimeout> | undefined
   private stopped = false
@@ -68,8 +101,16 @@ export class DirectoryWatch {
     this.watchers.clear()
   }
 
-  /** Call acting as the sandbox's user. With `report`, what the directory holds already is reported as created. */
-  private addDirectory(directory: string, report: FileChangeMessage[] | undefined): void {
+  /**
+   * Call acting as the sandbox's user. With `found`, each entry the
+   * directory holds already is told to it (they were made, or moved in,
+   * before its watch); it answers whether the entry was moved in, and a
+   * moved directory's own entries came with it, so they are not told.
+   */
+  private addDirectory(
+    directory: string,
+    found: ((path: string, entry: KnownEntry) => 'moved' | 'made') | undefined,
+  ): void {
     if (this.watchers.has(directory)) return
     if (this.watchers.size >= MAX_WATCHED_DIRECTORIES)
       throw new AgentOperationError(
@@ -94,13 +135,11 @@ export class DirectoryWatch {
       const path = join(directory, child.name)
       const info = lstatSync(path, { throwIfNoEntry: false })
       if (!info) continue
-      this.known.set(path, {
-        ino: info.ino,
-        directory: info.isDirectory(),
-        mtimeMs: info.mtimeMs,
-      })
-      report?.push({ kind: 'created', path: this.shown(path), directory: info.isDirectory() })
-      if (this.recursive && info.isDirectory()) this.addDirectory(path, report)
+      const entry = knownEntry(info)
+      const how = found?.(path, entry)
+      this.remember(path, entry)
+      if (this.recursive && entry.directory)
+        this.addDirectory(path, how === 'moved' ? undefined : found)
     }
   }
 
@@ -121,57 +160,108 @@ export class DirectoryWatch {
   private reconcile(): FileChangeMessage[] {
     const batch = [...this.pending]
     this.pending.clear()
-    const gone = new Map<number, { path: string; entry: KnownEntry }>()
+    const gone = new Map<string, { path: string; entry: KnownEntry }>()
     const arrived: Array<{ path: string; entry: KnownEntry; replaced: boolean }> = []
     const events: FileChangeMessage[] = []
     for (const [path, contentChanged] of batch) {
       if (UPLOAD_TEMPORARY.test(path.slice(path.lastIndexOf(sep) + 1))) continue
       const before = this.known.get(path)
       const info = lstatSync(path, { throwIfNoEntry: false })
-      const now = info && { ino: info.ino, directory: info.isDirectory(), mtimeMs: info.mtimeMs }
+      const now = info && knownEntry(info)
       if (before && !now) {
-        gone.set(before.ino, { path, entry: before })
+        gone.set(identityOf(before), { path, entry: before })
         this.forget(path, before)
-      } else if (now && (!before || before.ino !== now.ino)) {
-        this.known.set(path, now)
+      } else if (now && (!before || identityOf(before) !== identityOf(now))) {
+        this.remember(path, now)
         arrived.push({ path, entry: now, replaced: before !== undefined })
       } else if (now && before && (contentChanged || before.mtimeMs !== now.mtimeMs)) {
-        this.known.set(path, now)
+        this.remember(path, now)
         events.push({ kind: 'modified', path: this.shown(path), directory: now.directory })
       }
     }
+    /** Where an entry that appeared came from, if it was moved: this batch's leaving half, else a name no longer holding it. */
+    const movedFrom = (path: string, entry: KnownEntry): string | undefined => {
+      const identity = identityOf(entry)
+      const left = gone.get(identity)
+      if (left) {
+        gone.delete(identity)
+        return left.path
+      }
+      return this.leftUnseen(path, entry)
+    }
+    const report = (
+      path: string,
+      entry: KnownEntry,
+      from: string | undefined,
+      made: 'created' | 'modified',
+    ): void => {
+      events.push(
+        from === undefined
+          ? { kind: made, path: this.shown(path), directory: entry.directory }
+          : {
+              kind: 'renamed',
+              path: this.shown(path),
+              from: this.shown(from),
+              directory: entry.directory,
+            },
+      )
+    }
+    // What a new directory already holds came before its watch: made there, or moved in.
+    const found = (path: string, entry: KnownEntry): 'moved' | 'made' => {
+      const from = movedFrom(path, entry)
+      report(path, entry, from, 'created')
+      return from === undefined ? 'made' : 'moved'
+    }
     for (const { path, entry, replaced } of arrived) {
-      const moved = gone.get(entry.ino)
-      if (moved) {
-        gone.delete(entry.ino)
-        events.push({
-          kind: 'renamed',
-          path: this.shown(path),
-          from: this.shown(moved.path),
-          directory: entry.directory,
-        })
-      } else {
-        events.push({
-          kind: replaced ? 'modified' : 'created',
-          path: this.shown(path),
-          directory: entry.directory,
-        })
-      }
-      if (this.recursive && entry.directory) {
-        // What a new directory already holds was made before its watch: report it as created.
-        const found: FileChangeMessage[] = []
-        this.addDirectory(path, moved ? undefined : found)
-        events.push(...found)
-      }
+      const left = gone.get(identityOf(entry))
+      if (left) gone.delete(identityOf(entry))
+      report(path, entry, left?.path, replaced ? 'modified' : 'created')
+      if (this.recursive && entry.directory) this.addDirectory(path, left ? undefined : found)
     }
     for (const { path, entry } of gone.values())
       events.push({ kind: 'removed', path: this.shown(path), directory: entry.directory })
     return events
   }
 
+  /**
+   * The name `entry` was known by before it was found at `path`, if that
+   * name no longer holds it: it was moved, and the leaving half of the move
+   * is still to come. That name is forgotten now, so the leaving half, when
+   * it comes, reports nothing.
+   */
+  private leftUnseen(path: string, entry: KnownEntry): string | undefined {
+    for (const name of this.namesByIdentity.get(identityOf(entry)) ?? []) {
+      if (name === path) continue
+      const there = lstatSync(name, { throwIfNoEntry: false })
+      // Another hard link to it, still in place: `path` is a new name, not a move.
+      if (there && identityOf(knownEntry(there)) === identityOf(entry)) continue
+      this.forget(name, this.known.get(name)!)
+      return name
+    }
+    return undefined
+  }
+
+  private remember(path: string, entry: KnownEntry): void {
+    const before = this.known.get(path)
+    if (before) this.unindex(path, before)
+    this.known.set(path, entry)
+    const identity = identityOf(entry)
+    const names = this.namesByIdentity.get(identity)
+    if (names) names.add(path)
+    else this.namesByIdentity.set(identity, new Set([path]))
+  }
+
+  private unindex(path: string, entry: KnownEntry): void {
+    const identity = identityOf(entry)
+    const names = this.namesByIdentity.get(identity)
+    names?.delete(path)
+    if (names?.size === 0) this.namesByIdentity.delete(identity)
+  }
+
   /** Drops a name, and for a directory everything the watch knew under it. */
   private forget(path: string, entry: KnownEntry): void {
     this.known.delete(path)
+    this.unindex(path, entry)
     if (!entry.directory) return
     const prefix = path + sep
     for (const [directory, watcher] of this.watchers) {
@@ -180,7 +270,11 @@ export class DirectoryWatch {
         this.watchers.delete(directory)
       }
     }
-    for (const known of this.known.keys()) if (known.startsWith(prefix)) this.known.delete(known)
+    for (const [known, under] of this.known) {
+      if (!known.startsWith(prefix)) continue
+      this.known.delete(known)
+      this.unindex(known, under)
+    }
   }
 
   private shown(real: string): string {
