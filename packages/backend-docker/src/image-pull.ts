@@ -1,7 +1,7 @@
 import type { RegistryCredential } from '@cordon/builtin-backends'
 import {
   SandboxAbortedError,
-  type SandboxError,
+  SandboxError,
   SandboxImagePullError,
   type SandboxLifecycleEvent,
 } from '@cordon/core'
@@ -68,9 +68,11 @@ export class ImagePuller {
       await Promise.race([
         shared.done,
         new Promise<never>((_, reject) => {
+          // A create's deadline aborts with the error it ends in (its timeout, naming the pull);
+          // any other abort, a plain abort() included, is this pull's SandboxAbortedError.
           onAbort = () =>
             reject(
-              signal.reason instanceof Error
+              SandboxError.isInstance(signal.reason)
                 ? signal.reason
                 : new SandboxAbortedError('image pull', { cause: signal.reason }),
             )

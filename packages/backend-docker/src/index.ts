@@ -52,7 +52,7 @@ export async function prepareAgentRuntime(
     'image' | 'registryAuth' | 'socketPath' | 'host' | 'port' | 'tls'
   >,
   options: {
-    /** Ends the image pull, if one is under way. */
+    /** Ends the image pull, if one is under way, with `SandboxAbortedError` (filling the volume is not cut short). */
     readonly signal?: AbortSignal
     /** Receives the `image.pull.*` events of pulling `image` when the engine lacks it. */
     readonly onEvent?: (event: SandboxLifecycleEvent) => void

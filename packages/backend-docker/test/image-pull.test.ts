@@ -123,7 +123,7 @@ describe('pulling a missing image', () => {
     } finally {
       rmSync(context, { recursive: true, force: true })
     }
-    for (const repository of ['pulled', 'shared', 'stalled', 'deadline']) {
+    for (const repository of ['pulled', 'shared', 'stalled', 'deadline', 'prepare-aborted']) {
       await pushTestImage(source, named(registry.host, repository))
     }
     await pushTestImage(source, named(privateRegistry.host, 'private'), {
@@ -320,6 +320,34 @@ describe('pulling a missing image', () => {
     const found = await engineLeftovers()
     expect(found.containers).toEqual([])
     expect(found.volumes).toEqual([])
+  })
+
+  it("prepareAgentRuntime's pull, aborted, fails with SandboxAbortedError and ends on the engine", async () => {
+    const through = await proxy({ slowBlobs: true })
+    const image = named(through.host, 'prepare-aborted')
+    const controller = new AbortController()
+    const events: SandboxLifecycleEvent[] = []
+    try {
+      const preparing = prepareAgentRuntime(
+        { image },
+        { signal: controller.signal, onEvent: (event) => events.push(event) },
+      )
+      preparing.catch(() => {})
+      await until(() => through.slowDownloads() > 0, 20_000, 'a layer download')
+      // A plain abort(), as a command line's Ctrl-C gives: its reason is no error of cordon's.
+      controller.abort()
+      const failure = await preparing.then(
+        () => undefined,
+        (error: unknown) => error,
+      )
+      expect(SandboxAbortedError.isInstance(failure), String(failure)).toBe(true)
+      expect(failure).toMatchObject({ code: 'ABORTED', operation: 'image pull' })
+      await until(() => through.slowDownloads() === 0, 10_000, 'the download to end')
+      expect(await imageExists(image)).toBe(false)
+      expect(events.at(-1)).toMatchObject({ phase: 'image.pull.failed', image })
+    } finally {
+      await removeImage(image)
+    }
   })
 
   it("the create's deadline bounds the pull, and the timeout names it", async () => {
