@@ -1,24 +1,7 @@
-import { type ChildProcess, spawn } from 'node:child_process'
+import type { ChildProcess } from 'node:child_process'
 import { randomBytes } from 'node:crypto'
 import { beforeAll, describe, expect, it } from 'vitest'
-import { CLI, cordon, cordonBytes, sandboxContainersOf, waitFor } from './run-cli.js'
-
-/** `cordon` as a process whose stdout and stderr the test reads (or stops reading) itself. */
-function spawnCordon(args: readonly string[]): ChildProcess & {
-  stderrText: () => string
-  exited: Promise<number | null>
-} {
-  const child = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
-  let stderr = ''
-  child.stderr!.on('data', (chunk: Buffer) => {
-    stderr += chunk.toString()
-  })
-  const exited = new Promise<number | null>((resolve, reject) => {
-    child.on('error', reject)
-    child.on('close', (code) => resolve(code))
-  })
-  return Object.assign(child, { stderrText: () => stderr, exited })
-}
+import { cordon, cordonBytes, sandboxContainersOf, spawnCordon, waitFor } from './run-cli.js'
 
 /** The one sandbox container `child` made, once the engine has it. */
 function sandboxOf(child: ChildProcess): Promise<string> {

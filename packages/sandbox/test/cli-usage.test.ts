@@ -145,6 +145,18 @@ describe('cordon usage errors exit 64 and name what to fix', () => {
       ['run', '--outputs', '', '--', 'true'],
       'cordon run: --outputs: name a host directory (got "")',
     ],
+    [
+      ['run', '--ready-timeout', '30', '--', 'true'],
+      'cordon run: --ready-timeout takes a number and a unit, ms, s, m, h or d (e.g. 90s), not "30"',
+    ],
+    [
+      ['shell', '--ready-timeout', '0s'],
+      'cordon shell: --ready-timeout must be longer than 0, got "0s"',
+    ],
+    [
+      ['run', '--ready-timeout', '30d', '--', 'true'],
+      'cordon run: --ready-timeout: Too big: expected number to be <=2147483647',
+    ],
   ])('cordon %j', async (args, message) => {
     const result = await cordon([...args])
     expect(result).toMatchObject({

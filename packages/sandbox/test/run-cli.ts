@@ -1,4 +1,4 @@
-import { execFileSync, spawn } from 'node:child_process'
+import { type ChildProcess, execFileSync, spawn } from 'node:child_process'
 import { fileURLToPath } from 'node:url'
 
 /** The built `cordon` command, as a user runs it. */
@@ -53,6 +53,23 @@ export function cordon(
     ...(stdin === undefined ? {} : { stdin }),
     ...(cwd === undefined ? {} : { cwd }),
   })
+}
+
+/** `cordon` as a process whose stdout and stderr the test reads (or stops reading) itself. */
+export function spawnCordon(args: readonly string[]): ChildProcess & {
+  stderrText: () => string
+  exited: Promise<number | null>
+} {
+  const child = spawn(process.execPath, [CLI, ...args], { stdio: ['ignore', 'pipe', 'pipe'] })
+  let stderr = ''
+  child.stderr!.on('data', (chunk: Buffer) => {
+    stderr += chunk.toString()
+  })
+  const exited = new Promise<number | null>((resolve, reject) => {
+    child.on('error', reject)
+    child.on('close', (code) => resolve(code))
+  })
+  return Object.assign(child, { stderrText: () => stderr, exited })
 }
 
 /** What a `cordon` run printed, as the bytes it wrote. */

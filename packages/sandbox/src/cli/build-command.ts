@@ -10,8 +10,12 @@ the engine, labelled as cordon's, for sandboxes to name as their image (a
 template). The build's output goes to stderr; the image's name and id to
 stdout. Ctrl-C ends the build and removes what it made.`
 
-/** `cordon build`: a Dockerfile directory becomes an image on the engine. */
-export async function buildCommand(argv: readonly string[], io: RunIo): Promise<number> {
+/** `cordon build`: a Dockerfile directory becomes an image on the engine; `signal` ends the build. */
+export async function buildCommand(
+  argv: readonly string[],
+  io: RunIo,
+  signal: AbortSignal,
+): Promise<number> {
   const { values, positionals } = parseCommandLine(argv, {
     tag: { type: 'string', short: 't' },
     file: { type: 'string', short: 'f' },
@@ -31,32 +35,23 @@ export async function buildCommand(argv: readonly string[], io: RunIo): Promise<
   const shown = (line: string): string =>
     io.terminal?.stderr ? escapeTerminalControls(line) : line
   const backend = await loadDockerBackend()
-  const interrupt = new AbortController()
-  const onSignal = () => interrupt.abort()
-  process.once('SIGINT', onSignal)
-  process.once('SIGTERM', onSignal)
-  try {
-    const built = await backend
-      .buildImage(
-        {},
-        {
-          context: positionals[0]!,
-          tag: values.tag,
-          ...(values.file ? { dockerfile: values.file } : {}),
-          buildArgs,
-          signal: interrupt.signal,
-          onProgress: ({ line }) => io.stderr(`${shown(line)}\n`),
-        },
-      )
-      .catch((error: unknown) => {
-        throw buildFlagError(error)
-      })
-    io.stdout(`cordon build: built ${built.tag} (${built.id})\n`)
-    return 0
-  } finally {
-    process.off('SIGINT', onSignal)
-    process.off('SIGTERM', onSignal)
-  }
+  const built = await backend
+    .buildImage(
+      {},
+      {
+        context: positionals[0]!,
+        tag: values.tag,
+        ...(values.file ? { dockerfile: values.file } : {}),
+        buildArgs,
+        signal,
+        onProgress: ({ line }) => io.stderr(`${shown(line)}\n`),
+      },
+    )
+    .catch((error: unknown) => {
+      throw buildFlagError(error)
+    })
+  io.stdout(`cordon build: built ${built.tag} (${built.id})\n`)
+  return 0
 }
 
 /** Where each build option comes from on the command line. */

@@ -4,6 +4,8 @@ import { parseFlags } from './command-line.js'
 import { hostBridgeAddress, startDemoUpstream } from './demo-upstream.js'
 import { loadDockerBackend } from './docker-backend-module.js'
 import { registryAuthForImage } from './docker-cli-credentials.js'
+import { prepareEngine } from './engine-prepare.js'
+import { imagePullReporter } from './image-pull-report.js'
 import type { RunIo } from './run-command.js'
 import { DEFAULT_IMAGE, runtimeFlag } from './sandbox-flags.js'
 
@@ -22,7 +24,11 @@ are printed.`
  * gateway and is refused everything else, and the gateway's decisions are
  * printed. Each step is printed with its time.
  */
-export async function demoCommand(argv: readonly string[], io: RunIo): Promise<number> {
+export async function demoCommand(
+  argv: readonly string[],
+  io: RunIo,
+  signal: AbortSignal,
+): Promise<number> {
   const values = parseFlags(
     'demo',
     argv,
@@ -34,15 +40,14 @@ export async function demoCommand(argv: readonly string[], io: RunIo): Promise<n
     false,
   )
   const runtime = runtimeFlag(values.runtime)
-  const docker = await loadDockerBackend()
   // The engine is asked first through the backend, so that one that cannot
   // be reached is reported as such, before the demo starts anything.
   const registryAuth = await registryAuthForImage(values.image)
-  await docker.prepareAgentRuntime(
-    { image: values.image, ...(registryAuth ? { registryAuth } : {}) },
-    {},
-  )
-  const { docker: engine } = docker.connectEngine({})
+  await prepareEngine(values.image, registryAuth, {
+    signal,
+    onEvent: imagePullReporter(io.stderr, io.terminal?.stderr === true),
+  })
+  const { docker: engine } = (await loadDockerBackend()).connectEngine({})
   const upstreamAddress = await hostBridgeAddress(engine as Parameters<typeof hostBridgeAddress>[0])
   const upstream = await startDemoUpstream()
   const events: SandboxEvent[] = []
@@ -69,26 +74,29 @@ export async function demoCommand(argv: readonly string[], io: RunIo): Promise<n
   try {
     io.stdout(`cordon demo: ${provider.name}, image ${values.image}\n`)
     const sandbox = await step('created a hardened sandbox, ready to run commands', () =>
-      provider.create({ memoryLimitMb: 128, maxProcesses: 64 }),
+      provider.create({ memoryLimitMb: 128, maxProcesses: 64, signal }),
     )
     io.stdout(`    id ${sandbox.id}, outputs at ${sandbox.rootDir}\n`)
 
-    const who = await step('ran `id`', () => sandbox.exec('id'))
+    const who = await step('ran `id`', () => sandbox.exec('id', [], { signal }))
     io.stdout(`    ${who.stdout.trim()} (exit ${who.exitCode})\n`)
 
     await step('wrote notes/hello.txt through the file API', () =>
-      sandbox.writeFile('notes/hello.txt', 'hello from the host\n'),
+      sandbox.writeFile('notes/hello.txt', 'hello from the host\n', { signal }),
     )
     const upper = await step('ran a command that reads it and writes a result', () =>
-      sandbox.exec('sh', [
-        '-c',
-        'tr a-z A-Z < notes/hello.txt > notes/shout.txt && wc -c < notes/shout.txt',
-      ]),
+      sandbox.exec(
+        'sh',
+        ['-c', 'tr a-z A-Z < notes/hello.txt > notes/shout.txt && wc -c < notes/shout.txt'],
+        { signal },
+      ),
     )
     io.stdout(`    the command wrote ${upper.stdout.trim()} bytes\n`)
-    const back = await step('read notes/shout.txt back', () => sandbox.readFile('notes/shout.txt'))
+    const back = await step('read notes/shout.txt back', () =>
+      sandbox.readFile('notes/shout.txt', { signal }),
+    )
     io.stdout(`    ${new TextDecoder().decode(back).trim()}\n`)
-    const files = await sandbox.listFiles()
+    const files = await sandbox.listFiles(undefined, { signal })
     io.stdout(`    files: ${files.map((file) => `${file.path} (${file.size} B)`).join(', ')}\n`)
 
     const network = await step(
@@ -100,9 +108,7 @@ export async function demoCommand(argv: readonly string[], io: RunIo): Promise<n
             '-c',
             'nslookup example.com 2>&1 | grep . | tail -1; nc -w 2 1.1.1.1 443 </dev/null 2>&1 || echo "connect failed (exit $?)"',
           ],
-          {
-            timeout: 15_000,
-          },
+          { timeout: 15_000, signal },
         ),
     )
     io.stdout(`    ${network.stdout.trim().split('\n').join('\n    ')}\n`)
@@ -114,16 +120,18 @@ export async function demoCommand(argv: readonly string[], io: RunIo): Promise<n
 
     const proxied = await step(
       'created a sandbox whose egress allows only demo.upstream (through the gateway)',
-      () => provider.create({ egress: { kind: 'static', allowedHosts: ['demo.upstream'] } }),
+      () =>
+        provider.create({ egress: { kind: 'static', allowedHosts: ['demo.upstream'] }, signal }),
     )
     const allowed = await step('fetched http://demo.upstream/ through HTTP_PROXY', () =>
       proxied.exec('wget', ['-q', '-O', '-', `http://demo.upstream:${upstream.port}/`], {
         timeout: 15_000,
+        signal,
       }),
     )
     io.stdout(`    ${allowed.stdout.trim() || allowed.stderr.trim()}\n`)
     const denied = await step('tried http://example.com/ (not on the list)', () =>
-      proxied.exec('wget', ['-q', '-O', '-', 'http://example.com/'], { timeout: 15_000 }),
+      proxied.exec('wget', ['-q', '-O', '-', 'http://example.com/'], { timeout: 15_000, signal }),
     )
     io.stdout(`    ${denied.stderr.trim()}\n`)
     const direct = await step(
@@ -132,6 +140,7 @@ export async function demoCommand(argv: readonly string[], io: RunIo): Promise<n
         proxied.exec('nc', ['-w', '2', upstreamAddress, String(upstream.port)], {
           stdin: 'GET / HTTP/1.0\r\n\r\n',
           timeout: 15_000,
+          signal,
         }),
     )
     io.stdout(`    ${direct.stderr.trim()}\n`)

@@ -37,6 +37,7 @@ export interface DockerBackendModule {
     snapshotRetentionMs?: number
     volumeRetentionMs?: number
     labels?: Record<string, string>
+    signal?: AbortSignal
   }): Promise<GarbageReport>
   connectEngine(config: Record<string, never>): {
     docker: unknown

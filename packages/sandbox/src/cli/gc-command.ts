@@ -92,6 +92,7 @@ const DOCKER_BACKENDS: ReadonlySet<string> = new Set(
 export async function gcCommand(
   argv: readonly string[],
   io: RunIo,
+  signal: AbortSignal,
   env: NodeJS.ProcessEnv = process.env,
 ): Promise<number> {
   const values = parseFlags(
@@ -138,6 +139,7 @@ export async function gcCommand(
       docker,
       engine: description,
       dryRun,
+      signal,
       ...(snapshotRetentionMs !== undefined ? { snapshotRetentionMs } : {}),
       ...(volumeRetentionMs === undefined ? {} : { volumeRetentionMs }),
       ...(labels ? { labels } : {}),
@@ -163,6 +165,9 @@ export async function gcCommand(
   const sweeps: Sweep[] = [...remote, ...(labels ? [] : [forwardDirectoriesSweep(forwardsRoot)])]
   let sweepFailed = false
   for (const sweep of sweeps) {
+    // A signal to cordon stops gc before the next sweep (a remote one under way
+    // keeps its own deadline: it is not handed the signal, which would replace it).
+    signal.throwIfAborted()
     try {
       const removed = await sweep.run(dryRun)
       io.stdout(
@@ -178,6 +183,7 @@ export async function gcCommand(
   }
 
   // After every sweep: a detached sandbox removed above leaves its credential with nothing to reach.
+  signal.throwIfAborted()
   const running = new Set(report?.detachedKept ?? [])
   const store = new CredentialStore(
     (values['credential-store'] as string | undefined) ?? defaultCredentialStore(),

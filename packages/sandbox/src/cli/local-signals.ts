@@ -1,16 +1,18 @@
 import { constants } from 'node:os'
 
-/** The signals that ask cordon to stop while a sandbox's program runs. */
+/** The signals that ask cordon to stop. */
 const STOPPING_SIGNALS = ['SIGINT', 'SIGTERM', 'SIGHUP'] as const
 
 type StoppingSignal = (typeof STOPPING_SIGNALS)[number]
 
 /**
- * SIGINT, SIGTERM and SIGHUP to cordon while a sandbox's program runs. The
- * first one aborts `signal` (the program's process tree is killed and
- * cordon removes the sandbox before it exits) and sets `exitCode` to what a
- * shell reports for a program that signal ended, 128 plus its number (130,
- * 143, 129). A second one ends cordon at once, as Node's default does.
+ * SIGINT, SIGTERM and SIGHUP to cordon while one of its commands runs (one
+ * instance, made by main.ts, for every command). The first one aborts
+ * `signal`: the command ends what it does (a sandbox's program is killed, a
+ * pull or build is ended) and removes what it made before cordon exits;
+ * `exitCode` is then what a shell reports for a program that signal ended,
+ * 128 plus its number (130, 143, 129). A second one ends cordon at once, as
+ * Node's default does.
  */
 export class LocalSignals implements Disposable {
   private readonly aborting = new AbortController()

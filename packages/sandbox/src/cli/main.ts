@@ -4,6 +4,7 @@ import { asksForHelp, UsageError } from './command-line.js'
 import { DEMO_USAGE, demoCommand } from './demo-command.js'
 import { EXIT_CORDON_FAILURE, EXIT_USAGE } from './exit-codes.js'
 import { GC_USAGE, gcCommand } from './gc-command.js'
+import { LocalSignals } from './local-signals.js'
 import { PREPARE_USAGE, prepareCommand } from './prepare-command.js'
 import { reportError } from './report-error.js'
 import { RUN_USAGE, type RunIo, runCommand } from './run-command.js'
@@ -35,31 +36,43 @@ const io: RunIo = {
 process.stdout.on('error', () => {})
 process.stderr.on('error', () => {})
 
+/** Each command is given the one {@link LocalSignals}: a signal to cordon ends what it does. */
 const COMMANDS: Readonly<
-  Record<string, { usage: string; run: (argv: string[]) => Promise<number> }>
+  Record<string, { usage: string; run: (argv: string[], signals: LocalSignals) => Promise<number> }>
 > = {
   run: {
     usage: RUN_USAGE,
-    run: (argv) =>
-      runCommand(argv, { stdin: process.stdin, stdout: process.stdout, stderr: process.stderr }),
+    run: (argv, signals) =>
+      runCommand(
+        argv,
+        { stdin: process.stdin, stdout: process.stdout, stderr: process.stderr },
+        signals,
+      ),
   },
   shell: {
     usage: SHELL_USAGE,
-    run: (argv) =>
-      shellCommand(argv, {
-        stdin: process.stdin,
-        stdout: process.stdout,
-        stderr: process.stderr,
-        onResize: (listener) => {
-          process.stdout.on('resize', listener)
-          return () => process.stdout.off('resize', listener)
+    run: (argv, signals) =>
+      shellCommand(
+        argv,
+        {
+          stdin: process.stdin,
+          stdout: process.stdout,
+          stderr: process.stderr,
+          onResize: (listener) => {
+            process.stdout.on('resize', listener)
+            return () => process.stdout.off('resize', listener)
+          },
         },
-      }),
+        signals,
+      ),
   },
-  demo: { usage: DEMO_USAGE, run: (argv) => demoCommand(argv, io) },
-  gc: { usage: GC_USAGE, run: (argv) => gcCommand(argv, io) },
-  prepare: { usage: PREPARE_USAGE, run: (argv) => prepareCommand(argv, io) },
-  build: { usage: BUILD_USAGE, run: (argv) => buildCommand(argv, io) },
+  demo: { usage: DEMO_USAGE, run: (argv, signals) => demoCommand(argv, io, signals.signal) },
+  gc: { usage: GC_USAGE, run: (argv, signals) => gcCommand(argv, io, signals.signal) },
+  prepare: {
+    usage: PREPARE_USAGE,
+    run: (argv, signals) => prepareCommand(argv, io, signals.signal),
+  },
+  build: { usage: BUILD_USAGE, run: (argv, signals) => buildCommand(argv, io, signals.signal) },
 }
 
 function commandNamed(name: string) {
@@ -96,9 +109,17 @@ async function main(argv: readonly string[]): Promise<number> {
     io.stdout(`${command.usage}\n`)
     return 0
   }
+  using signals = new LocalSignals()
   try {
-    return await command.run(rest)
+    return await command.run(rest, signals)
   } catch (error) {
+    // Once a signal asked cordon to stop, what the command failed with (an abort, an
+    // engine call cut off) is the signal's doing: cordon exits as a shell reports a
+    // program that signal ended, whichever command it was.
+    if (signals.exitCode !== undefined) {
+      io.stderr('cordon: interrupted\n')
+      return signals.exitCode
+    }
     if (!(error instanceof UsageError)) throw error
     io.stderr(`cordon ${name}: ${error.message}\n(cordon ${name} --help shows its usage)\n`)
     return EXIT_USAGE

@@ -1,6 +1,6 @@
 import { parseFlags } from './command-line.js'
-import { loadDockerBackend } from './docker-backend-module.js'
 import { registryAuthForImage } from './docker-cli-credentials.js'
+import { prepareEngine } from './engine-prepare.js'
 import { imagePullReporter } from './image-pull-report.js'
 import type { RunIo } from './run-command.js'
 import { DEFAULT_IMAGE } from './sandbox-flags.js'
@@ -17,9 +17,13 @@ sandboxes use. Doing it again finds it there.`
  * agent and the egress gateway run from it), so that no sandbox's first
  * `create()` pays for it, and pulls the image first if the engine lacks it
  * (with no deadline: a large image pulled here costs no create its budget).
- * Idempotent.
+ * Idempotent. `signal` (a signal to cordon) ends the pull.
  */
-export async function prepareCommand(argv: readonly string[], io: RunIo): Promise<number> {
+export async function prepareCommand(
+  argv: readonly string[],
+  io: RunIo,
+  signal: AbortSignal,
+): Promise<number> {
   const values = parseFlags(
     'prepare',
     argv,
@@ -29,24 +33,11 @@ export async function prepareCommand(argv: readonly string[], io: RunIo): Promis
     },
     false,
   )
-  const backend = await loadDockerBackend()
-  const interrupt = new AbortController()
-  const onSignal = () => interrupt.abort()
-  process.once('SIGINT', onSignal)
-  process.once('SIGTERM', onSignal)
-  try {
-    const registryAuth = await registryAuthForImage(values.image)
-    const { volume } = await backend.prepareAgentRuntime(
-      { image: values.image, ...(registryAuth ? { registryAuth } : {}) },
-      {
-        signal: interrupt.signal,
-        onEvent: imagePullReporter(io.stderr, io.terminal?.stderr === true),
-      },
-    )
-    io.stdout(`cordon prepare: the agent runtime is in volume ${volume}\n`)
-    return 0
-  } finally {
-    process.off('SIGINT', onSignal)
-    process.off('SIGTERM', onSignal)
-  }
+  const registryAuth = await registryAuthForImage(values.image)
+  const volume = await prepareEngine(values.image, registryAuth, {
+    signal,
+    onEvent: imagePullReporter(io.stderr, io.terminal?.stderr === true),
+  })
+  io.stdout(`cordon prepare: the agent runtime is in volume ${volume}\n`)
+  return 0
 }

@@ -1,6 +1,7 @@
 import { createSandboxProvider } from '../create-sandbox-provider.js'
 import { environmentFlag, parseFlags, UsageError, wholeNumberFlag } from './command-line.js'
 import { CommandOutput, type OutputStream } from './command-output.js'
+import { prepareEngine } from './engine-prepare.js'
 import { imagePullReporter } from './image-pull-report.js'
 import { LocalSignals } from './local-signals.js'
 import { failedProgramExitCode, type ProgramEnd, waitForProgram } from './program-end.js'
@@ -16,12 +17,14 @@ import { feedStdin, type InputStream } from './stdin-feed.js'
 
 export const RUN_USAGE = `usage: cordon run [--image IMAGE] [--runtime docker|runc|runsc] [--memory MB]
                   [--pids N] [--timeout MS] [--outputs HOST_DIR] [--env KEY=VALUE]...
-                  [--raw] -- COMMAND [ARGS...]
+                  [--ready-timeout DURATION] [--raw] -- COMMAND [ARGS...]
 
 Runs COMMAND (an argv, never a shell) in a fresh hardened sandbox with no
 network, streams its output, and exits with its exit code. Its stdin is
 cordon's when that is not a terminal (a pipe, a file), else empty. An IMAGE
-the engine lacks is pulled first, with its progress on stderr. Output bound
+the engine lacks is pulled first, with its progress on stderr and no
+deadline (Ctrl-C ends it); then the sandbox has --ready-timeout to start
+(default 30s; a number and a unit: 500ms, 90s, 5m). Output bound
 for a terminal has its control characters shown as escapes (\\x1b, \\r), so
 the sandbox cannot drive your terminal; --raw passes them through; output
 bound elsewhere is passed on byte for byte. If cordon's stdout or stderr is
@@ -44,9 +47,16 @@ export interface RunStreams {
 
 /**
  * `cordon run`: one command in one sandbox, stdin fed to it, its output
- * streamed, its exit code passed through.
+ * streamed, its exit code passed through. The image is made ready first
+ * (pulled if the engine lacks it, with no deadline; engine-prepare.ts), so
+ * the create's readiness budget counts only the sandbox's own start.
+ * `signals` are cordon's (main.ts); without them, the call listens itself.
  */
-export async function runCommand(argv: readonly string[], io: RunStreams): Promise<number> {
+export async function runCommand(
+  argv: readonly string[],
+  io: RunStreams,
+  given?: LocalSignals,
+): Promise<number> {
   const { flags, command } = splitAtSeparator(argv)
   const values = parseFlags(
     'run',
@@ -63,10 +73,8 @@ export async function runCommand(argv: readonly string[], io: RunStreams): Promi
   if (command.length === 0 || !command[0])
     throw new UsageError('no command to run: cordon run [options] -- COMMAND [ARGS...]')
   const say = (text: string): void => void io.stderr.write(text)
-  const config = {
-    ...(await providerConfigFromFlags(values)),
-    onEvent: imagePullReporter(say, io.stderr.isTTY === true),
-  }
+  const onEvent = imagePullReporter(say, io.stderr.isTTY === true)
+  const config = { ...(await providerConfigFromFlags(values)), onEvent }
   const env = environmentFlag(values.env)
   const limits = {
     ...memoryFromFlags(values),
@@ -79,7 +87,8 @@ export async function runCommand(argv: readonly string[], io: RunStreams): Promi
       ? undefined
       : wholeNumberFlag('timeout', values.timeout, 'milliseconds')
   const provider = withFlagErrors(values, () => createSandboxProvider(config))
-  using signals = new LocalSignals()
+  using own = given ? undefined : new LocalSignals()
+  const signals = given ?? own!
   using output = new CommandOutput(io, { raw: values.raw })
   // Stopped by a signal to cordon, or by a reader of its output that went away.
   const stop = AbortSignal.any([signals.signal, output.signal])
@@ -91,6 +100,7 @@ export async function runCommand(argv: readonly string[], io: RunStreams): Promi
   const end: ProgramEnd = { output, signals, say, stopFeeding: () => stopFeeding() }
   let sandbox: Awaited<ReturnType<typeof provider.create>> | undefined
   try {
+    await prepareEngine(values.image, config.backend.registryAuth, { signal: stop, onEvent })
     sandbox = await provider.create({ env, ...limits, signal: stop }).catch((error: unknown) => {
       throw flagErrorOf(error, values)
     })

@@ -1,9 +1,10 @@
 import { statSync } from 'node:fs'
 import { resolve } from 'node:path'
-import type { SandboxProviderConfig } from '@cordon/builtin-backends'
+import type { ContainerBackendConfig, SandboxProviderConfig } from '@cordon/builtin-backends'
 import { SandboxConfigValidationError, SandboxControlRefusedError } from '@cordon/core'
 import { UsageError, wholeNumberFlag } from './command-line.js'
 import { registryAuthForImage } from './docker-cli-credentials.js'
+import { parseDurationFlag } from './duration-flag.js'
 
 export const DEFAULT_IMAGE = 'cordon-test/busybox:latest'
 
@@ -19,6 +20,7 @@ export const SANDBOX_FLAG_OPTIONS = {
   runtime: { type: 'string', default: 'docker' },
   memory: { type: 'string' },
   outputs: { type: 'string' },
+  'ready-timeout': { type: 'string' },
   help: { type: 'boolean', short: 'h', default: false },
 } as const
 
@@ -43,14 +45,22 @@ export function runtimeFlag(value: string): (typeof RUNTIMES)[number] {
 /**
  * The provider config the flags describe; a private image the engine lacks
  * is pulled with the Docker CLI's stored login for its registry
- * (docker-cli-credentials.ts).
+ * (docker-cli-credentials.ts). `--ready-timeout` is the create's readiness
+ * budget (`readyTimeoutMs`; the image is pulled before it starts, see
+ * engine-prepare.ts).
  */
 export async function providerConfigFromFlags(values: {
   readonly image: string
   readonly runtime: string
   readonly outputs?: string | undefined
-}): Promise<SandboxProviderConfig> {
+  readonly 'ready-timeout'?: string | undefined
+}): Promise<SandboxProviderConfig & { readonly backend: ContainerBackendConfig }> {
   const runtime = runtimeFlag(values.runtime)
+  const readyTimeout = values['ready-timeout']
+  const readyTimeoutMs =
+    readyTimeout === undefined
+      ? undefined
+      : parseDurationFlag('ready-timeout', readyTimeout, { zero: 'refused', example: '90s' })
   // A relative directory is taken from where cordon runs, as a shell user expects.
   const outputs = values.outputs === undefined ? undefined : outputsDirectory(values.outputs)
   const registryAuth = await registryAuthForImage(values.image)
@@ -60,6 +70,7 @@ export async function providerConfigFromFlags(values: {
       runtime,
       image: values.image,
       ...(registryAuth ? { registryAuth } : {}),
+      ...(readyTimeoutMs === undefined ? {} : { readyTimeoutMs }),
     },
     layout: {
       outputs: {
@@ -103,6 +114,7 @@ function flagOf(path: string): string | undefined {
   if (first === 'maxProcesses') return 'pids'
   if (first === 'env') return 'env'
   if (first === 'backend' && (second === 'image' || second === 'runtime')) return second
+  if (first === 'backend' && second === 'readyTimeoutMs') return 'ready-timeout'
   if (first === 'layout' || first === 'outputs') return 'outputs'
   return undefined
 }

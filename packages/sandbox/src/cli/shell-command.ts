@@ -3,6 +3,7 @@ import type { CordonSandbox } from '@cordon/core'
 import { createSandboxProvider } from '../create-sandbox-provider.js'
 import { parseFlags } from './command-line.js'
 import { CommandOutput, type OutputStream } from './command-output.js'
+import { prepareEngine } from './engine-prepare.js'
 import { imagePullReporter } from './image-pull-report.js'
 import { LocalSignals } from './local-signals.js'
 import { failedProgramExitCode, type ProgramEnd, waitForProgram } from './program-end.js'
@@ -18,14 +19,16 @@ import {
 import { feedStdin } from './stdin-feed.js'
 
 export const SHELL_USAGE = `usage: cordon shell [--image IMAGE] [--runtime docker|runc|runsc] [--memory MB]
-                    [--outputs HOST_DIR] [-- COMMAND [ARGS...]]
+                    [--outputs HOST_DIR] [--ready-timeout DURATION] [-- COMMAND [ARGS...]]
 
 Opens an interactive terminal (default: /bin/sh) in a fresh hardened sandbox
 with no network, and destroys the sandbox when the program exits, with its
 exit status. What the program prints goes to your terminal as it is: it is a
 terminal session. When stdin is not a terminal (a pipe, a file), the program
 runs without one instead: it reads stdin to its end, its output is handled as
-cordon run's is, and cordon exits with its status.`
+cordon run's is, and cordon exits with its status. An IMAGE the engine lacks
+is pulled first, and --ready-timeout is the sandbox's time to start, as in
+cordon run.`
 
 /** The local terminal `cordon shell` attaches to (process.stdin and stdout, or test streams). */
 export interface ShellIo {
@@ -40,27 +43,34 @@ export interface ShellIo {
 /**
  * `cordon shell`: a terminal on a fresh sandbox, local keystrokes in, its
  * screen out; or, when stdin is not a terminal, the program fed from stdin
- * without one.
+ * without one. The image is made ready first, as `cordon run` does.
+ * `signals` are cordon's (main.ts); without them, the call listens itself.
  */
-export async function shellCommand(argv: readonly string[], io: ShellIo): Promise<number> {
+export async function shellCommand(
+  argv: readonly string[],
+  io: ShellIo,
+  given?: LocalSignals,
+): Promise<number> {
   const { flags, command } = splitAtSeparator(argv)
   const values = parseFlags('shell', flags, SANDBOX_FLAG_OPTIONS, true)
   const limits = memoryFromFlags(values)
   const config = await providerConfigFromFlags(values)
   const say = (text: string): void => void io.stderr.write(text)
-  const provider = withFlagErrors(values, () =>
-    createSandboxProvider({ ...config, onEvent: imagePullReporter(say, false) }),
-  )
+  const onEvent = imagePullReporter(say, false)
+  const provider = withFlagErrors(values, () => createSandboxProvider({ ...config, onEvent }))
   const program = { command: command[0] ?? '/bin/sh', args: command.slice(1) }
-  using signals = new LocalSignals()
+  using own = given ? undefined : new LocalSignals()
+  const signals = given ?? own!
   try {
+    await prepareEngine(values.image, config.backend.registryAuth, {
+      signal: signals.signal,
+      onEvent,
+    })
     const sandbox = await provider
       .create({ ...limits, signal: signals.signal })
       .catch((error: unknown) => {
-        if (signals.exitCode !== undefined) return undefined
         throw flagErrorOf(error, values)
       })
-    if (!sandbox) return signals.exitCode!
     return io.stdin.isTTY === true
       ? await onTerminal(sandbox, program, io, signals)
       : await withoutTerminal(sandbox, program, io, signals)
