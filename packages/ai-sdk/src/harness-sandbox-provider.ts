@@ -1,8 +1,4 @@
-import {
-  HarnessCapabilityUnsupportedError,
-  type HarnessV1NetworkSandboxSession,
-  type HarnessV1SandboxProvider,
-} from '@ai-sdk/harness'
+import { HarnessCapabilityUnsupportedError, type HarnessV1SandboxProvider } from '@ai-sdk/harness'
 import {
   type CordonSandboxProvider,
   type Sandbox,
@@ -55,10 +51,24 @@ export interface CordonHarnessSandboxOptions {
  * ended, a provider without `connect`) is refused with
  * `HarnessCapabilityUnsupportedError`.
  */
+/**
+ * The harness's provider, whose sessions are typed as what they are: a
+ * {@link CordonHarnessSession}, so host code reads `session.sandbox` (the
+ * cordon sandbox) without a cast.
+ */
+export interface CordonHarnessSandboxProvider extends HarnessV1SandboxProvider {
+  createSession(
+    ...args: Parameters<HarnessV1SandboxProvider['createSession']>
+  ): Promise<CordonHarnessSession>
+  resumeSession(
+    ...args: Parameters<NonNullable<HarnessV1SandboxProvider['resumeSession']>>
+  ): Promise<CordonHarnessSession>
+}
+
 export function createCordonHarnessSandbox(
   provider: SandboxProvider,
   options: CordonHarnessSandboxOptions = {},
-): HarnessV1SandboxProvider {
+): CordonHarnessSandboxProvider {
   const live = new Map<string, CordonHarnessSession>()
   const index = new SessionIndex(options.sessionDirectory ?? SessionIndex.defaultDirectory())
   const open = async (id: string, sandbox: Sandbox): Promise<CordonHarnessSession> => {
@@ -112,7 +122,7 @@ export function createCordonHarnessSandbox(
   return {
     specificationVersion: 'harness-sandbox-v1',
     providerId: `cordon:${provider.id}`,
-    async createSession(request = {}): Promise<HarnessV1NetworkSandboxSession> {
+    async createSession(request = {}): Promise<CordonHarnessSession> {
       request.abortSignal?.throwIfAborted()
       const { sessionId } = request
       if (sessionId !== undefined) {
@@ -127,7 +137,7 @@ export function createCordonHarnessSandbox(
         if (sessionId !== undefined) creating.delete(sessionId)
       }
     },
-    async resumeSession({ sessionId, abortSignal }): Promise<HarnessV1NetworkSandboxSession> {
+    async resumeSession({ sessionId, abortSignal }): Promise<CordonHarnessSession> {
       abortSignal?.throwIfAborted()
       const held = live.get(sessionId)
       if (held && held.sandbox.status !== 'destroyed') return held

@@ -9,6 +9,7 @@
  */
 export {
   type CordonHarnessSandboxOptions,
+  type CordonHarnessSandboxProvider,
   createCordonHarnessSandbox,
 } from './harness-sandbox-provider.js'
 export { CordonHarnessSession } from './network-sandbox-session.js'

@@ -15,7 +15,8 @@ import { SandboxControlRefusedError } from '@cordon/core'
  *   entries: exact names or a leading dot for a domain).
  * - `allow-all` cannot be expressed as an allowlist, and CIDR rules are not
  *   host rules: both are refused with the harness's capability error, as is
- *   any change on a backend that cannot change egress after creation. The
+ *   any change to a sandbox that cannot change egress after creation (its
+ *   backend has no run-time control, or it is detached). The
  *   policy a sandbox starts with is the provider's `egress` option.
  */
 export async function applyNetworkPolicy(
@@ -26,7 +27,7 @@ export async function applyNetworkPolicy(
   if (!sandbox.setNetworkPolicy) {
     throw new HarnessCapabilityUnsupportedError({
       message:
-        'this cordon backend cannot change a sandbox’s egress after creation; choose the policy with the provider’s egress option',
+        'this cordon sandbox cannot change its egress after creation: its backend has no run-time egress control, or the sandbox is detached (a detached sandbox keeps the policy it was created with); choose the policy with the provider’s egress option',
     })
   }
   try {

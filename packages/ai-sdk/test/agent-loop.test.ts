@@ -2,7 +2,7 @@ import { generateText, stepCountIs, tool } from 'ai'
 import { MockLanguageModelV4 } from 'ai/test'
 import { afterAll, describe, expect, it } from 'vitest'
 import { z } from 'zod'
-import { type CordonHarnessSession, createCordonHarnessSandbox } from '../src/index.js'
+import { createCordonHarnessSandbox } from '../src/index.js'
 import { testProvider } from './test-run.js'
 
 const provider = testProvider()
@@ -71,9 +71,7 @@ const tools = {
 describe('the AI SDK runs its tool loop against a cordon harness session', () => {
   it('the model’s tool calls write files and run commands inside the real Docker sandbox', async () => {
     const harnessProvider = createCordonHarnessSandbox(provider)
-    const session = (await harnessProvider.createSession({
-      sessionId: 'loop',
-    })) as CordonHarnessSession
+    const session = await harnessProvider.createSession({ sessionId: 'loop' })
     try {
       const model = new MockLanguageModelV4({
         doGenerate: [

@@ -34,7 +34,8 @@ async function withSession(
   run: (session: CordonHarnessSession) => Promise<void>,
   harness = createCordonHarnessSandbox(provider),
 ): Promise<void> {
-  const session = (await harness.createSession()) as CordonHarnessSession
+  // Typed as cordon's session: `session.sandbox` needs no cast.
+  const session = await harness.createSession()
   try {
     await run(session)
   } finally {

@@ -9,6 +9,7 @@ import {
   SandboxDestroyedError,
   SandboxError,
   SandboxPausedError,
+  SandboxTransportError,
   throwIfAborted,
 } from './errors.js'
 import { describeError } from './event-error.js'
@@ -168,6 +169,10 @@ export class ManagedSandbox implements CordonSandbox {
   private idleTimer: ReturnType<typeof setTimeout> | undefined
   private destroying: Promise<void> | undefined
   private ended: SandboxEndReason | undefined
+  /** Why the sandbox is being torn down, from the moment it starts (status reads `destroyed` from then). */
+  private endingFor: SandboxEndReason | undefined
+  /** Settles once the backend's notice that the sandbox ended by itself has been taken in. */
+  private endNoticed: Promise<void> | undefined
   /** Operations and processes running now. */
   private running = 0
   /** When activity was last seen (performance.now()). */
@@ -243,7 +248,7 @@ export class ManagedSandbox implements CordonSandbox {
       this.armExpiry()
     }
     if (hooks.idleTimeoutMs !== undefined) this.armIdleCheck(hooks.idleTimeoutMs)
-    inner.whenEnded?.().then(
+    this.endNoticed = inner.whenEnded?.().then(
       (reason) => {
         if (this.ended || this.destroying || this.disconnecting) return
         // Already over, whatever the cleanup below meets (an engine that is gone with it).
@@ -326,7 +331,8 @@ export class ManagedSandbox implements CordonSandbox {
   }
 
   get endReason(): SandboxEndReason | undefined {
-    return this.ended
+    // While it is torn down its status already reads `destroyed`: say why then too.
+    return this.ended ?? this.endingFor
   }
 
   keepAlive(durationMs?: number): void {
@@ -793,12 +799,14 @@ export class ManagedSandbox implements CordonSandbox {
   ): Promise<void> {
     const { emit } = this.hooks
     const started = performance.now()
+    this.endingFor ??= reason
     emit(this.lifecycle('destroy.start'))
     try {
       await this.inner.destroy(options)
     } catch (error) {
       // Let a later call try again.
       this.destroying = undefined
+      this.endingFor = undefined
       throw error
     }
     this.ended ??= reason
@@ -837,10 +845,33 @@ export class ManagedSandbox implements CordonSandbox {
     this.lastActivity = performance.now()
     try {
       return await operation()
+    } catch (error) {
+      await this.endReasonBehind(error)
+      throw error
     } finally {
       this.running--
       this.lastActivity = performance.now()
     }
+  }
+
+  /**
+   * A call that failed because the sandbox is gone often fails a moment
+   * before the backend's notice of the end arrives (the engine's event
+   * comes after the connection drops): wait for that notice, briefly, so
+   * that a host reading `endReason` in its `catch` finds why (`lost`,
+   * `evicted`) and can decide to retry.
+   */
+  private async endReasonBehind(error: unknown): Promise<void> {
+    if (this.ended || this.endingFor || !this.endNoticed) return
+    if (!SandboxDestroyedError.isInstance(error) && !SandboxTransportError.isInstance(error)) return
+    let timer: ReturnType<typeof setTimeout> | undefined
+    await Promise.race([
+      this.endNoticed,
+      new Promise<void>((resolve) => {
+        timer = setTimeout(resolve, END_NOTICE_WAIT_MS)
+      }),
+    ])
+    clearTimeout(timer)
   }
 
   /** Counts a process or terminal as running until `done` settles. */
@@ -1011,6 +1042,9 @@ export class ManagedSandbox implements CordonSandbox {
 }
 
 /** The method a file operation of an event came through, as a paused sandbox's refusal names it. */
+/** How long a failed call waits for the backend's notice that the sandbox ended. */
+const END_NOTICE_WAIT_MS = 2_000
+
 const fileOperationName: Record<FileOperation, string> = {
   write: 'writeFile',
   read: 'readFile',

@@ -3,6 +3,7 @@ import { composeProvider, prepareProviderConfig, sleep } from '../src/backend-ki
 import {
   type CordonBackendSandbox,
   SandboxControlRefusedError,
+  SandboxDestroyedError,
   type SandboxEndReason,
   type SandboxEvent,
 } from '../src/index.js'
@@ -78,6 +79,44 @@ describe('why a sandbox ended', () => {
           event.endReason === 'out-of-memory',
       ),
     ).toBe(true)
+  })
+})
+
+describe('why a sandbox ended, read at once', () => {
+  it('is known from the moment its status reads destroyed, for each way it is ended', async () => {
+    const destroyed = makeProvider()
+    const a = await destroyed.provider.create()
+    const ending = a.destroy()
+    expect(a.status).toBe('destroyed')
+    expect(a.endReason).toBe('destroyed')
+    await ending
+
+    const closing = makeProvider()
+    const c = await closing.provider.create()
+    const closed = closing.provider.close()
+    // Read at every turn of the event loop until it is torn down: never destroyed without a reason.
+    for (let turn = 0; c.status !== 'destroyed' && turn < 1000; turn++) await Promise.resolve()
+    expect(c.status).toBe('destroyed')
+    expect(c.endReason).toBe('provider-closed')
+    await closed
+  })
+
+  it('a call that fails because the sandbox was lost fails once endReason says so', async () => {
+    let endNow: (reason: SandboxEndReason) => void = () => {}
+    const { provider } = makeProvider({}, (sandbox) =>
+      Object.assign(sandbox, {
+        whenEnded: () => new Promise<SandboxEndReason>((resolve) => (endNow = resolve)),
+        // The connection drops first; the engine's notice of the end comes 50 ms later.
+        exec: async () => {
+          setTimeout(() => endNow('lost'), 50)
+          throw new SandboxDestroyedError(sandbox.id)
+        },
+      }),
+    )
+    const sandbox = await provider.create()
+    const failure = await sandbox.exec('true').catch((error: unknown) => error)
+    expect(SandboxDestroyedError.isInstance(failure)).toBe(true)
+    expect(sandbox.endReason).toBe('lost')
   })
 })
 

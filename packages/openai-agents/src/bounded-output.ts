@@ -2,16 +2,18 @@ import { SANDBOX_MAX_OUTPUT_BYTES } from '@cordon/core'
 
 /**
  * The SDK's `truncateOutput` counts a token as four bytes; the constant is
- * not exported, so the bound and the reported token count use the same value.
+ * not exported, so the reported token count uses the same value.
  */
 const BYTES_PER_TOKEN = 4
 
 /**
- * A command's interleaved output, kept only as far as the model can see it:
- * the first and last `keep` characters, with what lies between counted and
- * dropped as it arrives. A command that prints gigabytes therefore costs the
- * host a bounded amount of memory, and the SDK's truncation (which keeps a
- * head and a tail of its byte budget) runs over a bounded string.
+ * A command's interleaved output, kept whole up to cordon's output cap and
+ * beyond it only as its first and last halves, what lies between counted
+ * and dropped as it arrives. Kept whole, the SDK's `truncateOutput` sees
+ * exactly what was printed, so the model reads it as the SDK's own clients
+ * show it (its line count and its head and tail of the token budget); a
+ * command that prints gigabytes still costs the host a bounded amount of
+ * memory (about the cap, as the exec result's own streams do).
  */
 export class BoundedOutput {
   readonly #keep: number
@@ -22,15 +24,12 @@ export class BoundedOutput {
   #totalBytes = 0
 
   /**
-   * Keeps enough for the SDK's budget of `maxOutputTokens` (one UTF-16 unit
-   * is at least one UTF-8 byte, so `keep` characters hold `keep` bytes);
-   * without a token budget, at most cordon's output cap in all.
+   * `keep` characters of head and of tail (one UTF-16 unit is at least one
+   * UTF-8 byte, so `keep` characters hold `keep` bytes): half cordon's
+   * output cap each unless a test names a smaller bound.
    */
-  constructor(maxOutputTokens: number | undefined) {
-    this.#keep =
-      maxOutputTokens === undefined
-        ? Math.floor(SANDBOX_MAX_OUTPUT_BYTES / 2)
-        : Math.max(0, Math.floor(maxOutputTokens)) * BYTES_PER_TOKEN
+  constructor(keep = Math.floor(SANDBOX_MAX_OUTPUT_BYTES / 2)) {
+    this.#keep = Math.max(0, Math.floor(keep))
   }
 
   push(data: string): void {

@@ -84,7 +84,7 @@ export class CordonSandboxSession implements SandboxSession<CordonSandboxSession
       )
     }
     const cwd = resolveWorkspacePath(this.#root, args.workdir)
-    const interleaved = new BoundedOutput(args.maxOutputTokens)
+    const interleaved = new BoundedOutput()
     const result = await this.sandbox.exec(
       args.shell ?? 'sh',
       [(args.login ?? true) ? '-lc' : '-c', args.cmd],

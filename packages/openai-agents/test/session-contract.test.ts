@@ -20,6 +20,7 @@ import {
   SandboxWorkspaceReadNotFoundError,
   shell,
 } from '@openai/agents-core/sandbox'
+import { truncateOutput } from '@openai/agents-core/sandbox/internal'
 import {
   assistantMessage,
   functionCall,
@@ -189,6 +190,23 @@ describe('CordonSandboxClient: what cordon refuses, in the SDK’s error terms',
       const error = await session.exec({ cmd: 'sleep 10' }).catch((caught: unknown) => caught)
       expect(error).toBeInstanceOf(SandboxExecTimeoutError)
       expect((await session.exec({ cmd: 'echo fast' })).output).toBe('fast\n')
+    } finally {
+      await client.delete(session.state)
+    }
+  })
+
+  it('formats a cut output exactly as the SDK’s own truncateOutput does on what was printed', async () => {
+    const client = new CordonSandboxClient(provider)
+    const session = await client.create()
+    try {
+      const cmd = 'i=0; while [ $i -lt 200 ]; do echo "line-$i-xxxxxxxxxxxxxxxx"; i=$((i+1)); done'
+      const printed = Array.from({ length: 200 }, (_, n) => `line-${n}-xxxxxxxxxxxxxxxx\n`).join('')
+      for (const budget of [20, 50]) {
+        const result = await session.exec({ cmd, maxOutputTokens: budget })
+        const expected = truncateOutput(printed, budget)
+        expect(result.output).toBe(expected.text)
+        expect(result.originalTokenCount).toBe(expected.originalTokenCount)
+      }
     } finally {
       await client.delete(session.state)
     }
