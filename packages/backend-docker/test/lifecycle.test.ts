@@ -6,6 +6,7 @@ import {
   SandboxBackendUnavailableError,
   SandboxControlRefusedError,
   SandboxCreateTimeoutError,
+  SandboxError,
   type SandboxEvent,
   SandboxImagePullError,
   SandboxPathError,
@@ -87,6 +88,36 @@ describe('create and destroy', () => {
       await provider.close()
       await front.close()
     }
+  })
+
+  it('close() with a create in flight waits for it, removes what it made and rejects the create', async () => {
+    const provider = testProvider()
+    let settled = false
+    const pending = provider.create().then(
+      (sandbox) => ({ sandbox, error: undefined }),
+      (error: unknown) => ({ sandbox: undefined, error }),
+    )
+    void pending.then(() => {
+      settled = true
+    })
+    // Its container is on the engine: the create is half-way.
+    for (let attempt = 0; attempt < 400; attempt++) {
+      if ((await providerResources(provider.instanceId)).length > 0) break
+      await new Promise((resolve) => setTimeout(resolve, 10))
+    }
+    expect(settled).toBe(false)
+    await provider.close()
+    // Nothing is left the moment close() resolves, and the create has settled before it.
+    expect(settled).toBe(true)
+    expect(await providerResources(provider.instanceId)).toEqual([])
+    const volumes =
+      (await docker.listVolumes({ filters: { label: [`cordon.provider=${provider.instanceId}`] } }))
+        .Volumes ?? []
+    expect(volumes).toEqual([])
+    const { sandbox, error } = await pending
+    expect(sandbox?.status).toBeUndefined()
+    expect(SandboxError.isInstance(error), String(error)).toBe(true)
+    expect((error as Error).message).toContain('provider is closed')
   })
 
   it('reports an unreachable engine clearly', async () => {

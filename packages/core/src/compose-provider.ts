@@ -4,6 +4,7 @@ import type {
   SandboxBackendOptions,
 } from './backend.js'
 import type { SandboxBackendConfigBase, SandboxBackendDefinition } from './backend-definition.js'
+import { cleanupFailureEvent } from './cleanup-failure-event.js'
 import {
   parseConfig,
   type SandboxConnectOptions,
@@ -103,6 +104,18 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
   }
   const live = new Set<ManagedSandbox>()
   let closed = false
+  /** Every create, fork and connect still in flight: `close()` waits for them to settle. */
+  const inFlight = new Set<Promise<unknown>>()
+  const track = <T>(operation: Promise<T>): Promise<T> => {
+    const settled = operation.then(
+      () => {},
+      () => {},
+    )
+    inFlight.add(settled)
+    void settled.then(() => inFlight.delete(settled))
+    return operation
+  }
+  const closedError = (): SandboxError => new SandboxError('provider is closed')
   // Without a layout the backend learns its rootDir only when it creates the sandbox: "." is that rootDir.
   const defaultWorkingDirectory = layout?.outputs.containerPath ?? '.'
 
@@ -154,7 +167,23 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
       return finished ? { steps: finished } : {}
     }
     try {
+      if (closed && !pooled) throw closedError()
       const sandbox = await (await backend()).create({ ...request, onStep: steps.begin })
+      // Made after close() began: nothing would ever remove it, so it goes now and the create fails.
+      // (The warm pool destroys a refill that finishes after its close itself.)
+      if (closed && !pooled) {
+        await sandbox.destroy().catch((error: unknown) => {
+          emit(
+            cleanupFailureEvent(
+              sandbox.id,
+              backendName,
+              'destroying a sandbox made after close()',
+              error,
+            ),
+          )
+        })
+        throw closedError()
+      }
       emit({
         type: 'lifecycle',
         phase: 'create.ready',
@@ -235,7 +264,7 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
         if (done.detached) credentials?.remove(done.id)
       },
       snapshots: { files: enforcement.snapshot, memory: enforcement.memorySnapshot },
-      fork: (source, forkOptions) => fork(source, forkRequest, idleTimeoutMs, forkOptions),
+      fork: (source, forkOptions) => track(fork(source, forkRequest, idleTimeoutMs, forkOptions)),
       ...(detached ? { detached, onDisconnected: forget } : {}),
     })
     live.add(managed)
@@ -406,6 +435,15 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
   const close = async (): Promise<void> => {
     closed = true
     await pool?.close()
+    // A create in flight destroys what it makes once it sees `closed`; one adopted meanwhile is in
+    // `live`. The timer keeps a host that awaits close() and exits alive until they have settled, even
+    // when what they wait on holds no reference to the event loop.
+    const keepAlive = setInterval(() => {}, 1000)
+    try {
+      while (inFlight.size > 0) await Promise.allSettled([...inFlight])
+    } finally {
+      clearInterval(keepAlive)
+    }
     await Promise.allSettled([...live].map((sandbox) => sandbox.closeWithProvider()))
     live.clear()
     if (backendPromise) await (await backendPromise.catch(() => undefined))?.close()
@@ -447,6 +485,99 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
     },
   }
 
+  const create = async (callConfig: SandboxCreateConfig = {}): Promise<CordonSandbox> => {
+    const call = parseConfig(sandboxCreateConfigSchema, callConfig, 'sandbox create config')
+    throwIfAborted(call.signal, 'create')
+    if (closed) throw new SandboxError('provider is closed')
+    let request = backendOptions(call)
+    if (call.snapshot !== undefined) {
+      const refusal = requestRefusal(definition, config.backend, { snapshot: call.snapshot })
+      if (refusal) throw refusal
+      request = await fromSnapshot(call, request, call.snapshot)
+    }
+    const refusal =
+      requestRefusal(definition, config.backend, request) ??
+      (call.detached ? detachedRefusal(definition, request) : undefined)
+    if (refusal) throw refusal
+    const idleTimeoutMs = call.idleTimeoutMs ?? config.defaultIdleTimeoutMs
+    if (call.detached) return adoptDetached(await createFresh(request), request, idleTimeoutMs)
+    if (pool && canUsePooled(call)) {
+      const claimed = pool.claim()
+      if (claimed) {
+        emit({
+          type: 'lifecycle',
+          phase: 'pool.claim',
+          sandboxId: claimed.id,
+          backend: backendName,
+          timestamp: Date.now(),
+        })
+        return adopt(claimed, request, idleTimeoutMs)
+      }
+    }
+    return adopt(await createFresh(request), request, idleTimeoutMs)
+  }
+
+  const connect = async (
+    id: string,
+    connectOptions: SandboxConnectOptions = {},
+  ): Promise<CordonSandbox> => {
+    const call = parseConfig(sandboxConnectOptionsSchema, connectOptions, 'sandbox connect options')
+    throwIfAborted(call.signal, 'connect')
+    if (closed) throw new SandboxError('provider is closed')
+    if (!enforcement.reconnect)
+      throw new SandboxControlRefusedError(
+        'connect',
+        backendName,
+        'this backend declares no reconnect: its sandboxes end with the host process that made them',
+      )
+    if (!isSandboxId(id)) throw new SandboxNotFoundError(String(id), 'not a sandbox id (sbx_...)')
+    const credential = call.credential ?? credentials?.load(id)?.credential
+    if (!credential)
+      throw new SandboxCredentialRefusedError(
+        id,
+        credentials
+          ? `no credential given, and the credential store ${credentials.directory} holds none for it`
+          : 'no credential given, and this provider keeps no credential store (credentialStore: false)',
+      )
+    const { secret, settings } = decodeCredential(credential, id, backendName)
+    const loaded = await backend()
+    if (!loaded.connect)
+      throw new SandboxControlRefusedError(
+        'connect',
+        backendName,
+        'the backend declares reconnect but has no connect()',
+      )
+    // The creator's exec timeout: its commands run as the creator's would.
+    const execTimeoutMs =
+      settings?.timeoutMs ?? config.defaultTimeoutMs ?? SANDBOX_DEFAULT_TIMEOUT_MS
+    const connected = await loaded.connect({
+      sandboxId: id,
+      secret,
+      execTimeoutMs,
+      signal: call.signal,
+    })
+    const handle: SandboxBackendOptions = {
+      sandboxId: id,
+      workingDirectory: settings?.workingDirectory ?? defaultWorkingDirectory,
+      timeoutMs: execTimeoutMs,
+      // Its clock here runs to the end time fixed at its create.
+      lifetimeMs: Math.max(1, connected.endsAt - Date.now()),
+    }
+    return adopt(
+      connected.sandbox,
+      handle,
+      call.idleTimeoutMs ?? config.defaultIdleTimeoutMs,
+      { endsAt: connected.endsAt, credential },
+      () =>
+        connectedForkRequest(settings, {
+          sandboxId: id,
+          backend: backendName,
+          enforcement: connected.sandbox.enforcement,
+          handle,
+        }),
+    )
+  }
+
   return {
     id: `cordon-${backendName.replace(':', '-')}`,
     name: `@cordon/sandbox: ${backendName}`,
@@ -456,102 +587,16 @@ export function composeProvider<Config extends SandboxBackendConfigBase>(
     instanceId,
     snapshots,
     volumes,
-    async create(callConfig: SandboxCreateConfig = {}): Promise<CordonSandbox> {
-      const call = parseConfig(sandboxCreateConfigSchema, callConfig, 'sandbox create config')
-      throwIfAborted(call.signal, 'create')
-      if (closed) throw new SandboxError('provider is closed')
-      let request = backendOptions(call)
-      if (call.snapshot !== undefined) {
-        const refusal = requestRefusal(definition, config.backend, { snapshot: call.snapshot })
-        if (refusal) throw refusal
-        request = await fromSnapshot(call, request, call.snapshot)
-      }
-      const refusal =
-        requestRefusal(definition, config.backend, request) ??
-        (call.detached ? detachedRefusal(definition, request) : undefined)
-      if (refusal) throw refusal
-      const idleTimeoutMs = call.idleTimeoutMs ?? config.defaultIdleTimeoutMs
-      if (call.detached) return adoptDetached(await createFresh(request), request, idleTimeoutMs)
-      if (pool && canUsePooled(call)) {
-        const claimed = pool.claim()
-        if (claimed) {
-          emit({
-            type: 'lifecycle',
-            phase: 'pool.claim',
-            sandboxId: claimed.id,
-            backend: backendName,
-            timestamp: Date.now(),
-          })
-          return adopt(claimed, request, idleTimeoutMs)
-        }
-      }
-      return adopt(await createFresh(request), request, idleTimeoutMs)
+    create(callConfig: SandboxCreateConfig = {}): Promise<CordonSandbox> {
+      return track(create(callConfig))
     },
     async warm(warmOptions = {}): Promise<void> {
       throwIfAborted(warmOptions.signal, 'warm')
       if (!pool) return
       await pool.warm()
     },
-    async connect(id: string, connectOptions: SandboxConnectOptions = {}): Promise<CordonSandbox> {
-      const call = parseConfig(
-        sandboxConnectOptionsSchema,
-        connectOptions,
-        'sandbox connect options',
-      )
-      throwIfAborted(call.signal, 'connect')
-      if (closed) throw new SandboxError('provider is closed')
-      if (!enforcement.reconnect)
-        throw new SandboxControlRefusedError(
-          'connect',
-          backendName,
-          'this backend declares no reconnect: its sandboxes end with the host process that made them',
-        )
-      if (!isSandboxId(id)) throw new SandboxNotFoundError(String(id), 'not a sandbox id (sbx_...)')
-      const credential = call.credential ?? credentials?.load(id)?.credential
-      if (!credential)
-        throw new SandboxCredentialRefusedError(
-          id,
-          credentials
-            ? `no credential given, and the credential store ${credentials.directory} holds none for it`
-            : 'no credential given, and this provider keeps no credential store (credentialStore: false)',
-        )
-      const { secret, settings } = decodeCredential(credential, id, backendName)
-      const loaded = await backend()
-      if (!loaded.connect)
-        throw new SandboxControlRefusedError(
-          'connect',
-          backendName,
-          'the backend declares reconnect but has no connect()',
-        )
-      // The creator's exec timeout: its commands run as the creator's would.
-      const execTimeoutMs =
-        settings?.timeoutMs ?? config.defaultTimeoutMs ?? SANDBOX_DEFAULT_TIMEOUT_MS
-      const connected = await loaded.connect({
-        sandboxId: id,
-        secret,
-        execTimeoutMs,
-        signal: call.signal,
-      })
-      const handle: SandboxBackendOptions = {
-        sandboxId: id,
-        workingDirectory: settings?.workingDirectory ?? defaultWorkingDirectory,
-        timeoutMs: execTimeoutMs,
-        // Its clock here runs to the end time fixed at its create.
-        lifetimeMs: Math.max(1, connected.endsAt - Date.now()),
-      }
-      return adopt(
-        connected.sandbox,
-        handle,
-        call.idleTimeoutMs ?? config.defaultIdleTimeoutMs,
-        { endsAt: connected.endsAt, credential },
-        () =>
-          connectedForkRequest(settings, {
-            sandboxId: id,
-            backend: backendName,
-            enforcement: connected.sandbox.enforcement,
-            handle,
-          }),
-      )
+    connect(id: string, connectOptions: SandboxConnectOptions = {}): Promise<CordonSandbox> {
+      return track(connect(id, connectOptions))
     },
     async list(
       listOptions: { readonly signal?: AbortSignal } = {},

@@ -72,7 +72,9 @@ export interface CordonSandboxProvider extends SandboxProvider, AsyncDisposable 
   /**
    * Drains the warm pool, destroys every sandbox this provider still owns
    * (a detached one is only let go of: it runs on until its lifetime ends
-   * it), releases the backend.
+   * it), releases the backend. It waits for creates still in flight: a
+   * sandbox made after `close()` began is destroyed at once and its
+   * `create()` rejects with `SandboxError` ("provider is closed").
    */
   close(): Promise<void>
 }

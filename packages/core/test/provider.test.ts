@@ -3,6 +3,7 @@ import { composeProvider, prepareProviderConfig, sleep } from '../src/backend-ki
 import {
   SandboxAbortedError,
   SandboxConfigValidationError,
+  SandboxError,
   type SandboxEvent,
 } from '../src/index.js'
 import { RECORDING, RecordingBackend, type RecordingProviderConfig } from './memory-backend.js'
@@ -219,5 +220,46 @@ describe('composeProvider', () => {
     await provider.close()
     expect(backend.destroyed.sort()).toEqual([a.id, b.id].sort())
     await expect(provider.create()).rejects.toThrow('closed')
+  })
+
+  it('close waits for a create in flight, destroys what it makes and rejects it', async () => {
+    const { provider, backend, events } = makeProvider()
+    backend.createDelayMs = 150
+    const settled: string[] = []
+    const pending = provider.create().then(
+      (sandbox) => {
+        settled.push('create resolved')
+        return sandbox
+      },
+      (error: unknown) => {
+        settled.push('create rejected')
+        throw error
+      },
+    )
+    await sleep(20)
+    await provider.close()
+    settled.push('close resolved')
+    const error = await pending.catch((caught: unknown) => caught)
+    expect(SandboxError.isInstance(error)).toBe(true)
+    expect((error as Error).message).toContain('provider is closed')
+    expect(settled).toEqual(['create rejected', 'close resolved'])
+    expect(backend.requests).toHaveLength(1)
+    expect(backend.destroyed).toEqual([backend.requests[0]?.sandboxId])
+    const phases = events.flatMap((event) => (event.type === 'lifecycle' ? [event.phase] : []))
+    expect(phases).toEqual(['create.start', 'create.failed'])
+  })
+
+  it('close waits for a warm-pool fill and a create in flight and leaves nothing', async () => {
+    const { provider, backend } = makeProvider({ pool: { size: 1 } })
+    backend.createDelayMs = 150
+    // Nothing is warm yet: the create makes its own sandbox and starts a fill beside it.
+    const pending = provider.create().catch((caught: unknown) => caught)
+    await sleep(20)
+    expect(backend.requests).toHaveLength(2)
+    await provider.close()
+    expect(SandboxError.isInstance(await pending)).toBe(true)
+    expect(new Set(backend.destroyed)).toEqual(
+      new Set(backend.requests.map((request) => request.sandboxId)),
+    )
   })
 })
