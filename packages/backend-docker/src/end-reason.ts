@@ -33,12 +33,30 @@ const SIGKILL_EXIT_CODE = 128 + 9
  * is left is the host's OOM killer, or a person's `kill -9` of the
  * container's first process on the host, which is reported as out-of-memory too.
  */
-function killedUnasked(
+function killedUnasked(death: ContainerDeath): boolean {
+  return death.exitCode === SIGKILL_EXIT_CODE && !death.killRequested
+}
+
+/** A container's exit status, and whether the engine had been asked to kill it, as of its `die`. */
+interface ContainerDeath {
+  readonly exitCode: number | undefined
+  readonly killRequested: boolean
+}
+
+/**
+ * The container's exit status (waiting up to `graceMs` for its `die`), with
+ * whether a `kill` came before it, read as the wait ends: the `kill` event
+ * comes before the `die`, and a destroy's release forgets both soon after
+ * (`EngineEvents.forget`), so asking later could miss the kill and take a
+ * destroy for an out-of-memory kill.
+ */
+async function containerDeath(
   events: EngineEvents,
   containerId: string,
-  exitCode: number | undefined,
-): boolean {
-  return exitCode === SIGKILL_EXIT_CODE && !events.killRequested(containerId)
+  graceMs: number,
+): Promise<ContainerDeath> {
+  const exitCode = await events.exitCode(containerId, graceMs)
+  return { exitCode, killRequested: events.killRequested(containerId) }
 }
 
 /**
@@ -56,12 +74,12 @@ export async function endReason(
     readonly lifetimeMs: number | undefined
   },
 ): Promise<LostReason> {
-  const [oom, exitCode] = await Promise.all([
+  const [oom, death] = await Promise.all([
     events.oomSince(containerId, at.startedAt, OOM_EVENT_GRACE_MS),
-    events.exitCode(containerId, DIE_EVENT_GRACE_MS),
+    containerDeath(events, containerId, DIE_EVENT_GRACE_MS),
   ])
-  if (oom || killedUnasked(events, containerId, exitCode)) return 'out-of-memory'
-  if (exitCode === AGENT_EXIT_CODES.storageLimit) return 'storage-limit'
+  if (oom || killedUnasked(death)) return 'out-of-memory'
+  if (death.exitCode === AGENT_EXIT_CODES.storageLimit) return 'storage-limit'
   if (
     at.lifetimeMs !== undefined &&
     at.closedAt - at.startedAt >= at.lifetimeMs - LIFETIME_SLACK_MS
@@ -83,11 +101,11 @@ export async function explainLostCommand(
   containerId: string,
   startedAt: number,
 ): Promise<SandboxExecResult | undefined> {
-  const [oom, exitCode] = await Promise.all([
+  const [oom, death] = await Promise.all([
     events.oomSince(containerId, startedAt, OOM_EVENT_GRACE_MS),
-    events.exitCode(containerId, OOM_EVENT_GRACE_MS),
+    containerDeath(events, containerId, OOM_EVENT_GRACE_MS),
   ])
-  if (!oom && !killedUnasked(events, containerId, exitCode)) return undefined
+  if (!oom && !killedUnasked(death)) return undefined
   return {
     exitCode: SIGKILL_EXIT_CODE,
     stdout: '',

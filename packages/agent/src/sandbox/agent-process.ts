@@ -31,6 +31,13 @@ export interface AgentProcessHooks {
    * undefined and the failure is reported as an error.
    */
   readonly explainLost?: (startedAt: number) => Promise<SandboxExecResult | undefined>
+  /**
+   * Whether the host itself is ending the sandbox (`destroy()`, the
+   * provider's `close()`, its lifetime), not it ending underneath. A command
+   * whose connection that cuts is not explained (`explainLost`): its end is
+   * the host's doing, and it fails with `SandboxDestroyedError`.
+   */
+  readonly endedByHost?: () => boolean
 }
 
 /**
@@ -163,10 +170,25 @@ export class AgentProcess implements SandboxProcess {
           { cause: error },
         )
       }
-      const explained = await this.hooks.explainLost?.(this.startedAt).catch(() => undefined)
+      // Asked as the connection fails: a destroy marks the sandbox before it
+      // cuts its commands' connections, so a command cut by one is never
+      // taken for one killed for memory (a destroy's SIGKILL looks like one).
+      const explained =
+        this.hooks.endedByHost?.() === true
+          ? undefined
+          : await this.hooks.explainLost?.(this.startedAt).catch(() => undefined)
       if (explained) {
-        this.hooks.onSettled({ result: explained })
-        return explained
+        // What the command wrote before it died was streamed already; the result keeps it.
+        const output = this.collector.finish()
+        const result: SandboxExecResult = {
+          ...explained,
+          stdout: output.stdout,
+          stderr: output.stderr,
+          stdoutTruncated: output.stdoutTruncated,
+          stderrTruncated: output.stderrTruncated,
+        }
+        this.hooks.onSettled({ result })
+        return result
       }
       const failure = this.hooks.isDestroyed()
         ? new SandboxDestroyedError(this.hooks.sandboxId, { cause: error })

@@ -901,6 +901,9 @@ export class AgentSandbox implements CordonBackendSandbox {
         sandboxId: this.id,
         client: this.init.client,
         isDestroyed: () => this.lost || this.state === 'destroyed' || this.state === 'destroying',
+        // A sandbox that ended underneath first (lost) is still explained: the host's destroy came after.
+        endedByHost: () =>
+          !this.lost && (this.state === 'destroyed' || this.state === 'destroying'),
         ...(this.init.explainLostCommand ? { explainLost: this.init.explainLostCommand } : {}),
         onSettled: (ending) => {
           this.running.delete(process)
